@@ -1,0 +1,267 @@
+"""``hltmt_transformer``: a fairseq Transformer whose decoder top holds the SLP (HLT-MT).
+
+The encoder reads each sentence's target-language token (``--encoder-langtok tgt`` puts
+``__xx__`` at the start of the source) and hands the language on in ``encoder_out``, so a
+full forward pass and beam search (which reorders ``encoder_out``) route identically.
+After the last decoder layer, before the output projection, the
+:class:`~hltmt_plugin.modules.language_pool.SelectiveLanguagePool` routes every row.
+"""
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass.utils import gen_parser_from_dataclass
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+)
+from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
+from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+
+logger = logging.getLogger(__name__)
+
+TGT_LANG = "tgt_lang"  # encoder_out key: (B,) index of each row's target language in --langs
+
+
+def split_langs(value) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [v.strip() for v in value if v.strip()]
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+@dataclass
+class SlpConfig(FairseqDataclass):
+    high_resource_langs: Optional[str] = field(
+        default=None,
+        metadata={"help": "comma-separated target languages routed into the selective "
+                          "language-specific pool; every other target language goes through "
+                          "the universal layer (e.g. fr,cs,de,fi,et,tr)"},
+    )
+    slp_pool_size: int = field(
+        default=3, metadata={"help": "T, the number of modules in the pool (1 <= T <= number of "
+                                     "high-resource languages)"})
+    slp_hidden_dim: Optional[int] = field(
+        default=None, metadata={"help": "inner dimension h of each pool / universal module "
+                                        "(default: --decoder-ffn-embed-dim)"})
+    slp_hard_prob: float = field(
+        default=0.5, metadata={"help": "probability that a training update routes hard (argmax "
+                                       "module only) rather than soft while the gate is learning"})
+
+    @classmethod
+    def from_namespace(cls, args) -> "SlpConfig":
+        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
+
+
+def validate(slp: SlpConfig, task) -> List[str]:
+    """Check the SLP options against the task; return the high-resource languages."""
+    if not isinstance(task, TranslationMultiSimpleEpochTask):
+        raise HltmtConfigError(
+            f"--arch hltmt_transformer needs --task hltmt_translation (got {type(task).__name__})")
+    high = split_langs(slp.high_resource_langs)
+    if not high:
+        raise HltmtConfigError("--high-resource-langs is required: the comma-separated target "
+                               "languages that the pool serves, e.g. --high-resource-langs fr,de,cs")
+    unknown = [lang for lang in high if lang not in task.langs]
+    if unknown:
+        raise HltmtConfigError(f"--high-resource-langs names {','.join(unknown)}, not in the language "
+                               f"list ({','.join(task.langs)}) given by --langs / --lang-dict")
+    if len(set(high)) != len(high):
+        raise HltmtConfigError(f"--high-resource-langs lists a language twice: {','.join(high)}")
+    if not 1 <= slp.slp_pool_size <= len(high):
+        raise HltmtConfigError(f"--slp-pool-size must lie in [1, {len(high)}] (the number of "
+                               f"high-resource languages), got {slp.slp_pool_size}")
+    if slp.slp_hidden_dim is not None and slp.slp_hidden_dim < 1:
+        raise HltmtConfigError(f"--slp-hidden-dim must be positive, got {slp.slp_hidden_dim}")
+    if not 0.0 <= slp.slp_hard_prob <= 1.0:
+        raise HltmtConfigError(f"--slp-hard-prob must lie in [0, 1], got {slp.slp_hard_prob}")
+    encoder_langtok = getattr(task.args, "encoder_langtok", None)
+    if encoder_langtok != "tgt":
+        raise HltmtConfigError(
+            "HLT-MT routes each sentence by its target language, read from the target-language "
+            "token that --encoder-langtok tgt puts on the source; "
+            f"add --encoder-langtok tgt (got --encoder-langtok {encoder_langtok})")
+    return high
+
+
+class HltmtTransformerEncoder(TransformerEncoderBase):
+    """The fairseq encoder, plus each row's target language in ``encoder_out[TGT_LANG]``."""
+
+    def set_languages(self, langs: List[str], lang_tok_style: str, langtok_at_end: bool):
+        table = torch.full((len(self.dictionary),), -1, dtype=torch.long)
+        for i, lang in enumerate(langs):
+            table[self.dictionary.index(get_lang_tok(lang, lang_tok_style))] = i
+        self.register_buffer("lang_of_token", table, persistent=False)
+        self.langtok_at_end = langtok_at_end
+
+    def target_languages(self, src_tokens: Tensor) -> Tensor:
+        """(B,) index in --langs of each row's target-language token; error if a row has none."""
+        not_pad = src_tokens.ne(self.padding_idx).long()
+        if self.langtok_at_end:  # --lang-tok-replacing-bos-eos: the token replaces the final eos
+            pos = src_tokens.size(1) - 1 - not_pad.flip(1).argmax(dim=1)
+        else:  # the first non-pad token (sources are usually left-padded)
+            pos = not_pad.argmax(dim=1)
+        tokens = src_tokens.gather(1, pos.unsqueeze(1)).squeeze(1)
+        langs = self.lang_of_token[tokens]
+        if bool((langs < 0).any()):
+            bad = tokens[langs < 0]
+            raise HltmtInputError(
+                f"{bad.numel()} of {tokens.numel()} sentences in this batch carry no target-language "
+                f"token (found {self.dictionary[int(bad[0])]!r} where __xx__ should be): train and "
+                "decode with --encoder-langtok tgt, and list every language in --langs / --lang-dict")
+        return langs
+
+    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
+                token_embeddings: Optional[Tensor] = None, **unused):
+        # **unused: fairseq's --enable-lang-ids adds src_lang_id / tgt_lang_id to net_input.
+        out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out[TGT_LANG] = [self.target_languages(src_tokens)]
+        return out
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
+        out = super().reorder_encoder_out(encoder_out, new_order)
+        out[TGT_LANG] = [t.index_select(0, new_order) for t in encoder_out[TGT_LANG]]
+        return out
+
+
+class HltmtTransformerDecoder(TransformerDecoderBase):
+    """The fairseq decoder with the SLP after its last layer, before the output projection."""
+
+    def __init__(self, cfg: TransformerConfig, dictionary, embed_tokens, slp: SlpConfig, num_high: int,
+                 seed: int = 1, no_encoder_attn: bool = False):
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        normalize_before = cfg.decoder.normalize_before
+        if normalize_before and self.project_out_dim is not None:
+            raise HltmtConfigError("a pre-norm decoder with --decoder-output-dim different from "
+                                   "--decoder-embed-dim is not supported by the SLP")
+        self.slp = SelectiveLanguagePool(
+            self.output_embed_dim, slp.slp_hidden_dim or cfg.decoder.ffn_embed_dim, slp.slp_pool_size,
+            num_high, hard_prob=slp.slp_hard_prob, seed=seed, activation_fn=cfg.activation_fn, dropout=cfg.dropout,
+            activation_dropout=cfg.activation_dropout, normalize_before=normalize_before)
+        # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
+        # projection still sees normalised features.
+        self.slp_output_norm = None
+        if normalize_before and self.layer_norm is not None:
+            self.slp_output_norm, self.layer_norm = self.layer_norm, None
+
+    def set_languages(self, langs: List[str], high: List[str], lang_tok_style: str):
+        self.register_buffer("high_of_lang", torch.tensor(
+            [high.index(lang) if lang in high else -1 for lang in langs], dtype=torch.long), persistent=False)
+        self.register_buffer("high_tokens", torch.tensor(
+            [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high],
+            dtype=torch.long), persistent=False)
+
+    def high_lang_embeddings(self) -> Tensor:
+        """The model's own embedding rows of the high-resource language tokens (H x d)."""
+        return self.embed_tokens.weight.index_select(0, self.high_tokens)
+
+    def extract_features(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]],
+                         incremental_state=None, full_context_alignment: bool = False,
+                         alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None):
+        x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
+                                            full_context_alignment, alignment_layer, alignment_heads)
+        if encoder_out is None or not encoder_out.get(TGT_LANG):
+            raise HltmtInputError("the decoder got no target language per sentence: HLT-MT needs the "
+                                  "hltmt_transformer encoder's output (and --encoder-langtok tgt)")
+        tgt_lang = encoder_out[TGT_LANG][0]
+        x, routing = self.slp(x, self.high_of_lang.index_select(0, tgt_lang), self.high_lang_embeddings())
+        if self.slp_output_norm is not None:
+            x = self.slp_output_norm(x)
+        extra.update(routing)
+        extra[TGT_LANG] = tgt_lang
+        return x, extra
+
+
+@register_model("hltmt_transformer")
+class HltmtTransformerModel(TransformerModel):
+    """Transformer + selective language-specific pool and universal layer (HLT-MT)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        gen_parser_from_dataclass(parser, SlpConfig())
+
+    @classmethod
+    def build_model(cls, args, task):
+        slp = SlpConfig.from_namespace(args)
+        high = validate(slp, task)
+        model = super().build_model(args, task)
+        style = task.args.lang_tok_style
+        model.encoder.set_languages(task.langs, style, bool(getattr(task.args, "lang_tok_replacing_bos_eos", False)))
+        model.decoder.set_languages(task.langs, high, style)
+        model.high_resource_langs = high
+        logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
+                    f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return HltmtTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        slp = SlpConfig.from_namespace(args)
+        return HltmtTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, slp,
+                                       num_high=len(split_langs(slp.high_resource_langs)),
+                                       seed=getattr(args, "seed", 1),
+                                       no_encoder_attn=getattr(args, "no_cross_attention", False))
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
+                features_only: bool = False, alignment_layer: Optional[int] = None,
+                alignment_heads: Optional[int] = None, **unused):
+        # **unused: fairseq's --enable-lang-ids adds src_lang_id / tgt_lang_id to net_input.
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, return_all_hiddens,
+                               features_only, alignment_layer, alignment_heads)
+
+    @property
+    def slp(self) -> SelectiveLanguagePool:
+        return self.decoder.slp
+
+    def routing_map(self) -> Dict[str, int]:
+        """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now."""
+        current = self.slp.current_map(self.decoder.high_lang_embeddings())
+        return dict(zip(self.high_resource_langs, current.tolist()))
+
+
+def _slp_defaults(args):
+    args.slp_pool_size = getattr(args, "slp_pool_size", 3)
+    args.slp_hard_prob = getattr(args, "slp_hard_prob", 0.5)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer")
+def hltmt_transformer(args):
+    """Transformer-base sizes (d 512, FFN 2048, 6+6 layers, 8 heads)."""
+    _slp_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_big")
+def hltmt_transformer_big(args):
+    """Transformer-big sizes (d 1024, FFN 4096, 6+6 layers, 16 heads)."""
+    _slp_defaults(args)
+    transformer_wmt_en_de_big(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_tiny")
+def hltmt_transformer_tiny(args):
+    """A small model for tests and CPU demos (d 128, FFN 256, 2+2 layers, 4 heads)."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 256)
+    args.encoder_layers = getattr(args, "encoder_layers", 2)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    hltmt_transformer(args)

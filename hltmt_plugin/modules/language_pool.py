@@ -1,0 +1,132 @@
+"""The selective language-specific pool (SLP), its gate and the universal layer (HLT-MT).
+
+On top of the last decoder layer every sentence goes through one extra FFN sublayer:
+- a high-resource target language goes into the pool of T modules, chosen by a gate over
+  the model's own embedding row of the target-language token, ``p = softmax(W_g E[l])``;
+  hard: the argmax module only (no gradient reaches the gate), soft: ``sum_t p_t F_t(x)``;
+- every other target language goes through the universal module.
+Rows are routed per sentence through :func:`hltmt_plugin.modules.routing.route`.
+"""
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fairseq import utils
+from fairseq.modules import FairseqDropout, LayerNorm
+
+from hltmt_plugin.modules.routing import mix, route
+
+HARD, SOFT = "hard", "soft"
+
+
+class LanguageModule(nn.Module):
+    """One FFN sublayer: ``LN(x + drop(W_u(drop(act(W_d x)))))`` (post-norm) or
+    ``x + drop(W_u(drop(act(W_d LN(x)))))`` (pre-norm)."""
+
+    def __init__(self, dim: int, hidden: int, activation_fn: str = "relu", dropout: float = 0.0,
+                 activation_dropout: float = 0.0, normalize_before: bool = False):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.activation_fn = utils.get_activation_fn(activation_fn)
+        self.activation_dropout = FairseqDropout(activation_dropout, module_name=self.__class__.__name__)
+        self.dropout = FairseqDropout(dropout, module_name=self.__class__.__name__)
+        self.layer_norm = LayerNorm(dim)
+        self.normalize_before = normalize_before
+
+    def forward(self, x: Tensor) -> Tensor:
+        residual = x
+        if self.normalize_before:
+            x = self.layer_norm(x)
+        x = self.dropout(self.fc2(self.activation_dropout(self.activation_fn(self.fc1(x)))))
+        x = residual + x
+        if not self.normalize_before:
+            x = self.layer_norm(x)
+        return x
+
+
+class SelectiveLanguagePool(nn.Module):
+    """T pool modules + 1 universal module + the gate, routed per row.
+
+    Module ids: ``0..T-1`` are the pool, ``T`` is the universal layer.
+
+    Args:
+        dim: model dimension d.
+        hidden: module dimension h.
+        pool_size: T.
+        num_high: number of high-resource target languages H (the rows of the gate matrix).
+        hard_prob: probability of a hard update while the gate is learning.
+        seed: with the update number, decides each update's hard/soft draw, so every worker
+            (and a resumed run) makes the same draw.
+    """
+
+    def __init__(self, dim: int, hidden: int, pool_size: int, num_high: int, hard_prob: float = 0.5,
+                 seed: int = 1, **module_kwargs):
+        super().__init__()
+        self.hard_prob = hard_prob
+        self.seed = seed
+        self.pool_size = pool_size
+        self.pool = nn.ModuleList(LanguageModule(dim, hidden, **module_kwargs) for _ in range(pool_size))
+        self.universal = LanguageModule(dim, hidden, **module_kwargs)
+        self.gate = nn.Linear(dim, pool_size)
+        # g(l): the module of each high-resource language once fixed (-1 while the gate learns).
+        # Stored in the checkpoint with the weights.
+        self.register_buffer("fixed_map", torch.full((num_high,), -1, dtype=torch.long))
+        self.mode = HARD
+
+    @property
+    def map_is_fixed(self) -> bool:
+        return bool((self.fixed_map >= 0).all())
+
+    def gate_probs(self, high_lang_embeddings: Tensor) -> Tensor:
+        """``P`` (H x T): the gate's distribution over the pool for each high-resource language."""
+        return F.softmax(self.gate(high_lang_embeddings).float(), dim=-1)
+
+    def current_map(self, high_lang_embeddings: Tensor) -> Tensor:
+        """``g(l)`` for every high-resource language: the fixed map, or the argmax of the gate."""
+        if self.map_is_fixed:
+            return self.fixed_map
+        with torch.no_grad():
+            return self.gate_probs(high_lang_embeddings).argmax(dim=-1)
+
+    def fix_map(self, high_lang_embeddings: Tensor) -> Tensor:
+        """Fix ``g(l) = argmax p_l`` from the current gate and return it."""
+        with torch.no_grad():
+            self.fixed_map.copy_(self.gate_probs(high_lang_embeddings).argmax(dim=-1))
+        return self.fixed_map
+
+    def set_num_updates(self, num_updates: int):
+        """Draw this update's routing (fairseq calls this before every training step)."""
+        draw = np.random.default_rng([self.seed, num_updates]).random()
+        self.mode = HARD if draw < self.hard_prob else SOFT
+
+    def use_soft_routing(self) -> bool:
+        return self.training and self.mode == SOFT and not self.map_is_fixed
+
+    def forward(self, x: Tensor, high_idx: Tensor, high_lang_embeddings: Tensor
+                ) -> Tuple[Tensor, Dict[str, Optional[Tensor]]]:
+        """Route ``x`` (B x T x C) per row.
+
+        Args:
+            high_idx: (B,) index of each row's target language among the high-resource
+                languages, ``-1`` for a target language outside them (universal layer).
+            high_lang_embeddings: (H x C) embedding rows of the high-resource language tokens.
+
+        Returns the routed output and ``{"slp_module": (B,) module id of each row (argmax for
+        soft rows), "slp_gate": P (H x T) when the gate took part (soft step), else None}``.
+        """
+        is_low = high_idx < 0
+        safe_idx = high_idx.clamp(min=0)
+        universal = torch.full_like(high_idx, self.pool_size)
+        if self.use_soft_routing():
+            probs = self.gate_probs(high_lang_embeddings)
+            weights = probs.index_select(0, safe_idx)
+            module = torch.where(is_low, universal, weights.argmax(dim=-1))
+            pool = lambda rows, w: mix(rows, w, self.pool)  # noqa: E731
+            out = route(x, is_low.long(), [pool, lambda rows, w: self.universal(rows)], weights)
+            return out, {"slp_module": module, "slp_gate": probs}
+        module = torch.where(is_low, universal, self.current_map(high_lang_embeddings).index_select(0, safe_idx))
+        return route(x, module, list(self.pool) + [self.universal]), {"slp_module": module, "slp_gate": None}

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Prepare English-centric parallel text for ``hltmt_translation``.
+
+Reads ``{train,valid,test}.en-XX.{en,XX}`` from a raw folder (DebMT-10 by default, the
+WMT-10 recipe writes the same layout), checks it, trains one joint sentencepiece model,
+encodes every split and binarizes it with ``fairseq-preprocess`` into one folder with a
+shared dictionary (``dict.{lang}.txt`` for every language), ready for
+``--task hltmt_translation --langs en,XX,...``.
+
+    python scripts/prepare_data.py --out runs/data --langs de,fr,gu --max-train 2000
+"""
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEBMT10 = os.path.join(ROOT, "data", "debmt10")
+WMT10_LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
+SPLITS = ["train", "valid", "test"]
+
+
+class DataError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[prepare_data] {msg}", flush=True)
+
+
+def read_lines(path, limit=None):
+    with open(path, encoding="utf-8", errors="strict") as f:
+        lines = []
+        for i, line in enumerate(f):
+            if limit is not None and i >= limit:
+                break
+            lines.append(line.rstrip("\n"))
+    return lines
+
+
+def load_pair(raw, split, lang, limit):
+    """Both sides of en-XX for a split; every problem is a DataError naming the file."""
+    paths = [os.path.join(raw, f"{split}.en-{lang}.{side}") for side in ("en", lang)]
+    for path in paths:
+        if not os.path.isfile(path):
+            raise DataError(f"missing file {path} (language {lang!r}, split {split})")
+    try:
+        en, xx = (read_lines(p) for p in paths)
+    except UnicodeDecodeError as error:
+        raise DataError(f"{paths[0]} or {paths[1]} is not valid UTF-8: {error}")
+    if len(en) != len(xx):
+        raise DataError(f"{paths[0]} has {len(en)} lines but {paths[1]} has {len(xx)}: the sides are misaligned")
+    if not en:
+        raise DataError(f"split {split} of en-{lang} is empty ({paths[0]})")
+    return en[:limit], xx[:limit]
+
+
+def train_spm(texts, prefix, vocab_size, seed):
+    import sentencepiece as spm
+
+    random.Random(seed).shuffle(texts)
+    with open(prefix + ".input.txt", "w", encoding="utf-8") as f:
+        f.writelines(t + "\n" for t in texts if t.strip())
+    spm.SentencePieceTrainer.train(
+        input=prefix + ".input.txt", model_prefix=prefix, vocab_size=vocab_size,
+        character_coverage=1.0, model_type="unigram", input_sentence_size=2_000_000,
+        shuffle_input_sentence=True, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
+        hard_vocab_limit=False, num_threads=2, minloglevel=2, seed_sentencepiece_size=200_000)
+    os.remove(prefix + ".input.txt")
+    return spm.SentencePieceProcessor(model_file=prefix + ".model")
+
+
+def write_dict(sp, path):
+    """A fairseq dictionary of every sentencepiece piece (fixed order, no pruning)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if piece in ("<unk>", "<s>", "</s>", "<pad>"):
+                continue
+            f.write(f"{piece} 1\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (default: DebMT-10)")
+    p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
+    p.add_argument("--langs", default=",".join(WMT10_LANGS), help="non-English languages, comma-separated")
+    p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair")
+    p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
+    p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
+    p.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
+    p.add_argument("--spm-model", default=None, help="reuse this sentencepiece model instead of training one")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workers", type=int, default=2)
+    args = p.parse_args(argv)
+
+    langs = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
+    try:
+        if not langs:
+            raise DataError("--langs is empty")
+        if "en" in langs:
+            raise DataError("--langs lists the non-English languages; en is always included")
+        if not os.path.isdir(args.raw):
+            raise DataError(f"raw data folder {args.raw} does not exist")
+        known = sorted({f.split(".")[1].split("-")[1] for f in os.listdir(args.raw) if f.count(".") == 2 and "-" in f})
+        unknown = [lang for lang in langs if lang not in known]
+        if unknown:
+            raise DataError(f"no data for language(s) {','.join(unknown)} in {args.raw} (it has {','.join(known)})")
+        limits = {"train": args.max_train, "valid": args.max_valid, "test": args.max_test}
+        data = {(s, lang): load_pair(args.raw, s, lang, limits[s]) for s in SPLITS for lang in langs}
+    except DataError as error:
+        print(f"prepare_data: error: {error}", file=sys.stderr)
+        return 2
+
+    spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
+    tmp_bin = bin_dir + ".partial"
+    os.makedirs(spm_dir, exist_ok=True)
+    t0 = time.time()
+    if args.spm_model:
+        import sentencepiece as spm
+
+        shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
+        sp = spm.SentencePieceProcessor(model_file=args.spm_model)
+    else:
+        texts = [t for lang in langs for side in data[("train", lang)] for t in side]
+        log(f"training a {args.vocab_size}-piece sentencepiece model on {len(texts)} lines")
+        sp = train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed)
+    write_dict(sp, os.path.join(spm_dir, "dict.txt"))
+
+    for i, ((split, lang), (en, xx)) in enumerate(data.items(), 1):
+        log(f"[{i}/{len(data)}] encoding {split} en-{lang} ({len(en)} lines)")
+        for side, lines in (("en", en), (lang, xx)):
+            with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
+                f.writelines(" ".join(pieces) + "\n" for pieces in sp.encode(lines, out_type=str))
+
+    shutil.rmtree(tmp_bin, ignore_errors=True)
+    for i, lang in enumerate(langs, 1):
+        log(f"[{i}/{len(langs)}] binarizing en-{lang}")
+        cmd = ["fairseq-preprocess", "--source-lang", "en", "--target-lang", lang,
+               "--trainpref", os.path.join(spm_dir, f"train.en-{lang}"),
+               "--validpref", os.path.join(spm_dir, f"valid.en-{lang}"),
+               "--testpref", os.path.join(spm_dir, f"test.en-{lang}"),
+               "--destdir", tmp_bin, "--srcdict", os.path.join(spm_dir, "dict.txt"),
+               "--tgtdict", os.path.join(spm_dir, "dict.txt"), "--workers", str(args.workers)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(done.stdout[-3000:] + done.stderr[-3000:], file=sys.stderr)
+            print(f"prepare_data: error: fairseq-preprocess failed for en-{lang}", file=sys.stderr)
+            return 1
+    for lang in ["en"] + langs:
+        shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))
+    with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
+        f.write("\n".join(["en"] + langs) + "\n")
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    os.replace(tmp_bin, bin_dir)  # the folder appears only once it is complete
+    log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

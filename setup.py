@@ -1,0 +1,29 @@
+import sys
+
+from setuptools import find_packages, setup
+
+# On Python >= 3.11 stock fairseq 0.12.2 does not import (dataclass mutable default);
+# fairseq-fixed installs the same `fairseq` module and imports there.
+FAIRSEQ = "fairseq-fixed==0.12.3.1" if sys.version_info >= (3, 11) else "fairseq==0.12.2"
+
+setup(
+    name="hltmt_plugin",
+    version="0.1.0",
+    description="HLT-MT and language-specific modules (adapters, skills) for multilingual NMT, as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    packages=find_packages(include=["hltmt_plugin", "hltmt_plugin.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        # a range the CPU build satisfies, so pip does not reach for a multi-GB CUDA build
+        # when torch is already installed (the set-up script installs torch first)
+        "torch>=1.13",
+        FAIRSEQ,
+        "numpy",
+        "sentencepiece",
+        "sacrebleu>=2.0",
+        "sacremoses",
+    ],
+    extras_require={"test": ["pytest>=7"]},
+)
