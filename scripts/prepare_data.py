@@ -139,7 +139,7 @@ def main(argv=None):
     shutil.rmtree(tmp_bin, ignore_errors=True)
     for i, lang in enumerate(langs, 1):
         log(f"[{i}/{len(langs)}] binarizing en-{lang}")
-        cmd = ["fairseq-preprocess", "--source-lang", "en", "--target-lang", lang,
+        cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "en", "--target-lang", lang,
                "--trainpref", os.path.join(spm_dir, f"train.en-{lang}"),
                "--validpref", os.path.join(spm_dir, f"valid.en-{lang}"),
                "--testpref", os.path.join(spm_dir, f"test.en-{lang}"),

@@ -1,0 +1,73 @@
+"""Shared fixtures: a small DebMT-10 slice binarized once per session, and a builder for
+an HLT-MT task + model parsed through fairseq's real option parser."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)  # fairseq-train etc. of this environment
+PLUGIN = os.path.join(ROOT, "hltmt_plugin")
+
+LANGS = "en,de,fr,gu,hi"
+HIGH = "de,fr"  # high-resource targets here; en, gu and hi go through the universal layer
+PAIRS = "en-de,en-fr,en-gu,en-hi,de-en,gu-en"
+
+
+def cli(name):
+    return os.path.join(BIN, name)
+
+
+def run(cmd, **kwargs):
+    """Run a command, return CompletedProcess (text), never raising on failure."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=kwargs.pop("cwd", ROOT), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def data_bin(tmp_path_factory):
+    out = tmp_path_factory.mktemp("debmt10_slice")
+    done = run([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out", str(out),
+                "--langs", "de,fr,gu,hi", "--max-train", "1500", "--max-valid", "60", "--max-test", "40",
+                "--vocab-size", "2000"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    return str(out / "bin")
+
+
+def train_args(data, *extra):
+    return [data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny",
+            "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt",
+            "--high-resource-langs", HIGH, "--slp-pool-size", "2", "--cpu", *extra]
+
+
+def build(data, *extra, dropout=0.0):
+    """Task and model exactly as fairseq-train would build them from these options."""
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, train_args(data, "--dropout", str(dropout), *extra))
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    model = task.build_model(args)
+    return args, task, model
+
+
+def make_sample(task, directions, max_len=7, seed=0):
+    """A collated batch whose rows go in the given directions ("en-de", ...), built the way
+    the task builds them: the target-language token on the source, left-padded."""
+    from fairseq.data import language_pair_dataset
+
+    g = torch.Generator().manual_seed(seed)
+    d = task.source_dictionary
+    items = []
+    for i, direction in enumerate(directions):
+        src, tgt = direction.split("-")
+        n_src, n_tgt = [int(v) for v in torch.randint(2, max_len, (2,), generator=g)]
+        words = lambda n: torch.randint(d.nspecial, d.nspecial + 500, (n,), generator=g)  # noqa: E731
+        langtok = task.data_manager.get_encoder_langtok(src, tgt, "tgt")
+        source = torch.cat([torch.tensor([langtok]), words(n_src), torch.tensor([d.eos()])])
+        target = torch.cat([words(n_tgt), torch.tensor([d.eos()])])
+        items.append({"id": i, "source": source, "target": target})
+    return language_pair_dataset.collate(items, d.pad(), d.eos(), left_pad_source=True, left_pad_target=False)

@@ -1,0 +1,210 @@
+"""The model in mixed-direction batches: routing per row, gradients, beam search = full
+forward, and the errors a user gets for options or batches that cannot work."""
+import argparse
+
+import pytest
+import torch
+
+from fairseq.models.transformer import TransformerDecoderBase
+
+from conftest import build, make_sample
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.modules.language_pool import HARD, SOFT
+
+DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
+
+
+def row_directions(sample):
+    return [DIRECTIONS[i] for i in sample["id"].tolist()]
+
+
+def expected_module(model, direction):
+    tgt = direction.split("-")[1]
+    if tgt in model.high_resource_langs:
+        return model.routing_map()[tgt]
+    return model.slp.pool_size  # the universal layer
+
+
+def features_before_slp(model, sample):
+    net = sample["net_input"]
+    enc = model.encoder(net["src_tokens"], net["src_lengths"])
+    x, _ = TransformerDecoderBase.extract_features(model.decoder, net["prev_output_tokens"], enc)
+    return x
+
+
+@pytest.fixture(scope="module")
+def built(data_bin):
+    return build(data_bin)
+
+
+def test_hard_step_routes_each_row_to_its_module_alone(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = HARD
+    sample = make_sample(task, DIRECTIONS)
+    net = sample["net_input"]
+    out, extra = model.decoder(net["prev_output_tokens"], model.encoder(net["src_tokens"], net["src_lengths"]),
+                               features_only=True)
+    pre = features_before_slp(model, sample)
+    modules = list(model.slp.pool) + [model.slp.universal]
+    for b, direction in enumerate(row_directions(sample)):
+        k = expected_module(model, direction)
+        assert int(extra["slp_module"][b]) == k, direction
+        torch.testing.assert_close(out[b], modules[k](pre[b]), rtol=0, atol=1e-5)
+
+
+def test_soft_step_is_the_weighted_sum_for_high_rows_and_universal_for_low(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = SOFT
+    sample = make_sample(task, DIRECTIONS)
+    net = sample["net_input"]
+    out, extra = model.decoder(net["prev_output_tokens"], model.encoder(net["src_tokens"], net["src_lengths"]),
+                               features_only=True)
+    probs = extra["slp_gate"]
+    assert probs.shape == (2, 2)
+    pre = features_before_slp(model, sample)
+    for b, direction in enumerate(row_directions(sample)):
+        tgt = direction.split("-")[1]
+        if tgt in model.high_resource_langs:
+            p = probs[model.high_resource_langs.index(tgt)]
+            expected = sum(p[t] * model.slp.pool[t](pre[b]) for t in range(2))
+        else:
+            expected = model.slp.universal(pre[b])
+            assert int(extra["slp_module"][b]) == 2
+        torch.testing.assert_close(out[b], expected, rtol=0, atol=1e-5)
+
+
+def grads(model):
+    model.zero_grad(set_to_none=True)
+    return model
+
+
+def has_grad(module):
+    return any(p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters())
+
+
+def test_gradient_reaches_exactly_the_selected_module_in_hard_steps(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = HARD
+    sample = make_sample(task, ["en-de", "en-gu", "de-en"])
+    grads(model)(**sample["net_input"])[0].sum().backward()
+    chosen = model.routing_map()["de"]
+    for t, module in enumerate(model.slp.pool):
+        assert has_grad(module) == (t == chosen), t
+    assert has_grad(model.slp.universal)
+    assert not has_grad(model.slp.gate)
+
+
+def test_gradient_reaches_all_pool_modules_and_the_gate_in_soft_steps(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = SOFT
+    sample = make_sample(task, ["en-de", "en-gu", "de-en"])
+    grads(model)(**sample["net_input"])[0].sum().backward()
+    assert all(has_grad(m) for m in model.slp.pool)
+    assert has_grad(model.slp.gate) and has_grad(model.slp.universal)
+
+
+def test_low_only_batch_touches_no_pool_module(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = SOFT
+    sample = make_sample(task, ["en-gu", "de-en", "en-hi"])
+    grads(model)(**sample["net_input"])[0].sum().backward()
+    assert not any(has_grad(m) for m in model.slp.pool) and has_grad(model.slp.universal)
+
+
+def test_validation_routes_low_resource_targets_to_the_universal_layer(built):
+    _, task, model = built
+    model.eval()
+    model.slp.mode = SOFT  # a soft draw left over from training must not matter at evaluation
+    sample = make_sample(task, DIRECTIONS)
+    with torch.no_grad():
+        _, extra = model(**sample["net_input"])
+    assert extra["slp_gate"] is None
+    assert extra["slp_module"].tolist() == [expected_module(model, d) for d in row_directions(sample)]
+
+
+def generate(task, model, sample, beam=5):
+    gen_args = argparse.Namespace(beam=beam, max_len_a=0, max_len_b=12, min_len=1, unnormalized=False,
+                                  lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
+                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
+                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0,
+                                  sampling_topk=-1, sampling_topp=-1.0, constraints=None,
+                                  print_alignment=None, retain_dropout=False, score_reference=False)
+    generator = task.build_generator([model], gen_args)
+    with torch.no_grad():
+        return task.inference_step(generator, [model], sample)
+
+
+@pytest.mark.parametrize("extra", [[], ["--decoder-normalize-before", "--encoder-normalize-before"]])
+def test_beam_search_scores_equal_a_full_forward_pass(data_bin, extra):
+    _, task, model = build(data_bin, *extra)
+    if extra:
+        assert model.decoder.slp_output_norm is not None and model.decoder.layer_norm is None
+    model.eval()
+    # a gate that separates the languages, so routing differences would show
+    with torch.no_grad():
+        model.slp.gate.weight.normal_(0, 5)
+    sample = make_sample(task, DIRECTIONS, seed=3)
+    hypos = generate(task, model, sample)
+    eos = task.target_dictionary.eos()
+    checked = 0
+    for b, nbest in enumerate(hypos):
+        src = sample["net_input"]["src_tokens"][b : b + 1]
+        for hypo in nbest:
+            tokens = hypo["tokens"].unsqueeze(0)
+            prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
+            with torch.no_grad():
+                net_output = model(src, torch.tensor([src.ne(1).sum()]), prev)
+                lprobs = model.get_normalized_probs(net_output, log_probs=True)
+            full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
+            torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
+            checked += 1
+    assert checked == len(DIRECTIONS) * 5
+
+
+def test_generation_routes_each_row_by_its_own_target(built):
+    _, task, model = built
+    model.eval()
+    seen = []
+    hook = model.slp.register_forward_hook(lambda m, i, o: seen.append(o[1]["slp_module"].clone()))
+    try:
+        sample = make_sample(task, DIRECTIONS)
+        generate(task, model, sample, beam=2)
+    finally:
+        hook.remove()
+    expected = torch.tensor([expected_module(model, d) for d in row_directions(sample)])
+    first_step = seen[0]
+    assert torch.equal(first_step, expected.repeat_interleave(2))  # beam 2: rows stay with their language
+
+
+def test_enable_lang_ids_inputs_are_accepted(built):
+    _, task, model = built
+    sample = make_sample(task, ["en-de", "en-gu"])
+    model(**sample["net_input"], src_lang_id=torch.zeros(2, 1, dtype=torch.long),
+          tgt_lang_id=torch.zeros(2, 1, dtype=torch.long))
+
+
+def test_a_row_without_target_language_token_is_an_error(built):
+    _, task, model = built
+    sample = make_sample(task, ["en-de", "en-gu"])
+    src = sample["net_input"]["src_tokens"].clone()
+    first = src.ne(task.source_dictionary.pad()).long().argmax(1)
+    src[1, first[1]] = task.source_dictionary.nspecial + 3  # an ordinary word where __xx__ should be
+    with pytest.raises(HltmtInputError, match="encoder-langtok tgt"):
+        model(src, sample["net_input"]["src_lengths"], sample["net_input"]["prev_output_tokens"])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--high-resource-langs", "de,xx"], "names xx, not in the language list"),
+    (["--slp-pool-size", "0"], r"must lie in \[1, 2\]"),
+    (["--slp-pool-size", "3"], r"must lie in \[1, 2\]"),
+    (["--encoder-langtok", "src"], "add --encoder-langtok tgt"),
+    (["--slp-hard-prob", "1.5"], "slp-hard-prob"),
+])
+def test_bad_options_are_refused_before_training(data_bin, extra, message):
+    with pytest.raises(HltmtConfigError, match=message):
+        build(data_bin, *extra)

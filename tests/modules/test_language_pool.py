@@ -1,0 +1,97 @@
+import pytest
+import torch
+
+from hltmt_plugin.modules.language_pool import HARD, SOFT, LanguageModule, SelectiveLanguagePool
+
+
+def pool(T=3, H=4, **kw):
+    torch.manual_seed(0)
+    return SelectiveLanguagePool(16, 32, T, H, **kw)
+
+
+def test_language_module_post_and_pre_norm_forms():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16)
+    post = LanguageModule(16, 32, normalize_before=False)
+    inner = post.fc2(torch.relu(post.fc1(x)))
+    torch.testing.assert_close(post(x), post.layer_norm(x + inner))
+    pre = LanguageModule(16, 32, normalize_before=True)
+    torch.testing.assert_close(pre(x), x + pre.fc2(torch.relu(pre.fc1(pre.layer_norm(x)))))
+
+
+def test_hard_rows_use_argmax_module_and_low_rows_the_universal_layer():
+    slp = pool().train()
+    slp.mode = HARD
+    emb = torch.randn(4, 16)
+    x = torch.randn(5, 2, 16)
+    high_idx = torch.tensor([0, -1, 3, 1, -1])
+    out, info = slp(x, high_idx, emb)
+    argmax = slp.gate_probs(emb).argmax(-1)
+    for b, h in enumerate(high_idx.tolist()):
+        module = slp.universal if h < 0 else slp.pool[int(argmax[h])]
+        torch.testing.assert_close(out[b], module(x[b]), rtol=0, atol=1e-6)
+        assert int(info["slp_module"][b]) == (3 if h < 0 else int(argmax[h]))
+    assert info["slp_gate"] is None
+
+
+def test_soft_rows_are_the_gate_weighted_sum():
+    slp = pool().train()
+    slp.mode = SOFT
+    emb = torch.randn(4, 16)
+    x = torch.randn(3, 2, 16)
+    high_idx = torch.tensor([2, -1, 0])
+    out, info = slp(x, high_idx, emb)
+    p = slp.gate_probs(emb)
+    torch.testing.assert_close(info["slp_gate"], p)
+    for b, h in enumerate(high_idx.tolist()):
+        expected = slp.universal(x[b]) if h < 0 else sum(p[h, t] * slp.pool[t](x[b]) for t in range(3))
+        torch.testing.assert_close(out[b], expected, rtol=0, atol=1e-5)
+
+
+def test_eval_is_hard_even_after_a_soft_draw():
+    slp = pool().eval()
+    slp.mode = SOFT
+    _, info = slp(torch.randn(2, 1, 16), torch.tensor([0, 1]), torch.randn(4, 16))
+    assert info["slp_gate"] is None
+
+
+def test_fixed_map_overrides_the_gate_and_stops_soft_steps():
+    slp = pool().train()
+    emb = torch.randn(4, 16)
+    assert not slp.map_is_fixed
+    fixed = slp.fix_map(emb).clone()
+    assert torch.equal(fixed, slp.gate_probs(emb).argmax(-1)) and slp.map_is_fixed
+    with torch.no_grad():
+        slp.gate.weight.normal_()  # the gate moves; the fixed map must not
+    slp.mode = SOFT
+    out, info = slp(torch.randn(4, 1, 16), torch.arange(4), emb)
+    assert info["slp_gate"] is None and torch.equal(info["slp_module"], fixed)
+    out.sum().backward()
+    assert slp.gate.weight.grad is None
+
+
+def test_hard_soft_draw_depends_only_on_seed_and_update():
+    a, b = pool(hard_prob=0.5, seed=7), pool(hard_prob=0.5, seed=7)
+    modes = []
+    for n in range(1, 2001):
+        a.set_num_updates(n)
+        b.set_num_updates(n)
+        assert a.mode == b.mode  # same draw on every worker
+        modes.append(a.mode)
+    share = modes.count(HARD) / len(modes)
+    assert 0.45 < share < 0.55, share
+    assert any(modes[i] != modes[i + 1] for i in range(10))  # it really alternates
+    c = pool(hard_prob=0.5, seed=8)
+    other = []
+    for n in range(1, 101):
+        c.set_num_updates(n)
+        other.append(c.mode)
+    assert other != modes[:100]  # another seed, another sequence
+
+
+@pytest.mark.parametrize("p, mode", [(1.0, HARD), (0.0, SOFT)])
+def test_hard_prob_extremes(p, mode):
+    slp = pool(hard_prob=p)
+    for n in range(50):
+        slp.set_num_updates(n)
+        assert slp.mode == mode
