@@ -12,10 +12,9 @@ from fairseq import checkpoint_utils
 import hltmt_plugin  # noqa: F401  (installs the allowlist and the loader wrapper)
 from hltmt_plugin.checkpoints import TRUST_ENV
 from hltmt_plugin.errors import HltmtInputError
-from test_cli_end_to_end import trained  # noqa: F401  (the fixture)
 
 
-def test_a_trained_checkpoint_loads_with_weights_only(trained):  # noqa: F811
+def test_a_trained_checkpoint_loads_with_weights_only(trained):
     ckpt, _ = trained
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert "decoder.slp.fixed_map" in state["model"] and "decoder.slp.gate.weight" in state["model"]
@@ -39,7 +38,7 @@ def test_a_pickle_that_runs_code_is_refused_and_runs_nothing(tmp_path, monkeypat
     assert not marker.exists()
 
 
-def test_a_trusted_file_with_extra_types_loads_loudly(trained, tmp_path, monkeypatch, caplog):  # noqa: F811
+def test_a_trusted_file_with_extra_types_loads_loudly(trained, tmp_path, monkeypatch, caplog):
     ckpt, _ = trained
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     state["extra_state"]["ratio"] = fractions.Fraction(1, 3)
@@ -55,7 +54,7 @@ def test_a_trusted_file_with_extra_types_loads_loudly(trained, tmp_path, monkeyp
     assert torch.load.__name__ == "load"  # the full-pickle load was temporary
 
 
-def test_truncated_and_missing_checkpoints_are_clear_errors(trained, tmp_path):  # noqa: F811
+def test_truncated_and_missing_checkpoints_are_clear_errors(trained, tmp_path):
     ckpt, _ = trained
     cut = tmp_path / "cut.pt"
     cut.write_bytes(open(ckpt, "rb").read()[: os.path.getsize(ckpt) // 2])

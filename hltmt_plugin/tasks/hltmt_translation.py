@@ -12,3 +12,12 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 @register_task("hltmt_translation")
 class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     """Multilingual translation with HLT-MT's language-specific decoder top."""
+
+    def get_batch_iterator(self, dataset, **kwargs):
+        # fairseq 0.12's batch_by_size silently drops a last batch whose size is not a
+        # multiple of --required-batch-size-multiple (fairseq issue 5036): fairseq-generate
+        # would score a test set minus up to 7 sentences. Outside training, batch every
+        # sentence.
+        if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
+            kwargs["required_batch_size_multiple"] = 1
+        return super().get_batch_iterator(dataset, **kwargs)

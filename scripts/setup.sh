@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Create .venv with torch (CPU build unless TORCH_SPEC says otherwise), fairseq and the
+# plugin in editable mode. Idempotent: a second run with an unchanged setup.py does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}   # 2.13.0: the CPU build; an unpinned torch can pull a multi-GB CUDA build
+stamp=.venv/.hltmt-setup
+want="$(sha1sum setup.py | cut -d' ' -f1) $TORCH_SPEC"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import hltmt_plugin" 2>/dev/null; then
+  exit 0
+fi
+echo "[setup] creating .venv (torch: $TORCH_SPEC; fairseq builds its C extensions: about 5 minutes)"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip wheel setuptools
+.venv/bin/python -m pip install -q "$TORCH_SPEC"
+.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -c "import torch, fairseq, hltmt_plugin; print('[setup] ok: torch', torch.__version__, '| fairseq', fairseq.__version__)"
+echo "$want" > "$stamp"
