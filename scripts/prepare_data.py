@@ -89,6 +89,8 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
     p.add_argument("--langs", default=",".join(WMT10_LANGS), help="non-English languages, comma-separated")
     p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair")
+    p.add_argument("--max-train-lang", default="", metavar="XX=N,...",
+                   help="per-language override of --max-train, e.g. gu=500,hi=800")
     p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
     p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
@@ -110,7 +112,14 @@ def main(argv=None):
         if unknown:
             raise DataError(f"no data for language(s) {','.join(unknown)} in {args.raw} (it has {','.join(known)})")
         limits = {"train": args.max_train, "valid": args.max_valid, "test": args.max_test}
-        data = {(s, lang): load_pair(args.raw, s, lang, limits[s]) for s in SPLITS for lang in langs}
+        per_lang = {}
+        for item in filter(None, args.max_train_lang.split(",")):
+            lang, _, n = item.partition("=")
+            if lang not in langs or not n.isdigit():
+                raise DataError(f"--max-train-lang: {item!r} is not LANG=N for a language of --langs")
+            per_lang[lang] = int(n)
+        data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s])
+                for s in SPLITS for lang in langs}
     except DataError as error:
         print(f"prepare_data: error: {error}", file=sys.stderr)
         return 2

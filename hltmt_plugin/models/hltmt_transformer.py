@@ -28,6 +28,7 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.pretrained import PretrainedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -192,6 +193,7 @@ class HltmtTransformerModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         gen_parser_from_dataclass(parser, SlpConfig())
+        gen_parser_from_dataclass(parser, PretrainedConfig())
 
     @classmethod
     def build_model(cls, args, task):
@@ -234,6 +236,11 @@ class HltmtTransformerModel(TransformerModel):
         current = self.slp.current_map(self.decoder.high_lang_embeddings())
         return dict(zip(self.high_resource_langs, current.tolist()))
 
+    def fix_routing_map(self) -> Dict[str, int]:
+        """Fix ``g(l) = argmax p_l`` from the current gate (stage all) and freeze the gate."""
+        fixed = self.slp.fix_map(self.decoder.high_lang_embeddings())
+        return dict(zip(self.high_resource_langs, fixed.tolist()))
+
 
 def _slp_defaults(args):
     args.slp_pool_size = getattr(args, "slp_pool_size", 3)
@@ -252,6 +259,28 @@ def hltmt_transformer_big(args):
     """Transformer-big sizes (d 1024, FFN 4096, 6+6 layers, 16 heads)."""
     _slp_defaults(args)
     transformer_wmt_en_de_big(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_xlmr_base")
+def hltmt_transformer_xlmr_base(args):
+    """The authors' recipe: an XLM-R-base-shaped encoder (12 layers, d 768, FFN 3072, 12 heads,
+    learned positions, embedding layer norm, unscaled embeddings, GELU) and a 6-layer decoder
+    of the same width, for --pretrained-xlmr-checkpoint."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 768)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 3072)
+    args.encoder_layers = getattr(args, "encoder_layers", 12)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 12)
+    args.decoder_layers = getattr(args, "decoder_layers", 6)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 12)
+    args.encoder_learned_pos = getattr(args, "encoder_learned_pos", True)
+    args.decoder_learned_pos = getattr(args, "decoder_learned_pos", True)
+    args.layernorm_embedding = getattr(args, "layernorm_embedding", True)
+    args.no_scale_embedding = getattr(args, "no_scale_embedding", True)
+    args.activation_fn = getattr(args, "activation_fn", "gelu")
+    args.max_source_positions = getattr(args, "max_source_positions", 512)
+    args.max_target_positions = getattr(args, "max_target_positions", 512)
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
+    hltmt_transformer(args)
 
 
 @register_model_architecture("hltmt_transformer", "hltmt_transformer_tiny")

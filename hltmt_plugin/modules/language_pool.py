@@ -75,7 +75,11 @@ class SelectiveLanguagePool(nn.Module):
         # g(l): the module of each high-resource language once fixed (-1 while the gate learns).
         # Stored in the checkpoint with the weights.
         self.register_buffer("fixed_map", torch.full((num_high,), -1, dtype=torch.long))
+        # Training forward passes the gate has seen while learning (stage high); stage all
+        # refuses a model whose gate never learned.
+        self.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
         self.mode = HARD
+        self.num_updates = 0
 
     @property
     def map_is_fixed(self) -> bool:
@@ -93,13 +97,17 @@ class SelectiveLanguagePool(nn.Module):
             return self.gate_probs(high_lang_embeddings).argmax(dim=-1)
 
     def fix_map(self, high_lang_embeddings: Tensor) -> Tensor:
-        """Fix ``g(l) = argmax p_l`` from the current gate and return it."""
-        with torch.no_grad():
-            self.fixed_map.copy_(self.gate_probs(high_lang_embeddings).argmax(dim=-1))
+        """Fix ``g(l) = argmax p_l`` from the current gate (unless fixed already), stop the
+        gate from training, and return the map."""
+        if not self.map_is_fixed:
+            with torch.no_grad():
+                self.fixed_map.copy_(self.gate_probs(high_lang_embeddings).argmax(dim=-1))
+        self.gate.requires_grad_(False)
         return self.fixed_map
 
     def set_num_updates(self, num_updates: int):
         """Draw this update's routing (fairseq calls this before every training step)."""
+        self.num_updates = num_updates
         draw = np.random.default_rng([self.seed, num_updates]).random()
         self.mode = HARD if draw < self.hard_prob else SOFT
 
@@ -118,6 +126,8 @@ class SelectiveLanguagePool(nn.Module):
         Returns the routed output and ``{"slp_module": (B,) module id of each row (argmax for
         soft rows), "slp_gate": P (H x T) when the gate took part (soft step), else None}``.
         """
+        if self.training and not self.map_is_fixed:
+            self.gate_steps += 1
         is_low = high_idx < 0
         safe_idx = high_idx.clamp(min=0)
         universal = torch.full_like(high_idx, self.pool_size)
@@ -130,3 +140,10 @@ class SelectiveLanguagePool(nn.Module):
             return out, {"slp_module": module, "slp_gate": probs}
         module = torch.where(is_low, universal, self.current_map(high_lang_embeddings).index_select(0, safe_idx))
         return route(x, module, list(self.pool) + [self.universal]), {"slp_module": module, "slp_gate": None}
+
+
+def disparity(probs: Tensor) -> Tensor:
+    """HLT-MT's load-balancing term over the H x T gate matrix ``P``:
+    ``sum_ij (P P^T)_ij = || sum_i p_i ||^2``, lowest (H^2 / T) when the languages spread
+    evenly over the modules, highest (H^2) when they all pick one."""
+    return probs.sum(dim=0).pow(2).sum()

@@ -1,23 +1,238 @@
-"""``hltmt_translation``: fairseq's ``translation_multi_simple_epoch`` for HLT-MT models.
+"""``hltmt_translation``: fairseq's ``translation_multi_simple_epoch`` + HLT-MT's two stages.
 
 Every option of the parent task keeps working (``--lang-pairs``, ``--langs`` /
-``--lang-dict``, ``--encoder-langtok``, ``--decoder-langtok``, sampling options). The
-per-update hard/soft routing draw lives in the model (``set_num_updates``), which fairseq
-calls from ``train_step`` with the update number, so it agrees across workers and resumes.
+``--lang-dict``, ``--encoder-langtok``, ``--decoder-langtok``, sampling options).
+
+Stages (HLT-MT trains high-resource directions first, then all):
+
+- ``high``: the training data holds only the directions whose languages are all
+  high-resource (``--high-resource-langs``) or pivots (``--pivot-langs``, default ``en``),
+  so no batch is spent on a low-resource direction; the gate learns with alternating
+  hard/soft updates (the draw lives in the model's ``set_num_updates``).
+- ``all``: every direction; at the start of the stage the routing map ``g(l) = argmax p_l``
+  is computed from the final gate, printed, stored in the model (and so in every
+  checkpoint), and the gate stops training.
+
+Two ways to run it: two fairseq-train runs (``--hlt-stage high``, then ``--hlt-stage all``
+with ``--restore-file STAGE1/checkpoint_last.pt --reset-optimizer --reset-dataloader
+--reset-meters``), or one run with ``--high-stage-updates N``: its training epochs are cut
+so that the epoch in which update N falls ends exactly at N; the next epoch is stage
+``all``. The cut is recorded in the train iterator's state, so a resume from a checkpoint on
+either side of N switches at N too.
 """
+import logging
+from typing import List, Optional
+
+from fairseq.data import iterators
+from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.models.hltmt_transformer import split_langs
+from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.pretrained import load_pretrained
+
+logger = logging.getLogger(__name__)
+
+HIGH, ALL = "high", "all"
+
+
+class StageDataManager(MultilingualDatasetManager):
+    """fairseq's multilingual data manager, restricted to ``pair_filter`` when it is set."""
+
+    pair_filter: Optional[List[str]] = None
+
+    def get_split_data_param_list(self, split, epoch, shard_epoch=None):
+        params = super().get_split_data_param_list(split, epoch, shard_epoch=shard_epoch)
+        if self.pair_filter is not None:
+            params = [p for p in params if f"{p['src']}-{p['tgt']}" in self.pair_filter]
+        return params
+
+
+class StageEpochBatchIterator(iterators.EpochBatchIterator):
+    """Ends the training epoch in which update ``switch_update`` falls exactly there.
+
+    ``start_update`` (the update count when the epoch began) is part of the iterator's
+    state, so a resumed run rebuilds the same cut epoch.
+    """
+
+    def __init__(self, *args, switch_update: int, batches_per_update: int, count_updates, **kwargs):
+        self.switch_update, self.batches_per_update, self.count_updates = switch_update, batches_per_update, count_updates
+        self.start_update = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def frozen_batches(self):
+        if self._frozen_batches is None:
+            if self.start_update is None:
+                self.start_update = self.count_updates()
+            batches = tuple(self.batch_sampler(self.dataset, self.epoch))
+            left = self.switch_update - self.start_update
+            if 0 < left and left * self.batches_per_update < len(batches):
+                batches = batches[: left * self.batches_per_update]
+                logger.info(f"HLT-MT: epoch {self.epoch} ends at update {self.switch_update} "
+                            f"(end of stage high) after {len(batches)} batches")
+            self._frozen_batches = batches
+        return self._frozen_batches
+
+    def next_epoch_itr(self, *args, **kwargs):
+        if self._next_epoch_itr is None and self.next_epoch_idx != self.epoch:
+            self.start_update = None  # a new epoch: its start is the count now
+        return super().next_epoch_itr(*args, **kwargs)
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["hltmt_start_update"] = None if self.end_of_epoch() else self.start_update
+        return state
+
+    def load_state_dict(self, state_dict):
+        self.start_update = state_dict.get("hltmt_start_update")
+        self._frozen_batches = None  # rebuild with the recorded start
+        super().load_state_dict(state_dict)
 
 
 @register_task("hltmt_translation")
 class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
-    """Multilingual translation with HLT-MT's language-specific decoder top."""
+    """Multilingual translation with HLT-MT's language-specific decoder top and stages."""
+
+    @staticmethod
+    def add_args(parser):
+        TranslationMultiSimpleEpochTask.add_args(parser)
+        parser.add_argument("--hlt-stage", choices=[HIGH, ALL], default=None,
+                            help="HLT-MT training stage: 'high' trains the high-resource directions and "
+                                 "learns the gate; 'all' trains every direction with the routing map fixed "
+                                 "from the gate (default: high, or as --high-stage-updates says)")
+        parser.add_argument("--high-stage-updates", type=int, default=0, metavar="N",
+                            help="one run for both stages: stage high for the first N updates, then "
+                                 "stage all (0: off)")
+        parser.add_argument("--pivot-langs", default="en", metavar="LANGS",
+                            help="comma-separated languages that are neither high- nor low-resource (the "
+                                 "hub of an English-centric corpus); stage high trains the directions whose "
+                                 "languages are all high-resource or pivots")
+
+    def __init__(self, args, langs, dicts, training):
+        super().__init__(args, langs, dicts, training)
+        self.data_manager = StageDataManager(args, self.lang_pairs, langs, dicts, self.sampling_method)
+        self.model = None
+        self.train_stage = None  # the stage of the loaded training data
+        if training:
+            self.high_pairs = self._high_pairs()
+
+    # ---- stages --------------------------------------------------------------------
+    def _high_pairs(self) -> List[str]:
+        args = self.args
+        if args.high_stage_updates < 0:
+            raise HltmtConfigError(f"--high-stage-updates must be >= 0, got {args.high_stage_updates}")
+        if args.high_stage_updates > 0 and args.hlt_stage == ALL:
+            raise HltmtConfigError("--hlt-stage all cannot be combined with --high-stage-updates "
+                                   "(which runs stage high first)")
+        high = split_langs(getattr(args, "high_resource_langs", None))
+        keep = set(high) | set(split_langs(args.pivot_langs))
+        pairs = [p for p in self.lang_pairs if set(p.split("-")) <= keep]
+        if high and not pairs and self.stage_schedule_uses_high():
+            raise HltmtConfigError(
+                f"stage high has no direction to train: no pair of --lang-pairs has only high-resource "
+                f"({','.join(high)}) or pivot ({args.pivot_langs}) languages")
+        return pairs
+
+    def stage_schedule_uses_high(self) -> bool:
+        return self.args.high_stage_updates > 0 or self.args.hlt_stage in (None, HIGH)
+
+    def updates_done(self) -> int:
+        return self._slp().num_updates if self.model is not None else 0
+
+    def current_stage(self) -> str:
+        if self.args.high_stage_updates > 0:
+            return HIGH if self.updates_done() < self.args.high_stage_updates else ALL
+        return self.args.hlt_stage or HIGH
+
+    def _slp(self) -> SelectiveLanguagePool:
+        for module in self.model.modules():
+            if isinstance(module, SelectiveLanguagePool):
+                return module
+        raise HltmtConfigError("--task hltmt_translation trains --arch hltmt_transformer* models")
+
+    def build_model(self, args, from_checkpoint=False):
+        model = super().build_model(args, from_checkpoint)
+        if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
+            load_pretrained(model, args.pretrained_xlmr_checkpoint, self.source_dictionary,
+                            getattr(args, "pretrained_xlmr_decoder", False))
+        self.model = model
+        return model
+
+    def begin_epoch(self, epoch, model):
+        super().begin_epoch(epoch, model)
+        if not self.training:
+            return
+        slp = self._slp()
+        stage = self.current_stage()
+        if stage == ALL:
+            if not slp.map_is_fixed and int(slp.gate_steps) == 0:
+                raise HltmtConfigError(
+                    "stage all needs the routing map learned in stage high, and this model's gate was never "
+                    "trained: start from the stage-1 checkpoint (--restore-file STAGE1/checkpoint_last.pt "
+                    "--reset-optimizer --reset-dataloader --reset-meters) or run both stages in one job with "
+                    "--high-stage-updates N")
+            newly = not slp.map_is_fixed
+            mapping = self.model.fix_routing_map()
+            logger.info(f"HLT-MT stage all (epoch {epoch}, update {self.updates_done()}): routing map "
+                        f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: "
+                        + ", ".join(f"{lang}->m{k}" for lang, k in mapping.items()))
+        else:
+            if slp.map_is_fixed:
+                raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
+                                       "checkpoint): the gate can no longer learn; use --hlt-stage all")
+            logger.info(f"HLT-MT stage high (epoch {epoch}, update {self.updates_done()}): training "
+                        f"{','.join(self.high_pairs)}; the gate learns (current map: "
+                        + ", ".join(f"{lang}->m{k}" for lang, k in self.model.routing_map().items()) + ")")
+
+    def optimizer_step(self, optimizer, model, update_num):
+        super().optimizer_step(optimizer, model, update_num)
+        self._slp().num_updates = update_num + 1  # the count after this update, for stage decisions
+
+    # ---- data ------------------------------------------------------------------------
+    def has_sharded_data(self, split):
+        stage_changed = (split == getattr(self.args, "train_subset", "train") and self.train_stage is not None
+                         and self.train_stage != self.current_stage())
+        return stage_changed or super().has_sharded_data(split)
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        if not (self.training and split == getattr(self.args, "train_subset", "train")):
+            return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        stage = self.current_stage()
+        if self.train_stage is not None and self.train_stage != stage:
+            del self.datasets[split]  # a new stage: new data, not fairseq's next shard
+        self.data_manager.pair_filter = self.high_pairs if stage == HIGH else None
+        try:
+            super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        finally:
+            self.data_manager.pair_filter = None
+        self.train_stage = stage
+        logger.info(f"HLT-MT stage {stage}: training data holds "
+                    f"{','.join(self.high_pairs if stage == HIGH else self.lang_pairs)}")
 
     def get_batch_iterator(self, dataset, **kwargs):
-        # fairseq 0.12's batch_by_size silently drops a last batch whose size is not a
-        # multiple of --required-batch-size-multiple (fairseq issue 5036): fairseq-generate
-        # would score a test set minus up to 7 sentences. Outside training, batch every
-        # sentence.
-        if dataset is not self.datasets.get(getattr(self.args, "train_subset", "train")):
+        train = dataset is self.datasets.get(getattr(self.args, "train_subset", "train"))
+        if not train:
+            # fairseq 0.12's batch_by_size silently drops a last batch whose size is not a
+            # multiple of --required-batch-size-multiple (fairseq issue 5036): fairseq-generate
+            # would score a test set minus up to 7 sentences. Outside training, batch every
+            # sentence.
             kwargs["required_batch_size_multiple"] = 1
-        return super().get_batch_iterator(dataset, **kwargs)
+        if not (train and self.training and self.args.high_stage_updates > 0
+                and self.args.sampling_method != "RoundRobin"):
+            return super().get_batch_iterator(dataset, **kwargs)
+        sampler = self.create_batch_sampler_func(
+            kwargs.get("max_positions"), kwargs.get("ignore_invalid_inputs", False), kwargs.get("max_tokens"),
+            kwargs.get("max_sentences"), required_batch_size_multiple=kwargs.get("required_batch_size_multiple", 1),
+            seed=kwargs.get("seed", 1))
+        epoch = kwargs.get("epoch", 1)
+        update_freq = self.args.update_freq
+        per_update = update_freq[min(epoch, len(update_freq)) - 1] * kwargs.get("num_shards", 1)
+        return StageEpochBatchIterator(
+            dataset=dataset, collate_fn=dataset.collater, batch_sampler=sampler, seed=kwargs.get("seed", 1),
+            num_shards=kwargs.get("num_shards", 1), shard_id=kwargs.get("shard_id", 0),
+            num_workers=kwargs.get("num_workers", 0), epoch=epoch,
+            switch_update=self.args.high_stage_updates, batches_per_update=per_update,
+            count_updates=self.updates_done)

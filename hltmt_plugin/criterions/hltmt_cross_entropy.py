@@ -1,0 +1,125 @@
+"""``hltmt_cross_entropy``: label-smoothed cross-entropy + HLT-MT's disparity term.
+
+On the updates where the gate takes part (soft steps of stage ``high``) the criterion adds
+``--disparity-weight * disparity(P) * sample_size`` to the summed loss; fairseq divides
+the gradient by the sample size, so the weight means the same thing whatever the batch
+size (and with ``--update-freq`` or several workers). It logs through fairseq's metrics,
+so the values appear in progress lines, JSON logs and tensorboard:
+
+- ``disparity``: the load-balancing term, on soft steps;
+- ``route_m0`` .. ``route_m{T-1}``, ``route_univ``: the share of sentences sent to each
+  pool module and to the universal layer;
+- ``loss_xx``: the loss (base 2, per target token) of each target language ``xx``.
+"""
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from fairseq import metrics, utils
+from fairseq.criterions import register_criterion
+from fairseq.criterions.label_smoothed_cross_entropy import (
+    LabelSmoothedCrossEntropyCriterion,
+    LabelSmoothedCrossEntropyCriterionConfig,
+    label_smoothed_nll_loss,
+)
+
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.models.hltmt_transformer import TGT_LANG
+from hltmt_plugin.modules.language_pool import disparity
+
+LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = "lang_loss:", "lang_ntokens:", "route:", "disparity_sum", "disparity_n"
+
+
+@dataclass
+class HltmtCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
+    disparity_weight: float = field(
+        default=1.0,
+        metadata={"help": "weight of the disparity (load-balancing) term over the high-resource "
+                          "languages' gate distributions, added on soft routing steps"},
+    )
+
+
+@register_criterion("hltmt_cross_entropy", dataclass=HltmtCrossEntropyConfig)
+class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
+    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
+                 disparity_weight=1.0):
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
+        if disparity_weight < 0:
+            raise HltmtConfigError(f"--disparity-weight must be >= 0, got {disparity_weight}")
+        self.disparity_weight = disparity_weight
+        self.langs = list(task.langs)
+
+    def forward(self, model, sample, reduce=True):
+        if not reduce:
+            return super().forward(model, sample, reduce=False)
+        net_output = model(**sample["net_input"])
+        extra = net_output[1]
+        if TGT_LANG not in extra:
+            raise HltmtConfigError("--criterion hltmt_cross_entropy needs --arch hltmt_transformer*")
+        lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
+        tok_loss, tok_nll = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx,
+                                                    reduce=False)
+        bsz = sample["target"].size(0)
+        row_loss = tok_loss.view(bsz, -1).sum(dim=1)
+        loss, nll_loss = row_loss.sum(), tok_nll.sum()
+        sample_size = bsz if self.sentence_avg else sample["ntokens"]
+        log = {"loss": None, "nll_loss": nll_loss.data, "ntokens": sample["ntokens"], "nsentences": bsz,
+               "sample_size": sample_size}
+
+        if extra.get("slp_gate") is not None:
+            term = disparity(extra["slp_gate"])
+            loss = loss + self.disparity_weight * term * sample_size
+            log[DISP_SUM], log[DISP_N] = term.item(), 1
+        else:
+            log[DISP_SUM], log[DISP_N] = 0.0, 0
+        log["loss"] = loss.data
+
+        # always the same keys on every worker, so --fast-stat-sync can sum them
+        lang = extra[TGT_LANG]
+        row_tokens = target.view(bsz, -1).ne(self.padding_idx).sum(dim=1)
+        lang_loss = torch.zeros(len(self.langs), dtype=row_loss.dtype).index_add_(0, lang.cpu(), row_loss.detach().cpu())
+        lang_tokens = torch.bincount(lang.cpu(), weights=row_tokens.cpu().double(), minlength=len(self.langs))
+        for i, name in enumerate(self.langs):
+            log[LANG_LOSS + name] = lang_loss[i].item()
+            log[LANG_TOKENS + name] = int(lang_tokens[i].item())
+        n_modules = model_pool_size(model) + 1
+        counts = torch.bincount(extra["slp_module"].cpu(), minlength=n_modules)
+        for k in range(n_modules):
+            log[ROUTE + route_name(k, n_modules)] = int(counts[k])
+
+        if self.report_accuracy:
+            n_correct, total = self.compute_accuracy(model, net_output, sample)
+            log["n_correct"], log["total"] = utils.item(n_correct.data), utils.item(total.data)
+        return loss, sample_size, log
+
+    @classmethod
+    def reduce_metrics(cls, logging_outputs) -> None:
+        super().reduce_metrics(logging_outputs)
+        total = lambda key: sum(log.get(key, 0) for log in logging_outputs)  # noqa: E731
+        keys = sorted(set().union(*(log.keys() for log in logging_outputs)))
+        n_soft = total(DISP_N)
+        if n_soft > 0:
+            metrics.log_scalar("disparity", total(DISP_SUM) / n_soft, n_soft, round=3)
+        routes = [k for k in keys if k.startswith(ROUTE)]
+        rows = sum(total(k) for k in routes)
+        for key in routes:
+            if rows > 0:
+                metrics.log_scalar("route_" + key[len(ROUTE):], total(key) / rows, rows, round=3)
+        for key in keys:
+            if key.startswith(LANG_TOKENS):
+                name, tokens = key[len(LANG_TOKENS):], total(key)
+                if tokens > 0:
+                    metrics.log_scalar(f"loss_{name}", total(LANG_LOSS + name) / tokens / math.log(2), tokens,
+                                       round=3)
+
+
+def route_name(k: int, n_modules: int) -> str:
+    return "univ" if k == n_modules - 1 else f"m{k}"
+
+
+def model_pool_size(model) -> int:
+    for module in model.modules():
+        if hasattr(module, "pool_size") and hasattr(module, "fixed_map"):
+            return module.pool_size
+    raise HltmtConfigError("--criterion hltmt_cross_entropy needs --arch hltmt_transformer*")

@@ -1,0 +1,94 @@
+"""The criterion: the disparity term (formula, scale, gradient) and what it logs."""
+import math
+
+import pytest
+import torch
+
+from fairseq import metrics
+
+from conftest import build, make_sample
+from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
+from hltmt_plugin.modules.language_pool import HARD, SOFT, disparity
+
+
+def test_disparity_is_lowest_for_an_even_spread():
+    H, T = 6, 3
+    even = torch.zeros(H, T)
+    even[torch.arange(H), torch.arange(H) % T] = 1  # two languages per module
+    collapsed = torch.zeros(H, T)
+    collapsed[:, 0] = 1
+    assert disparity(even).item() == pytest.approx(H * H / T)
+    assert disparity(collapsed).item() == pytest.approx(H * H)
+    torch.manual_seed(0)
+    for _ in range(50):
+        random = torch.softmax(torch.randn(H, T) * 3, dim=-1)
+        assert disparity(even) <= disparity(random) + 1e-6 <= disparity(collapsed) + 2e-6
+
+
+def criterion(task, weight):
+    return HltmtCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1, disparity_weight=weight)
+
+
+@pytest.fixture(scope="module")
+def built(data_bin):
+    return build(data_bin)
+
+
+def test_disparity_scales_with_the_sample_size_and_reaches_the_gate(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = SOFT
+    for directions in (["en-de", "en-gu"], ["en-de", "en-fr", "de-en", "en-hi", "gu-en", "en-fr"]):
+        sample = make_sample(task, directions)
+        torch.manual_seed(0)
+        with_term, size, log = criterion(task, 2.0)(model, sample)
+        torch.manual_seed(0)
+        without, size0, _ = criterion(task, 0.0)(model, sample)
+        probs = model.slp.gate_probs(model.decoder.high_lang_embeddings())
+        # per unit of sample size (what the gradient sees) the term is weight * disparity,
+        # whatever the batch size
+        assert ((with_term - without) / size).item() == pytest.approx(2.0 * disparity(probs).item(), rel=1e-5)
+        assert log["disparity_n"] == 1
+    model.zero_grad()
+    ((with_term - without) / size).backward()
+    assert model.slp.gate.weight.grad.abs().sum() > 0
+
+
+def test_hard_steps_add_no_disparity(built):
+    _, task, model = built
+    model.train()
+    model.slp.mode = HARD
+    sample = make_sample(task, ["en-de", "en-gu"])
+    torch.manual_seed(0)
+    a, _, log = criterion(task, 5.0)(model, sample)
+    torch.manual_seed(0)
+    b, _, _ = criterion(task, 0.0)(model, sample)
+    assert a.item() == b.item() and log["disparity_n"] == 0
+
+
+def test_logs_per_language_loss_and_routing_shares(built):
+    _, task, model = built
+    model.eval()
+    directions = ["en-de", "en-de", "en-gu", "de-en", "en-fr"]
+    sample = make_sample(task, directions)
+    crit = criterion(task, 1.0)
+    with torch.no_grad():
+        loss, size, log = crit(model, sample)
+    route = model.routing_map()
+    expected_rows = {"univ": 2}
+    for d in ("de", "de", "fr"):
+        expected_rows[f"m{route[d]}"] = expected_rows.get(f"m{route[d]}", 0) + 1
+    for name in ("m0", "m1", "univ"):
+        assert log[f"route:{name}"] == expected_rows.get(name, 0)
+    tokens = {lang: 0 for lang in task.langs}
+    for b, i in enumerate(sample["id"].tolist()):
+        tokens[directions[i].split("-")[1]] += int(sample["target"][b].ne(1).sum())
+    for lang in task.langs:
+        assert log[f"lang_ntokens:{lang}"] == tokens[lang]
+    assert sum(log[f"lang_loss:{lang}"] for lang in task.langs) == pytest.approx(loss.item(), rel=1e-5)
+    with metrics.aggregate() as agg:
+        HltmtCrossEntropyCriterion.reduce_metrics([log, log])
+    values = agg.get_smoothed_values()
+    assert values["route_univ"] == pytest.approx(2 / 5, abs=1e-3)
+    assert values["loss_de"] == pytest.approx(log["lang_loss:de"] / tokens["de"] / math.log(2), abs=1e-3)
+    assert "loss_hi" not in values  # no hi rows, no hi figure
