@@ -39,35 +39,44 @@ def _refused_global(error: Exception) -> str:
     return found.group(1) if found else str(error).splitlines()[0]
 
 
+def _guarded(path, load):
+    """Run ``load()``, which unpickles ``path``, turning what can go wrong into clear errors."""
+    if isinstance(path, str) and "://" not in path and not os.path.isfile(path):
+        raise HltmtInputError(f"checkpoint {path} does not exist")
+    try:
+        return load()
+    except pickle.UnpicklingError as error:
+        if "weights_only" not in str(error) and "Weights only" not in str(error):
+            raise HltmtInputError(f"checkpoint {path} is not a readable checkpoint: {error}") from None
+        reason = _refused_global(error)
+        if not _trusted(path):
+            raise HltmtInputError(
+                f"refused to load checkpoint {path}: it holds {reason}, which is outside the "
+                "allowlist of types that fairseq checkpoints hold, and unpickling it could run "
+                f"code. If you trust the file, list its path in {TRUST_ENV}.") from None
+        logger.warning(f"loading {path} with full pickle (it holds {reason}; trusted through {TRUST_ENV})")
+        original, torch.load = torch.load, functools.partial(torch.load, weights_only=False)
+        try:
+            return load()
+        finally:
+            torch.load = original
+    except (EOFError, zipfile.BadZipFile) as error:
+        raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
+    except RuntimeError as error:
+        if "zip archive" in str(error) or "central directory" in str(error) or "file read failed" in str(error):
+            raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
+        raise
+
+
+def load_state(path: str) -> dict:
+    """``torch.load`` of a checkpoint file to CPU, weights-only with the allowlist."""
+    return _guarded(path, lambda: torch.load(path, map_location="cpu"))
+
+
 def _wrap(load):
     @functools.wraps(load)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
-        if isinstance(path, str) and "://" not in path and not os.path.isfile(path):
-            raise HltmtInputError(f"checkpoint {path} does not exist")
-        try:
-            return load(path, *args, **kwargs)
-        except pickle.UnpicklingError as error:
-            if "weights_only" not in str(error) and "Weights only" not in str(error):
-                raise HltmtInputError(f"checkpoint {path} is not a readable checkpoint: {error}") from None
-            reason = _refused_global(error)
-            if not _trusted(path):
-                raise HltmtInputError(
-                    f"refused to load checkpoint {path}: it holds {reason}, which is outside the "
-                    "allowlist of types that fairseq checkpoints hold, and unpickling it could run "
-                    f"code. If you trust the file, list its path in {TRUST_ENV}.") from None
-            logger.warning(f"loading {path} with full pickle (it holds {reason}; trusted through {TRUST_ENV})")
-            full_load = functools.partial(torch.load, weights_only=False)
-            original, torch.load = torch.load, full_load
-            try:
-                return load(path, *args, **kwargs)
-            finally:
-                torch.load = original
-        except (EOFError, zipfile.BadZipFile) as error:
-            raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
-        except RuntimeError as error:
-            if "zip archive" in str(error) or "central directory" in str(error) or "file read failed" in str(error):
-                raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
-            raise
+        return _guarded(path, lambda: load(path, *args, **kwargs))
 
     load_checkpoint_to_cpu.hltmt_wrapped = True
     return load_checkpoint_to_cpu

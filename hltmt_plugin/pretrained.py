@@ -28,10 +28,10 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from fairseq.dataclass import FairseqDataclass
 
+from hltmt_plugin.checkpoints import load_state
 from hltmt_plugin.errors import HltmtConfigError
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class PretrainedConfig(FairseqDataclass):
 def _encoder_state(path: str) -> Dict[str, Tensor]:
     if not os.path.isfile(path):
         raise HltmtConfigError(f"--pretrained-xlmr-checkpoint {path} does not exist")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    state = load_state(path).get("model", {})
     for prefix in PREFIXES:
         found = {}
         for key, value in state.items():
@@ -121,7 +121,7 @@ def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool
     if emb.size(1) != model.encoder.embed_tokens.weight.size(1):
         problems.append(f"encoder.embed_tokens.weight: dimension {model.encoder.embed_tokens.weight.size(1)} vs "
                         f"checkpoint {emb.size(1)}")
-    if len(theirs) != emb.size(0):
+    if len(theirs) > emb.size(0):  # more rows is normal: the pretraining task adds <mask>
         problems.append(f"{dict_path} has {len(theirs)} entries but the checkpoint's embeddings {emb.size(0)} rows")
     decoder_plan = {}
     if init_decoder:
