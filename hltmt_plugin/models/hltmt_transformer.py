@@ -27,12 +27,16 @@ from fairseq.models.transformer.transformer_legacy import base_architecture, tra
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.modules.adapters import (
+    AdapterConfig, AdapterDecoderMixin, AdapterEncoderMixin, install_adapters, plan_adapters, single_source_language)
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
 from hltmt_plugin.pretrained import PretrainedConfig
+from hltmt_plugin.peft import PeftConfig, apply_train_only
 
 logger = logging.getLogger(__name__)
 
 TGT_LANG = "tgt_lang"  # encoder_out key: (B,) index of each row's target language in --langs
+SRC_LANG = "src_lang"  # encoder_out key (with source-language adapters): (B,) source language in --langs
 
 
 def split_langs(value) -> List[str]:
@@ -97,8 +101,13 @@ def validate(slp: SlpConfig, task) -> List[str]:
     return high
 
 
-class HltmtTransformerEncoder(TransformerEncoderBase):
-    """The fairseq encoder, plus each row's target language in ``encoder_out[TGT_LANG]``."""
+class HltmtTransformerEncoder(AdapterEncoderMixin, TransformerEncoderBase):
+    """The fairseq encoder, plus each row's target language in ``encoder_out[TGT_LANG]``.
+
+    With ``adapter_cfg`` (``--language-adapters`` ...), its layers call adapters chosen by each
+    row's source language (``src_lang_id`` from ``--enable-lang-ids``), also handed on in
+    ``encoder_out[SRC_LANG]``; see :mod:`hltmt_plugin.modules.adapters`.
+    """
 
     def set_languages(self, langs: List[str], lang_tok_style: str, langtok_at_end: bool):
         table = torch.full((len(self.dictionary),), -1, dtype=torch.long)
@@ -125,15 +134,22 @@ class HltmtTransformerEncoder(TransformerEncoderBase):
         return langs
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None, **unused):
-        # **unused: fairseq's --enable-lang-ids adds src_lang_id / tgt_lang_id to net_input.
-        out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-        out[TGT_LANG] = [self.target_languages(src_tokens)]
+                token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None, **unused):
+        # src_lang_id: fairseq's --enable-lang-ids adds it (and tgt_lang_id) to net_input.
+        tgt_lang = self.target_languages(src_tokens)
+        src_lang = self.source_languages(src_tokens, src_lang_id) if self.needs_source_language() else None
+        with self.adapter_rows.use(src_lang):
+            out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out[TGT_LANG] = [tgt_lang]
+        if src_lang is not None:
+            out[SRC_LANG] = [src_lang]
         return out
 
     def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order):
         out = super().reorder_encoder_out(encoder_out, new_order)
-        out[TGT_LANG] = [t.index_select(0, new_order) for t in encoder_out[TGT_LANG]]
+        for key in (TGT_LANG, SRC_LANG):
+            if key in encoder_out:
+                out[key] = [t.index_select(0, new_order) for t in encoder_out[key]]
         return out
 
 
@@ -185,6 +201,11 @@ class HltmtTransformerDecoder(TransformerDecoderBase):
         return x, extra
 
 
+class HltmtAdapterDecoder(AdapterDecoderMixin, HltmtTransformerDecoder):
+    """The HLT-MT decoder with adapters by target language (``--decoder-adapters``,
+    ``--invertible-adapters``); see :mod:`hltmt_plugin.modules.adapters`."""
+
+
 @register_model("hltmt_transformer")
 class HltmtTransformerModel(TransformerModel):
     """Transformer + selective language-specific pool and universal layer (HLT-MT)."""
@@ -194,11 +215,14 @@ class HltmtTransformerModel(TransformerModel):
         super().add_args(parser)
         gen_parser_from_dataclass(parser, SlpConfig())
         gen_parser_from_dataclass(parser, PretrainedConfig())
+        gen_parser_from_dataclass(parser, AdapterConfig())
+        gen_parser_from_dataclass(parser, PeftConfig())
 
     @classmethod
     def build_model(cls, args, task):
         slp = SlpConfig.from_namespace(args)
         high = validate(slp, task)
+        adapters = plan_adapters(AdapterConfig.from_namespace(args), args, task)
         model = super().build_model(args, task)
         style = task.args.lang_tok_style
         model.encoder.set_languages(task.langs, style, bool(getattr(task.args, "lang_tok_replacing_bos_eos", False)))
@@ -206,26 +230,37 @@ class HltmtTransformerModel(TransformerModel):
         model.high_resource_langs = high
         logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
                     f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
+        install_adapters(model, adapters, task.data_manager.lang_dict, single_source_language(task))
+        apply_train_only(model, PeftConfig.from_namespace(args), task, args)
         return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return HltmtTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+        return HltmtTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens,
+                                       adapter_cfg=AdapterConfig.from_namespace(args))
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         slp = SlpConfig.from_namespace(args)
-        return HltmtTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, slp,
-                                       num_high=len(split_langs(slp.high_resource_langs)),
-                                       seed=getattr(args, "seed", 1),
-                                       no_encoder_attn=getattr(args, "no_cross_attention", False))
+        adapters = AdapterConfig.from_namespace(args)
+        decoder_cls, extra = HltmtTransformerDecoder, {}
+        if adapters.decoder_layers_need_hooks():
+            decoder_cls, extra = HltmtAdapterDecoder, {"adapter_cfg": adapters}
+        return decoder_cls(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, slp,
+                           num_high=len(split_langs(slp.high_resource_langs)),
+                           seed=getattr(args, "seed", 1),
+                           no_encoder_attn=getattr(args, "no_cross_attention", False), **extra)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
-                alignment_heads: Optional[int] = None, **unused):
-        # **unused: fairseq's --enable-lang-ids adds src_lang_id / tgt_lang_id to net_input.
-        return super().forward(src_tokens, src_lengths, prev_output_tokens, return_all_hiddens,
-                               features_only, alignment_layer, alignment_heads)
+                alignment_heads: Optional[int] = None, src_lang_id: Optional[Tensor] = None, **unused):
+        # src_lang_id: fairseq's --enable-lang-ids adds it (and tgt_lang_id) to net_input; the
+        # encoder's source-language adapters read it. TransformerModel.forward, plus that.
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                   src_lang_id=src_lang_id)
+        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
 
     @property
     def slp(self) -> SelectiveLanguagePool:

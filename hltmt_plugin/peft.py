@@ -1,0 +1,326 @@
+"""Parameter-efficient training: train chosen parameter groups only, move one language's
+adapters between checkpoints of the same base, and add a language to a trained model.
+
+``--train-only GROUP[:LANG[+LANG...]],...`` freezes every parameter outside the groups
+(``requires_grad = False``, so fairseq's optimizer never holds them and they stay
+bit-identical). Groups:
+
+================== ==========================================================================
+adapters           every adapter; with languages: their language and invertible adapters
+language-adapters  the language adapters (of the languages given)
+shared-adapters    the shared adapters (no language)
+invertible-adapters the invertible adapters (of the languages given)
+slp                the T pool modules of the SLP
+gate               the SLP gate
+universal          the universal layer
+layer-norms        every layer norm
+lang-token-rows    the rows of the language tokens ``__xx__`` (of the languages given) in the
+                   encoder's embedding table, where ``--encoder-langtok`` puts them; the other
+                   rows keep their values (the row's gradient alone is kept)
+================== ==========================================================================
+
+Export / import (``export_language`` / ``import_language``, ``scripts/adapters.py``): a
+language's adapters and its token rows go to a small file that records a fingerprint of the
+base model (every parameter that is not an adapter or a language token row) and the adapter
+sizes; importing it into a model of another base or other sizes is an error naming the
+difference.
+"""
+import hashlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from fairseq.dataclass import FairseqDataclass
+
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.modules.adapters import adapter_kind, adapter_language, is_adapter_parameter
+
+logger = logging.getLogger(__name__)
+
+ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS = (
+    "adapters", "language-adapters", "shared-adapters", "invertible-adapters")
+SLP, GATE, UNIVERSAL, LAYER_NORMS, LANG_TOKEN_ROWS = "slp", "gate", "universal", "layer-norms", "lang-token-rows"
+GROUPS = (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS, SLP, GATE, UNIVERSAL, LAYER_NORMS,
+          LANG_TOKEN_ROWS)
+WITH_LANGS = (ADAPTERS, LANGUAGE_ADAPTERS, INVERTIBLE_ADAPTERS, LANG_TOKEN_ROWS)
+
+FILE_FORMAT = "hltmt_plugin.language_adapters"
+FILE_VERSION = 1
+
+
+@dataclass
+class PeftConfig(FairseqDataclass):
+    train_only: Optional[str] = field(
+        default=None, metadata={"help": "train only these parameter groups, comma-separated, each optionally "
+                                        "restricted to languages (GROUP:LANG+LANG): adapters, language-adapters, "
+                                        "shared-adapters, invertible-adapters, slp, gate, universal, layer-norms, "
+                                        "lang-token-rows; everything else is frozen (e.g. adapters:hi,"
+                                        "lang-token-rows:hi to add the language hi)"})
+
+    @classmethod
+    def from_namespace(cls, args) -> "PeftConfig":
+        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
+
+
+def parse_train_only(spec: str, langs: List[str]) -> List[Tuple[str, Optional[List[str]]]]:
+    items = []
+    for item in (v.strip() for v in spec.split(",")):
+        if not item:
+            continue
+        group, _, which = item.partition(":")
+        if group not in GROUPS:
+            raise HltmtConfigError(f"--train-only: unknown group {group!r}; groups are {', '.join(GROUPS)}")
+        chosen = [lang for lang in which.split("+") if lang] if which else None
+        if chosen is not None and group not in WITH_LANGS:
+            raise HltmtConfigError(f"--train-only: group {group} has no languages (got {item!r})")
+        unknown = [lang for lang in chosen or [] if lang not in langs]
+        if unknown:
+            raise HltmtConfigError(f"--train-only {item} names {','.join(unknown)}, not in the language list "
+                                   f"({','.join(langs)}) given by --langs / --lang-dict")
+        items.append((group, chosen))
+    if not items:
+        raise HltmtConfigError("--train-only is empty: name at least one parameter group")
+    return items
+
+
+def _in_group(name: str, group: str, langs: Optional[List[str]], layer_norm_names) -> bool:
+    kind = adapter_kind(name)
+    lang_ok = langs is None or adapter_language(name) in langs
+    if group == ADAPTERS:
+        return kind is not None and (langs is None or (kind != "shared" and lang_ok))
+    if group == LANGUAGE_ADAPTERS:
+        return kind == "language" and lang_ok
+    if group == SHARED_ADAPTERS:
+        return kind == "shared"
+    if group == INVERTIBLE_ADAPTERS:
+        return kind == "invertible" and lang_ok
+    if group == SLP:
+        return name.startswith("decoder.slp.pool.")
+    if group == GATE:
+        return name.startswith("decoder.slp.gate.")
+    if group == UNIVERSAL:
+        return name.startswith("decoder.slp.universal.")
+    if group == LAYER_NORMS:
+        return name in layer_norm_names
+    return False
+
+
+def language_token_index(model, lang: str, side: str = "encoder") -> int:
+    """Index of ``__lang__`` in the encoder's (or decoder's) dictionary."""
+    langs = _languages(model)
+    table = model.encoder.lang_of_token
+    hits = (table == langs.index(lang)).nonzero().view(-1)
+    if hits.numel() != 1:
+        raise HltmtInputError(f"the encoder dictionary has no single token for language {lang!r}")
+    index = int(hits[0])
+    if side == "decoder":
+        return model.decoder.dictionary.index(model.encoder.dictionary[index])
+    return index
+
+
+def _languages(model) -> List[str]:
+    langs = list(getattr(model.encoder, "adapter_rows").langs) if hasattr(model.encoder, "adapter_rows") else []
+    return langs or list(getattr(model, "task_langs", []))
+
+
+def token_row_tables(model) -> Dict[str, Tuple[nn.Parameter, str]]:
+    """The embedding tables that hold language token rows: name -> (parameter, side)."""
+    tables = {"encoder.embed_tokens.weight": (model.encoder.embed_tokens.weight, "encoder")}
+    if model.decoder.embed_tokens.weight is not model.encoder.embed_tokens.weight:
+        tables["decoder.embed_tokens.weight"] = (model.decoder.embed_tokens.weight, "decoder")
+    return tables
+
+
+def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
+    """Freeze everything outside ``--train-only``; log what trains."""
+    handles = getattr(model, "_train_only_hooks", [])
+    for handle in handles:
+        handle.remove()
+    model._train_only_hooks = []
+    if not cfg.train_only:
+        return
+    model.task_langs = list(task.langs)
+    items = parse_train_only(cfg.train_only, list(task.langs))
+    layer_norm_names = {f"{m}.{p}" if m else p for m, mod in model.named_modules() if isinstance(mod, nn.LayerNorm)
+                        for p, _ in mod.named_parameters(recurse=False)}
+    params = dict(model.named_parameters())
+    chosen, rows = set(), {}
+    for group, langs in items:
+        if group == LANG_TOKEN_ROWS:
+            name = "encoder.embed_tokens.weight"
+            indices = [language_token_index(model, lang) for lang in (langs or task.langs)]
+            rows.setdefault(name, set()).update(indices)
+            continue
+        hit = {n for n in params if _in_group(n, group, langs, layer_norm_names)}
+        if not hit:
+            raise HltmtConfigError(f"--train-only {group}{':' + '+'.join(langs) if langs else ''} selects no "
+                                   f"parameter of this model{_why_empty(group, langs, model)}")
+        chosen |= hit
+    rows = {n: sorted(r) for n, r in rows.items() if n not in chosen}
+    if rows and float(getattr(args, "weight_decay", 0.0) or 0.0) > 0:
+        raise HltmtConfigError("--train-only lang-token-rows trains single rows of an embedding table, and "
+                               "--weight-decay would move its other rows: use --weight-decay 0")
+    for name, p in params.items():
+        p.requires_grad_(name in chosen or name in rows)
+    for name, indices in rows.items():
+        p = params[name]
+        mask = torch.zeros(p.size(0), 1, dtype=p.dtype, device=p.device)
+        mask[indices] = 1
+        model._train_only_hooks.append(p.register_hook(_RowMask(mask)))
+    model.train_only_rows = rows
+    total = sum(p.numel() for p in params.values())
+    trained = sum(params[n].numel() for n in chosen) + sum(len(r) * params[n].size(1) for n, r in rows.items())
+    logger.info(f"train only {cfg.train_only}: {trained:,} of {total:,} parameters train "
+                f"({100.0 * trained / total:.2f}%), everything else is frozen")
+
+
+class _RowMask:
+    """Gradient hook: keep the gradient of the chosen rows only."""
+
+    def __init__(self, mask: Tensor):
+        self.mask = mask
+
+    def __call__(self, grad: Tensor) -> Tensor:
+        return grad * self.mask.to(device=grad.device, dtype=grad.dtype)
+
+
+def _why_empty(group, langs, model) -> str:
+    plan = getattr(model.encoder, "adapter_plan", None)
+    if group in (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS):
+        if plan is None:
+            return ": it has no adapters (add --language-adapters, --shared-adapters or --invertible-adapters)"
+        option = {LANGUAGE_ADAPTERS: "--language-adapters", SHARED_ADAPTERS: "--shared-adapters",
+                  INVERTIBLE_ADAPTERS: "--invertible-adapters"}.get(group)
+        missing = [lang for lang in langs or [] if lang not in plan.adapter_langs]
+        if missing:
+            return f": {','.join(missing)} has no adapters (add it to --adapter-langs)"
+        if option:
+            return f" (add {option})"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------
+# export / import of one language's adapters
+
+
+def _plan(model):
+    plan = getattr(model.encoder, "adapter_plan", None)
+    if plan is None:
+        raise HltmtInputError("this model has no adapters (it was built without --language-adapters / "
+                              "--invertible-adapters)")
+    return plan
+
+
+def base_fingerprint(model) -> str:
+    """sha256 over every parameter that is not an adapter, with the language token rows zeroed."""
+    all_rows = {}
+    for name, (_, side) in token_row_tables(model).items():
+        all_rows[name] = [language_token_index(model, lang, side) for lang in _languages(model)]
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        if is_adapter_parameter(name):
+            continue
+        t = p.detach().to("cpu", torch.float32).contiguous()
+        if name in all_rows:
+            t = t.clone()
+            t[all_rows[name]] = 0
+        h.update(name.encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def language_parameters(model, lang: str) -> Dict[str, Tensor]:
+    """The parameters of ``lang``'s language and invertible adapters, by state-dict name."""
+    return {name: p for name, p in model.named_parameters()
+            if is_adapter_parameter(name) and adapter_language(name) == lang}
+
+
+def export_language(model, lang: str, path: str) -> Dict[str, object]:
+    """Write ``lang``'s adapters and token rows to ``path``; returns what was written."""
+    plan = _plan(model)
+    if lang not in plan.adapter_langs:
+        raise HltmtInputError(f"this model has no adapters for {lang!r} (it has {','.join(plan.adapter_langs)})")
+    tensors = {n: p.detach().cpu().clone() for n, p in language_parameters(model, lang).items()}
+    rows = {}
+    for name, (p, side) in token_row_tables(model).items():
+        index = language_token_index(model, lang, side)
+        rows[name] = {"index": index, "row": p.detach()[index].cpu().clone()}
+    blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "lang": lang, "base": base_fingerprint(model),
+            "sizes": plan.sizes(), "tensors": tensors, "token_rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    torch.save(blob, path)
+    logger.info(f"exported the adapters of {lang} ({sum(t.numel() for t in tensors.values()):,} parameters "
+                f"+ {len(rows)} token row(s)) to {path}")
+    return blob
+
+
+def read_language_file(path: str) -> Dict[str, object]:
+    if not os.path.isfile(path):
+        raise HltmtInputError(f"adapter file {path} does not exist")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 (any unreadable file is the same user error)
+        raise HltmtInputError(f"adapter file {path} is not readable ({str(error).splitlines()[0]})") from None
+    if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
+        raise HltmtInputError(f"{path} is not an adapter file written by hltmt_plugin (export_language / "
+                              "scripts/adapters.py export)")
+    if blob.get("version") != FILE_VERSION:
+        raise HltmtInputError(f"adapter file {path} has version {blob.get('version')}; this plugin reads "
+                              f"version {FILE_VERSION}")
+    return blob
+
+
+def add_language(model, lang: str) -> None:
+    """Give ``lang`` (a language of --langs) fresh identity adapters in a built model."""
+    plan = _plan(model)
+    if lang not in plan.langs:
+        raise HltmtInputError(f"{lang!r} is not in this model's language list ({','.join(plan.langs)}): its "
+                              "vocabulary has no __" + lang + "__ token; list every language a model may serve "
+                              "in --langs when training the base")
+    if lang in plan.adapter_langs:
+        return
+    model.encoder.add_adapter_language(lang)
+    if hasattr(model.decoder, "add_adapter_language"):
+        model.decoder.add_adapter_language(lang)
+    plan.adapter_langs.append(lang)
+
+
+def import_language(model, path: str) -> str:
+    """Load a file of ``export_language`` into ``model`` (same base and sizes); returns its language."""
+    blob = read_language_file(path)
+    plan = _plan(model)
+    lang = blob["lang"]
+    mine = plan.sizes()
+    diff = [f"{k} {blob['sizes'].get(k)!r} in the file, {v!r} in this model" for k, v in mine.items()
+            if blob["sizes"].get(k) != v]
+    if diff:
+        raise HltmtInputError(f"adapter file {path} ({lang}) does not fit this model's adapters: " + "; ".join(diff))
+    base = base_fingerprint(model)
+    if blob["base"] != base:
+        raise HltmtInputError(f"adapter file {path} ({lang}) was exported from another base model "
+                              f"(fingerprint {blob['base'][:12]}, this model {base[:12]}): adapters only fit the "
+                              "base they were trained on")
+    add_language(model, lang)
+    params = dict(model.named_parameters())
+    for name, t in blob["tensors"].items():
+        if name not in params or params[name].shape != t.shape:
+            raise HltmtInputError(f"adapter file {path}: {name} {tuple(t.shape)} has no counterpart in this model")
+    with torch.no_grad():
+        for name, t in blob["tensors"].items():
+            params[name].copy_(t)
+        tables = token_row_tables(model)
+        for name, row in blob["token_rows"].items():
+            if name not in tables:
+                continue
+            p, side = tables[name]
+            if language_token_index(model, lang, side) != row["index"]:
+                raise HltmtInputError(f"adapter file {path}: __{lang}__ is row {row['index']} there and "
+                                      f"{language_token_index(model, lang, side)} here (another vocabulary)")
+            p[row["index"]] = row["row"].to(p)
+    logger.info(f"imported the adapters of {lang} from {path}")
+    return lang
