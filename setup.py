@@ -24,6 +24,7 @@ setup(
         "sentencepiece",
         "sacrebleu>=2.0",
         "sacremoses",
+        "matplotlib",
     ],
     extras_require={"test": ["pytest>=7"]},
 )

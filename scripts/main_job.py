@@ -1,21 +1,30 @@
 #!/usr/bin/env python3
 """The main job: DebMT-10 end to end, offline, on the data carried in this repository.
 
-    python scripts/main_job.py --size quick      # (make demo)
+    python scripts/main_job.py --size quick      # (make demo) about 20 minutes on 2 CPU cores
+    python scripts/main_job.py --size full       # the benchmark: all data, 3 seeds
 
-Steps: prepare (sentencepiece + binarize) -> train HLT-MT -> decode every direction
-(beam 5) -> sacreBLEU + chrF -> results table. Each step announces itself, streams
-fairseq's own progress, writes its log under RUN/logs/, and marks itself done; a rerun
-resumes after the last completed step. A failed step stops the run with its log's tail.
+Steps: prepare (joint sentencepiece + binarize) -> for each seed: the plain fairseq
+``transformer`` MNMT baseline, HLT-MT stage high then stage all (two fairseq-train runs, the
+second from the first's checkpoint), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
+per target language, no gate) -> decode all 20 directions of every system with beam 5 ->
+sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
+``scripts/report.py``. All systems get the same data, batch size and number of updates.
 
-On 2 CPU cores this shows the pipeline and the mechanics (routing, the map, scores per
-direction), not translation quality: the quick model is far from converged.
+Each step announces itself and its place in the run, streams fairseq's own progress, keeps
+its log under RUN/logs/ and marks itself done; a rerun resumes after the last completed step
+(a decode resumes at the first direction without output). A failed step stops the run with
+the tail of its log. ``--raw`` runs the same recipe on other data in the same layout (the
+WMT-10 recipe in examples/wmt10 does).
+
+On 2 CPU cores the models are far from converged: the CPU runs show the pipeline and the
+mechanics (routing, the map, scores per direction), not the quality of the method.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List
@@ -29,20 +38,32 @@ HIGH = ["fr", "de", "cs", "tr", "fi", "et"]  # DebMT-10's high-resource language
 
 @dataclass
 class Size:
-    max_train: int
-    max_test: int
+    max_train: int  # lines per pair (0: all)
+    max_test: int  # lines per pair (0: all)
     vocab: int
-    arch: str
-    max_updates: int
+    hltmt_arch: str
+    baseline_arch: str  # the plain fairseq transformer of the same sizes
+    high_updates: int  # HLT-MT stage high
+    all_updates: int  # HLT-MT stage all; the baselines get high + all
     max_tokens: int
-    extra: List[str] = field(default_factory=list)
+    seeds: List[int] = field(default_factory=lambda: [1])
+    lr: float = 3e-3
+    warmup: int = 200
 
 
 SIZES: Dict[str, Size] = {
-    "quick": Size(max_train=4000, max_test=200, vocab=8000, arch="hltmt_transformer_tiny", max_updates=400,
+    "smoke": Size(max_train=300, max_test=12, vocab=1000, hltmt_arch="hltmt_transformer_tiny",
+                  baseline_arch="transformer_hltmt_tiny", high_updates=6, all_updates=6,
+                  max_tokens=2048, warmup=4),
+    "quick": Size(max_train=4000, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
+                  baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400,
                   max_tokens=4096),
-    "smoke": Size(max_train=300, max_test=20, vocab=1000, arch="hltmt_transformer_tiny", max_updates=10,
-                  max_tokens=2048),
+    "full": Size(max_train=0, max_test=0, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
+                 baseline_arch="transformer_hltmt_tiny", high_updates=1000, all_updates=1000, max_tokens=4096,
+                 seeds=[1, 2, 3]),
+    # for a GPU (examples/wmt10): transformer-base sizes, the paper's optimiser settings
+    "base": Size(max_train=0, max_test=0, vocab=64000, hltmt_arch="hltmt_transformer", baseline_arch="transformer",
+                 high_updates=50000, all_updates=50000, max_tokens=8192, seeds=[1], lr=3e-4, warmup=4000),
 }
 
 
@@ -55,29 +76,27 @@ class StepFailed(Exception):
 
 
 def run_logged(cmd, log_path, stdout_path=None):
-    """Run cmd, streaming its output to the console and to log_path; StepFailed on error."""
+    """Run cmd, streaming its log to the console and to log_path; with stdout_path, stdout
+    goes there instead (written as .partial, renamed when the command succeeds)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         out = open(stdout_path + ".partial", "w", encoding="utf-8") if stdout_path else None
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if not out else subprocess.PIPE,
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if out else subprocess.STDOUT,
                                 text=True, cwd=ROOT)
-        if out:  # generation: hypotheses to a file, fairseq's log lines to the console
-            import threading
 
-            def pump_err():
-                for line in proc.stderr:
-                    log.write(line)
-                    print(line, end="", flush=True)
-            t = threading.Thread(target=pump_err)
+        def pump(stream, sinks):
+            for line in stream:
+                for sink in sinks:
+                    sink.write(line)
+                sys.stdout.flush()
+
+        threads = [threading.Thread(target=pump, args=(proc.stderr, [log, sys.stdout]))] if out else []
+        for t in threads:
             t.start()
-            for line in proc.stdout:
-                out.write(line)
+        pump(proc.stdout, [out] if out else [log, sys.stdout])
+        for t in threads:
             t.join()
-        else:
-            for line in proc.stdout:
-                log.write(line)
-                print(line, end="", flush=True)
         code = proc.wait()
         if out:
             out.close()
@@ -92,105 +111,156 @@ class Job:
     def __init__(self, args):
         self.args = args
         self.size = SIZES[args.size]
+        self.seeds = args.seeds or self.size.seeds
         self.run_dir = os.path.abspath(args.run_dir or os.path.join(ROOT, "runs", f"debmt10-{args.size}"))
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.logs = os.path.join(self.run_dir, "logs")
-        self.directions = [f"en-{x}" for x in LANGS] + [f"{x}-en" for x in LANGS]
+        self.langs = args.langs.split(",") if args.langs else LANGS
+        self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
+        self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
+        self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
 
-    def common(self):
-        return ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", ",".join(["en"] + LANGS),
-                "--lang-pairs", ",".join(self.directions), "--encoder-langtok", "tgt", "--cpu"]
+    # ---- fairseq command lines ----------------------------------------------------------
+    def task_args(self, task="hltmt_translation"):
+        device = [] if self.args.gpu else ["--cpu"]
+        return ["--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
+                "--lang-pairs", ",".join(self.directions), "--encoder-langtok", "tgt", *device]
 
-    # ---- steps -------------------------------------------------------------------------
+    def train_args(self, seed, updates, save):
+        s = self.size
+        fp = ["--bf16"] if self.args.gpu and self.args.bf16 else []
+        return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
+                "--max-tokens", str(s.max_tokens), "--max-update", str(updates),
+                "--sampling-method", "temperature", "--sampling-temperature", "5",
+                "--save-dir", save, "--no-epoch-checkpoints", "--log-interval", "50",
+                "--seed", str(seed), *fp]
+
+    def hltmt_args(self, langs, pool_size):
+        return ["--arch", self.size.hltmt_arch, "--high-resource-langs", ",".join(langs),
+                "--slp-pool-size", str(pool_size)]
+
+    def save_dir(self, system, seed, stage=""):
+        return os.path.join(self.run_dir, "models", f"{system}{stage}.seed{seed}")
+
+    # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        run_logged([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out",
-                    os.path.join(self.run_dir, "data"), "--langs", ",".join(LANGS), "--max-train", str(s.max_train),
-                    "--max-test", str(s.max_test), "--vocab-size", str(s.vocab)], os.path.join(self.logs, "prepare.log"))
+        cmd = [sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--raw", self.args.raw,
+               "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
+               "--vocab-size", str(s.vocab)]
+        cmd += ["--max-train", str(s.max_train)] if s.max_train else []
+        cmd += ["--max-test", str(s.max_test)] if s.max_test else []
+        run_logged(cmd, os.path.join(self.logs, "prepare.log"))
 
-    def train_hltmt(self):
+    def train_mnmt(self, seed):
         s = self.size
-        save = os.path.join(self.run_dir, "hltmt")
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.common(), "--arch", s.arch,
-                    "--high-resource-langs", ",".join(HIGH), "--slp-pool-size", "3",
-                    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                    "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
-                    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--dropout", "0.1",
-                    "--max-tokens", str(s.max_tokens), "--max-update", str(s.max_updates),
-                    "--sampling-method", "temperature", "--sampling-temperature", "5",
-                    "--save-dir", save, "--no-epoch-checkpoints", "--log-interval", "25",
-                    "--seed", str(self.args.seed), *s.extra], os.path.join(self.logs, "train_hltmt.log"))
+        save = self.save_dir("mnmt", seed)
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args("translation_multi_simple_epoch"),
+                    "--arch", s.baseline_arch,
+                    *self.train_args(seed, s.high_updates + s.all_updates, save)],
+                   os.path.join(self.logs, f"train_mnmt.seed{seed}.log"))
 
-    def decode(self):
-        ckpt = os.path.join(self.run_dir, "hltmt", "checkpoint_last.pt")
-        out_dir = os.path.join(self.run_dir, "decode", "hltmt")
-        os.makedirs(out_dir, exist_ok=True)
-        for i, direction in enumerate(self.directions, 1):
+    def train_hltmt_high(self, seed):
+        s = self.size
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, 3),
+                    *self.train_args(seed, s.high_updates, self.save_dir("hltmt", seed, "-high")),
+                    "--hlt-stage", "high", "--criterion", "hltmt_cross_entropy", "--disparity-weight", "1.0"],
+                   os.path.join(self.logs, f"train_hltmt_high.seed{seed}.log"))
+
+    def train_hltmt_all(self, seed):
+        s = self.size
+        stage1 = os.path.join(self.save_dir("hltmt", seed, "-high"), "checkpoint_last.pt")
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, 3),
+                    *self.train_args(seed, s.all_updates, self.save_dir("hltmt", seed)),
+                    "--hlt-stage", "all", "--criterion", "hltmt_cross_entropy", "--restore-file", stage1,
+                    "--reset-optimizer", "--reset-dataloader", "--reset-meters"],
+                   os.path.join(self.logs, f"train_hltmt_all.seed{seed}.log"))
+
+    def train_lsmnmt(self, seed):
+        s = self.size
+        targets = ["en"] + self.langs
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(),
+                    *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
+                    *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))],
+                   os.path.join(self.logs, f"train_lsmnmt.seed{seed}.log"))
+
+    def decode(self, seed):
+        jobs = [(system, d) for system in self.systems for d in self.directions]
+        for i, (system, direction) in enumerate(jobs, 1):
+            out_dir = os.path.join(self.run_dir, "decode", system, f"seed{seed}")
             target = os.path.join(out_dir, f"{direction}.gen")
             if os.path.exists(target):
                 continue
+            os.makedirs(out_dir, exist_ok=True)
             src, tgt = direction.split("-")
-            say(f"decode [{i}/{len(self.directions)}] {direction}")
-            run_logged([os.path.join(BIN, "fairseq-generate"), self.data, *self.common(), "-s", src, "-t", tgt,
-                        "--path", ckpt, "--gen-subset", "test", "--beam", "5", "--max-tokens", "6000",
-                        "--remove-bpe", "sentencepiece"], os.path.join(self.logs, f"decode_{direction}.log"), target)
+            say(f"decode seed {seed} [{i}/{len(jobs)}] {system} {direction}")
+            ckpt = os.path.join(self.save_dir(system, seed), "checkpoint_last.pt")
+            run_logged([os.path.join(BIN, "fairseq-generate"), self.data, *self.task_args(), "-s", src, "-t", tgt,
+                        "--path", ckpt, "--gen-subset", "test", "--beam", "5", "--max-tokens", "8000",
+                        "--max-len-a", "1.5", "--max-len-b", "10", "--remove-bpe", "sentencepiece"],
+                        os.path.join(self.logs, f"decode_{system}_seed{seed}_{direction}.log"), target)
 
-    def score(self):
-        from sacrebleu.metrics import BLEU, CHRF
-
-        rows, signature = [], None
-        for direction in self.directions:
-            hyps, refs = {}, {}
-            with open(os.path.join(self.run_dir, "decode", "hltmt", f"{direction}.gen"), encoding="utf-8") as f:
-                for line in f:
-                    kind, _, rest = line.partition("-")
-                    if kind in ("D", "T") and "\t" in rest:
-                        fields = rest.rstrip("\n").split("\t")
-                        (hyps if kind == "D" else refs)[int(fields[0])] = fields[-1]
-            ids = sorted(refs)
-            bleu, chrf = BLEU(), CHRF()
-            b = bleu.corpus_score([hyps.get(i, "") for i in ids], [[refs[i] for i in ids]])
-            c = chrf.corpus_score([hyps.get(i, "") for i in ids], [[refs[i] for i in ids]])
-            tgt = direction.split("-")[1]
-            rows.append({"direction": direction, "level": "high" if tgt in HIGH else "low" if tgt != "en" else "x->en",
-                         "sentences": len(ids), "bleu": round(b.score, 2), "chrf": round(c.score, 2)})
-            signature = str(bleu.get_signature())
-        with open(os.path.join(self.run_dir, "results.json"), "w") as f:
-            json.dump({"system": "hltmt", "size": self.args.size, "sacrebleu": signature, "rows": rows}, f, indent=1)
-        lines = [f"# DebMT-10 `{self.args.size}`: HLT-MT, test split", "",
-                 f"sacreBLEU signature: `{signature}`", "",
-                 "| direction | target level | sentences | BLEU | chrF |", "|---|---|---|---|---|"]
-        lines += [f"| {r['direction']} | {r['level']} | {r['sentences']} | {r['bleu']} | {r['chrf']} |" for r in rows]
+    def report(self):
+        cmd = [sys.executable, os.path.join(ROOT, "scripts", "report.py"), "--decode-dir",
+               os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
+               "--high", ",".join(self.high), "--baseline", "mnmt", "--system", "hltmt",
+               "--title", f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
+               "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "-high"), "checkpoint_last.pt")]
         if self.args.size != "full":
-            lines += ["", "On 2 CPU cores this model is far from converged: the figures show the pipeline "
-                          "works end to end, not the quality of the method."]
-        with open(os.path.join(self.run_dir, "results.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print("\n".join(lines))
+            cmd += ["--note", "On 2 CPU cores these models are far from converged: the figures show that the "
+                              "pipeline works end to end, not the quality of the method."]
+        run_logged(cmd, os.path.join(self.logs, "report.log"))
+        print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
 
-    STEPS = ["prepare", "train_hltmt", "decode", "score"]
+    def steps(self):
+        steps = [("prepare", self.prepare, ())]
+        for seed in self.seeds:
+            steps += [(f"train_mnmt.seed{seed}", self.train_mnmt, (seed,)),
+                      (f"train_hltmt_high.seed{seed}", self.train_hltmt_high, (seed,)),
+                      (f"train_hltmt_all.seed{seed}", self.train_hltmt_all, (seed,))]
+            if self.args.ls_mnmt:
+                steps.append((f"train_lsmnmt.seed{seed}", self.train_lsmnmt, (seed,)))
+            steps.append((f"decode.seed{seed}", self.decode, (seed,)))
+        return steps + [("report", self.report, ())]
 
     def run(self):
         os.makedirs(self.run_dir, exist_ok=True)
-        print(f"main job: DebMT-10 size={self.args.size}, run folder {self.run_dir}")
-        for n, step in enumerate(self.STEPS, 1):
-            marker = os.path.join(self.run_dir, f".done-{step}")
+        steps = self.steps()
+        print(f"main job: size={self.args.size}, seeds={self.seeds}, systems={','.join(self.systems)}, "
+              f"{len(self.directions)} directions, run folder {self.run_dir}", flush=True)
+        t_start = time.time()
+        for n, (name, fn, fn_args) in enumerate(steps, 1):
+            marker = os.path.join(self.run_dir, f".done-{name}")
             if os.path.exists(marker):
-                say(f"step {n}/{len(self.STEPS)} {step}: already done, skipped")
+                say(f"step {n}/{len(steps)} {name}: already done, skipped")
                 continue
-            say(f"step {n}/{len(self.STEPS)} {step}")
+            say(f"step {n}/{len(steps)} {name} (run time so far {time.time() - t_start:.0f}s)")
             t0 = time.time()
-            getattr(self, step)()
-            open(marker, "w").write(f"{time.time() - t0:.0f}s\n")
-            say(f"step {n}/{len(self.STEPS)} {step} done in {time.time() - t0:.0f}s")
-        say(f"finished: {os.path.join(self.run_dir, 'results.md')}")
+            fn(*fn_args)
+            with open(marker, "w") as f:
+                f.write(f"{time.time() - t0:.0f}s\n")
+            say(f"step {n}/{len(steps)} {name} done in {time.time() - t0:.0f}s")
+        say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(self.run_dir, 'report', 'results.md')}")
+
+
+DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="quick")
+    p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
+    p.add_argument("--langs", default=None, help="non-English languages (default: the ten WMT-10 languages)")
+    p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et)")
+    p.add_argument("--title", default="results", help="report title when --raw is not DebMT-10")
     p.add_argument("--run-dir", default=None, help="where everything goes (default: runs/debmt10-SIZE)")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                   help="comma-separated seeds (default: the size's)")
+    p.add_argument("--ls-mnmt", action="store_true", help="also train the LS-MNMT baseline")
+    p.add_argument("--gpu", action="store_true", help="train and decode on the GPU (default: CPU)")
+    p.add_argument("--bf16", action="store_true", help="with --gpu: bf16 training")
     args = p.parse_args(argv)
     try:
         Job(args).run()

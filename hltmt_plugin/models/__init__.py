@@ -1,1 +1,1 @@
-from hltmt_plugin.models import hltmt_transformer  # noqa: F401  (registers model and archs)
+from hltmt_plugin.models import baselines, hltmt_transformer  # noqa: F401  (registers models and archs)

@@ -64,6 +64,10 @@ class SlpConfig(FairseqDataclass):
     slp_hard_prob: float = field(
         default=0.5, metadata={"help": "probability that a training update routes hard (argmax "
                                        "module only) rather than soft while the gate is learning"})
+    slp_language_specific: bool = field(
+        default=False, metadata={"help": "LS-MNMT baseline: one pool module per language of "
+                                         "--high-resource-langs (in that order), no gate: the routing map is "
+                                         "the identity from the start; needs --slp-pool-size equal to their number"})
 
     @classmethod
     def from_namespace(cls, args) -> "SlpConfig":
@@ -90,6 +94,9 @@ def validate(slp: SlpConfig, task) -> List[str]:
                                f"high-resource languages), got {slp.slp_pool_size}")
     if slp.slp_hidden_dim is not None and slp.slp_hidden_dim < 1:
         raise HltmtConfigError(f"--slp-hidden-dim must be positive, got {slp.slp_hidden_dim}")
+    if slp.slp_language_specific and slp.slp_pool_size != len(high):
+        raise HltmtConfigError(f"--slp-language-specific gives each of the {len(high)} languages of "
+                               f"--high-resource-langs its own module: set --slp-pool-size {len(high)}")
     if not 0.0 <= slp.slp_hard_prob <= 1.0:
         raise HltmtConfigError(f"--slp-hard-prob must lie in [0, 1], got {slp.slp_hard_prob}")
     encoder_langtok = getattr(task.args, "encoder_langtok", None)
@@ -228,6 +235,8 @@ class HltmtTransformerModel(TransformerModel):
         model.encoder.set_languages(task.langs, style, bool(getattr(task.args, "lang_tok_replacing_bos_eos", False)))
         model.decoder.set_languages(task.langs, high, style)
         model.high_resource_langs = high
+        if slp.slp_language_specific:
+            model.decoder.slp.fix_map_to(torch.arange(len(high)))
         logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
                     f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
         install_adapters(model, adapters, task.data_manager.lang_dict, single_source_language(task))
@@ -318,14 +327,30 @@ def hltmt_transformer_xlmr_base(args):
     hltmt_transformer(args)
 
 
+# Sizes for CPU work, shared with the plain-transformer baselines (models/baselines.py).
+CPU_SIZES = {
+    "tiny": dict(encoder_embed_dim=128, encoder_ffn_embed_dim=256, encoder_layers=2, encoder_attention_heads=4,
+                 decoder_layers=2, decoder_attention_heads=4, share_decoder_input_output_embed=True),
+    "small": dict(encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_layers=4, encoder_attention_heads=4,
+                  decoder_layers=3, decoder_attention_heads=4, share_decoder_input_output_embed=True),
+}
+
+
+def set_sizes(args, name: str):
+    """Default the model sizes of ``args`` to ``CPU_SIZES[name]`` (what is set stays)."""
+    for key, value in CPU_SIZES[name].items():
+        setattr(args, key, getattr(args, key, value))
+
+
 @register_model_architecture("hltmt_transformer", "hltmt_transformer_tiny")
 def hltmt_transformer_tiny(args):
     """A small model for tests and CPU demos (d 128, FFN 256, 2+2 layers, 4 heads)."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 128)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 256)
-    args.encoder_layers = getattr(args, "encoder_layers", 2)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    set_sizes(args, "tiny")
+    hltmt_transformer(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_small")
+def hltmt_transformer_small(args):
+    """The DebMT-10 CPU benchmark size (d 256, FFN 1024, 4+3 layers, 4 heads)."""
+    set_sizes(args, "small")
     hltmt_transformer(args)

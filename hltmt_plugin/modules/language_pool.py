@@ -101,9 +101,14 @@ class SelectiveLanguagePool(nn.Module):
         gate from training, and return the map."""
         if not self.map_is_fixed:
             with torch.no_grad():
-                self.fixed_map.copy_(self.gate_probs(high_lang_embeddings).argmax(dim=-1))
+                self.fix_map_to(self.gate_probs(high_lang_embeddings).argmax(dim=-1))
         self.gate.requires_grad_(False)
         return self.fixed_map
+
+    def fix_map_to(self, mapping: Tensor) -> None:
+        """Fix a given map (e.g. the identity: one module per language, LS-MNMT)."""
+        self.fixed_map.copy_(mapping)
+        self.gate.requires_grad_(False)
 
     def set_num_updates(self, num_updates: int):
         """Draw this update's routing (fairseq calls this before every training step)."""
