@@ -341,7 +341,7 @@ class AdapterStack(nn.Module):
 
     def add_language(self, lang: str) -> None:
         if self.language_adapters is not None and lang not in self.language_adapters:
-            self.language_adapters[lang] = Bottleneck(self.dim, self.language_dim).to(self._device_dtype())
+            self.language_adapters[lang] = Bottleneck(self.dim, self.language_dim).to(*self._device_dtype())
 
     def _device_dtype(self):
         p = next(self.parameters())

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Export one language's adapters from a checkpoint, or import them into another checkpoint
+of the same base model.
+
+    python scripts/adapters.py export --path ckpt_hi/checkpoint_last.pt --lang hi --out hi.adapters.pt
+    python scripts/adapters.py import --path base/checkpoint_last.pt --adapters hi.adapters.pt \\
+        --out base_plus_hi.pt
+
+The file holds the language's language and invertible adapters and its ``__xx__`` token rows,
+with a fingerprint of the base model and the adapter sizes; ``import`` refuses a file from
+another base or of other sizes. The model is rebuilt from the checkpoint's own options;
+``--data`` names the binarized data folder (for its dictionaries) if it has moved since
+training. ``import`` writes a new checkpoint whose ``--adapter-langs`` include the language
+(resume training from it with ``--reset-optimizer``).
+"""
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import hltmt_plugin  # noqa: E402  (registers the task and model, safe loading, one-line errors)
+from hltmt_plugin.errors import HltmtInputError  # noqa: E402
+
+
+def load(path, data):
+    from fairseq import checkpoint_utils
+
+    overrides = {"data": data} if data else None
+    try:
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
+    except FileNotFoundError as error:
+        raise HltmtInputError(f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
+                              "folder with its dict.*.txt)") from None
+    model = models[0]
+    model.eval()
+    return model
+
+
+def export(args):
+    from hltmt_plugin.peft import export_language
+
+    model = load(args.path, args.data)
+    blob = export_language(model, args.lang, args.out)
+    n = sum(t.numel() for t in blob["tensors"].values())
+    print(f"exported {args.lang}: {len(blob['tensors'])} adapter tensors ({n:,} parameters) and "
+          f"{len(blob['token_rows'])} token row(s) to {args.out}")
+
+
+def import_(args):
+    import torch
+
+    from hltmt_plugin.peft import import_language
+
+    model = load(args.path, args.data)
+    lang = import_language(model, args.adapters)
+    state = torch.load(args.path, map_location="cpu", weights_only=True)  # as written, plain types only
+    state["model"] = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    langs = ",".join(model.encoder.adapter_plan.adapter_langs)
+    for cfg in (state.get("cfg") or {}).get("model"), state.get("args"):
+        if cfg is None:
+            continue
+        if isinstance(cfg, dict):
+            cfg["adapter_langs"] = langs
+        else:
+            setattr(cfg, "adapter_langs", langs)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    torch.save(state, args.out)
+    print(f"imported {lang} into {args.out} (adapter languages {langs})")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    e = sub.add_parser("export", help="write one language's adapters to a small file")
+    e.add_argument("--path", required=True, help="checkpoint holding the adapters")
+    e.add_argument("--lang", required=True, help="the language to export")
+    e.add_argument("--out", required=True, help="the adapter file to write")
+    i = sub.add_parser("import", help="add a language's adapters to a checkpoint of the same base")
+    i.add_argument("--path", required=True, help="checkpoint to import into")
+    i.add_argument("--adapters", required=True, help="an adapter file written by export")
+    i.add_argument("--out", required=True, help="the checkpoint to write")
+    for sp in (e, i):
+        sp.add_argument("--data", default=None, help="binarized data folder (default: the one the checkpoint "
+                                                     "was trained on)")
+    args = p.parse_args(argv)
+    if args.command == "export":
+        export(args)
+    else:
+        import_(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

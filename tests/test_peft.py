@@ -1,0 +1,286 @@
+"""Parameter-efficient training through the real CLI: a MAD-X model trained by fairseq-train,
+a new language added by training only its adapters and token row, export / import of a
+language's adapters, freezing, and the errors a user gets."""
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+from fairseq import checkpoint_utils
+
+from conftest import LANGS, PLUGIN, ROOT, build, cli, make_sample, run
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.peft import base_fingerprint, export_language, import_language, language_token_index
+
+MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
+BASE_PAIRS = "en-de,en-fr,en-gu,de-en,gu-en"  # no hi: hi is added later
+OLD = ["en-de", "de-en", "en-gu", "gu-en", "en-fr"]
+NEW = ["en-hi", "hi-en"]
+
+
+def run1(cmd):
+    """``run`` with one OpenMP thread: on a shared 2-core machine, 2 spinning threads per
+    process make a tiny fairseq-train run up to 50x slower."""
+    with pytest.MonkeyPatch.context() as mp:
+        if "OMP_NUM_THREADS" not in os.environ:
+            mp.setenv("OMP_NUM_THREADS", "1")
+        return run(cmd)
+
+
+def train(data_bin, save, *extra):
+    return run1([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--encoder-langtok", "tgt",
+                "--high-resource-langs", "de,fr", "--slp-pool-size", "2", "--cpu",
+                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+                "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4", "--max-tokens", "1500",
+                "--save-dir", str(save), "--log-interval", "2", "--no-epoch-checkpoints", "--seed", "3",
+                "--num-workers", "0", *extra])
+
+
+@pytest.fixture(scope="module")
+def base(data_bin, tmp_path_factory):
+    """A MAD-X model (language + shared + invertible adapters, encoder and decoder) trained
+    in full on the directions without hi; hi is in --langs (its token exists) but has no adapters."""
+    save = tmp_path_factory.mktemp("madx_base")
+    done = train(data_bin, save, "--lang-pairs", BASE_PAIRS, *MADX, "--adapter-langs", "en,de,fr,gu",
+                 "--max-update", "12")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def with_hi(data_bin, base, tmp_path_factory):
+    """hi added to the trained base: only hi's adapters and its token row train."""
+    save = tmp_path_factory.mktemp("madx_hi")
+    done = train(data_bin, save, "--lang-pairs", "en-hi,hi-en", *MADX, "--adapter-langs", "en,de,fr,gu,hi",
+                 "--train-only", "adapters:hi,lang-token-rows:hi", "--hlt-stage", "all",
+                 "--restore-file", base[0], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+                 "--reset-lr-scheduler", "--max-update", "6")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
+
+
+def load_identity_hi(ckpt):
+    """The base model with hi's adapters added at identity (what training started from)."""
+    from hltmt_plugin.peft import add_language
+
+    _, model = load(ckpt)
+    add_language(model, "hi")
+    return model
+
+
+def load(ckpt):
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([ckpt])
+    models[0].eval()
+    return task, models[0]
+
+
+@pytest.fixture(scope="module")
+def task(data_bin):
+    """A task over every direction, to build batches (the checkpoints' own tasks know only
+    the directions they trained on); same dictionary and language list."""
+    return build(data_bin)[1]
+
+
+def lang_id_sample(task, directions, seed=0):
+    sample = make_sample(task, directions, seed=seed)
+    lang_dict = task.data_manager.lang_dict
+    ids = torch.tensor([[lang_dict.index(d.split("-")[0])] for d in directions])
+    sample["net_input"]["src_lang_id"] = ids.index_select(0, sample["id"])
+    return sample
+
+
+def outputs(model, sample):
+    with torch.no_grad():
+        return model(**sample["net_input"])[0]
+
+
+def hi_row(model):
+    return language_token_index(model, "hi")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def test_training_with_adapters_logs_the_parameter_report(base):
+    _, log = base
+    assert "Traceback" not in log
+    assert re.search(r"adapters: base model [\d,]+ parameters; added", log)
+    found = re.search(r"per language \(en,de,fr,gu\): \+([\d,]+) \((\d+\.\d+)%\)", log)
+    d = 128
+    lang = 2 * (2 * d * 64 + d + 64)  # one pfeiffer adapter in each of 2 layers
+    inv = 2 * (2 * 64 * 32 + 64 + 32)  # F and G: d/2 -> d/4 -> d/2
+    assert found and int(found.group(1).replace(",", "")) == 2 * lang + 2 * inv
+    assert "shared adapters (all languages): +" in log
+
+
+def test_adding_a_language_changes_only_its_adapters_and_token_row(base, with_hi):
+    before = torch.load(base[0], map_location="cpu", weights_only=True)["model"]
+    after_state = torch.load(with_hi[0], map_location="cpu", weights_only=True)
+    after = after_state["model"]
+    _, model = load(with_hi[0])
+    row = hi_row(model)
+    params = {n for n, _ in model.named_parameters()}
+    new = {k for k in after if k not in before}
+    assert new and all(".hi." in k for k in new)
+    for name in params - new:
+        if name == "encoder.embed_tokens.weight":
+            others = torch.ones(after[name].size(0), dtype=torch.bool)
+            others[row] = False
+            assert torch.equal(after[name][others], before[name][others])
+            assert not torch.equal(after[name][row], before[name][row])
+        else:
+            assert torch.equal(after[name], before[name]), name
+    ups = [k for k in new if k.endswith(".up.weight")]
+    assert ups and all(after[k].abs().sum() > 0 for k in ups)  # hi's adapters trained away from identity
+    # the optimizer holds exactly the trainable tensors: hi's adapters and the encoder embedding table
+    optimizer = after_state["last_optimizer_state"]
+    assert len(optimizer["param_groups"][0]["params"]) == len(new) + 1
+    assert "train only adapters:hi,lang-token-rows:hi:" in with_hi[1]
+    assert "(languages hi); they start at identity" in with_hi[1]
+
+
+def test_other_directions_give_identical_outputs_after_adding_a_language(task, base, with_hi):
+    _, old = load(base[0])
+    _, new = load(with_hi[0])
+    sample = lang_id_sample(task, OLD * 2, seed=1)
+    # every weight these directions use is bit-identical (test above); two model instances can
+    # still differ in the last float bit (CPU kernels depend on memory alignment)
+    torch.testing.assert_close(outputs(new, sample), outputs(old, sample), rtol=0, atol=1e-5)
+    hi_sample = lang_id_sample(task, NEW)
+    assert not torch.allclose(outputs(new, hi_sample), outputs(load_identity_hi(base[0]), hi_sample), atol=1e-3)
+    with pytest.raises(HltmtInputError, match="'hi'"):  # the base has no adapters for hi
+        outputs(old, lang_id_sample(task, NEW))
+
+
+def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, base, with_hi, tmp_path):
+    path = tmp_path / "hi.adapters.pt"
+    done = run1([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "export", "--path", with_hi[0],
+                "--lang", "hi", "--out", str(path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exported hi: 32 adapter tensors" in done.stdout
+    assert os.path.getsize(path) < os.path.getsize(with_hi[0]) / 10  # a small file
+    merged = tmp_path / "base_plus_hi.pt"
+    done = run1([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", base[0],
+                "--adapters", str(path), "--out", str(merged)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, trained_hi = load(with_hi[0])
+    _, imported = load(str(merged))
+    assert imported.encoder.adapter_plan.adapter_langs == ["en", "de", "fr", "gu", "hi"]
+    wanted = trained_hi.state_dict()
+    assert all(torch.equal(v, wanted[k]) for k, v in imported.state_dict().items() if "fixed_map" not in k)
+    sample = lang_id_sample(task, NEW * 3 + OLD, seed=2)
+    torch.testing.assert_close(outputs(imported, sample), outputs(trained_hi, sample), rtol=0, atol=1e-5)
+
+
+def test_export_import_in_python_and_the_checks_on_the_base_and_sizes(data_bin, task, base, with_hi, tmp_path):
+    _, trained_hi = load(with_hi[0])
+    _, model = load(base[0])
+    assert base_fingerprint(model) == base_fingerprint(trained_hi)  # adapters and token rows do not count
+    path = str(tmp_path / "hi.pt")
+    export_language(trained_hi, "hi", path)
+    with pytest.raises(HltmtInputError, match="has no adapters for 'gu'|no adapters for 'xx'"):
+        export_language(model, "xx", path)
+    # another size: language adapters of 32 instead of 64
+    args, _, other_size = build(data_bin, *MADX, "--adapter-dim", "32")
+    with pytest.raises(HltmtInputError, match="does not fit this model's adapters: language_dim 64 in the file, 32"):
+        import_language(other_size, path)
+    # another base: the same architecture, one base weight different
+    with torch.no_grad():
+        model.decoder.layers[0].fc1.weight[0, 0] += 1e-3
+    with pytest.raises(HltmtInputError, match="was exported from another base model"):
+        import_language(model, path)
+    with torch.no_grad():
+        model.decoder.layers[0].fc1.weight[0, 0] -= 1e-3
+    model.load_state_dict(torch.load(base[0], map_location="cpu", weights_only=True)["model"], strict=False)
+    assert import_language(model, path) == "hi"
+    sample = lang_id_sample(task, NEW + OLD, seed=5)
+    torch.testing.assert_close(outputs(model, sample), outputs(trained_hi, sample), rtol=0, atol=1e-5)
+
+
+def test_an_adapter_file_for_a_model_without_adapters_fails_with_one_line(trained, with_hi, tmp_path):
+    path = tmp_path / "hi.pt"
+    _, model = load(with_hi[0])
+    export_language(model, "hi", str(path))
+    done = run1([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", trained[0],
+                "--adapters", str(path), "--out", str(tmp_path / "out.pt")])
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "hltmt_plugin: error: this model has no adapters" in done.stderr
+    assert not (tmp_path / "out.pt").exists()
+
+
+def generate_args(data_bin, ckpt, src, tgt, *extra):
+    return [cli("fairseq-generate"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", LANGS,
+            "--lang-pairs", "en-de,en-fr,en-gu,en-hi,de-en,gu-en", "--encoder-langtok", "tgt", "-s", src, "-t", tgt,
+            "--path", ckpt, "--cpu", "--gen-subset", "test", "--beam", "2", "--max-len-b", "6", "--max-tokens", "3000",
+            *extra]
+
+
+def test_generation_with_the_new_language_and_a_language_without_adapters(data_bin, base, with_hi):
+    done = run1(generate_args(data_bin, with_hi[0], "hi", "en"))  # one source language: no --enable-lang-ids needed
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(re.findall(r"^H-\d+\t", done.stdout, re.M)) == 37
+    done = run1(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids"))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert re.search(r"hltmt_plugin: error: a sentence with target language 'hi' reached the decoder, which has no "
+                     r"\w+ adapter for 'hi'", done.stderr)
+
+
+def test_houlsby_shared_adapters_train_with_only_them_and_the_layer_norms(data_bin, tmp_path):
+    done = train(data_bin, tmp_path, "--lang-pairs", BASE_PAIRS, "--shared-adapters", "--adapter-placement", "houlsby",
+                 "--decoder-adapters", "--train-only", "shared-adapters,layer-norms", "--max-update", "3")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    log = done.stdout + done.stderr
+    assert "shared adapters (all languages): +" in log and "train only shared-adapters,layer-norms:" in log
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert any(".adapters.self_attn.shared_adapter." in k for k in state["model"])
+
+
+# ---------------------------------------------------------------------------------------
+# --train-only in the model
+
+
+@pytest.mark.parametrize("spec, trains, frozen", [
+    ("adapters:gu", [".language_adapters.gu.", "invertible_adapters.adapters.gu."],
+     [".language_adapters.en.", "shared_adapter", "decoder.slp.", "encoder.layers.0.fc1"]),
+    ("shared-adapters,slp,gate", ["shared_adapter", "decoder.slp.pool.", "decoder.slp.gate."],
+     ["language_adapters", "decoder.slp.universal.", "embed_tokens"]),
+    ("universal,layer-norms", ["decoder.slp.universal.", "layer_norm"], ["fc1.", "fc2.", "shared_adapter"]),
+])
+def test_train_only_freezes_everything_outside_the_groups(data_bin, spec, trains, frozen):
+    _, _, model = build(data_bin, *MADX, "--train-only", spec)
+    for name, p in model.named_parameters():
+        if any(t in name for t in trains):
+            assert p.requires_grad, name
+        elif any(f in name for f in frozen):
+            assert not p.requires_grad, name
+    assert any(p.requires_grad for p in model.parameters())
+
+
+def test_lang_token_rows_keep_the_gradient_of_their_rows_only(data_bin):
+    _, task, model = build(data_bin, *MADX, "--train-only", "lang-token-rows:hi+gu")
+    weight = model.encoder.embed_tokens.weight
+    assert weight.requires_grad and not model.decoder.embed_tokens.weight.requires_grad
+    sample = lang_id_sample(task, ["en-hi", "en-gu", "en-de"])
+    model.train()
+    model(**sample["net_input"])[0].sum().backward()
+    rows = {language_token_index(model, "hi"), language_token_index(model, "gu")}
+    nonzero = set(weight.grad.abs().sum(1).nonzero().view(-1).tolist())
+    assert nonzero == rows
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--train-only", "adapterz"], "unknown group 'adapterz'"),
+    (["--train-only", "adapters:xx"], "names xx, not in the language list"),
+    (["--train-only", "slp:de"], "group slp has no languages"),
+    (["--language-adapters", "--enable-lang-ids", "--train-only", "invertible-adapters"],
+     "selects no parameter of this model \\(add --invertible-adapters\\)"),
+    (["--language-adapters", "--enable-lang-ids", "--adapter-langs", "en,de", "--train-only", "adapters:hi"],
+     "hi has no adapters \\(add it to --adapter-langs\\)"),
+    (["--train-only", "lang-token-rows:hi", "--optimizer", "adam", "--weight-decay", "0.01"], "use --weight-decay 0"),
+])
+def test_bad_train_only_options_are_refused(data_bin, extra, message):
+    with pytest.raises(HltmtConfigError, match=message):
+        build(data_bin, *extra)
