@@ -101,7 +101,7 @@ def run_logged(cmd, log_path, stdout_path=None):
         if out:
             out.close()
     if code != 0:
-        tail = open(log_path, encoding="utf-8").read().splitlines()[-25:]
+        tail = [line[:300] for line in open(log_path, encoding="utf-8").read().splitlines()[-25:]]
         raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
     if stdout_path:
         os.replace(stdout_path + ".partial", stdout_path)
@@ -164,7 +164,7 @@ class Job:
 
     def train_hltmt_high(self, seed):
         s = self.size
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, 3),
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, min(3, len(self.high))),
                     *self.train_args(seed, s.high_updates, self.save_dir("hltmt", seed, "-high")),
                     "--hlt-stage", "high", "--criterion", "hltmt_cross_entropy", "--disparity-weight", "1.0"],
                    os.path.join(self.logs, f"train_hltmt_high.seed{seed}.log"))
@@ -172,7 +172,7 @@ class Job:
     def train_hltmt_all(self, seed):
         s = self.size
         stage1 = os.path.join(self.save_dir("hltmt", seed, "-high"), "checkpoint_last.pt")
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, 3),
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, min(3, len(self.high))),
                     *self.train_args(seed, s.all_updates, self.save_dir("hltmt", seed)),
                     "--hlt-stage", "all", "--criterion", "hltmt_cross_entropy", "--restore-file", stage1,
                     "--reset-optimizer", "--reset-dataloader", "--reset-meters"],

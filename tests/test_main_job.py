@@ -1,0 +1,83 @@
+"""The main job on a DebMT-10 slice (smoke size, two languages): every step through the real
+CLIs, the report, resuming, and bad input stopped before any training."""
+import csv
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT, run
+
+JOB = os.path.join(ROOT, "scripts", "main_job.py")
+PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("job")
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return folder, done.stdout
+
+
+def test_the_job_reports_every_direction_of_every_system(job):
+    folder, out = job
+    for n, step in enumerate(["prepare", "train_mnmt.seed1", "train_hltmt_high.seed1", "train_hltmt_all.seed1",
+                              "decode.seed1", "report"], 1):
+        assert f"step {n}/6 {step}" in out
+    assert "HLT-MT stage all" in open(folder / "logs" / "train_hltmt_all.seed1.log").read()
+    rows = list(csv.DictReader(open(folder / "report" / "results.csv")))
+    assert {(r["system"], r["direction"]) for r in rows} == {
+        (s, d) for s in ("mnmt", "hltmt") for d in ("en-de", "en-gu", "de-en", "gu-en")}
+    assert all(r["sentences"] == "12" for r in rows)
+    md = open(folder / "report" / "results.md").read()
+    assert "| direction | mnmt | hltmt | hltmt − mnmt |" in md and "**avg X->En low**" in md
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in md and "Routing map after stage 1: de->m0" in md
+    for png in ("bleu.png", "gate_heatmap.png"):
+        assert open(folder / "report" / png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_rerun_resumes_after_the_last_completed_step(job):
+    folder, _ = job
+    os.remove(folder / ".done-report")
+    os.remove(folder / "decode" / "hltmt" / "seed1" / "gu-en.gen")
+    os.remove(folder / ".done-decode.seed1")
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "step 2/6 train_mnmt.seed1: already done, skipped" in done.stdout
+    assert "decode seed 1 [8/8] hltmt gu-en" in done.stdout and "[1/8]" not in done.stdout
+
+
+def write_pair(folder, split, lang, en, xx):
+    (folder / f"{split}.en-{lang}.en").write_text("".join(x + "\n" for x in en))
+    (folder / f"{split}.en-{lang}.{lang}").write_text("".join(x + "\n" for x in xx))
+
+
+@pytest.fixture()
+def raw(tmp_path):
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    for split in ("train", "valid", "test"):
+        write_pair(folder, split, "de", ["a b c", "d e"], ["x y z", "u v"])
+    return folder
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda f: write_pair(f, "train", "de", ["a", "b", "c"], ["x", "y"]), "has 3 lines but"),
+    (lambda f: os.remove(f / "valid.en-de.de"), "missing file"),
+    (lambda f: write_pair(f, "test", "de", [], []), "split test of en-de is empty"),
+    (lambda f: (f / "train.en-de.de").write_bytes(b"\xff\xfe bad\nok\n"), "is not valid UTF-8"),
+])
+def test_bad_data_stops_before_any_training(raw, tmp_path, breakage, message):
+    breakage(raw)
+    done = run([sys.executable, PREPARE, "--raw", str(raw), "--out", str(tmp_path / "out"), "--langs", "de"])
+    assert done.returncode != 0 and "prepare_data: error:" in done.stderr and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out" / "bin").exists()
+
+
+def test_an_unknown_language_stops_the_job_before_any_training(raw, tmp_path):
+    done = run([sys.executable, JOB, "--size", "smoke", "--raw", str(raw), "--langs", "de,xx", "--run-dir",
+                str(tmp_path / "job")])
+    assert done.returncode != 0
+    assert "no data for language(s) xx" in done.stderr and "main_job: error:" in done.stderr
+    assert not (tmp_path / "job" / "models").exists()
