@@ -78,15 +78,15 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         # always the same keys on every worker, so --fast-stat-sync can sum them
         lang = extra[TGT_LANG]
         row_tokens = target.view(bsz, -1).ne(self.padding_idx).sum(dim=1)
-        lang_loss = torch.zeros(len(self.langs), dtype=row_loss.dtype).index_add_(0, lang.cpu(), row_loss.detach().cpu())
-        lang_tokens = torch.bincount(lang.cpu(), weights=row_tokens.cpu().double(), minlength=len(self.langs))
-        for i, name in enumerate(self.langs):
-            log[LANG_LOSS + name] = lang_loss[i].item()
-            log[LANG_TOKENS + name] = int(lang_tokens[i].item())
+        lang_loss = torch.zeros(len(self.langs), dtype=row_loss.dtype, device=lang.device).index_add_(
+            0, lang, row_loss.detach()).tolist()
+        lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs)).tolist()
+        for name, value, tokens in zip(self.langs, lang_loss, lang_tokens):
+            log[LANG_LOSS + name], log[LANG_TOKENS + name] = value, int(tokens)
         n_modules = model_pool_size(model) + 1
-        counts = torch.bincount(extra["slp_module"].cpu(), minlength=n_modules)
+        counts = torch.bincount(extra["slp_module"], minlength=n_modules).tolist()
         for k in range(n_modules):
-            log[ROUTE + route_name(k, n_modules)] = int(counts[k])
+            log[ROUTE + route_name(k, n_modules)] = counts[k]
 
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
