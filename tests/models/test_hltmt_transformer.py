@@ -208,3 +208,19 @@ def test_a_row_without_target_language_token_is_an_error(built):
 def test_bad_options_are_refused_before_training(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
+
+
+def test_ls_mnmt_gives_each_language_its_own_module_without_a_gate(data_bin):
+    _, task, model = build(data_bin, "--high-resource-langs", "en,de,fr,gu,hi", "--slp-pool-size", "5",
+                           "--slp-language-specific", "--hlt-stage", "all")
+    assert model.routing_map() == {"en": 0, "de": 1, "fr": 2, "gu": 3, "hi": 4}
+    assert not any(p.requires_grad for p in model.slp.gate.parameters())
+    task.begin_epoch(1, model)  # stage all accepts the fixed map without a stage-1 gate
+    model.train()
+    model.slp.mode = SOFT  # a fixed map routes hard whatever the draw
+    sample = make_sample(task, DIRECTIONS)
+    _, extra = model(**sample["net_input"])
+    expected = [model.routing_map()[d.split("-")[1]] for d in row_directions(sample)]
+    assert extra["slp_module"].tolist() == expected and extra["slp_gate"] is None
+    with pytest.raises(HltmtConfigError, match="set --slp-pool-size 5"):
+        build(data_bin, "--high-resource-langs", "en,de,fr,gu,hi", "--slp-pool-size", "3", "--slp-language-specific")
