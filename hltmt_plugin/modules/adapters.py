@@ -20,7 +20,10 @@ sublayer's input, ``LN``: the layer norm that follows the sublayer):
 The adapters at one place form a stack (MAD-X eq. 2): the language adapter of the row's
 language (chosen per row through :func:`~hltmt_plugin.modules.routing.route`), then the
 shared adapter (MAD-X's task adapter), each taking the previous output and the same skip
-``r``: ``h1 = delta_lang(h) + r``, ``h2 = delta_shared(h1) + r`` (``h = r = x`` for houlsby).
+``r``: ``h1 = delta_lang(h) + r``, ``h2 = delta_shared(h1) + r`` (``h = r = x`` for houlsby),
+as AdapterHub's ``Stack`` does. So while the shared adapter is at its identity start, the
+language adapter below it has no effect and gets no gradient (MAD-X trains the language
+adapters first); after one update of the shared adapter both train.
 
 Invertible adapters (MAD-X section 4.3, NICE coupling) act on the embedding layer's output
 (token embedding x scale + positions, after dropout; what the first layer receives),
@@ -76,8 +79,7 @@ class AdapterConfig(FairseqDataclass):
                                          "target language's inverse runs before the tied output projection"})
     adapter_placement: str = field(
         default=PFEIFFER, metadata={"help": "houlsby: after self-attention and after the FFN, before the "
-                                            "residual add and layer norm; pfeiffer: after the FFN only (MAD-X)",
-                                    "choices": [HOULSBY, PFEIFFER]})
+                                            "residual add and layer norm; pfeiffer: after the FFN only (MAD-X)"})
     adapter_reduction_factor: float = field(
         default=2.0, metadata={"help": "language adapter size m = d / factor (MAD-X: 2)"})
     adapter_dim: Optional[int] = field(
@@ -655,8 +657,10 @@ def format_parameter_report(report: Dict[str, object]) -> List[str]:
     lines = [f"adapters: base model {base:,} parameters; added (+params, % of base):"]
     per_lang = report["per_language"]
     groups: Dict[Tuple[Tuple[str, int], ...], List[str]] = {}
+    order = ["encoder language", "encoder invertible", "decoder language", "decoder invertible"]
     for lang, counts in per_lang.items():
-        groups.setdefault(tuple(sorted(counts.items())), []).append(lang)
+        key = tuple(sorted(counts.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+        groups.setdefault(key, []).append(lang)
     for counts, langs in groups.items():
         total = sum(n for _, n in counts)
         detail = ", ".join(f"{key} {n:,}" for key, n in counts)

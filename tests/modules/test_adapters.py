@@ -86,6 +86,22 @@ def test_invertible_adapters_of_the_model_invert_for_every_language(madx):
             torch.testing.assert_close(adapter.inverse(y), x, rtol=0, atol=1e-5)  # ... and undoes it
 
 
+def test_adapter_sizes_of_xlmr_base_reproduce_madx_table_5():
+    """MAD-X table 5 (XLM-R base, d 768, 12 layers; weights without biases): 8.25M per
+    language, 7.96M without invertible adapters, 0.88M for the task adapters alone."""
+    from hltmt_plugin.modules.adapters import AdapterStack, InvertibleAdapters
+
+    def weights(module):
+        return sum(p.numel() for p in module.parameters() if p.dim() == 2)
+
+    language = sum(weights(AdapterStack(768, 384, ["xx"], None)) for _ in range(12))
+    shared = sum(weights(AdapterStack(768, None, [], 48)) for _ in range(12))
+    invertible = weights(InvertibleAdapters(768, 192, ["xx"]))
+    assert abs((language + invertible + shared) / 1e6 - 8.25) < 0.01
+    assert abs((language + shared) / 1e6 - 7.96) < 0.01
+    assert abs(shared / 1e6 - 0.88) < 0.01
+
+
 # ---------------------------------------------------------------------------------------
 # placement: what each adapter sees
 
@@ -198,6 +214,23 @@ def test_decoder_houlsby_adapters_skip_cross_attention_and_invertible_runs_on_th
     # the first layer computes on A_de(embedding layer output): its self-attention (post-norm) sees it
     torch.testing.assert_close(cap.seen["self_attn"][0][0], cap.seen["inv_de"][0][1])
     assert not torch.allclose(cap.seen["inv_de"][0][0], cap.seen["inv_de"][0][1])
+
+
+def test_the_target_languages_inverse_runs_between_the_slp_and_the_tied_output_projection(madx):
+    _, task, model = madx
+    assert model.decoder.output_projection.weight is model.decoder.embed_tokens.weight
+    sample = mixed_sample(task)
+    with Capture() as cap:
+        cap.on("slp", model.decoder.slp)
+        cap.on("projection", model.decoder.output_projection)
+        with torch.no_grad():
+            model(**sample["net_input"])
+    slp_out, projected_in = cap.seen["slp"][0][1], cap.seen["projection"][0][0]  # B x T x C
+    adapters = model.decoder.invertible_adapters.adapters
+    for b, i in enumerate(sample["id"].tolist()):
+        tgt = DIRECTIONS[i].split("-")[1]
+        torch.testing.assert_close(projected_in[b], adapters[tgt].inverse(slp_out[b]), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(projected_in[b], slp_out[b], atol=1e-3)
 
 
 def test_only_the_chosen_layers_get_adapters(data_bin):
@@ -394,6 +427,7 @@ SMALL_BASE = ["--arch", "hltmt_transformer", "--encoder-layers", "1", "--decoder
     (["--decoder-adapters"], "add --language-adapters and/or --shared-adapters"),
     (["--shared-adapters", "--checkpoint-activations"], "drop --checkpoint-activations"),
     (["--shared-adapters", "--shared-adapter-reduction-factor", "0"], "must be positive"),
+    (["--shared-adapters", "--adapter-placement", "foo"], "must be houlsby or pfeiffer, got foo"),
 ])
 def test_bad_adapter_options_are_refused_before_training(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):

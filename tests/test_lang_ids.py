@@ -1,0 +1,60 @@
+"""``--enable-lang-ids`` gives each sentence of a mixed-direction batch its own language ids
+(fairseq 0.12 gives every row the first direction's; hltmt_plugin.lang_ids fixes that)."""
+import torch
+
+from fairseq.data.language_pair_dataset import LanguagePairDataset
+
+from conftest import PAIRS, build
+from hltmt_plugin.lang_ids import install_per_row_lang_ids
+
+
+def batches(task, split, **kwargs):
+    if split not in task.datasets:
+        task.load_dataset(split)
+    itr = task.get_batch_iterator(task.dataset(split), max_tokens=2000, seed=1, **kwargs)
+    return list(itr.next_epoch_itr(shuffle=False))
+
+
+def check_rows(task, batch):
+    """Every row's ids name the direction its tokens come from: the target from the
+    __xx__ token on the source, the source as the only direction with that target, or
+    one of de / gu for English targets (en-de, en-fr, en-gu, en-hi, de-en, gu-en)."""
+    lang_dict = task.data_manager.lang_dict
+    name = {lang_dict.index(lang): lang for lang in task.langs}
+    pad = task.source_dictionary.pad()
+    src = batch["net_input"]["src_tokens"]
+    first = src.gather(1, src.ne(pad).long().argmax(1, keepdim=True)).view(-1)
+    seen = set()
+    for b in range(src.size(0)):
+        tgt = task.source_dictionary[int(first[b])].strip("_")
+        src_lang = name[int(batch["net_input"]["src_lang_id"][b])]
+        assert name[int(batch["tgt_lang_id"][b])] == tgt
+        assert f"{src_lang}-{tgt}" in PAIRS.split(","), (src_lang, tgt)
+        seen.add(f"{src_lang}-{tgt}")
+    return seen
+
+
+def test_training_and_validation_batches_carry_each_rows_own_languages(data_bin):
+    _, task, _ = build(data_bin, "--enable-lang-ids", "--hlt-stage", "all", "--sampling-method", "temperature",
+                       "--sampling-temperature", "5")
+    seen = set()
+    for split in ("train", "valid"):
+        for batch in batches(task, split)[:20]:
+            seen |= check_rows(task, batch)
+    assert {"de-en", "gu-en"} <= seen and len(seen) >= 4  # English targets from two sources: ids must differ
+
+
+def test_without_the_fix_fairseq_labels_a_mixed_batch_with_one_direction(data_bin):
+    _, task, _ = build(data_bin, "--enable-lang-ids", "--hlt-stage", "all")
+    fixed_getitem, fixed_collater = LanguagePairDataset.__getitem__, LanguagePairDataset.collater
+    try:
+        LanguagePairDataset.__getitem__ = fixed_getitem.__wrapped__
+        LanguagePairDataset.collater = fixed_collater.__wrapped__
+        batch = batches(task, "valid")[0]
+        assert batch["net_input"]["src_lang_id"].unique().numel() == 1  # fairseq 0.12: one id for every row
+    finally:
+        LanguagePairDataset.__getitem__, LanguagePairDataset.collater = fixed_getitem, fixed_collater
+    install_per_row_lang_ids()  # idempotent
+    assert LanguagePairDataset.collater is fixed_collater
+    ids = batches(task, "valid")[0]["net_input"]["src_lang_id"]
+    assert ids.unique().numel() > 1 and ids.dtype == torch.long and ids.shape[1] == 1
