@@ -1,12 +1,14 @@
 """``hltmt_cross_entropy``: label-smoothed cross-entropy + HLT-MT's disparity term.
 
 On the updates where the gate takes part (soft steps of stage ``high``) the criterion adds
-``--disparity-weight * disparity(P) * sample_size`` to the summed loss; fairseq divides
+``--disparity-weight * (disparity(P) - H^2/T) * sample_size`` to the summed loss (H^2/T is
+the term's minimum, reached at an even spread: subtracting it changes no gradient); fairseq divides
 the gradient by the sample size, so the weight means the same thing whatever the batch
 size (and with ``--update-freq`` or several workers). It logs through fairseq's metrics,
 so the values appear in progress lines, JSON logs and tensorboard:
 
-- ``disparity``: the load-balancing term, on soft steps;
+- ``disparity``: the load-balancing term ``||sum_l p_l||^2`` itself (H^2/T at an even
+  spread, H^2 when every language picks one module), on soft steps;
 - ``route_m0`` .. ``route_m{T-1}``, ``route_univ``: the share of sentences sent to each
   pool module and to the universal layer;
 - ``loss_xx``: the loss (base 2, per target token) of each target language ``xx``.
@@ -68,8 +70,12 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
                "sample_size": sample_size}
 
         if extra.get("slp_gate") is not None:
-            term = disparity(extra["slp_gate"])
-            loss = loss + self.disparity_weight * term * sample_size
+            probs = extra["slp_gate"]
+            term = disparity(probs)
+            # minus its minimum H^2/T (a constant: same gradient), so an even spread adds
+            # nothing and the logged loss is not inflated on soft steps
+            floor = probs.size(0) ** 2 / probs.size(1)
+            loss = loss + self.disparity_weight * (term - floor) * sample_size
             log[DISP_SUM], log[DISP_N] = term.item(), 1
         else:
             log[DISP_SUM], log[DISP_N] = 0.0, 0
