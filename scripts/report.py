@@ -165,7 +165,7 @@ def gate_heatmap(path, checkpoint):
     with torch.no_grad():
         probs = model.slp.gate_probs(model.decoder.high_lang_embeddings()).numpy()
     langs = model.high_resource_langs
-    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * probs.shape[1], 0.9 + 0.5 * len(langs)))
+    fig, ax = plt.subplots(figsize=(2.6 + 0.9 * probs.shape[1], 1.2 + 0.5 * len(langs)))
     im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
     for i in range(len(langs)):
         for t in range(probs.shape[1]):
