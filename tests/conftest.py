@@ -21,9 +21,9 @@ def cli(name):
     return os.path.join(BIN, name)
 
 
-def run(cmd, **kwargs):
+def run(cmd, env_extra=None, **kwargs):
     """Run a command, return CompletedProcess (text), never raising on failure."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **(env_extra or {}))
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=kwargs.pop("cwd", ROOT), **kwargs)
 
 

@@ -20,8 +20,12 @@ so that the epoch in which update N falls ends exactly at N; the next epoch is s
 ``all``. The cut is recorded in the train iterator's state, so a resume from a checkpoint on
 either side of N switches at N too.
 """
+import hashlib
 import logging
+import sys
 from typing import List, Optional
+
+import torch
 
 from fairseq.data import iterators
 from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
@@ -106,6 +110,9 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         parser.add_argument("--high-stage-updates", type=int, default=0, metavar="N",
                             help="one run for both stages: stage high for the first N updates, then "
                                  "stage all (0: off)")
+        parser.add_argument("--hlt-param-digest-interval", type=int, default=0, metavar="N",
+                            help="every N updates, print each rank's parameter digest to stderr (check that "
+                                 "distributed workers stay identical; 0: off)")
         parser.add_argument("--pivot-langs", default="en", metavar="LANGS",
                             help="comma-separated languages that are neither high- nor low-resource (the "
                                  "hub of an English-centric corpus); stage high trains the directions whose "
@@ -154,6 +161,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         raise HltmtConfigError("--task hltmt_translation trains --arch hltmt_transformer* models")
 
     def build_model(self, args, from_checkpoint=False):
+        if self.training:
+            self._check_distributed(args)
         model = super().build_model(args, from_checkpoint)
         if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
             load_pretrained(model, args.pretrained_xlmr_checkpoint, self.source_dictionary,
@@ -188,8 +197,47 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                         + ", ".join(f"{lang}->m{k}" for lang, k in self.model.routing_map().items()) + ")")
 
     def optimizer_step(self, optimizer, model, update_num):
+        self._drop_idle_gradients()
         super().optimizer_step(optimizer, model, update_num)
         self._slp().num_updates = update_num + 1  # the count after this update, for stage decisions
+        interval = getattr(self.args, "hlt_param_digest_interval", 0)
+        if interval and (update_num + 1) % interval == 0:
+            print(f"HLT-MT parameter digest: rank {rank()} update {update_num + 1} {parameter_digest(self.model)}",
+                  file=sys.stderr, flush=True)
+
+    def _drop_idle_gradients(self):
+        """Pool modules, universal layer or gate that no worker used in this update keep no
+        gradient, so the optimizer skips them, as in single-process training. (legacy_ddp
+        all-reduces a zero gradient for them, and Adam's momentum would move them.)"""
+        slp = self._slp()
+        usage = slp.take_usage()
+        if usage is None:
+            return
+        usage = usage.float()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(usage)
+        for module, used in zip(list(slp.pool) + [slp.universal, slp.gate], usage.tolist()):
+            if used == 0:
+                for param in module.parameters():
+                    param.grad = None
+
+    def _check_distributed(self, args):
+        if getattr(args, "distributed_world_size", 1) <= 1:
+            return
+        backend = getattr(args, "ddp_backend", "pytorch_ddp")
+        if backend in ("c10d", "pytorch_ddp"):
+            if getattr(args, "cpu", False):
+                raise HltmtConfigError(
+                    f"--ddp-backend {backend} does not work on CPU in fairseq 0.12 (it passes device_ids): use "
+                    "--ddp-backend legacy_ddp (scripts/launch.py sets it)")
+            if not getattr(args, "find_unused_parameters", False):
+                raise HltmtConfigError(
+                    f"--ddp-backend {backend}: hard routing leaves pool modules, the universal layer or the gate "
+                    "without gradient in an update, which PyTorch DDP reports as an error mid-training; add "
+                    "--find-unused-parameters, or use --ddp-backend legacy_ddp")
+        elif backend == "fully_sharded":
+            raise HltmtConfigError("--ddp-backend fully_sharded is not supported with per-sentence routing; use "
+                                   "legacy_ddp, or pytorch_ddp with --find-unused-parameters")
 
     # ---- data ------------------------------------------------------------------------
     def has_sharded_data(self, split):
@@ -236,3 +284,18 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             num_workers=kwargs.get("num_workers", 0), epoch=epoch,
             switch_update=self.args.high_stage_updates, batches_per_update=per_update,
             count_updates=self.updates_done)
+
+
+def rank() -> int:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return 0
+
+
+def parameter_digest(model) -> str:
+    """A SHA-1 over every parameter's bytes, in name order."""
+    digest = hashlib.sha1()
+    for name, param in sorted(model.named_parameters()):
+        digest.update(name.encode())
+        digest.update(param.detach().float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]

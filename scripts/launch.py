@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Multi-process fairseq-train: one process per rank, as fairseq 0.12 needs on CPU.
+
+    python scripts/launch.py --nproc 2 -- DATA --user-dir hltmt_plugin --task hltmt_translation ...
+    # several machines: the same command on each, with --nnodes, --node-rank, --master-addr
+    python scripts/launch.py --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc 4 -- DATA ...
+
+fairseq 0.12 on CPU does the wrong thing silently in the obvious ways (``--cpu
+--distributed-world-size 2`` spawns no worker and exits 0; ``torchrun`` without
+``--distributed-world-size`` trains independent copies that overwrite each other's
+checkpoints). What works is one process per rank with an explicit TCP rendezvous; this
+launcher starts them with ``--distributed-init-method tcp://ADDR:PORT
+--distributed-world-size N --distributed-rank R --distributed-no-spawn`` and the gloo backend
+(NCCL and ``--device-id`` per local rank with ``--gpu``), streams rank 0's output, writes
+every rank's output to ``LOG_DIR/rank{R}.log``, and when a rank fails stops the others and
+exits non-zero with the failed rank's log tail. It refuses the distributed options it sets
+itself. ``--ddp-backend`` defaults to ``legacy_ddp`` on CPU (fairseq's ``pytorch_ddp`` passes
+``device_ids`` and fails there); hltmt_translation keeps modules that no worker used in an
+update out of the optimizer step, so legacy_ddp's zero-filled gradients do not move them.
+"""
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+OWN = ("--distributed-init-method", "--distributed-world-size", "--distributed-rank", "--distributed-no-spawn",
+       "--distributed-port", "--device-id", "--distributed-backend")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print("launch: error: put the fairseq-train arguments after --", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=2, help="processes (ranks) on this machine")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=0, help="default: a free port (single machine only)")
+    p.add_argument("--gpu", action="store_true", help="NCCL, one GPU per local rank")
+    p.add_argument("--log-dir", default=None, help="where rank{R}.log go (default: the --save-dir, or .)")
+    args = p.parse_args(argv[:split])
+    train = argv[split + 1:]
+    clash = [o for o in OWN if any(a == o or a.startswith(o + "=") for a in train)]
+    if clash:
+        print(f"launch: error: {', '.join(clash)} is set by the launcher; remove it from the fairseq-train "
+              "arguments", file=sys.stderr)
+        return 2
+    if args.nproc < 1 or args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        print("launch: error: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes", file=sys.stderr)
+        return 2
+    if args.nnodes > 1 and args.master_port == 0:
+        print("launch: error: with several machines give the same --master-port on each", file=sys.stderr)
+        return 2
+    world = args.nproc * args.nnodes
+    port = args.master_port or free_port()
+    if "--ddp-backend" not in train and not args.gpu:
+        train += ["--ddp-backend", "legacy_ddp"]
+    if not args.gpu and "--cpu" not in train:
+        train += ["--cpu"]
+    save_dir = train[train.index("--save-dir") + 1] if "--save-dir" in train else "."
+    log_dir = args.log_dir or save_dir
+    os.makedirs(log_dir, exist_ok=True)
+    fairseq_train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
+    procs, logs = [], []
+    for local in range(args.nproc):
+        rank = args.node_rank * args.nproc + local
+        cmd = [fairseq_train, *train, "--distributed-init-method", f"tcp://{args.master_addr}:{port}",
+               "--distributed-world-size", str(world), "--distributed-rank", str(rank), "--distributed-no-spawn",
+               "--distributed-backend", "nccl" if args.gpu else "gloo"]
+        if args.gpu:
+            cmd += ["--device-id", str(local)]
+        log = open(os.path.join(log_dir, f"rank{rank}.log"), "w", encoding="utf-8")
+        logs.append(log)
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    print(f"launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
+          f"tcp://{args.master_addr}:{port}, logs in {log_dir}/rank*.log", flush=True)
+
+    def pump(i):
+        for line in procs[i].stdout:
+            logs[i].write(line)
+            logs[i].flush()
+            if i == 0 and args.node_rank == 0:
+                print(line, end="", flush=True)
+
+    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(len(procs))]
+    for t in threads:
+        t.start()
+    failed = None
+    try:
+        while failed is None and any(proc.poll() is None for proc in procs):
+            failed = next((i for i, proc in enumerate(procs) if proc.poll() not in (None, 0)), None)
+            time.sleep(0.2)
+        if failed is None:
+            failed = next((i for i, proc in enumerate(procs) if proc.returncode != 0), None)
+    except KeyboardInterrupt:
+        failed = -1
+    if failed is not None:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    for t in threads:
+        t.join(timeout=5)
+    for log in logs:
+        log.close()
+    if failed is not None:
+        if failed >= 0:
+            rank = args.node_rank * args.nproc + failed
+            tail = open(os.path.join(log_dir, f"rank{rank}.log"), encoding="utf-8").read().splitlines()[-20:]
+            print("\n".join(line[:300] for line in tail), file=sys.stderr)
+            print(f"launch: error: rank {rank} failed (exit {procs[failed].returncode}); the other ranks were "
+                  "stopped", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Two training processes on CPU (gloo) through scripts/launch.py: the same routing draws and
+the same parameters on both ranks, the stage switch, and the choices that cannot work."""
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT, build, make_sample, run, train_args
+from hltmt_plugin.modules.language_pool import HARD
+
+LAUNCH = os.path.join(ROOT, "scripts", "launch.py")
+COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3",
+          "--max-tokens", "1000", "--log-interval", "1", "--no-epoch-checkpoints", "--seed", "3"]
+
+
+def launch(data_bin, save, *extra, nproc=2):
+    args = [a for a in train_args(data_bin, *COMMON, "--save-dir", str(save), *extra) if a != "--cpu"]
+    return run([sys.executable, LAUNCH, "--nproc", str(nproc), "--", *args],
+               env_extra={"OMP_NUM_THREADS": "1"})
+
+
+def digests(save):
+    found = {}
+    for r in (0, 1):
+        for m in re.finditer(r"parameter digest: rank (\d) update (\d+) (\w+)", open(save / f"rank{r}.log").read()):
+            found[(int(m.group(1)), int(m.group(2)))] = m.group(3)
+    return found
+
+
+def test_two_ranks_stay_identical_through_hard_soft_and_the_stage_switch(data_bin, tmp_path):
+    save = tmp_path / "dist"
+    done = launch(data_bin, save, "--high-stage-updates", "4", "--max-update", "8", "--hlt-param-digest-interval", "2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = digests(save)
+    for update in (2, 4, 6, 8):
+        assert found[(0, update)] == found[(1, update)], update
+    assert len({found[(0, u)] for u in (2, 4, 6, 8)}) == 4  # the parameters do move
+    log = open(save / "rank0.log").read()
+    assert "distributed init (rank 1)" in log or "world size 2" in done.stdout
+    assert "HLT-MT stage all (epoch 2, update 4): routing map fixed" in log
+    assert (save / "checkpoint_last.pt").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--ddp-backend", "pytorch_ddp"], "does not work on CPU in fairseq 0.12"),
+    (["--distributed-world-size", "2"], "is set by the launcher"),
+])
+def test_wrong_distributed_choices_fail_with_advice(data_bin, tmp_path, extra, message):
+    done = launch(data_bin, tmp_path / "x", "--max-update", "2", *extra)
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr[-2000:]
+
+
+def test_modules_no_worker_used_keep_no_gradient(data_bin):
+    """legacy_ddp zero-fills the gradients of unused parameters; the task drops them again so
+    Adam (with momentum from earlier updates) leaves idle modules where they are."""
+    _, task, model = build(data_bin)
+    model.train()
+    model.slp.mode = HARD
+    sample = make_sample(task, ["en-de", "de-en"])  # de -> one pool module; en -> universal
+    model(**sample["net_input"])[0].sum().backward()
+    for param in model.parameters():  # what legacy_ddp's all-reduce leaves behind
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+    task._drop_idle_gradients()
+    chosen = model.routing_map()["de"]
+    for t, module in enumerate(model.slp.pool):
+        assert all((p.grad is None) == (t != chosen) for p in module.parameters())
+    assert all(p.grad is not None for p in model.slp.universal.parameters())
+    assert all(p.grad is None for p in model.slp.gate.parameters())
