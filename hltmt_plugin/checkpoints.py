@@ -19,6 +19,7 @@ import zipfile
 
 import torch
 from fairseq import checkpoint_utils
+from fairseq.file_io import PathManager
 
 from hltmt_plugin.errors import HltmtInputError
 
@@ -82,8 +83,29 @@ def _wrap(load):
     return load_checkpoint_to_cpu
 
 
+def _atomic(copy):
+    """fairseq writes one checkpoint atomically (temp file + rename), then *copies* it to
+    the others (checkpoint_last.pt, checkpoint_best.pt ...): a kill during that copy left a
+    truncated checkpoint_last.pt. Copy to a temp file and rename instead."""
+
+    @functools.wraps(copy)
+    def atomic_copy(src_path, dst_path, overwrite=False):
+        if not PathManager.supports_rename(dst_path):
+            return copy(src_path, dst_path, overwrite=overwrite)
+        tmp = dst_path + ".tmp"
+        copy(src_path, tmp, overwrite=True)
+        os.replace(tmp, dst_path)
+        return True
+
+    atomic_copy.hltmt_atomic = True
+    return atomic_copy
+
+
 def install_safe_loading() -> None:
-    """Allowlist fairseq's checkpoint types and wrap fairseq's loader (idempotent)."""
+    """Allowlist fairseq's checkpoint types, wrap fairseq's loader, and make its checkpoint
+    copies atomic (idempotent)."""
     torch.serialization.add_safe_globals(SAFE_GLOBALS)
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "hltmt_wrapped", False):
         checkpoint_utils.load_checkpoint_to_cpu = _wrap(checkpoint_utils.load_checkpoint_to_cpu)
+    if not getattr(PathManager.copy, "hltmt_atomic", False):
+        PathManager.copy = staticmethod(_atomic(PathManager.copy))
