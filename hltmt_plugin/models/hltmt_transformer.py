@@ -30,6 +30,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.adapters import (
     AdapterConfig, AdapterDecoderMixin, AdapterEncoderMixin, install_adapters, plan_adapters, single_source_language)
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.skills import SkillConfig, SkillEncoderMixin, install_skills, plan_skills
 from hltmt_plugin.pretrained import PretrainedConfig
 from hltmt_plugin.peft import PeftConfig, apply_train_only
 
@@ -108,12 +109,14 @@ def validate(slp: SlpConfig, task) -> List[str]:
     return high
 
 
-class HltmtTransformerEncoder(AdapterEncoderMixin, TransformerEncoderBase):
+class HltmtTransformerEncoder(SkillEncoderMixin, AdapterEncoderMixin, TransformerEncoderBase):
     """The fairseq encoder, plus each row's target language in ``encoder_out[TGT_LANG]``.
 
     With ``adapter_cfg`` (``--language-adapters`` ...), its layers call adapters chosen by each
     row's source language (``src_lang_id`` from ``--enable-lang-ids``), also handed on in
-    ``encoder_out[SRC_LANG]``; see :mod:`hltmt_plugin.modules.adapters`.
+    ``encoder_out[SRC_LANG]``; see :mod:`hltmt_plugin.modules.adapters`. With ``skill_cfg``
+    (``--skill-ffn``, ``--skill-attention``), the chosen layers hold SkillNet-X skills chosen by
+    each row's direction; see :mod:`hltmt_plugin.modules.skills`.
     """
 
     def set_languages(self, langs: List[str], lang_tok_style: str, langtok_at_end: bool):
@@ -144,8 +147,10 @@ class HltmtTransformerEncoder(AdapterEncoderMixin, TransformerEncoderBase):
                 token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None, **unused):
         # src_lang_id: fairseq's --enable-lang-ids adds it (and tgt_lang_id) to net_input.
         tgt_lang = self.target_languages(src_tokens)
-        src_lang = self.source_languages(src_tokens, src_lang_id) if self.needs_source_language() else None
-        with self.adapter_rows.use(src_lang):
+        skills = self.skill_plan is not None
+        src_lang = (self.source_languages(src_tokens, src_lang_id)
+                    if self.needs_source_language() or skills else None)
+        with self.adapter_rows.use(src_lang), self.skill_rows.use(src_lang if skills else None, tgt_lang):
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out[TGT_LANG] = [tgt_lang]
         if src_lang is not None:
@@ -224,12 +229,14 @@ class HltmtTransformerModel(TransformerModel):
         gen_parser_from_dataclass(parser, PretrainedConfig())
         gen_parser_from_dataclass(parser, AdapterConfig())
         gen_parser_from_dataclass(parser, PeftConfig())
+        gen_parser_from_dataclass(parser, SkillConfig())
 
     @classmethod
     def build_model(cls, args, task):
         slp = SlpConfig.from_namespace(args)
         high = validate(slp, task)
         adapters = plan_adapters(AdapterConfig.from_namespace(args), args, task)
+        skills = plan_skills(SkillConfig.from_namespace(args), args, task)
         model = super().build_model(args, task)
         style = task.args.lang_tok_style
         model.encoder.set_languages(task.langs, style, bool(getattr(task.args, "lang_tok_replacing_bos_eos", False)))
@@ -240,13 +247,19 @@ class HltmtTransformerModel(TransformerModel):
         logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
                     f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
         install_adapters(model, adapters, task.data_manager.lang_dict, single_source_language(task))
+        if skills is not None:
+            if adapters is None:
+                model.encoder.set_source_languages(task.langs, task.data_manager.lang_dict,
+                                                   single_source_language(task))
+            install_skills(model, skills)
         apply_train_only(model, PeftConfig.from_namespace(args), task, args)
         return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return HltmtTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens,
-                                       adapter_cfg=AdapterConfig.from_namespace(args))
+                                       adapter_cfg=AdapterConfig.from_namespace(args),
+                                       skill_cfg=SkillConfig.from_namespace(args))
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):

@@ -524,14 +524,21 @@ class AdapterEncoderMixin(_AdapterSideMixin):
         ``--enable-lang-ids``) to languages; ``default_source`` serves a batch without ids
         when the task has a single source language (``-s`` at generation)."""
         self._install_stacks(plan, plan.encoder_layers, plan.encoder_dim)
+        self.set_source_languages(plan.langs, lang_dict, default_source)
+
+    def set_source_languages(self, langs: Sequence[str], lang_dict=None, default_source: Optional[str] = None) -> None:
+        """How :meth:`source_languages` reads each row's source language (also used by the
+        encoder skills): ``lang_dict`` maps ``src_lang_id`` to languages, ``default_source``
+        serves a batch without ids."""
         table = torch.full((len(lang_dict) if lang_dict is not None else 0,), -1, dtype=torch.long)
         if lang_dict is not None:
-            for i, lang in enumerate(plan.langs):
+            for i, lang in enumerate(langs):
                 index = lang_dict.index(lang)
                 if index != lang_dict.unk():
                     table[index] = i
         self.register_buffer("lang_of_lang_id", table, persistent=False)
-        self.default_source_lang = plan.langs.index(default_source) if default_source in plan.langs else None
+        self.source_lang_names = list(langs)
+        self.default_source_lang = langs.index(default_source) if default_source in langs else None
 
     def needs_source_language(self) -> bool:
         return self.adapter_plan is not None and self.adapter_plan.cfg.needs_source_language()
@@ -546,13 +553,14 @@ class AdapterEncoderMixin(_AdapterSideMixin):
             langs[known] = table[ids[known]]
             if ids.numel() != src_tokens.size(0) or bool((langs < 0).any()):
                 raise HltmtInputError(f"src_lang_id {ids.tolist()} does not give a language of --langs "
-                                      f"({','.join(self.adapter_rows.langs)}) for every sentence of the batch")
+                                      f"({','.join(self.source_lang_names)}) for every sentence of the batch")
             return langs
         if self.default_source_lang is not None:
             return torch.full((src_tokens.size(0),), self.default_source_lang, dtype=torch.long,
                               device=src_tokens.device)
         raise HltmtInputError(
-            "language / invertible adapters choose by each sentence's source language, and this batch carries "
+            "language / invertible adapters and encoder skills choose by each sentence's source language, and this "
+            "batch carries "
             "none: train and decode with --enable-lang-ids (or give -s when decoding a single source language)")
 
     def forward_embedding(self, src_tokens, token_embedding: Optional[Tensor] = None):

@@ -1,0 +1,247 @@
+"""Encoder skills (SkillNet-X) in the model: only the active skills run and train, the mean over
+them, per-row choice in mixed batches, dense-to-skill conversion of a trained checkpoint,
+new directions from existing skills, beam search = full forward, the report and the errors."""
+import json
+
+import pytest
+import torch
+
+from fairseq import checkpoint_utils
+
+from conftest import build, make_sample
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.modules.skills import SkillFFN, default_matrix, skill_report
+from test_adapters import MADX, generate, mixed_sample, randomize_adapters
+
+DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
+SKILLS = ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]
+
+
+def randomize_skills(model, scale=0.2, seed=0):
+    """Move every skill away from the others (they start as copies of the dense layer)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".skill_ffn." in name or ".self_attn.skills." in name:
+                p.add_(torch.randn(p.shape, generator=g) * scale)
+
+
+@pytest.fixture(scope="module")
+def skilled(data_bin):
+    args, task, model = build(data_bin, *SKILLS)
+    randomize_skills(model)
+    model.eval()
+    return args, task, model
+
+
+def combo_calls(monkeypatch):
+    calls = []
+    original = SkillFFN.run_skill
+
+    def counted(self, skill, x):
+        calls.append((skill, x.size(1)))
+        return original(self, skill, x)
+    monkeypatch.setattr(SkillFFN, "run_skill", counted)
+    return calls
+
+
+def test_default_matrix_has_generic_source_language_and_english_direction_skills():
+    m = default_matrix(["en", "de", "fr"])
+    assert m.skills == ["generic", "en", "de", "fr", "to_en", "from_en"]
+    assert m.directions["en-de"] == ["generic", "en", "from_en"]
+    assert m.directions["de-en"] == ["generic", "de", "to_en"]
+    assert m.directions["de-fr"] == ["generic", "de"]  # no English side: generic + source language
+    assert len(m.directions) == 6
+
+
+def test_only_active_skills_are_computed_once_per_group_and_get_gradient(data_bin, monkeypatch):
+    _, task, model = build(data_bin, *SKILLS)
+    randomize_skills(model)
+    model.train()
+    calls = combo_calls(monkeypatch)
+    sample = mixed_sample(task, ["en-de", "de-en", "en-fr"])  # sources en, de: skill sets {g,en,from_en}, {g,de,to_en}
+    model.zero_grad(set_to_none=True)
+    model(**sample["net_input"])[0].sum().backward()
+    per_layer = sorted(calls[:len(calls) // 2])
+    assert per_layer == sorted([("generic", 2), ("en", 2), ("from_en", 2), ("generic", 1), ("de", 1), ("to_en", 1)])
+    assert len(calls) == 2 * len(per_layer)  # two layers, nothing else ran
+    for name, p in model.named_parameters():
+        if ".skill_ffn.experts." in name:
+            active = name.split(".experts.")[1].split(".")[0] in ("generic", "en", "de", "to_en", "from_en")
+        elif ".self_attn.skills." in name:
+            active = name.split(".skills.")[1].split(".")[0] in ("en", "de")
+        else:
+            continue
+        assert (p.grad is not None and p.grad.abs().sum() > 0) == active, name
+
+
+def test_the_skill_ffn_outputs_the_mean_of_the_active_skills(skilled):
+    _, task, model = skilled
+    layer = model.encoder.layers[1]
+    ffn = layer.skill_ffn
+    x = torch.randn(5, 3, 128)
+    langs = task.langs
+    src = torch.tensor([langs.index("en"), langs.index("gu"), langs.index("en")])
+    tgt = torch.tensor([langs.index("de"), langs.index("en"), langs.index("hi")])
+    with torch.no_grad(), model.encoder.skill_rows.use(src, tgt):
+        got = layer.fc2(layer.activation_fn(layer.fc1(x)))  # what fairseq's layer calls
+
+    def direct(skill, rows):
+        e = ffn.experts[skill]
+        return e.fc2(torch.relu(e.fc1(rows)))
+    with torch.no_grad():
+        row0 = sum(direct(s, x[:, 0]) for s in ("generic", "en", "from_en")) / 3
+        row1 = sum(direct(s, x[:, 1]) for s in ("generic", "gu", "to_en")) / 3
+    torch.testing.assert_close(got[:, 0], row0, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[:, 1], row1, rtol=0, atol=1e-5)
+    with torch.no_grad():  # row 2 (en-hi) has row 0's skills, on its own input
+        row2 = sum(direct(s, x[:, 2]) for s in ("generic", "en", "from_en")) / 3
+    torch.testing.assert_close(got[:, 2], row2, rtol=0, atol=1e-5)
+    assert not torch.allclose(got[:, 0], direct("generic", x[:, 0]), atol=1e-3)  # the skills differ
+
+
+def test_each_row_of_a_mixed_batch_equals_that_row_alone_and_follows_its_source_language(skilled):
+    _, task, model = skilled
+    sample = mixed_sample(task, DIRECTIONS, seed=4)
+    net = sample["net_input"]
+    pad = task.source_dictionary.pad()
+    with torch.no_grad():
+        batch_out = model(**net)[0]
+        for b in range(len(DIRECTIONS)):
+            src = net["src_tokens"][b: b + 1]
+            src = src[:, src.ne(pad).any(0)]
+            alone = model(src, src.ne(pad).sum(1), net["prev_output_tokens"][b: b + 1],
+                          src_lang_id=net["src_lang_id"][b: b + 1])[0]
+            torch.testing.assert_close(batch_out[b: b + 1], alone, rtol=0, atol=1e-4)
+        enc = model.encoder(net["src_tokens"], net["src_lengths"], src_lang_id=net["src_lang_id"])["encoder_out"][0]
+        other = net["src_lang_id"].clone()
+        other[2] = task.data_manager.lang_dict.index("hi")
+        changed = model.encoder(net["src_tokens"], net["src_lengths"], src_lang_id=other)["encoder_out"][0]
+    diff = (enc - changed).abs().amax(dim=(0, 2))
+    assert diff[2] > 1e-3 and torch.all(diff[[0, 1, 3, 4, 5]] == 0)
+
+
+def test_a_trained_dense_checkpoint_converts_to_skills_with_identical_outputs(data_bin, trained):
+    ckpt, _ = trained
+    _, task, dense = build(data_bin, "--enable-lang-ids")
+    dense.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(ckpt)["model"])
+    args, _, model = build(data_bin, *SKILLS, *MADX)
+    model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(ckpt)["model"], strict=True, model_cfg=args)
+    state = model.state_dict()
+    assert not any(k.endswith("fc1.weight") and "skill_ffn" not in k and k.startswith("encoder") for k in state)
+    for skill in ("generic", "hi", "to_en"):
+        assert torch.equal(state[f"encoder.layers.1.skill_ffn.experts.{skill}.fc1.weight"],
+                           dense.state_dict()["encoder.layers.1.fc1.weight"])
+    dense.eval()
+    model.eval()
+    sample = mixed_sample(task, DIRECTIONS)
+    with torch.no_grad():
+        expected = dense(**sample["net_input"])[0]
+        got = model(**sample["net_input"])[0]
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    randomize_skills(model, seed=1)
+    with torch.no_grad():
+        assert (model(**sample["net_input"])[0] - expected).abs().max() > 1e-3  # the test can fail
+
+
+def test_a_direction_absent_from_training_combines_existing_skills(data_bin, monkeypatch):
+    _, task, model = build(data_bin, "--skill-ffn", "--enable-lang-ids", "--lang-pairs", "en-de,de-en,en-fr")
+    model.eval()
+    calls = combo_calls(monkeypatch)
+    sample = mixed_sample(task, ["de-fr", "fr-de"])
+    with torch.no_grad():
+        out = model(**sample["net_input"])[0]
+    assert torch.isfinite(out).all()
+    assert sorted(set(calls)) == [("de", 1), ("fr", 1), ("generic", 1)]  # no direction skill: generic + source
+
+
+def test_beam_search_scores_equal_a_full_forward_pass_with_skills(data_bin):
+    _, task, model = build(data_bin, *SKILLS, "--language-adapters", "--shared-adapters")
+    randomize_skills(model)
+    randomize_adapters(model, scale=0.2)
+    model.eval()
+    sample = mixed_sample(task, DIRECTIONS, seed=3)
+    hypos = generate(task, model, sample, beam=3)
+    eos = task.target_dictionary.eos()
+    net = sample["net_input"]
+    checked = 0
+    for b, nbest in enumerate(hypos):
+        src = net["src_tokens"][b: b + 1]
+        for hypo in nbest:
+            tokens = hypo["tokens"].unsqueeze(0)
+            prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
+            with torch.no_grad():
+                lprobs = model.get_normalized_probs(
+                    model(src, torch.tensor([src.ne(1).sum()]), prev, src_lang_id=net["src_lang_id"][b: b + 1]),
+                    log_probs=True)
+            full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
+            torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
+            checked += 1
+    assert checked == len(DIRECTIONS) * 3
+
+
+def test_the_report_counts_parameters_per_skill_and_the_active_share(skilled):
+    _, task, model = skilled
+    plan = model.encoder.skill_plan
+    report = skill_report(model, plan)
+    d, f, layers = 128, 256, 2
+    ffn = layers * (d * f + f + f * d + d)
+    qkv = layers * 3 * (d * d + d)
+    assert report["per_skill"]["ffn"] == {s: ffn for s in ["generic", *task.langs, "to_en", "from_en"]}
+    assert report["per_skill"]["attention"] == {lang: qkv for lang in task.langs}
+    total = sum(p.numel() for p in model.parameters())
+    inactive = 5 * ffn + 4 * qkv  # en-de: 3 of 8 skill FFNs, 1 of 5 languages
+    assert report["directions"]["en-de"]["active"] == total - inactive
+    assert set(report["directions"]) == {"en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"}
+
+
+def write(tmp_path, content):
+    path = tmp_path / "matrix.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return str(path)
+
+
+GOOD = {"skills": ["generic", "en", "de", "fr", "gu", "hi"],
+        "directions": {p: ["generic", p.split("-")[0]] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")}}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["directions"].update({"en-de": ["generic", "legal"]}), r'direction "en-de" names skill legal'),
+    (lambda m: m["directions"].update({"en-xx": ["generic"]}), r'direction "en-xx" names language xx'),
+    (lambda m: m["directions"].update({"gu-en": []}), r'direction "gu-en" activates no skill'),
+    (lambda m: m["directions"].pop("de-en"), r"no entry for direction\(s\) de-en"),
+    (lambda m: m.update({"skills": ["generic", "generic"]}), "lists a skill twice"),
+])
+def test_a_bad_skill_matrix_is_refused_naming_the_entry(data_bin, tmp_path, change, message):
+    matrix = json.loads(json.dumps(GOOD))
+    change(matrix)
+    with pytest.raises(HltmtConfigError, match=message):
+        build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, matrix))
+
+
+def test_a_malformed_matrix_file_and_bad_options_are_refused(data_bin, tmp_path):
+    with pytest.raises(HltmtConfigError, match="not valid JSON: .* at line 1"):
+        build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, '{"skills": ["generic",'))
+    with pytest.raises(HltmtConfigError, match="cannot read the file"):
+        build(data_bin, *SKILLS, "--skill-matrix", str(tmp_path / "missing.json"))
+    with pytest.raises(HltmtConfigError, match="add --enable-lang-ids"):
+        build(data_bin, "--skill-ffn")
+    with pytest.raises(HltmtConfigError, match=r"names layer\(s\) 5"):
+        build(data_bin, *SKILLS, "--skill-layers", "5")
+    with pytest.raises(HltmtConfigError, match="add --skill-ffn and/or --skill-attention"):
+        build(data_bin, "--skill-matrix", write(tmp_path, GOOD))
+
+
+def test_a_direction_missing_from_the_matrix_is_an_input_error_naming_it(data_bin, tmp_path):
+    _, task, model = build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, GOOD))
+    with pytest.raises(HltmtInputError, match="direction de-fr has no entry in the skill matrix"):
+        model(**mixed_sample(task, ["en-de", "de-fr"])["net_input"])
+
+
+def test_skill_layers_choose_the_layers_and_skills_off_change_nothing(data_bin):
+    _, _, model = build(data_bin, *SKILLS, "--skill-layers", "1")
+    assert hasattr(model.encoder.layers[1], "skill_ffn") and not hasattr(model.encoder.layers[0], "skill_ffn")
+    assert isinstance(model.encoder.layers[0].fc1, torch.nn.Linear)
+    _, _, plain = build(data_bin)
+    assert not any("skill" in n for n in plain.state_dict())
+    assert plain.encoder.skill_plan is None
