@@ -61,7 +61,7 @@ def _guarded(path, load):
             return load()
         finally:
             torch.load = original
-    except (EOFError, zipfile.BadZipFile) as error:
+    except (EOFError, zipfile.BadZipFile, OSError) as error:
         raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
     except RuntimeError as error:
         if "zip archive" in str(error) or "central directory" in str(error) or "file read failed" in str(error):

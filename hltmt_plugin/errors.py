@@ -21,9 +21,21 @@ class HltmtInputError(HltmtError):
     """A batch, data file or checkpoint that the model cannot use."""
 
 
+def _plugin_error(exc):
+    """The HltmtError behind exc, if any (fairseq re-raises some errors as a generic Exception)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, HltmtError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
-    if isinstance(exc, HltmtError):
-        sys.stderr.write(f"hltmt_plugin: error: {exc}\n")
+    error = _plugin_error(exc)
+    if error is not None:
+        sys.stderr.write(f"hltmt_plugin: error: {error}\n")
         return
     _previous(exc_type, exc, tb)
 

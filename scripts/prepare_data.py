@@ -55,7 +55,20 @@ def load_pair(raw, split, lang, limit):
         raise DataError(f"{paths[0]} has {len(en)} lines but {paths[1]} has {len(xx)}: the sides are misaligned")
     if not en:
         raise DataError(f"split {split} of en-{lang} is empty ({paths[0]})")
-    return en[:limit], xx[:limit]
+    en, xx = en[:limit], xx[:limit]
+    if split != "train":  # evaluation sets must stay whole: refuse what cannot be translated
+        for path, lines in zip(paths, (en, xx)):
+            empty = next((i for i, line in enumerate(lines, 1) if not line.strip()), None)
+            if empty:
+                raise DataError(f"{path} line {empty} is empty (an evaluation set needs text on every line)")
+    return en, xx
+
+
+def drop_unusable(en, xx, max_words):
+    """Training pairs with an empty side or a side over max_words words are dropped."""
+    keep = [(e, x) for e, x in zip(en, xx) if e.strip() and x.strip()
+            and len(e.split()) <= max_words and len(x.split()) <= max_words]
+    return [e for e, _ in keep], [x for _, x in keep], len(en) - len(keep)
 
 
 def train_spm(texts, prefix, vocab_size, seed):
@@ -95,6 +108,10 @@ def main(argv=None):
     p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
     p.add_argument("--spm-model", default=None, help="reuse this sentencepiece model instead of training one")
+    p.add_argument("--max-words", type=int, default=250,
+                   help="training pairs with a side longer than this (or empty) are dropped")
+    p.add_argument("--max-eval-pieces", type=int, default=1000,
+                   help="a valid/test line longer than this many pieces is an error (the models take 1024)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workers", type=int, default=2)
     args = p.parse_args(argv)
@@ -120,6 +137,13 @@ def main(argv=None):
             per_lang[lang] = int(n)
         data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s])
                 for s in SPLITS for lang in langs}
+        for lang in langs:
+            en, xx, dropped = drop_unusable(*data[("train", lang)], args.max_words)
+            if dropped:
+                log(f"train en-{lang}: dropped {dropped} pairs with an empty side or over {args.max_words} words")
+            if not en:
+                raise DataError(f"no usable training pair for en-{lang}")
+            data[("train", lang)] = (en, xx)
     except DataError as error:
         print(f"prepare_data: error: {error}", file=sys.stderr)
         return 2
@@ -131,6 +155,9 @@ def main(argv=None):
     if args.spm_model:
         import sentencepiece as spm
 
+        if not os.path.isfile(args.spm_model):
+            print(f"prepare_data: error: --spm-model {args.spm_model} does not exist", file=sys.stderr)
+            return 2
         shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
         sp = spm.SentencePieceProcessor(model_file=args.spm_model)
     else:
@@ -142,8 +169,16 @@ def main(argv=None):
     for i, ((split, lang), (en, xx)) in enumerate(data.items(), 1):
         log(f"[{i}/{len(data)}] encoding {split} en-{lang} ({len(en)} lines)")
         for side, lines in (("en", en), (lang, xx)):
+            encoded = sp.encode(lines, out_type=str)
+            if split != "train":
+                longest = max(range(len(encoded)), key=lambda j: len(encoded[j]))
+                if len(encoded[longest]) > args.max_eval_pieces:
+                    print(f"prepare_data: error: {split}.en-{lang}.{side} line {longest + 1} has "
+                          f"{len(encoded[longest])} pieces, more than --max-eval-pieces {args.max_eval_pieces}",
+                          file=sys.stderr)
+                    return 2
             with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
-                f.writelines(" ".join(pieces) + "\n" for pieces in sp.encode(lines, out_type=str))
+                f.writelines(" ".join(pieces) + "\n" for pieces in encoded)
 
     shutil.rmtree(tmp_bin, ignore_errors=True)
     for i, lang in enumerate(langs, 1):

@@ -284,6 +284,14 @@ class HltmtTransformerModel(TransformerModel):
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
 
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        try:
+            return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        except RuntimeError as error:
+            details = " ".join(str(error).split())
+            raise HltmtInputError("the checkpoint does not fit the model its options build (another "
+                                  f"architecture, language list or version?): {details[:600]}") from None
+
     @property
     def slp(self) -> SelectiveLanguagePool:
         return self.decoder.slp

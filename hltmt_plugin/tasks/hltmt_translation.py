@@ -22,6 +22,7 @@ either side of N switches at N too.
 """
 import hashlib
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -117,6 +118,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                             help="comma-separated languages that are neither high- nor low-resource (the "
                                  "hub of an English-centric corpus); stage high trains the directions whose "
                                  "languages are all high-resource or pivots")
+
+    @classmethod
+    def setup_task(cls, args, **kwargs):
+        check_data(args)
+        return super().setup_task(args, **kwargs)
 
     def __init__(self, args, langs, dicts, training):
         super().__init__(args, langs, dicts, training)
@@ -299,3 +305,58 @@ def parameter_digest(model) -> str:
         digest.update(name.encode())
         digest.update(param.detach().float().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def check_data(args) -> None:
+    """The data folder, languages, dictionaries and split files the options name, checked
+    before fairseq reads them, so a mistake is one clear line instead of a traceback."""
+    from fairseq import utils
+
+    paths = utils.split_paths(args.data) if getattr(args, "data", None) else []
+    if not paths or not os.path.isdir(paths[0]):
+        raise HltmtConfigError(f"data folder {paths[0] if paths else args.data!r} does not exist (the folder "
+                               "that fairseq-preprocess / scripts/prepare_data.py wrote)")
+    pairs = args.lang_pairs.split(",") if isinstance(args.lang_pairs, str) else list(args.lang_pairs or [])
+    if not pairs:
+        raise HltmtConfigError("--lang-pairs is required: the directions in training order, e.g. en-de,de-en")
+    malformed = [p for p in pairs if len(p.split("-")) != 2 or not all(p.split("-"))]
+    if malformed:
+        raise HltmtConfigError(f"--lang-pairs: {','.join(malformed)} is not SRC-TGT")
+    inference = args.source_lang is not None or args.target_lang is not None
+    if inference:
+        if not (args.source_lang and args.target_lang):
+            raise HltmtConfigError("give both -s/--source-lang and -t/--target-lang")
+        pairs = [f"{args.source_lang}-{args.target_lang}"]
+    langs = args.langs
+    if isinstance(langs, str):
+        langs = langs.split(",")
+    if langs is None and getattr(args, "lang_dict", None):
+        if not os.path.isfile(args.lang_dict):
+            raise HltmtConfigError(f"--lang-dict {args.lang_dict} does not exist")
+        langs = [x.strip() for x in open(args.lang_dict, encoding="utf-8") if x.strip()]
+    used = sorted({x for p in pairs for x in p.split("-")})
+    if langs is not None:
+        unknown = [x for x in used if x not in langs]
+        if unknown:
+            raise HltmtConfigError(f"language(s) {','.join(unknown)} of {'-s/-t' if inference else '--lang-pairs'} "
+                                   f"not in --langs / --lang-dict ({','.join(langs)})")
+    if not (getattr(args, "source_dict", None) or getattr(args, "fixed_dictionary", None)):
+        missing = [x for x in used if not os.path.isfile(os.path.join(paths[0], f"dict.{x}.txt"))]
+        if missing:
+            raise HltmtConfigError(f"{paths[0]} has no dictionary for {','.join(missing)} (dict.XX.txt): is "
+                                   f"that language in the data?")
+    if inference:
+        splits = [getattr(args, "gen_subset", None) or "test"]
+        for path in filter(None, str(getattr(args, "path", "") or "").split(":")):
+            if "://" not in path and not os.path.isfile(path):
+                raise HltmtConfigError(f"--path {path}: checkpoint does not exist")
+    else:
+        splits = [getattr(args, "train_subset", "train")] + str(getattr(args, "valid_subset", "valid")).split(",")
+    for split in splits:
+        for pair in pairs:
+            src, tgt = pair.split("-")
+            names = [f"{split}.{a}-{b}.{src}.idx" for a, b in ((src, tgt), (tgt, src))]
+            if not any(os.path.isfile(os.path.join(paths[0], n)) or
+                       os.path.isfile(os.path.join(paths[0], n[: -len(".idx")] + "0.idx")) for n in names):
+                raise HltmtConfigError(f"{paths[0]} has no {split} data for {pair} (looked for {names[0]} and "
+                                       f"{names[1]})")

@@ -1,0 +1,99 @@
+"""The bad-input table (docs/bad-input.md), tried through the real command lines: each case
+gives one clear line and a non-zero exit, no traceback, and no output that looks complete."""
+import os
+import sys
+
+import pytest
+
+from conftest import PAIRS, PLUGIN, ROOT, cli, run, train_args
+
+PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
+TRAIN_MIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "1"]
+
+
+def generate_args(data_bin, ckpt, *extra, langs="en,de,fr,gu,hi"):
+    return [data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", PAIRS,
+            "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--path", ckpt, "--cpu", "--gen-subset", "test",
+            *extra]
+
+
+def assert_clear(done, message, prefix="hltmt_plugin: error:"):
+    assert done.returncode != 0, done.stdout[-1500:]
+    assert prefix in done.stderr and message in done.stderr, done.stderr[-1500:]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--lang-pairs", "en-de,en-xx"], "language(s) xx of --lang-pairs not in --langs"),
+    (["--langs", "en,de,fr,gu,hi,ro", "--lang-pairs", "en-de,en-ro"], "has no dictionary for ro"),
+    (["--lang-pairs", "en-de,de-gu"], "has no train data for de-gu"),
+    (["--lang-pairs", "en-de,ende"], "ende is not SRC-TGT"),
+    (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
+])
+def test_training_options(data_bin, tmp_path, extra, message):
+    done = run([cli("fairseq-train"), *train_args(data_bin, *TRAIN_MIN, "--save-dir", str(tmp_path / "s"), *extra)])
+    assert_clear(done, message)
+    assert not (tmp_path / "s").exists() or not os.listdir(tmp_path / "s")
+
+
+def test_checkpoint_of_another_model(data_bin, trained):
+    ckpt, _ = trained
+    # one language fewer: another vocabulary, so another embedding matrix
+    done = run([cli("fairseq-generate"), *generate_args(data_bin, ckpt, langs="en,de,fr,gu")])
+    assert_clear(done, "the checkpoint does not fit the model")
+
+
+def test_truncated_and_missing_checkpoints(data_bin, trained, tmp_path):
+    ckpt, _ = trained
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(open(ckpt, "rb").read()[:50000])
+    assert_clear(run([cli("fairseq-generate"), *generate_args(data_bin, str(cut))]), "truncated or not a checkpoint")
+    assert_clear(run([cli("fairseq-generate"), *generate_args(data_bin, str(tmp_path / "none.pt"))]),
+                 "checkpoint does not exist")
+
+
+def write(folder, name, lines):
+    (folder / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+
+
+@pytest.fixture()
+def raw(tmp_path):
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    en = [f"the file number {i} is open" for i in range(40)]
+    de = [f"die Datei Nummer {i} ist offen" for i in range(40)]
+    for split in ("train", "valid", "test"):
+        write(folder, f"{split}.en-de.en", en)
+        write(folder, f"{split}.en-de.de", de)
+    return folder
+
+
+def prepare(raw, out, *extra):
+    return run([sys.executable, PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "60",
+                *extra])
+
+
+def test_empty_and_ten_thousand_token_training_lines_are_dropped(raw, tmp_path):
+    write(raw, "train.en-de.en", ["", "x " * 10000, "a short line"] + ["the file is open"] * 30)
+    write(raw, "train.en-de.de", ["leer", "y " * 10000, ""] + ["die Datei ist offen"] * 30)
+    done = prepare(raw, tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "dropped 3 pairs with an empty side or over 250 words" in done.stdout
+    assert (tmp_path / "out" / "bin" / "train.en-de.en.idx").exists()
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["ok"] * 10 + [""] + ["ok"] * 29, "line 11 is empty"),
+    (["ok"] * 39 + ["word " * 10000], "line 40 has 50000 pieces, more than --max-eval-pieces 1000"),
+])
+def test_unusable_evaluation_lines_are_errors(raw, tmp_path, lines, message):
+    write(raw, "test.en-de.en", lines)
+    done = prepare(raw, tmp_path / "out")
+    assert_clear(done, message, prefix="prepare_data: error:")
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+def test_missing_sentencepiece_model(raw, tmp_path):
+    done = prepare(raw, tmp_path / "out", "--spm-model", str(tmp_path / "none.model"))
+    assert_clear(done, "--spm-model", prefix="prepare_data: error:")
+    assert not (tmp_path / "out" / "bin").exists()
