@@ -327,8 +327,9 @@ class SkillSelfAttention(nn.Module):
     def forward(self, query: Tensor, key=None, value=None, key_padding_mask: Optional[Tensor] = None,
                 need_weights: bool = False, attn_mask: Optional[Tensor] = None, **unused):
         ids = self.rows.require("attention")
-        if key_padding_mask is None:
-            key_padding_mask = torch.zeros(query.size(1), query.size(0), dtype=torch.bool, device=query.device)
+        if key_padding_mask is None:  # fairseq passes None for a batch without padding: keep it None
+            fns = [lambda x, lang=lang: self.attend(lang, x, None, attn_mask) for lang in self.langs]
+            return route(query, ids, fns, dim=1), None
         fns = [lambda x, kpm, lang=lang: self.attend(lang, x, kpm, attn_mask) for lang in self.langs]
         return route(query, ids, fns, key_padding_mask, dim=1), None
 

@@ -138,7 +138,14 @@ def test_a_trained_dense_checkpoint_converts_to_skills_with_identical_outputs(da
     with torch.no_grad():
         expected = dense(**sample["net_input"])[0]
         got = model(**sample["net_input"])[0]
+        net = sample["net_input"]
+        row = net["src_tokens"][:1]
+        row = row[:, row.ne(task.source_dictionary.pad()).any(0)]
+        unpadded = dict(net, src_tokens=row, src_lengths=net["src_lengths"][:1],
+                        prev_output_tokens=net["prev_output_tokens"][:1], src_lang_id=net["src_lang_id"][:1])
+        got_alone, expected_alone = model(**unpadded)[0], dense(**unpadded)[0]  # no padding mask at all
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    torch.testing.assert_close(got_alone, expected_alone, rtol=0, atol=1e-6)
     randomize_skills(model, seed=1)
     with torch.no_grad():
         assert (model(**sample["net_input"])[0] - expected).abs().max() > 1e-3  # the test can fail
