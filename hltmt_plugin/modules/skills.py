@@ -152,6 +152,26 @@ def load_matrix(path: str, langs: Sequence[str]) -> SkillMatrix:
     return SkillMatrix(list(skills), directions)
 
 
+SAVED_MATRIX = "skill_matrix_saved"  # args attribute: the matrix file's content, saved in checkpoints
+
+
+def _matrix_of(cfg: SkillConfig, args, langs: Sequence[str]) -> SkillMatrix:
+    """The matrix file (read again each time the model is built, so directions can be added
+    for decoding); a checkpoint whose file is gone uses the copy saved in its arguments."""
+    import os
+
+    if not cfg.skill_matrix:
+        return default_matrix(langs)
+    saved = getattr(args, SAVED_MATRIX, None)
+    if not os.path.exists(cfg.skill_matrix) and isinstance(saved, dict) and saved.get("path") == cfg.skill_matrix:
+        logger.info(f"skills: {cfg.skill_matrix} is gone; using the copy of the skill matrix saved in the checkpoint")
+        matrix = SkillMatrix(list(saved["skills"]), {k: list(v) for k, v in saved["directions"].items()})
+    else:
+        matrix = load_matrix(cfg.skill_matrix, langs)
+    setattr(args, SAVED_MATRIX, {"path": cfg.skill_matrix, "skills": matrix.skills, "directions": matrix.directions})
+    return matrix
+
+
 @dataclass
 class SkillPlan:
     cfg: SkillConfig
@@ -178,7 +198,7 @@ def plan_skills(cfg: SkillConfig, args, task) -> Optional[SkillPlan]:
         raise HltmtConfigError("encoder skills choose by each sentence's source language: add --enable-lang-ids "
                                "(or give -s when decoding a single source language)")
     layers = _layers(cfg.skill_layers, args.encoder_layers, "skill-layers")
-    matrix = load_matrix(cfg.skill_matrix, langs) if cfg.skill_matrix else default_matrix(langs)
+    matrix = _matrix_of(cfg, args, langs)
     pairs = getattr(task, "lang_pairs", None) or []
     if isinstance(pairs, str):
         pairs = pairs.split(",")

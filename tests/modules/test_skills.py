@@ -252,3 +252,16 @@ def test_skill_layers_choose_the_layers_and_skills_off_change_nothing(data_bin):
     _, _, plain = build(data_bin)
     assert not any("skill" in n for n in plain.state_dict())
     assert plain.encoder.skill_plan is None
+
+
+def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_arguments(data_bin, tmp_path):
+    path = write(tmp_path, GOOD)
+    args, task, model = build(data_bin, *SKILLS, "--skill-matrix", path)
+    assert args.skill_matrix_saved["directions"]["de-en"] == ["generic", "de"]  # saved with the checkpoint's args
+    import os
+    os.remove(path)
+    again = task.build_model(args)  # as fairseq-generate does from a checkpoint's arguments
+    assert again.encoder.skill_plan.matrix.directions == model.encoder.skill_plan.matrix.directions
+    args.skill_matrix_saved = None
+    with pytest.raises(HltmtConfigError, match="cannot read the file"):
+        task.build_model(args)
