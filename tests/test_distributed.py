@@ -43,6 +43,17 @@ def test_two_ranks_stay_identical_through_hard_soft_and_the_stage_switch(data_bi
     assert (save / "checkpoint_last.pt").exists()
 
 
+def test_two_ranks_with_adapters_and_skills(data_bin, tmp_path):
+    save = tmp_path / "dist"
+    done = launch(data_bin, save, "--high-stage-updates", "3", "--max-update", "6", "--hlt-param-digest-interval", "3",
+                  "--enable-lang-ids", "--language-adapters", "--shared-adapters", "--invertible-adapters",
+                  "--skill-ffn", "--skill-attention")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = digests(save)
+    assert found[(0, 3)] == found[(1, 3)] and found[(0, 6)] == found[(1, 6)]
+    assert "HLT-MT stage all (epoch 2, update 3)" in open(save / "rank0.log").read()
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--ddp-backend", "pytorch_ddp"], "does not work on CPU in fairseq 0.12"),
     (["--distributed-world-size", "2"], "is set by the launcher"),
@@ -61,6 +72,7 @@ def test_modules_no_worker_used_keep_no_gradient(data_bin):
     model.slp.mode = HARD
     sample = make_sample(task, ["en-de", "de-en"])  # de -> one pool module; en -> universal
     model(**sample["net_input"])[0].sum().backward()
+    task._note_gradients()  # what task.train_step does after the backward
     for param in model.parameters():  # what legacy_ddp's all-reduce leaves behind
         if param.grad is None:
             param.grad = torch.zeros_like(param)

@@ -80,7 +80,6 @@ class SelectiveLanguagePool(nn.Module):
         self.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
         self.mode = HARD
         self.num_updates = 0
-        self.usage: Optional[Tensor] = None  # since the last optimizer step: [pool..., universal, gate] used
 
     @property
     def map_is_fixed(self) -> bool:
@@ -117,15 +116,6 @@ class SelectiveLanguagePool(nn.Module):
         draw = np.random.default_rng([self.seed, num_updates]).random()
         self.mode = HARD if draw < self.hard_prob else SOFT
 
-    def _record_usage(self, used: Tensor) -> None:
-        if self.training:
-            self.usage = used if self.usage is None else self.usage | used
-
-    def take_usage(self) -> Optional[Tensor]:
-        """Which of [pool modules..., universal, gate] took part since the last call."""
-        usage, self.usage = self.usage, None
-        return usage
-
     def use_soft_routing(self) -> bool:
         return self.training and self.mode == SOFT and not self.map_is_fixed
 
@@ -152,12 +142,8 @@ class SelectiveLanguagePool(nn.Module):
             module = torch.where(is_low, universal, weights.argmax(dim=-1))
             pool = lambda rows, w: mix(rows, w, self.pool)  # noqa: E731
             out = route(x, is_low.long(), [pool, lambda rows, w: self.universal(rows)], weights)
-            any_high, any_low = (~is_low).any(), is_low.any()
-            self._record_usage(torch.stack([any_high] * self.pool_size + [any_low, any_high]))
             return out, {"slp_module": module, "slp_gate": probs}
         module = torch.where(is_low, universal, self.current_map(high_lang_embeddings).index_select(0, safe_idx))
-        used = torch.bincount(module, minlength=self.pool_size + 1) > 0
-        self._record_usage(torch.cat([used, used.new_zeros(1)]))
         return route(x, module, list(self.pool) + [self.universal]), {"slp_module": module, "slp_gate": None}
 
 

@@ -202,6 +202,19 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                         f"{','.join(self.high_pairs)}; the gate learns (current map: "
                         + ", ".join(f"{lang}->m{k}" for lang, k in self.model.routing_map().items()) + ")")
 
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        result = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        self._note_gradients()
+        return result
+
+    def _trained_parameters(self):
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _note_gradients(self):
+        """Which parameters this worker gave a gradient since the last optimizer step."""
+        had = torch.tensor([p.grad is not None for p in self._trained_parameters()])
+        self._had_gradient = had if getattr(self, "_had_gradient", None) is None else self._had_gradient | had
+
     def optimizer_step(self, optimizer, model, update_num):
         self._drop_idle_gradients()
         super().optimizer_step(optimizer, model, update_num)
@@ -212,20 +225,23 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                   file=sys.stderr, flush=True)
 
     def _drop_idle_gradients(self):
-        """Pool modules, universal layer or gate that no worker used in this update keep no
-        gradient, so the optimizer skips them, as in single-process training. (legacy_ddp
-        all-reduces a zero gradient for them, and Adam's momentum would move them.)"""
-        slp = self._slp()
-        usage = slp.take_usage()
-        if usage is None:
+        """Parameters that no worker gave a gradient in this update (pool modules a hard step
+        did not choose, the gate on hard steps, adapters and skills of languages absent from
+        every worker's batch) keep none, so the optimizer skips them as in single-process
+        training. legacy_ddp all-reduces a zero gradient for them, and Adam's momentum would
+        move them."""
+        had, self._had_gradient = getattr(self, "_had_gradient", None), None
+        if had is None:
             return
-        usage = usage.float()
+        params = self._trained_parameters()
+        if len(params) != had.numel():  # the trainable set changed (a skipped update before a stage switch)
+            return
+        had = had.to(params[0].device, torch.float)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.all_reduce(usage)
-        for module, used in zip(list(slp.pool) + [slp.universal, slp.gate], usage.tolist()):
+            torch.distributed.all_reduce(had)
+        for param, used in zip(params, had.tolist()):
             if used == 0:
-                for param in module.parameters():
-                    param.grad = None
+                param.grad = None
 
     def _check_distributed(self, args):
         if getattr(args, "distributed_world_size", 1) <= 1:
