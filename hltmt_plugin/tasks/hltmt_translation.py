@@ -269,8 +269,10 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if not (self.training and split == getattr(self.args, "train_subset", "train")):
+            check_split(self.args, split, self.lang_pairs)
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         stage = self.current_stage()
+        check_split(self.args, split, self.high_pairs if stage == HIGH else self.lang_pairs)
         if self.train_stage is not None and self.train_stage != stage:
             del self.datasets[split]  # a new stage: new data, not fairseq's next shard
         self.data_manager.pair_filter = self.high_pairs if stage == HIGH else None
@@ -362,17 +364,19 @@ def check_data(args) -> None:
             raise HltmtConfigError(f"{paths[0]} has no dictionary for {','.join(missing)} (dict.XX.txt): is "
                                    f"that language in the data?")
     if inference:
-        splits = [getattr(args, "gen_subset", None) or "test"]
         for path in filter(None, str(getattr(args, "path", "") or "").split(":")):
             if "://" not in path and not os.path.isfile(path):
                 raise HltmtConfigError(f"--path {path}: checkpoint does not exist")
-    else:
-        splits = [getattr(args, "train_subset", "train")] + str(getattr(args, "valid_subset", "valid")).split(",")
-    for split in splits:
-        for pair in pairs:
-            src, tgt = pair.split("-")
-            names = [f"{split}.{a}-{b}.{src}.idx" for a, b in ((src, tgt), (tgt, src))]
-            if not any(os.path.isfile(os.path.join(paths[0], n)) or
-                       os.path.isfile(os.path.join(paths[0], n[: -len(".idx")] + "0.idx")) for n in names):
-                raise HltmtConfigError(f"{paths[0]} has no {split} data for {pair} (looked for {names[0]} and "
-                                       f"{names[1]})")
+
+
+def check_split(args, split: str, pairs: List[str]) -> None:
+    """Every pair has binarized data for the split (in either orientation) before fairseq opens it."""
+    from fairseq import utils
+
+    folder = utils.split_paths(args.data)[0]
+    for pair in pairs:
+        src, tgt = pair.split("-")
+        names = [f"{split}.{a}-{b}.{src}.idx" for a, b in ((src, tgt), (tgt, src))]
+        if not any(os.path.isfile(os.path.join(folder, n)) or
+                   os.path.isfile(os.path.join(folder, n[: -len(".idx")] + "0.idx")) for n in names):
+            raise HltmtConfigError(f"{folder} has no {split} data for {pair} (looked for {names[0]} and {names[1]})")
