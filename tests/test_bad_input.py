@@ -26,7 +26,7 @@ def assert_clear(done, message, prefix="hltmt_plugin: error:"):
 @pytest.mark.parametrize("extra, message", [
     (["--lang-pairs", "en-de,en-xx"], "language(s) xx of --lang-pairs not in --langs"),
     (["--langs", "en,de,fr,gu,hi,ro", "--lang-pairs", "en-de,en-ro"], "has no dictionary for ro"),
-    (["--lang-pairs", "en-de,de-gu"], "has no train data for de-gu"),
+    (["--lang-pairs", "en-de,de-gu"], "has no valid data for de-gu"),
     (["--lang-pairs", "en-de,ende"], "ende is not SRC-TGT"),
     (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
 ])
