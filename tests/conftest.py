@@ -22,8 +22,11 @@ def cli(name):
 
 
 def run(cmd, env_extra=None, **kwargs):
-    """Run a command, return CompletedProcess (text), never raising on failure."""
+    """Run a command, return CompletedProcess (text), never raising on failure. One OpenMP
+    thread unless the caller set OMP_NUM_THREADS: on a shared 2-core machine two spinning
+    threads per process can make a tiny fairseq-train run 50x slower."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", **(env_extra or {}))
+    env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=kwargs.pop("cwd", ROOT), **kwargs)
 
 
@@ -86,3 +89,41 @@ def trained(data_bin, tmp_path_factory):
         "--seed", "3")])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
+
+
+def generate(task, model, sample, beam=5, max_len_b=12):
+    """Beam search through the task's own generator, as fairseq-generate runs it."""
+    import argparse
+
+    gen_args = argparse.Namespace(beam=beam, max_len_a=0, max_len_b=max_len_b, min_len=1, unnormalized=False,
+                                  lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
+                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
+                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0,
+                                  sampling_topk=-1, sampling_topp=-1.0, constraints=None,
+                                  print_alignment=None, retain_dropout=False, score_reference=False)
+    generator = task.build_generator([model], gen_args)
+    with torch.no_grad():
+        return task.inference_step(generator, [model], sample)
+
+
+def assert_beam_equals_forward(task, model, sample, beam, with_lang_ids=False):
+    """Every beam hypothesis's per-token log-probs equal a full forward pass over it (1e-4);
+    returns the number of hypotheses checked."""
+    hypos = generate(task, model, sample, beam=beam)
+    eos = task.target_dictionary.eos()
+    net = sample["net_input"]
+    checked = 0
+    for b, nbest in enumerate(hypos):
+        src = net["src_tokens"][b: b + 1]
+        extra = {"src_lang_id": net["src_lang_id"][b: b + 1]} if with_lang_ids else {}
+        for hypo in nbest:
+            tokens = hypo["tokens"].unsqueeze(0)
+            prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
+            with torch.no_grad():
+                lprobs = model.get_normalized_probs(
+                    model(src, torch.tensor([src.ne(task.source_dictionary.pad()).sum()]), prev, **extra),
+                    log_probs=True)
+            full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
+            torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
+            checked += 1
+    return checked

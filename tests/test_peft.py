@@ -20,17 +20,8 @@ OLD = ["en-de", "de-en", "en-gu", "gu-en", "en-fr"]
 NEW = ["en-hi", "hi-en"]
 
 
-def run1(cmd):
-    """``run`` with one OpenMP thread: on a shared 2-core machine, 2 spinning threads per
-    process make a tiny fairseq-train run up to 50x slower."""
-    with pytest.MonkeyPatch.context() as mp:
-        if "OMP_NUM_THREADS" not in os.environ:
-            mp.setenv("OMP_NUM_THREADS", "1")
-        return run(cmd)
-
-
 def train(data_bin, save, *extra):
-    return run1([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+    return run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
                 "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--encoder-langtok", "tgt",
                 "--high-resource-langs", "de,fr", "--slp-pool-size", "2", "--cpu",
                 "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
@@ -157,13 +148,13 @@ def test_other_directions_give_identical_outputs_after_adding_a_language(task, b
 
 def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, base, with_hi, tmp_path):
     path = tmp_path / "hi.adapters.pt"
-    done = run1([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "export", "--path", with_hi[0],
+    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "export", "--path", with_hi[0],
                 "--lang", "hi", "--out", str(path)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exported hi: 32 adapter tensors" in done.stdout
     assert os.path.getsize(path) < os.path.getsize(with_hi[0]) / 10  # a small file
     merged = tmp_path / "base_plus_hi.pt"
-    done = run1([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", base[0],
+    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", base[0],
                 "--adapters", str(path), "--out", str(merged)])
     assert done.returncode == 0, done.stderr[-3000:]
     _, trained_hi = load(with_hi[0])
@@ -204,7 +195,7 @@ def test_an_adapter_file_for_a_model_without_adapters_fails_with_one_line(traine
     path = tmp_path / "hi.pt"
     _, model = load(with_hi[0])
     export_language(model, "hi", str(path))
-    done = run1([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", trained[0],
+    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", trained[0],
                 "--adapters", str(path), "--out", str(tmp_path / "out.pt")])
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "hltmt_plugin: error: this model has no adapters" in done.stderr
@@ -219,10 +210,10 @@ def generate_args(data_bin, ckpt, src, tgt, *extra):
 
 
 def test_generation_with_the_new_language_and_a_language_without_adapters(data_bin, base, with_hi):
-    done = run1(generate_args(data_bin, with_hi[0], "hi", "en"))  # one source language: no --enable-lang-ids needed
+    done = run(generate_args(data_bin, with_hi[0], "hi", "en"))  # one source language: no --enable-lang-ids needed
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(re.findall(r"^H-\d+\t", done.stdout, re.M)) == 37
-    done = run1(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids"))
+    done = run(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert re.search(r"hltmt_plugin: error: a sentence with target language 'hi' reached the decoder, which has no "
                      r"\w+ adapter for 'hi'", done.stderr)

@@ -15,18 +15,8 @@ from conftest import LANGS, PLUGIN, cli, run
 PAIRS = "en-de,en-fr,en-gu,en-hi,de-en,gu-en"
 
 
-def run1(cmd):
-    """One OpenMP thread per process (a shared 2-core machine)."""
-    import pytest
-
-    with pytest.MonkeyPatch.context() as mp:
-        if "OMP_NUM_THREADS" not in os.environ:
-            mp.setenv("OMP_NUM_THREADS", "1")
-        return run(cmd)
-
-
 def train(data_bin, save, *extra):
-    return run1([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+    return run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
                  "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS,
                  "--encoder-langtok", "tgt", "--high-resource-langs", "de,fr", "--slp-pool-size", "2", "--cpu",
                  "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",

@@ -1,13 +1,11 @@
 """The model in mixed-direction batches: routing per row, gradients, beam search = full
 forward, and the errors a user gets for options or batches that cannot work."""
-import argparse
-
 import pytest
 import torch
 
 from fairseq.models.transformer import TransformerDecoderBase
 
-from conftest import build, make_sample
+from conftest import assert_beam_equals_forward, build, generate, make_sample
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.language_pool import HARD, SOFT
 
@@ -127,18 +125,6 @@ def test_validation_routes_low_resource_targets_to_the_universal_layer(built):
     assert extra["slp_module"].tolist() == [expected_module(model, d) for d in row_directions(sample)]
 
 
-def generate(task, model, sample, beam=5):
-    gen_args = argparse.Namespace(beam=beam, max_len_a=0, max_len_b=12, min_len=1, unnormalized=False,
-                                  lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
-                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
-                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0,
-                                  sampling_topk=-1, sampling_topp=-1.0, constraints=None,
-                                  print_alignment=None, retain_dropout=False, score_reference=False)
-    generator = task.build_generator([model], gen_args)
-    with torch.no_grad():
-        return task.inference_step(generator, [model], sample)
-
-
 @pytest.mark.parametrize("extra", [[], ["--decoder-normalize-before", "--encoder-normalize-before"]])
 def test_beam_search_scores_equal_a_full_forward_pass(data_bin, extra):
     _, task, model = build(data_bin, *extra)
@@ -149,20 +135,7 @@ def test_beam_search_scores_equal_a_full_forward_pass(data_bin, extra):
     with torch.no_grad():
         model.slp.gate.weight.normal_(0, 5)
     sample = make_sample(task, DIRECTIONS, seed=3)
-    hypos = generate(task, model, sample)
-    eos = task.target_dictionary.eos()
-    checked = 0
-    for b, nbest in enumerate(hypos):
-        src = sample["net_input"]["src_tokens"][b : b + 1]
-        for hypo in nbest:
-            tokens = hypo["tokens"].unsqueeze(0)
-            prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
-            with torch.no_grad():
-                net_output = model(src, torch.tensor([src.ne(1).sum()]), prev)
-                lprobs = model.get_normalized_probs(net_output, log_probs=True)
-            full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
-            torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
-            checked += 1
+    checked = assert_beam_equals_forward(task, model, sample, beam=5)
     assert checked == len(DIRECTIONS) * 5
 
 

@@ -1,7 +1,6 @@
 """Adapters in the model: placement (each adapter sees the tensor the papers say), identity at
 addition to a trained model, routing per row in mixed batches, invertibility, gradients,
 beam search = full forward, the parameter report, and the errors a user gets."""
-import argparse
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ from torch import nn
 
 from fairseq import checkpoint_utils
 
-from conftest import build, make_sample
+from conftest import assert_beam_equals_forward, build, generate, make_sample
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.adapters import (
     AdapterDecoderLayer, AdapterEncoderLayer, Bottleneck, InvertibleAdapter, bottleneck_parameters,
@@ -324,18 +323,6 @@ def test_gradients_reach_only_the_adapters_of_the_batchs_languages(data_bin):
 # generation
 
 
-def generate(task, model, sample, beam=4):
-    gen_args = argparse.Namespace(beam=beam, max_len_a=0, max_len_b=10, min_len=1, unnormalized=False,
-                                  lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
-                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
-                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0,
-                                  sampling_topk=-1, sampling_topp=-1.0, constraints=None,
-                                  print_alignment=None, retain_dropout=False, score_reference=False)
-    generator = task.build_generator([model], gen_args)
-    with torch.no_grad():
-        return task.inference_step(generator, [model], sample)
-
-
 @pytest.mark.parametrize("extra", [[], ["--encoder-normalize-before", "--decoder-normalize-before",
                                          "--adapter-placement", "houlsby"]])
 def test_beam_search_scores_equal_a_full_forward_pass_with_adapters(data_bin, extra):
@@ -343,22 +330,7 @@ def test_beam_search_scores_equal_a_full_forward_pass_with_adapters(data_bin, ex
     randomize_adapters(model, scale=0.2)
     model.eval()
     sample = mixed_sample(task, seed=3)
-    hypos = generate(task, model, sample)
-    eos = task.target_dictionary.eos()
-    net = sample["net_input"]
-    checked = 0
-    for b, nbest in enumerate(hypos):
-        src = net["src_tokens"][b: b + 1]
-        for hypo in nbest:
-            tokens = hypo["tokens"].unsqueeze(0)
-            prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
-            with torch.no_grad():
-                lprobs = model.get_normalized_probs(
-                    model(src, torch.tensor([src.ne(1).sum()]), prev, src_lang_id=net["src_lang_id"][b: b + 1]),
-                    log_probs=True)
-            full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
-            torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
-            checked += 1
+    checked = assert_beam_equals_forward(task, model, sample, beam=4, with_lang_ids=True)
     assert checked == len(DIRECTIONS) * 4
 
 

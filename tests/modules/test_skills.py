@@ -8,10 +8,10 @@ import torch
 
 from fairseq import checkpoint_utils
 
-from conftest import build, make_sample
+from conftest import assert_beam_equals_forward, build, make_sample
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.skills import SkillFFN, default_matrix, skill_report
-from test_adapters import MADX, generate, mixed_sample, randomize_adapters
+from test_adapters import MADX, mixed_sample, randomize_adapters
 
 DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
 SKILLS = ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]
@@ -168,22 +168,7 @@ def test_beam_search_scores_equal_a_full_forward_pass_with_skills(data_bin):
     randomize_adapters(model, scale=0.2)
     model.eval()
     sample = mixed_sample(task, DIRECTIONS, seed=3)
-    hypos = generate(task, model, sample, beam=3)
-    eos = task.target_dictionary.eos()
-    net = sample["net_input"]
-    checked = 0
-    for b, nbest in enumerate(hypos):
-        src = net["src_tokens"][b: b + 1]
-        for hypo in nbest:
-            tokens = hypo["tokens"].unsqueeze(0)
-            prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
-            with torch.no_grad():
-                lprobs = model.get_normalized_probs(
-                    model(src, torch.tensor([src.ne(1).sum()]), prev, src_lang_id=net["src_lang_id"][b: b + 1]),
-                    log_probs=True)
-            full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
-            torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
-            checked += 1
+    checked = assert_beam_equals_forward(task, model, sample, beam=3, with_lang_ids=True)
     assert checked == len(DIRECTIONS) * 3
 
 
