@@ -34,8 +34,8 @@ from typing import Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from fairseq.dataclass import FairseqDataclass
 
+from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.adapters import adapter_kind, adapter_language, is_adapter_parameter
 
@@ -53,17 +53,13 @@ FILE_VERSION = 1
 
 
 @dataclass
-class PeftConfig(FairseqDataclass):
+class PeftConfig(OptionGroup):
     train_only: Optional[str] = field(
         default=None, metadata={"help": "train only these parameter groups, comma-separated, each optionally "
                                         "restricted to languages (GROUP:LANG+LANG): adapters, language-adapters, "
                                         "shared-adapters, invertible-adapters, slp, gate, universal, layer-norms, "
                                         "lang-token-rows; everything else is frozen (e.g. adapters:hi,"
                                         "lang-token-rows:hi to add the language hi)"})
-
-    @classmethod
-    def from_namespace(cls, args) -> "PeftConfig":
-        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
 
 
 def parse_train_only(spec: str, langs: List[str]) -> List[Tuple[str, Optional[List[str]]]]:

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from fairseq.data import Dictionary
-from fairseq.dataclass import FairseqDataclass
 
 from hltmt_plugin.checkpoints import load_state
+from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ LAYER_PARTS_FOR_DECODER = ("self_attn.", "self_attn_layer_norm.", "fc1.", "fc2."
 
 
 @dataclass
-class PretrainedConfig(FairseqDataclass):
+class PretrainedConfig(OptionGroup):
     pretrained_xlmr_checkpoint: Optional[str] = field(
         default=None, metadata={"help": "initialise the encoder from this fairseq RoBERTa / XLM-R model.pt "
                                         "(its dict.txt must lie beside it)"})

@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from fairseq.data.multilingual.multilingual_utils import get_lang_tok
-from fairseq.dataclass import FairseqDataclass
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -26,6 +25,7 @@ from fairseq.models.transformer import (
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
+from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.adapters import (
     AdapterConfig, AdapterDecoderMixin, AdapterEncoderMixin, install_adapters, plan_adapters, single_source_language)
@@ -49,7 +49,7 @@ def split_langs(value) -> List[str]:
 
 
 @dataclass
-class SlpConfig(FairseqDataclass):
+class SlpConfig(OptionGroup):
     high_resource_langs: Optional[str] = field(
         default=None,
         metadata={"help": "comma-separated target languages routed into the selective "
@@ -69,10 +69,6 @@ class SlpConfig(FairseqDataclass):
         default=False, metadata={"help": "LS-MNMT baseline: one pool module per language of "
                                          "--high-resource-langs (in that order), no gate: the routing map is "
                                          "the identity from the start; needs --slp-pool-size equal to their number"})
-
-    @classmethod
-    def from_namespace(cls, args) -> "SlpConfig":
-        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
 
 
 def validate(slp: SlpConfig, task) -> List[str]:

@@ -42,10 +42,10 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from fairseq.dataclass import FairseqDataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
+from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.routing import route
 
@@ -61,7 +61,7 @@ LANGUAGE_ADAPTERS, SHARED_ADAPTER, INVERTIBLE_ADAPTERS = "language_adapters", "s
 
 
 @dataclass
-class AdapterConfig(FairseqDataclass):
+class AdapterConfig(OptionGroup):
     language_adapters: bool = field(
         default=False, metadata={"help": "MAD-X language adapters: one bottleneck adapter per language in each "
                                          "chosen encoder layer, chosen per sentence by its source language "
@@ -101,10 +101,6 @@ class AdapterConfig(FairseqDataclass):
         default=None, metadata={"help": "comma-separated languages that get language / invertible adapters "
                                         "(default: every language of --langs); a sentence in another language "
                                         "is an error. Add a language to a trained model by listing it here"})
-
-    @classmethod
-    def from_namespace(cls, args) -> "AdapterConfig":
-        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
 
     @property
     def bottleneck(self) -> bool:

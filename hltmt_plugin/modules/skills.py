@@ -43,8 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fairseq import utils
-from fairseq.dataclass import FairseqDataclass
 
+from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.routing import route
 
@@ -55,7 +55,7 @@ SKILL_FFN, SKILL_ATTN = "skill_ffn", "skills"  # module names that mark skill pa
 
 
 @dataclass
-class SkillConfig(FairseqDataclass):
+class SkillConfig(OptionGroup):
     skill_ffn: bool = field(
         default=False, metadata={"help": "SkillNet-X skill FFNs: the FFN of each chosen encoder layer becomes one "
                                          "FFN per skill of the skill matrix; a sentence's direction activates some "
@@ -70,10 +70,6 @@ class SkillConfig(FairseqDataclass):
         default=None, metadata={"help": "JSON file {\"skills\": [...], \"directions\": {\"src-tgt\": [skills]}} "
                                         "giving the skills each direction activates (default: generic + the "
                                         "source language + to_en / from_en, for every pair of --langs)"})
-
-    @classmethod
-    def from_namespace(cls, args) -> "SkillConfig":
-        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
 
     @property
     def enabled(self) -> bool:
