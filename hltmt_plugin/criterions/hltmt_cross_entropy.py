@@ -51,6 +51,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             raise HltmtConfigError(f"--disparity-weight must be >= 0, got {disparity_weight}")
         self.disparity_weight = disparity_weight
         self.langs = list(task.langs)
+        self.n_modules = None  # pool modules + the universal layer, read from the model on first use
 
     def forward(self, model, sample, reduce=True):
         if not reduce:
@@ -89,7 +90,9 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs)).tolist()
         for name, value, tokens in zip(self.langs, lang_loss, lang_tokens):
             log[LANG_LOSS + name], log[LANG_TOKENS + name] = value, int(tokens)
-        n_modules = model_pool_size(model) + 1
+        if self.n_modules is None:  # once: the pool size does not change during training
+            self.n_modules = model_pool_size(model) + 1
+        n_modules = self.n_modules
         counts = torch.bincount(extra["slp_module"], minlength=n_modules).tolist()
         for k in range(n_modules):
             log[ROUTE + route_name(k, n_modules)] = counts[k]

@@ -23,6 +23,13 @@ def expected_module(model, direction):
     return model.slp.pool_size  # the universal layer
 
 
+def decoder_features(model, sample):
+    """The decoder's output features (after the SLP) and its extra outputs."""
+    net = sample["net_input"]
+    enc = model.encoder(net["src_tokens"], net["src_lengths"])
+    return model.decoder(net["prev_output_tokens"], enc, features_only=True)
+
+
 def features_before_slp(model, sample):
     net = sample["net_input"]
     enc = model.encoder(net["src_tokens"], net["src_lengths"])
@@ -40,9 +47,7 @@ def test_hard_step_routes_each_row_to_its_module_alone(built):
     model.train()
     model.slp.mode = HARD
     sample = make_sample(task, DIRECTIONS)
-    net = sample["net_input"]
-    out, extra = model.decoder(net["prev_output_tokens"], model.encoder(net["src_tokens"], net["src_lengths"]),
-                               features_only=True)
+    out, extra = decoder_features(model, sample)
     pre = features_before_slp(model, sample)
     modules = list(model.slp.pool) + [model.slp.universal]
     for b, direction in enumerate(row_directions(sample)):
@@ -56,9 +61,7 @@ def test_soft_step_is_the_weighted_sum_for_high_rows_and_universal_for_low(built
     model.train()
     model.slp.mode = SOFT
     sample = make_sample(task, DIRECTIONS)
-    net = sample["net_input"]
-    out, extra = model.decoder(net["prev_output_tokens"], model.encoder(net["src_tokens"], net["src_lengths"]),
-                               features_only=True)
+    out, extra = decoder_features(model, sample)
     probs = extra["slp_gate"]
     assert probs.shape == (2, 2)
     pre = features_before_slp(model, sample)
