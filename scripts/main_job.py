@@ -58,8 +58,10 @@ SIZES: Dict[str, Size] = {
     "quick": Size(max_train=4000, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
                   baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400,
                   max_tokens=4096),
-    "full": Size(max_train=0, max_test=0, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
-                 baseline_arch="transformer_hltmt_tiny", high_updates=1000, all_updates=1000, max_tokens=4096,
+    # all training data, 3 seeds; sized so the whole job fits in about 2 hours on 2 CPU cores
+    # (a larger model would not fit: see docs/results/debmt10-full/README.md)
+    "full": Size(max_train=0, max_test=500, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
+                 baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400, max_tokens=4096,
                  seeds=[1, 2, 3]),
     # for a GPU (examples/wmt10): transformer-base sizes, the paper's optimiser settings
     "base": Size(max_train=0, max_test=0, vocab=64000, hltmt_arch="hltmt_transformer", baseline_arch="transformer",

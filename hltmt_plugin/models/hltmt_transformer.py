@@ -30,6 +30,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.adapters import (
     AdapterConfig, AdapterDecoderMixin, AdapterEncoderMixin, install_adapters, plan_adapters, single_source_language)
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.routing import SearchPlans
 from hltmt_plugin.modules.skills import SkillConfig, SkillEncoderMixin, install_skills, plan_skills
 from hltmt_plugin.pretrained import PretrainedConfig
 from hltmt_plugin.peft import PeftConfig, apply_train_only
@@ -161,8 +162,11 @@ class HltmtTransformerEncoder(SkillEncoderMixin, AdapterEncoderMixin, Transforme
         return out
 
 
-class HltmtTransformerDecoder(TransformerDecoderBase):
-    """The fairseq decoder with the SLP after its last layer, before the output projection."""
+class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
+    """The fairseq decoder with the SLP after its last layer, before the output projection.
+
+    In a beam search the SLP's routing plan is made at the first step and kept with the beams
+    (:class:`~hltmt_plugin.modules.routing.SearchPlans`), not recomputed per token."""
 
     def __init__(self, cfg: TransformerConfig, dictionary, embed_tokens, slp: SlpConfig, num_high: int,
                  seed: int = 1, no_encoder_attn: bool = False):
@@ -201,7 +205,12 @@ class HltmtTransformerDecoder(TransformerDecoderBase):
             raise HltmtInputError("the decoder got no target language per sentence: HLT-MT needs the "
                                   "hltmt_transformer encoder's output (and --encoder-langtok tgt)")
         tgt_lang = encoder_out[TGT_LANG][0]
-        x, routing = self.slp(x, self.high_of_lang.index_select(0, tgt_lang), self.high_lang_embeddings())
+        if self.slp.use_soft_routing():
+            x, routing = self.slp(x, self.high_of_lang.index_select(0, tgt_lang), self.high_lang_embeddings())
+        else:  # hard: one plan per forward pass, or per beam search
+            plan = self.search_plan(incremental_state, "slp", lambda: self.slp.module_ids(
+                self.high_of_lang.index_select(0, tgt_lang), self.high_lang_embeddings()))
+            x, routing = self.slp(x, None, None, plan)
         if self.slp_output_norm is not None:
             x = self.slp_output_norm(x)
         extra.update(routing)

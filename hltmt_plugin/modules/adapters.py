@@ -47,7 +47,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 
 from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.routing import route
+from hltmt_plugin.modules.routing import RoutePlan, SearchPlans, route
 
 logger = logging.getLogger(__name__)
 
@@ -292,20 +292,26 @@ class RowLanguages:
         self.side = side
         self.langs = list(langs)
         self.ids: Optional[Tensor] = None
+        self.plan: Optional[RoutePlan] = None
 
     @contextlib.contextmanager
-    def use(self, ids: Optional[Tensor]) -> Iterator[None]:
-        previous, self.ids = self.ids, ids
+    def use(self, ids: Optional[Tensor], plan: Optional[RoutePlan] = None) -> Iterator[None]:
+        """Rows' languages for the pass inside; ``plan``, if given, is their route plan made
+        earlier (the decoder keeps one per beam search)."""
+        previous, (self.ids, self.plan) = (self.ids, self.plan), (ids, plan)
         try:
             yield
         finally:
-            self.ids = previous
+            self.ids, self.plan = previous
 
-    def require(self) -> Tensor:
-        if self.ids is None:
-            raise HltmtInputError(f"the {self.side}'s adapters got no language per sentence: run the layer "
-                                  f"through the hltmt_transformer {self.side}")
-        return self.ids
+    def require(self) -> RoutePlan:
+        """The rows' route plan, made once per pass (all layers route the same rows)."""
+        if self.plan is None:
+            if self.ids is None:
+                raise HltmtInputError(f"the {self.side}'s adapters got no language per sentence: run the layer "
+                                      f"through the hltmt_transformer {self.side}")
+            self.plan = RoutePlan(self.ids)
+        return self.plan
 
     def select(self, per_lang: nn.ModuleDict, kind: str, method: Optional[str] = None) -> List[Callable]:
         """One callable per language of ``langs`` (``route``'s ``fns``); a language without
@@ -566,7 +572,7 @@ class AdapterEncoderMixin(_AdapterSideMixin):
         return x, embed
 
 
-class AdapterDecoderMixin(_AdapterSideMixin):
+class AdapterDecoderMixin(_AdapterSideMixin, SearchPlans):
     """For an HLT-MT decoder subclass: adapters by target language (``encoder_out[tgt_lang]``),
     the invertible adapters on the decoder input, their inverse before the output projection."""
 
@@ -590,10 +596,11 @@ class AdapterDecoderMixin(_AdapterSideMixin):
     def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None,
                          full_context_alignment: bool = False, alignment_layer: Optional[int] = None,
                          alignment_heads: Optional[int] = None):
-        tgt_lang = None
+        tgt_lang = plan = None
         if encoder_out is not None and encoder_out.get(self.tgt_lang_key):
             tgt_lang = encoder_out[self.tgt_lang_key][0]
-        with self.adapter_rows.use(tgt_lang):
+            plan = self.search_plan(incremental_state, "adapters", lambda: tgt_lang)
+        with self.adapter_rows.use(tgt_lang, plan):
             x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
                                                 full_context_alignment, alignment_layer, alignment_heads)
             if self.invertible_adapters is not None:  # B x T x C, just before the tied output projection

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from fairseq import utils
 from fairseq.modules import FairseqDropout, LayerNorm
 
-from hltmt_plugin.modules.routing import mix, route
+from hltmt_plugin.modules.routing import RoutePlan, mix, route
 
 HARD, SOFT = "hard", "soft"
 
@@ -119,7 +119,15 @@ class SelectiveLanguagePool(nn.Module):
     def use_soft_routing(self) -> bool:
         return self.training and self.mode == SOFT and not self.map_is_fixed
 
-    def forward(self, x: Tensor, high_idx: Tensor, high_lang_embeddings: Tensor
+    def module_ids(self, high_idx: Tensor, high_lang_embeddings: Tensor) -> Tensor:
+        """(B,) each row's module under hard routing: ``g(l)`` for a high-resource target
+        language (``high_idx`` >= 0), the universal module ``T`` for any other (-1)."""
+        universal = torch.full_like(high_idx, self.pool_size)
+        mapped = self.current_map(high_lang_embeddings).index_select(0, high_idx.clamp(min=0))
+        return torch.where(high_idx < 0, universal, mapped)
+
+    def forward(self, x: Tensor, high_idx: Optional[Tensor], high_lang_embeddings: Optional[Tensor],
+                plan: Optional[RoutePlan] = None
                 ) -> Tuple[Tensor, Dict[str, Optional[Tensor]]]:
         """Route ``x`` (B x T x C) per row.
 
@@ -127,24 +135,26 @@ class SelectiveLanguagePool(nn.Module):
             high_idx: (B,) index of each row's target language among the high-resource
                 languages, ``-1`` for a target language outside them (universal layer).
             high_lang_embeddings: (H x C) embedding rows of the high-resource language tokens.
+            plan: for hard routing, a :class:`RoutePlan` over :meth:`module_ids` made earlier
+                (the decoder keeps one per beam search; ``high_idx`` and the embeddings are then
+                not needed); made here if not given.
 
         Returns the routed output and ``{"slp_module": (B,) module id of each row (argmax for
         soft rows), "slp_gate": P (H x T) when the gate took part (soft step), else None}``.
         """
         if self.training and not self.map_is_fixed:
             self.gate_steps += 1
-        is_low = high_idx < 0
-        safe_idx = high_idx.clamp(min=0)
-        universal = torch.full_like(high_idx, self.pool_size)
         if self.use_soft_routing():
+            is_low = high_idx < 0
             probs = self.gate_probs(high_lang_embeddings)
-            weights = probs.index_select(0, safe_idx)
-            module = torch.where(is_low, universal, weights.argmax(dim=-1))
+            weights = probs.index_select(0, high_idx.clamp(min=0))
+            module = torch.where(is_low, torch.full_like(high_idx, self.pool_size), weights.argmax(dim=-1))
             pool = lambda rows, w: mix(rows, w, self.pool)  # noqa: E731
             out = route(x, is_low.long(), [pool, lambda rows, w: self.universal(rows)], weights)
             return out, {"slp_module": module, "slp_gate": probs}
-        module = torch.where(is_low, universal, self.current_map(high_lang_embeddings).index_select(0, safe_idx))
-        return route(x, module, list(self.pool) + [self.universal]), {"slp_module": module, "slp_gate": None}
+        if plan is None:
+            plan = RoutePlan(self.module_ids(high_idx, high_lang_embeddings))
+        return route(x, plan, list(self.pool) + [self.universal]), {"slp_module": plan.ids, "slp_gate": None}
 
 
 def disparity(probs: Tensor) -> Tensor:

@@ -6,7 +6,7 @@ groups the rows by id, runs each chosen sub-module exactly once on its group and
 the results back, so a hard decision costs one sub-module per row, not one per candidate.
 ``mix`` is the soft form: a per-row weighted sum over all candidates.
 """
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -14,12 +14,56 @@ from torch import Tensor
 RowFn = Callable[..., Tensor]
 
 
-def route(x: Tensor, ids: Tensor, fns: Sequence[RowFn], *row_args: Tensor, dim: int = 0) -> Tensor:
+class RoutePlan:
+    """How the rows of a batch split over sub-modules: made once from the ids (the one host
+    synchronisation, to count the groups) and reused by every :func:`route` call over the same
+    rows: all layers of one forward pass, and every step of a beam search (see
+    :class:`SearchPlans`).
+
+    Args:
+        ids: ``LongTensor`` of shape ``(B,)``, each row's sub-module.
+    """
+
+    def __init__(self, ids: Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"route: ids must have shape (B,), got {tuple(ids.shape)}")
+        self.ids = ids
+        self.rows = ids.numel()
+        counts = torch.bincount(ids.clamp(min=0)).tolist() if self.rows else []
+        if self.rows and int(ids.min()) < 0:
+            raise ValueError(f"route: ids must not be negative, got {ids.unique().tolist()}")
+        self.counts = counts
+        self.used = [k for k, c in enumerate(counts) if c > 0]
+        self.order = self.inverse = None
+        if len(self.used) > 1:
+            self.order = torch.argsort(ids, stable=True)
+            self.inverse = torch.empty_like(self.order)
+            self.inverse[self.order] = torch.arange(self.rows, device=ids.device)
+
+    @property
+    def single(self) -> Optional[int]:
+        """The one sub-module every row takes, if there is one."""
+        return self.used[0] if len(self.used) == 1 else None
+
+    def reorder(self, new_order: Tensor) -> "RoutePlan":
+        """The plan for rows ``new_order`` of this batch (beam search reorders and drops rows).
+        A single-path plan stays one: no tensor work, no synchronisation."""
+        if self.single is not None and new_order.numel() > 0:
+            plan = RoutePlan.__new__(RoutePlan)
+            plan.__dict__.update(self.__dict__)
+            plan.ids, plan.rows = self.ids[:1].expand(new_order.numel()), new_order.numel()
+            plan.counts = [0] * self.single + [plan.rows]
+            return plan
+        return RoutePlan(self.ids.index_select(0, new_order))
+
+
+def route(x: Tensor, ids: Union[Tensor, RoutePlan], fns: Sequence[RowFn], *row_args: Tensor, dim: int = 0) -> Tensor:
     """Send each row of ``x`` through ``fns[ids[row]]``.
 
     Args:
         x: input with the batch along ``dim`` (``B x T x C`` with dim=0, ``T x B x C`` with dim=1).
-        ids: ``LongTensor`` of shape ``(B,)``, values in ``[0, len(fns))``.
+        ids: ``LongTensor`` of shape ``(B,)``, values in ``[0, len(fns))``, or a
+            :class:`RoutePlan` made from such ids.
         fns: sub-modules (or callables); ``fns[k](x_k, *row_args_k)`` gets only its rows.
         row_args: further per-row tensors (batch along dim 0) handed to the callables,
             restricted to the same rows (e.g. mixing weights).
@@ -27,23 +71,48 @@ def route(x: Tensor, ids: Tensor, fns: Sequence[RowFn], *row_args: Tensor, dim: 
 
     Each callable must keep the batch dimension and return a tensor of one shape per row.
     """
-    if ids.dim() != 1 or ids.numel() != x.size(dim):
-        raise ValueError(f"route: ids must have shape ({x.size(dim)},), got {tuple(ids.shape)}")
-    if ids.numel() == 0:
+    plan = ids if isinstance(ids, RoutePlan) else RoutePlan(ids)
+    if plan.rows != x.size(dim):
+        raise ValueError(f"route: ids must have shape ({x.size(dim)},), got ({plan.rows},)")
+    if plan.rows == 0:
         return x
-    if int(ids.min()) < 0 or int(ids.max()) >= len(fns):
-        raise ValueError(f"route: ids must lie in [0, {len(fns)}), got {ids.unique().tolist()}")
-    counts = torch.bincount(ids, minlength=len(fns)).tolist()
-    used = [k for k, c in enumerate(counts) if c > 0]
-    if len(used) == 1:  # the whole batch takes one path: no gather, no scatter
-        return fns[used[0]](x, *row_args)
-    order = torch.argsort(ids, stable=True)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=order.device)
-    xs = x.index_select(dim, order).split(counts, dim=dim)
-    args = [a.index_select(0, order).split(counts, dim=0) for a in row_args]
-    outs = [fns[k](xs[k], *(a[k] for a in args)) for k in used]
-    return torch.cat(outs, dim=dim).index_select(dim, inverse)
+    if plan.used[-1] >= len(fns):
+        raise ValueError(f"route: ids must lie in [0, {len(fns)}), got {plan.used}")
+    if plan.single is not None:  # the whole batch takes one path: no gather, no scatter
+        return fns[plan.single](x, *row_args)
+    counts = plan.counts + [0] * (len(fns) - len(plan.counts))
+    xs = x.index_select(dim, plan.order).split(counts, dim=dim)
+    args = [a.index_select(0, plan.order).split(counts, dim=0) for a in row_args]
+    outs = [fns[k](xs[k], *(a[k] for a in args)) for k in plan.used]
+    return torch.cat(outs, dim=dim).index_select(dim, plan.inverse)
+
+
+class SearchPlans:
+    """Mixin for a fairseq incremental decoder: route plans kept for a whole search.
+
+    A row's language (and so its module) cannot change while a sentence is decoded, so the
+    plan is made at the first step, stored in the search's ``incremental_state`` and only
+    reordered with the beams afterwards. Without ``incremental_state`` (training, scoring, a
+    full forward pass) a plan is made per call.
+    """
+
+    def search_plan(self, incremental_state, name: str, make_ids: Callable[[], Tensor]) -> RoutePlan:
+        if incremental_state is None:
+            return RoutePlan(make_ids())
+        plans = self.get_incremental_state(incremental_state, "route_plans")
+        if plans is None:
+            plans = {}
+            self.set_incremental_state(incremental_state, "route_plans", plans)
+        if name not in plans:
+            plans[name] = RoutePlan(make_ids())
+        return plans[name]
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        super().reorder_incremental_state(incremental_state, new_order)
+        plans = self.get_incremental_state(incremental_state, "route_plans")
+        if plans:
+            self.set_incremental_state(incremental_state, "route_plans",
+                                       {name: plan.reorder(new_order) for name, plan in plans.items()})
 
 
 def mix(x: Tensor, weights: Tensor, fns: Sequence[RowFn], dim: int = 0) -> Tensor:

@@ -46,7 +46,7 @@ from fairseq import utils
 
 from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.routing import route
+from hltmt_plugin.modules.routing import RoutePlan, route
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,7 @@ class RowSkills:
         self.combo_of: Optional[Tensor] = None  # (L, L): direction (src, tgt) -> combo id, -1 if none
         self.lang_ids: Optional[Tensor] = None
         self.combo_ids: Optional[Tensor] = None
+        self.plans: Dict[str, RoutePlan] = {}
 
     def set_plan(self, plan: SkillPlan) -> None:
         self.langs = list(plan.langs)
@@ -244,17 +245,22 @@ class RowSkills:
                     f"direction {self.langs[int(src[b])]}-{self.langs[int(tgt[b])]} has no entry in the skill "
                     "matrix: add it to the --skill-matrix file with the skills it should combine")
         self.lang_ids, self.combo_ids = src, combo
+        previous_plans, self.plans = self.plans, {}
         try:
             yield
         finally:
-            self.lang_ids, self.combo_ids = previous
+            (self.lang_ids, self.combo_ids), self.plans = previous, previous_plans
 
-    def require(self, what: str) -> Tensor:
-        ids = self.combo_ids if what == "ffn" else self.lang_ids
-        if ids is None:
-            raise HltmtInputError("the encoder's skills got no direction per sentence: run the layer through "
-                                  "the hltmt_transformer encoder")
-        return ids
+    def require(self, what: str) -> RoutePlan:
+        """The rows' route plan for ``what`` ("ffn": skill sets, "attention": source
+        languages), made once per forward pass (every layer routes the same rows)."""
+        if what not in self.plans:
+            ids = self.combo_ids if what == "ffn" else self.lang_ids
+            if ids is None:
+                raise HltmtInputError("the encoder's skills got no direction per sentence: run the layer "
+                                      "through the hltmt_transformer encoder")
+            self.plans[what] = RoutePlan(ids)
+        return self.plans[what]
 
 
 # ---------------------------------------------------------------------------------------

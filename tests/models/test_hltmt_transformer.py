@@ -157,6 +157,25 @@ def test_generation_routes_each_row_by_its_own_target(built):
     assert torch.equal(first_step, expected.repeat_interleave(2))  # beam 2: rows stay with their language
 
 
+@pytest.mark.parametrize("direction", ["en-de", "en-gu"])
+def test_beam_search_makes_the_routing_plan_once_per_search(built, monkeypatch, direction):
+    """A row's module cannot change during a search: the plan (and its host synchronisation)
+    is made at the first step and carried with the beams, not remade per token."""
+    import hltmt_plugin.modules.routing as routing
+    _, task, model = built
+    model.eval()
+    made, steps = [], []
+    init = routing.RoutePlan.__init__
+    monkeypatch.setattr(routing.RoutePlan, "__init__", lambda self, ids: made.append(1) or init(self, ids))
+    hook = model.slp.register_forward_hook(lambda m, i, o: steps.append(1))
+    try:
+        hypos = generate(task, model, make_sample(task, [direction] * 4), beam=5)
+    finally:
+        hook.remove()
+    assert len(hypos) == 4 and len(steps) > 3
+    assert len(made) == 1
+
+
 def test_enable_lang_ids_inputs_are_accepted(built):
     _, task, model = built
     sample = make_sample(task, ["en-de", "en-gu"])

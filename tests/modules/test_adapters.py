@@ -292,8 +292,8 @@ def test_language_adapters_route_through_the_routing_primitive(madx, monkeypatch
     _, task, model = madx
     calls = []
     import hltmt_plugin.modules.adapters as adapters
-    monkeypatch.setattr(adapters, "route", lambda x, ids, fns, *a, dim=0: calls.append(ids.clone()) or route(
-        x, ids, fns, *a, dim=dim))
+    monkeypatch.setattr(adapters, "route", lambda x, plan, fns, *a, dim=0: calls.append(plan.ids.clone()) or route(
+        x, plan, fns, *a, dim=dim))
     sample = mixed_sample(task)
     with torch.no_grad():
         model(**sample["net_input"])
@@ -332,6 +332,22 @@ def test_beam_search_scores_equal_a_full_forward_pass_with_adapters(data_bin, ex
     sample = mixed_sample(task, seed=3)
     checked = assert_beam_equals_forward(task, model, sample, beam=4, with_lang_ids=True)
     assert checked == len(DIRECTIONS) * 4
+
+
+def test_beam_search_makes_each_routing_plan_once_per_search(data_bin, monkeypatch):
+    """Source adapters: one plan per encoder pass; target adapters and the SLP: one plan each
+    for the whole search, carried with the beams (not one per layer and token)."""
+    import hltmt_plugin.modules.routing as routing
+    _, task, model = build(data_bin, *MADX)
+    model.eval()
+    made = []
+    init = routing.RoutePlan.__init__
+    monkeypatch.setattr(routing.RoutePlan, "__init__", lambda self, ids: made.append(ids.tolist()) or init(self, ids))
+    sample = mixed_sample(task, ["en-de"] * 4)
+    hypos = generate(task, model, sample, beam=4)
+    assert len(hypos) == 4
+    en, de = task.langs.index("en"), task.langs.index("de")
+    assert sorted(made) == sorted([[en] * 4, [de] * 16, [model.routing_map()["de"]] * 16])
 
 
 def test_decoding_a_single_source_language_needs_no_lang_ids(data_bin):

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from hltmt_plugin.modules.routing import mix, route
+from hltmt_plugin.modules.routing import RoutePlan, mix, route
 
 
 class Counting(nn.Module):
@@ -74,6 +74,31 @@ def test_route_rejects_bad_ids():
         route(torch.randn(2, 1, 8), torch.tensor([0, 1]), fns)
     with pytest.raises(ValueError, match="shape"):
         route(torch.randn(2, 1, 8), torch.tensor([0]), fns)
+
+
+def test_a_plan_routes_like_its_ids_and_reorders_like_them():
+    fns = [Counting(8, k) for k in range(3)]
+    ids = torch.tensor([2, 0, 2, 1, 0])
+    x = torch.randn(5, 3, 8)
+    plan = RoutePlan(ids)
+    torch.testing.assert_close(route(x, plan, fns), route(x, ids, fns), rtol=0, atol=0)
+    new_order = torch.tensor([4, 4, 0, 3])  # beam search: rows repeated, reordered, dropped
+    moved = plan.reorder(new_order)
+    assert moved.ids.tolist() == ids[new_order].tolist() and moved.counts == RoutePlan(ids[new_order]).counts
+    torch.testing.assert_close(route(x[new_order], moved, fns), route(x[new_order], ids[new_order], fns))
+
+
+def test_a_single_path_plan_stays_single_without_tensor_work(monkeypatch):
+    plan = RoutePlan(torch.tensor([1, 1, 1, 1]))
+    assert plan.single == 1
+    monkeypatch.setattr(torch, "bincount", None)  # reordering must not count again
+    moved = plan.reorder(torch.tensor([3, 3, 0]))
+    assert moved.single == 1 and moved.rows == 3 and moved.ids.tolist() == [1, 1, 1]
+    fns = [Counting(8, 0), Counting(8, 1)]
+    route(torch.randn(3, 2, 8), moved, fns)
+    assert fns[1].rows == [3] and fns[0].rows == []
+    with pytest.raises(ValueError, match="shape"):
+        route(torch.randn(4, 2, 8), moved, fns)
 
 
 @pytest.mark.parametrize("dim", [0, 1])
