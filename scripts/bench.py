@@ -51,6 +51,7 @@ SYSTEMS = {
     "hltmt+adapters": (True, ADAPTERS),
     "hltmt+skills": (True, SKILLS),
 }
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 ARCHS = {"tiny": ("transformer_hltmt_tiny", "hltmt_transformer_tiny"),
          "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
          "base": ("transformer", "hltmt_transformer")}
@@ -113,7 +114,7 @@ def train_step_fn(args, system):
     model = system["model"]
     criterion = LabelSmoothedCrossEntropyCriterion(system["task"], False, 0.1)
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    dtype = DTYPES[args.dtype]
 
     def step(sample, update):
         model.train()
@@ -175,7 +176,8 @@ def generation_setup(args, direction):
         "--path", __file__])
     task = tasks.setup_task(inference)  # the data side only: the models are the ones being timed
     task.load_dataset("test")
-    itr = task.get_batch_iterator(dataset=task.dataset("test"), max_tokens=4000, max_positions=(1024, 1024), seed=1)
+    itr = task.get_batch_iterator(dataset=task.dataset("test"), max_tokens=4000, max_sentences=args.gen_batch_size or None,
+                                  max_positions=(1024, 1024), seed=1)
     samples, n = [], 0
     for sample in itr.next_epoch_itr(shuffle=False):
         samples.append(utils.move_to_cuda(sample) if args.device == "cuda" else sample)
@@ -191,13 +193,14 @@ def generation_setup(args, direction):
     return task, samples, gen_args
 
 
-def generate_fn(task, samples, gen_args, system):
+def generate_fn(args, task, samples, gen_args, system):
     generator = task.build_generator([system["model"]], gen_args)
+    dtype = DTYPES[args.dtype]
 
     def run():
         system["model"].eval()
         toks = 0
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(args.device, dtype=dtype, enabled=dtype is not None):
             for sample in samples:
                 for nbest in task.inference_step(generator, [system["model"]], for_model(system, sample)):
                     toks += len(nbest[0]["tokens"])
@@ -211,7 +214,7 @@ def time_generation(args, systems, directions):
     rates, work = {}, {}
     for direction in directions:
         task, samples, gen_args = generation_setup(args, direction)
-        runs = {name: generate_fn(task, samples, gen_args, s) for name, s in systems.items()}
+        runs = {name: generate_fn(args, task, samples, gen_args, s) for name, s in systems.items()}
         for run in runs.values():
             run()  # warm-up
         for r in range(args.rounds):
@@ -309,6 +312,8 @@ def main(argv=None):
     p.add_argument("--gen-directions", default="en-de,en-gu", help="directions timed for beam search")
     p.add_argument("--gen-sentences", type=int, default=100, help="test sentences per direction")
     p.add_argument("--gen-len", type=int, default=20, help="target length every hypothesis is held to")
+    p.add_argument("--gen-batch-size", type=int, default=0,
+                   help="sentences per generation batch (default: up to 4,000 tokens; 1: interactive latency)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)

@@ -210,9 +210,10 @@ class Job:
                "--high", ",".join(self.high), "--baseline", "mnmt", "--system", "hltmt",
                "--title", f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
                "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "-high"), "checkpoint_last.pt")]
-        if self.args.size != "full":
-            cmd += ["--note", "On 2 CPU cores these models are far from converged: the figures show that the "
-                              "pipeline works end to end, not the quality of the method."]
+        if not self.args.gpu:
+            cmd += ["--note", f"Trained on CPU ({self.size.high_updates} + {self.size.all_updates} updates of "
+                              f"{self.size.hltmt_arch}): these models are far from converged, so the figures show "
+                              "that the pipeline works end to end, not the quality of the method."]
         run_logged(cmd, os.path.join(self.logs, "report.log"))
         print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
 

@@ -94,7 +94,21 @@ class SearchPlans:
     plan is made at the first step, stored in the search's ``incremental_state`` and only
     reordered with the beams afterwards. Without ``incremental_state`` (training, scoring, a
     full forward pass) a plan is made per call.
+
+    fairseq reorders a search's state by walking every submodule of the decoder at every
+    step to find those that keep state; with the language modules the decoder has more
+    submodules, so the walk is done once per search and its result kept with the plans.
     """
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order: Tensor):
+        found = self.get_incremental_state(incremental_state, "stateful_modules")
+        if found is None:
+            found = {"modules": [m for m in self.modules() if hasattr(m, "reorder_incremental_state")]}
+            self.set_incremental_state(incremental_state, "stateful_modules", found)
+        for module in found["modules"]:
+            result = module.reorder_incremental_state(incremental_state, new_order)
+            if result is not None:
+                incremental_state = result
 
     def search_plan(self, incremental_state, name: str, make_ids: Callable[[], Tensor]) -> RoutePlan:
         if incremental_state is None:

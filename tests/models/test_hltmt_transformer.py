@@ -176,6 +176,23 @@ def test_beam_search_makes_the_routing_plan_once_per_search(built, monkeypatch, 
     assert len(made) == 1
 
 
+def test_beam_search_looks_for_stateful_modules_once_per_search(built, monkeypatch):
+    """fairseq walks all decoder submodules at every step to reorder their state; ours walks
+    them once per search (the SLP adds submodules, so the walk would cost more than the SLP)."""
+    _, task, model = built
+    model.eval()
+    walks, steps = [], []
+    walk = type(model.decoder).modules
+    monkeypatch.setattr(type(model.decoder), "modules", lambda self: walks.append(1) or walk(self))
+    hook = model.slp.register_forward_hook(lambda m, i, o: steps.append(1))
+    try:
+        generate(task, model, make_sample(task, DIRECTIONS), beam=3)
+        generate(task, model, make_sample(task, DIRECTIONS, seed=1), beam=3)
+    finally:
+        hook.remove()
+    assert len(steps) > 6 and len(walks) == 2
+
+
 def test_enable_lang_ids_inputs_are_accepted(built):
     _, task, model = built
     sample = make_sample(task, ["en-de", "en-gu"])
