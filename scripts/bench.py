@@ -298,6 +298,32 @@ def cuda_memory_child(args, name):
     print(json.dumps({"peak_mib": torch.cuda.max_memory_allocated() / 2 ** 20}))
 
 
+def plot(figures, path, title):
+    """Bars: measured time (or size) ratio per system and measure; dots: the predicted ratio."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [f for f in figures if f["measure"] != "parameters"]
+    labels = [f"{f['system']}: {f['measure']}" for f in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.2))
+    y = range(len(rows))
+    ax.barh(list(y), [f["ratio"] - 1 for f in rows], left=1, color="#4c72b0", label="measured")
+    pred = [(i, f["predicted"]) for i, f in enumerate(rows) if f["predicted"] is not None]
+    ax.scatter([p for _, p in pred], [i for i, _ in pred], color="#dd8452", zorder=3, label="predicted (arithmetic)")
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.axvline(1.06, color="grey", ls="--", lw=0.8, label="1.06")
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio to the plain fairseq transformer (time, or memory)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="binarized data from scripts/prepare_data.py")
@@ -318,6 +344,7 @@ def main(argv=None):
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument("--png", default=None, help="also draw the ratios here")
     args = p.parse_args(argv)
     names = ["baseline"] + [n for n in args.systems.split(",") if n and n != "baseline"]
     unknown = [n for n in names if n not in SYSTEMS]
@@ -386,6 +413,9 @@ def main(argv=None):
                         "predicted": pred})
     spread = {name: [round(min(v)), round(max(v))] for name, v in rates.items()}
     print(f"\nper-round training words/s (min, max): {json.dumps(spread)}")
+    if args.png:
+        plot(figures, args.png, f"{args.size} models, {args.device}, {torch.get_num_threads()} thread(s), "
+                                f"generation batches of {args.gen_batch_size or 'up to 4,000 tokens'}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": args.device, "threads": torch.get_num_threads(), "torch": torch.__version__,

@@ -14,9 +14,10 @@ def test_bench_runs_every_system_and_writes_its_figures(data_bin, tmp_path):
     out = tmp_path / "bench.json"
     done = run([sys.executable, BENCH, "--data", data_bin, "--langs", "de,fr,gu,hi", "--high", "de,fr",
                 "--pool-size", "2", "--batches", "2", "--rounds", "1", "--gen-sentences", "4", "--gen-len", "4",
-                "--json", str(out)])
+                "--json", str(out), "--png", str(tmp_path / "bench.png")])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads(out.read_text())
+    assert (tmp_path / "bench.png").stat().st_size > 1000
     rows = {(r["measure"], r["system"]): r for r in figures["rows"]}
     for system in ("hltmt", "hltmt high", "hltmt+adapters", "hltmt+skills"):
         assert rows[("train words/s", system)]["value"] > 0
