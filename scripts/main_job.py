@@ -209,7 +209,11 @@ class Job:
                os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
                "--high", ",".join(self.high), "--baseline", "mnmt", "--system", "hltmt",
                "--title", f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
-               "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "-high"), "checkpoint_last.pt")]
+               "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "-high"), "checkpoint_last.pt"),
+               "--valid-log", f"mnmt={self.logs}/train_mnmt.seed*.log",
+               "--valid-log", f"hltmt={self.logs}/train_hltmt_all.seed*.log"]
+        if self.args.ls_mnmt:
+            cmd += ["--valid-log", f"lsmnmt={self.logs}/train_lsmnmt.seed*.log"]
         if not self.args.gpu:
             cmd += ["--note", f"Trained on CPU ({self.size.high_updates} + {self.size.all_updates} updates of "
                               f"{self.size.hltmt_arch}): these models are far from converged, so the figures show "

@@ -102,13 +102,51 @@ def fmt(values):
     return f"{m:.2f}" if len(values) <= 1 else f"{m:.2f} ± {s:.2f}"
 
 
-def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds):
+VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")
+VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
+
+
+def read_valid_logs(specs):
+    """{system: [(seed, loss, nll_loss, ppl, updates)]} from the last validation line of each
+    fairseq-train log; ``specs`` are ``SYSTEM=GLOB`` (the glob's files end in ``seed<N>.log``)."""
+    import glob
+
+    found = {}
+    for spec in specs:
+        system, _, pattern = spec.partition("=")
+        if not system or not pattern:
+            raise ValueError(f"--valid-log {spec!r}: expected SYSTEM=GLOB")
+        for path in sorted(glob.glob(pattern)):
+            last = None
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    m = VALID_LINE.search(line)
+                    last = m or last
+            seed = re.search(r"seed(\d+)", os.path.basename(path))
+            fields = dict(f.strip().split(" ", 1) for f in last.group(1).split("|") if " " in f.strip()) if last else {}
+            if seed and all(k in fields for k in VALID_KEYS):
+                found.setdefault(system, []).append(
+                    (int(seed.group(1)), *(float(fields[k]) for k in VALID_KEYS[:3]), int(fields["num_updates"])))
+    return found
+
+
+def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds, valid=None):
     lines = [f"# {title}", "", f"Systems: {', '.join(systems)}; seeds: {seeds}. Test split, "
              "detokenized, case-sensitive; mean ± standard deviation over seeds.", ""]
     for sig_name, sig in signatures.items():
         lines.append(f"- sacreBLEU {sig_name} signature: `{sig}`")
     if note:
         lines += ["", f"**Note.** {note}"]
+    if valid:
+        lines += ["", "## Validation at the end of training", "",
+                  "The last validation of each run (valid split; label-smoothed loss, nll in bits, perplexity); "
+                  "lower is better, and the first place to look for convergence.", "",
+                  "| system | updates in the run | loss | nll_loss | ppl |", "|---|---|---|---|---|"]
+        for name in sorted(valid, key=lambda s: (s != baseline, s)):
+            runs = valid[name]
+            updates = sorted({r[4] for r in runs})
+            lines.append(f"| {name} | {','.join(map(str, updates))} | " + " | ".join(
+                fmt([r[i] for r in runs]) for i in (1, 2, 3)) + " |")
     for metric, label in (("bleu", "BLEU"), ("chrf", "chrF")):
         diff = baseline in systems and system in systems
         header = ["direction"] + systems + ([f"{system} − {baseline}"] if diff else [])
@@ -194,10 +232,14 @@ def main(argv=None):
     p.add_argument("--title", default="results")
     p.add_argument("--note", default="")
     p.add_argument("--gate-checkpoint", default=None, help="HLT-MT stage-1 checkpoint for the gate heatmap")
+    p.add_argument("--valid-log", action="append", default=[], metavar="SYSTEM=GLOB",
+                   help="fairseq-train logs of a system (files named ...seed<N>.log): report their last "
+                        "validation (repeatable)")
     args = p.parse_args(argv)
     high = set(args.high.split(","))
     try:
         rows, signatures = score_all(args.decode_dir)
+        valid = read_valid_logs(args.valid_log)
     except (ValueError, OSError) as error:
         print(f"report: error: {error}", file=sys.stderr)
         return 2
@@ -216,7 +258,7 @@ def main(argv=None):
         mapping = ", ".join(f"{lang}->m{int(row.argmax())}" for lang, row in zip(langs, probs))
         note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
     write_markdown(os.path.join(args.out, "results.md"), table, systems, directions, args.baseline, args.system,
-                   signatures, args.title, note, seeds)
+                   signatures, args.title, note, seeds, valid)
     plot_bleu(os.path.join(args.out, "bleu.png"), table, systems, directions, args.title)
     print(f"report: {len(rows)} scored outputs -> {args.out}/results.md, results.csv, bleu.png"
           + (", gate_heatmap.png" if args.gate_checkpoint else ""))

@@ -33,6 +33,8 @@ def test_the_job_reports_every_direction_of_every_system(job):
     md = open(folder / "report" / "results.md").read()
     assert "| direction | mnmt | hltmt | hltmt − mnmt |" in md and "**avg X->En low**" in md
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in md and "Routing map after stage 1: de->m0" in md
+    assert "## Validation at the end of training" in md and "| mnmt | 12 |" in md and "| hltmt | 6 |" in md
+    assert "these models are far from converged" in md
     for png in ("bleu.png", "gate_heatmap.png"):
         assert open(folder / "report" / png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
