@@ -318,7 +318,7 @@ def plot(figures, path, title):
     ax.invert_yaxis()
     ax.set_xlabel("ratio to the plain fairseq transformer (time, or memory)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
