@@ -5,6 +5,10 @@ is the same problem: row ``b`` of a batch must go through sub-module ``ids[b]``.
 groups the rows by id, runs each chosen sub-module exactly once on its group and scatters
 the results back, so a hard decision costs one sub-module per row, not one per candidate.
 ``mix`` is the soft form: a per-row weighted sum over all candidates.
+
+Grouping needs the group sizes on the host, so a :class:`RoutePlan` is made once from the
+ids and reused: by all layers of a forward pass, and (through :class:`SearchPlans` on the
+decoder) by every step of a beam search, reordered with the beams.
 """
 from typing import Callable, Optional, Sequence, Union
 
@@ -29,11 +33,10 @@ class RoutePlan:
             raise ValueError(f"route: ids must have shape (B,), got {tuple(ids.shape)}")
         self.ids = ids
         self.rows = ids.numel()
-        counts = torch.bincount(ids.clamp(min=0)).tolist() if self.rows else []
         if self.rows and int(ids.min()) < 0:
             raise ValueError(f"route: ids must not be negative, got {ids.unique().tolist()}")
-        self.counts = counts
-        self.used = [k for k, c in enumerate(counts) if c > 0]
+        self.counts = torch.bincount(ids).tolist() if self.rows else []
+        self.used = [k for k, c in enumerate(self.counts) if c > 0]
         self.order = self.inverse = None
         if len(self.used) > 1:
             self.order = torch.argsort(ids, stable=True)
