@@ -6,7 +6,7 @@
 
 Steps: prepare (joint sentencepiece + binarize) -> for each seed: the plain fairseq
 ``transformer`` MNMT baseline, HLT-MT stage high then stage all (two fairseq-train runs, the
-second from the first's checkpoint), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
+second from the first's checkpoint; or one run with ``--hltmt-schedule one-run``), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
 per target language, no gate) -> decode all 20 directions of every system with beam 5 ->
 sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
 ``scripts/report.py``. All systems get the same data, batch size and number of updates.
@@ -180,6 +180,16 @@ class Job:
                     "--reset-optimizer", "--reset-dataloader", "--reset-meters"],
                    os.path.join(self.logs, f"train_hltmt_all.seed{seed}.log"))
 
+    def train_hltmt_one_run(self, seed):
+        """Both stages in one fairseq-train run (--high-stage-updates): one optimizer state and
+        one learning-rate schedule across the switch, as the authors meant their schedule."""
+        s = self.size
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, min(3, len(self.high))),
+                    *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("hltmt", seed)),
+                    "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
+                    "--criterion", "hltmt_cross_entropy", "--disparity-weight", "1.0"],
+                   os.path.join(self.logs, f"train_hltmt.seed{seed}.log"))
+
     def train_lsmnmt(self, seed):
         s = self.size
         targets = ["en"] + self.langs
@@ -205,13 +215,15 @@ class Job:
                         os.path.join(self.logs, f"decode_{system}_seed{seed}_{direction}.log"), target)
 
     def report(self):
+        one_run = self.args.hltmt_schedule == "one-run"
         cmd = [sys.executable, os.path.join(ROOT, "scripts", "report.py"), "--decode-dir",
                os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
                "--high", ",".join(self.high), "--baseline", "mnmt", "--system", "hltmt",
                "--title", f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
-               "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "-high"), "checkpoint_last.pt"),
+               "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "" if one_run else "-high"),
+                                                 "checkpoint_last.pt"),
                "--valid-log", f"mnmt={self.logs}/train_mnmt.seed*.log",
-               "--valid-log", f"hltmt={self.logs}/train_hltmt_all.seed*.log"]
+               "--valid-log", f"hltmt={self.logs}/train_hltmt{'' if one_run else '_all'}.seed*.log"]
         if self.args.ls_mnmt:
             cmd += ["--valid-log", f"lsmnmt={self.logs}/train_lsmnmt.seed*.log"]
         if not self.args.gpu:
@@ -224,9 +236,12 @@ class Job:
     def steps(self):
         steps = [("prepare", self.prepare, ())]
         for seed in self.seeds:
-            steps += [(f"train_mnmt.seed{seed}", self.train_mnmt, (seed,)),
-                      (f"train_hltmt_high.seed{seed}", self.train_hltmt_high, (seed,)),
-                      (f"train_hltmt_all.seed{seed}", self.train_hltmt_all, (seed,))]
+            steps.append((f"train_mnmt.seed{seed}", self.train_mnmt, (seed,)))
+            if self.args.hltmt_schedule == "one-run":
+                steps.append((f"train_hltmt.seed{seed}", self.train_hltmt_one_run, (seed,)))
+            else:
+                steps += [(f"train_hltmt_high.seed{seed}", self.train_hltmt_high, (seed,)),
+                          (f"train_hltmt_all.seed{seed}", self.train_hltmt_all, (seed,))]
             if self.args.ls_mnmt:
                 steps.append((f"train_lsmnmt.seed{seed}", self.train_lsmnmt, (seed,)))
             steps.append((f"decode.seed{seed}", self.decode, (seed,)))
@@ -266,6 +281,10 @@ def main(argv=None):
     p.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=None,
                    help="comma-separated seeds (default: the size's)")
     p.add_argument("--ls-mnmt", action="store_true", help="also train the LS-MNMT baseline")
+    p.add_argument("--hltmt-schedule", choices=["two-run", "one-run"], default="two-run",
+                   help="HLT-MT's stages as two fairseq-train runs (stage all restarts from stage high's "
+                        "checkpoint with a fresh optimizer and warm-up) or as one run that switches at "
+                        "--high-stage-updates (one optimizer state and learning-rate schedule)")
     p.add_argument("--gpu", action="store_true", help="train and decode on the GPU (default: CPU)")
     p.add_argument("--bf16", action="store_true", help="with --gpu: bf16 training")
     args = p.parse_args(argv)

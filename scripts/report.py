@@ -14,7 +14,8 @@ detokenized text; chrF) and writes to OUT:
 - ``results.csv``: one row per system, seed and direction;
 - ``bleu.png``: the per-direction BLEU of every system, and the group averages;
 - ``gate_heatmap.png`` (with ``--gate-checkpoint``): the gate's distribution over the pool
-  for each high-resource language after stage 1, and the routing map.
+  for each high-resource language (after stage 1, or at the end of training from a
+  checkpoint that holds the fixed map), and the routing map.
 """
 import argparse
 import csv
@@ -188,7 +189,8 @@ def plot_bleu(path, table, systems, directions, title):
 
 
 def gate_heatmap(path, checkpoint):
-    """The stage-1 gate P (languages x modules) and its argmax map, as a picture; returns P."""
+    """The gate P (languages x modules) and the routing map, as a picture; returns the
+    languages and each one's module (the fixed map, or the argmax after stage 1)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -203,23 +205,27 @@ def gate_heatmap(path, checkpoint):
     with torch.no_grad():
         probs = model.slp.gate_probs(model.decoder.high_lang_embeddings()).numpy()
     langs = model.high_resource_langs
+    # a checkpoint from stage all holds the map fixed after stage 1; its gate is frozen, but the
+    # language embeddings it reads kept training, so the argmax may have moved since
+    chosen = model.slp.fixed_map.tolist() if model.slp.map_is_fixed else probs.argmax(axis=1).tolist()
     fig, ax = plt.subplots(figsize=(2.6 + 0.9 * probs.shape[1], 1.2 + 0.5 * len(langs)))
     im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
     for i in range(len(langs)):
         for t in range(probs.shape[1]):
             ax.text(t, i, f"{probs[i, t]:.2f}", ha="center", va="center",
                     color="white" if probs[i, t] < 0.6 else "black", fontsize=9,
-                    fontweight="bold" if t == probs[i].argmax() else "normal")
+                    fontweight="bold" if t == chosen[i] else "normal")
     ax.set_xticks(range(probs.shape[1]))
     ax.set_xticklabels([f"m{t}" for t in range(probs.shape[1])])
     ax.set_yticks(range(len(langs)))
     ax.set_yticklabels(langs)
-    ax.set_title("gate p(module | language) after stage 1")
+    ax.set_title("gate p(module | language) " + ("at the end of training\n(bold: the map fixed after stage 1)"
+                                                  if model.slp.map_is_fixed else "after stage 1"), fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return langs, probs
+    return langs, chosen
 
 
 def main(argv=None):
@@ -231,7 +237,7 @@ def main(argv=None):
     p.add_argument("--system", default="hltmt")
     p.add_argument("--title", default="results")
     p.add_argument("--note", default="")
-    p.add_argument("--gate-checkpoint", default=None, help="HLT-MT stage-1 checkpoint for the gate heatmap")
+    p.add_argument("--gate-checkpoint", default=None, help="HLT-MT checkpoint for the gate heatmap: stage 1's, or a later one (it holds the fixed map)")
     p.add_argument("--valid-log", action="append", default=[], metavar="SYSTEM=GLOB",
                    help="fairseq-train logs of a system (files named ...seed<N>.log): report their last "
                         "validation (repeatable)")
@@ -254,8 +260,8 @@ def main(argv=None):
         writer.writerows({**r, "bleu": f"{r['bleu']:.2f}", "chrf": f"{r['chrf']:.2f}"} for r in rows)
     note = args.note
     if args.gate_checkpoint and os.path.exists(args.gate_checkpoint):
-        langs, probs = gate_heatmap(os.path.join(args.out, "gate_heatmap.png"), args.gate_checkpoint)
-        mapping = ", ".join(f"{lang}->m{int(row.argmax())}" for lang, row in zip(langs, probs))
+        langs, chosen = gate_heatmap(os.path.join(args.out, "gate_heatmap.png"), args.gate_checkpoint)
+        mapping = ", ".join(f"{lang}->m{k}" for lang, k in zip(langs, chosen))
         note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
     write_markdown(os.path.join(args.out, "results.md"), table, systems, directions, args.baseline, args.system,
                    signatures, args.title, note, seeds, valid)

@@ -50,6 +50,19 @@ def test_a_rerun_resumes_after_the_last_completed_step(job):
     assert "decode seed 1 [8/8] hltmt gu-en" in done.stdout and "[1/8]" not in done.stdout
 
 
+def test_one_run_schedule_trains_both_stages_in_one_fairseq_run(tmp_path):
+    folder = tmp_path / "job"
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
+                "--hltmt-schedule", "one-run"])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for n, step in enumerate(["prepare", "train_mnmt.seed1", "train_hltmt.seed1", "decode.seed1", "report"], 1):
+        assert f"step {n}/5 {step}" in done.stdout
+    log = open(folder / "logs" / "train_hltmt.seed1.log").read()
+    assert "routing map fixed from the final stage-high gate: de->m0" in log
+    md = open(folder / "report" / "results.md").read()
+    assert "| mnmt | 12 |" in md and "| hltmt | 12 |" in md and "Routing map after stage 1: de->m0" in md
+
+
 def write_pair(folder, split, lang, en, xx):
     (folder / f"{split}.en-{lang}.en").write_text("".join(x + "\n" for x in en))
     (folder / f"{split}.en-{lang}.{lang}").write_text("".join(x + "\n" for x in xx))
