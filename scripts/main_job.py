@@ -5,8 +5,9 @@
     python scripts/main_job.py --size full       # the benchmark: all data, 3 seeds
 
 Steps: prepare (joint sentencepiece + binarize) -> for each seed: the plain fairseq
-``transformer`` MNMT baseline, HLT-MT stage high then stage all (two fairseq-train runs, the
-second from the first's checkpoint; or one run with ``--hltmt-schedule one-run``), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
+``transformer`` MNMT baseline, HLT-MT stage high then stage all (one fairseq-train run that
+switches stage at ``--high-stage-updates``; or two runs, the second from the first's
+checkpoint, with ``--hltmt-schedule two-run``), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
 per target language, no gate) -> decode all 20 directions of every system with beam 5 ->
 sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
 ``scripts/report.py``. All systems get the same data, batch size and number of updates.
@@ -281,10 +282,11 @@ def main(argv=None):
     p.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=None,
                    help="comma-separated seeds (default: the size's)")
     p.add_argument("--ls-mnmt", action="store_true", help="also train the LS-MNMT baseline")
-    p.add_argument("--hltmt-schedule", choices=["two-run", "one-run"], default="two-run",
-                   help="HLT-MT's stages as two fairseq-train runs (stage all restarts from stage high's "
-                        "checkpoint with a fresh optimizer and warm-up) or as one run that switches at "
-                        "--high-stage-updates (one optimizer state and learning-rate schedule)")
+    p.add_argument("--hltmt-schedule", choices=["one-run", "two-run"], default="one-run",
+                   help="HLT-MT's stages as one fairseq-train run that switches at --high-stage-updates (one "
+                        "optimizer state and learning-rate schedule; lower validation loss in "
+                        "docs/results/debmt10-full) or as two runs (stage all restarts from stage high's "
+                        "checkpoint with a fresh optimizer and warm-up)")
     p.add_argument("--gpu", action="store_true", help="train and decode on the GPU (default: CPU)")
     p.add_argument("--bf16", action="store_true", help="with --gpu: bf16 training")
     args = p.parse_args(argv)

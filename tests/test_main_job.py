@@ -15,7 +15,8 @@ PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     folder = tmp_path_factory.mktemp("job")
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
+                "--hltmt-schedule", "two-run"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return folder, done.stdout
 
@@ -44,16 +45,16 @@ def test_a_rerun_resumes_after_the_last_completed_step(job):
     os.remove(folder / ".done-report")
     os.remove(folder / "decode" / "hltmt" / "seed1" / "gu-en.gen")
     os.remove(folder / ".done-decode.seed1")
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
+                "--hltmt-schedule", "two-run"])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "step 2/6 train_mnmt.seed1: already done, skipped" in done.stdout
     assert "decode seed 1 [8/8] hltmt gu-en" in done.stdout and "[1/8]" not in done.stdout
 
 
 def test_one_run_schedule_trains_both_stages_in_one_fairseq_run(tmp_path):
-    folder = tmp_path / "job"
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
-                "--hltmt-schedule", "one-run"])
+    folder = tmp_path / "job"  # the default schedule
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for n, step in enumerate(["prepare", "train_mnmt.seed1", "train_hltmt.seed1", "decode.seed1", "report"], 1):
         assert f"step {n}/5 {step}" in done.stdout
