@@ -267,6 +267,9 @@ def training_bytes(args, system, samples):
     trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     frozen = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    criterion = LabelSmoothedCrossEntropyCriterion(system["task"], False, 0.1)
     peak = 0
     model.train()
     for i, sample in enumerate(samples):
@@ -280,8 +283,7 @@ def training_bytes(args, system, samples):
 
         model.set_num_updates(i)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
-            loss, _, _ = LabelSmoothedCrossEntropyCriterion(system["task"], False, 0.1)(model, for_model(system, sample))
+            loss, _, _ = criterion(model, for_model(system, sample))
         peak = max(peak, sum(seen.values()))
         del loss
     return 4 * trainable + frozen + peak

@@ -165,31 +165,29 @@ class Job:
                     *self.train_args(seed, s.high_updates + s.all_updates, save)],
                    os.path.join(self.logs, f"train_mnmt.seed{seed}.log"))
 
+    def train_hltmt(self, seed, log, updates, save, *stage):
+        """One fairseq-train run of HLT-MT (the pool over the high-resource languages)."""
+        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(),
+                    *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
+                    "--criterion", "hltmt_cross_entropy", *stage], os.path.join(self.logs, f"{log}.seed{seed}.log"))
+
     def train_hltmt_high(self, seed):
-        s = self.size
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, min(3, len(self.high))),
-                    *self.train_args(seed, s.high_updates, self.save_dir("hltmt", seed, "-high")),
-                    "--hlt-stage", "high", "--criterion", "hltmt_cross_entropy", "--disparity-weight", "1.0"],
-                   os.path.join(self.logs, f"train_hltmt_high.seed{seed}.log"))
+        self.train_hltmt(seed, "train_hltmt_high", self.size.high_updates, self.save_dir("hltmt", seed, "-high"),
+                         "--hlt-stage", "high", "--disparity-weight", "1.0")
 
     def train_hltmt_all(self, seed):
-        s = self.size
         stage1 = os.path.join(self.save_dir("hltmt", seed, "-high"), "checkpoint_last.pt")
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, min(3, len(self.high))),
-                    *self.train_args(seed, s.all_updates, self.save_dir("hltmt", seed)),
-                    "--hlt-stage", "all", "--criterion", "hltmt_cross_entropy", "--restore-file", stage1,
-                    "--reset-optimizer", "--reset-dataloader", "--reset-meters"],
-                   os.path.join(self.logs, f"train_hltmt_all.seed{seed}.log"))
+        self.train_hltmt(seed, "train_hltmt_all", self.size.all_updates, self.save_dir("hltmt", seed),
+                         "--hlt-stage", "all", "--restore-file", stage1,
+                         "--reset-optimizer", "--reset-dataloader", "--reset-meters")
 
     def train_hltmt_one_run(self, seed):
         """Both stages in one fairseq-train run (--high-stage-updates): one optimizer state and
         one learning-rate schedule across the switch, as the authors meant their schedule."""
         s = self.size
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(), *self.hltmt_args(self.high, min(3, len(self.high))),
-                    *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("hltmt", seed)),
-                    "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
-                    "--criterion", "hltmt_cross_entropy", "--disparity-weight", "1.0"],
-                   os.path.join(self.logs, f"train_hltmt.seed{seed}.log"))
+        self.train_hltmt(seed, "train_hltmt", s.high_updates + s.all_updates, self.save_dir("hltmt", seed),
+                         "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
+                         "--disparity-weight", "1.0")
 
     def train_lsmnmt(self, seed):
         s = self.size

@@ -91,6 +91,18 @@ def trained(data_bin, tmp_path_factory):
     return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
 
 
+def perturb(model, names, scale, seed=0, replace=False):
+    """Set (``replace``) or shift the parameters whose name contains one of ``names`` by
+    seeded noise, so that modules that start equal or at identity differ and routing mistakes
+    show."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if any(n in name for n in names):
+                noise = torch.randn(p.shape, generator=g) * scale
+                p.copy_(noise) if replace else p.add_(noise)
+
+
 def generate(task, model, sample, beam=5, max_len_b=12):
     """Beam search through the task's own generator, as fairseq-generate runs it."""
     import argparse

@@ -8,7 +8,7 @@ from torch import nn
 
 from fairseq import checkpoint_utils
 
-from conftest import assert_beam_equals_forward, build, generate, make_sample
+from conftest import assert_beam_equals_forward, build, generate, make_sample, perturb
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.adapters import (
     AdapterDecoderLayer, AdapterEncoderLayer, Bottleneck, InvertibleAdapter, bottleneck_parameters,
@@ -34,11 +34,7 @@ def mixed_sample(task, directions=DIRECTIONS, seed=0):
 
 def randomize_adapters(model, scale=0.3, seed=0):
     """Move every adapter away from identity, so that routing mistakes show."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "adapter" in name:
-                p.copy_(torch.randn(p.shape, generator=g) * scale)
+    perturb(model, ["adapter"], scale, seed, replace=True)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import torch
 
 from fairseq import checkpoint_utils
 
-from conftest import assert_beam_equals_forward, build, make_sample
+from conftest import assert_beam_equals_forward, build, make_sample, perturb
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.skills import SkillFFN, default_matrix, skill_report
 from test_adapters import MADX, mixed_sample, randomize_adapters
@@ -19,11 +19,7 @@ SKILLS = ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]
 
 def randomize_skills(model, scale=0.2, seed=0):
     """Move every skill away from the others (they start as copies of the dense layer)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ".skill_ffn." in name or ".self_attn.skills." in name:
-                p.add_(torch.randn(p.shape, generator=g) * scale)
+    perturb(model, [".skill_ffn.", ".self_attn.skills."], scale, seed)
 
 
 @pytest.fixture(scope="module")
