@@ -261,6 +261,16 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             raise HltmtConfigError("--ddp-backend fully_sharded is not supported with per-sentence routing; use "
                                    "legacy_ddp, or pytorch_ddp with --find-unused-parameters")
 
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                        prefix_allowed_tokens_fn=None):
+        """The parent's generator; also takes ``prefix_allowed_tokens_fn``, which fairseq's hub
+        interface (``from_pretrained(...).translate()``) passes and fairseq 0.12's
+        multilingual task does not accept (a constrained prefix is not supported here)."""
+        if prefix_allowed_tokens_fn is not None:
+            raise HltmtConfigError("prefix_allowed_tokens_fn is not supported by --task hltmt_translation")
+        return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
+                                       extra_gen_cls_kwargs=extra_gen_cls_kwargs)
+
     # ---- data ------------------------------------------------------------------------
     def has_sharded_data(self, split):
         stage_changed = (split == getattr(self.args, "train_subset", "train") and self.train_stage is not None
