@@ -12,13 +12,24 @@ another base or of other sizes. The model is rebuilt from the checkpoint's own o
 ``--data`` names the binarized data folder (for its dictionaries) if it has moved since
 training. ``import`` writes a new checkpoint whose ``--adapter-langs`` include the language
 (resume training from it with ``--reset-optimizer``).
+
+``import`` trusts nothing in the file: it takes only the language's own adapter tensors and
+token rows, with this model's names, shapes and dtype, finite and of plausible size, and
+refuses anything else with one line. Every file is written atomically (a temporary file in
+the same folder, fsync, rename), so ``--out`` may equal ``--path``: the checkpoint is either
+the old one or the whole new one, never a truncated one.
 """
 import argparse
 import os
 import sys
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+# fairseq's import-time noise (hydra, tensorboardX) says nothing about adapters
+warnings.filterwarnings("ignore", category=UserWarning)
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+warnings.filterwarnings("ignore", category=FutureWarning)
 
 import hltmt_plugin  # noqa: E402  (registers the task and model, safe loading, one-line errors)
 from hltmt_plugin.errors import HltmtInputError  # noqa: E402
@@ -51,7 +62,7 @@ def export(args):
 def import_(args):
     import torch
 
-    from hltmt_plugin.peft import import_language
+    from hltmt_plugin.peft import atomic_save, import_language
 
     model = load(args.path, args.data)
     lang = import_language(model, args.adapters)
@@ -65,9 +76,9 @@ def import_(args):
             cfg["adapter_langs"] = langs
         else:
             setattr(cfg, "adapter_langs", langs)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    torch.save(state, args.out)
-    print(f"imported {lang} into {args.out} (adapter languages {langs})")
+    atomic_save(state, args.out)  # never a partial file, also when --out is --path
+    same = os.path.abspath(args.out) == os.path.abspath(args.path)
+    print(f"imported {lang} into {args.out}{' (replacing it)' if same else ''} (adapter languages {langs})")
 
 
 def main(argv=None):

@@ -37,20 +37,29 @@ def free_port():
         return s.getsockname()[1]
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every option's default in --help."""
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
-        print("launch: error: put the fairseq-train arguments after --", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter,
+                                usage="%(prog)s [options] -- FAIRSEQ_TRAIN_ARGUMENTS")
     p.add_argument("--nproc", type=int, default=2, help="processes (ranks) on this machine")
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--node-rank", type=int, default=0)
-    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--nnodes", type=int, default=1, help="machines")
+    p.add_argument("--node-rank", type=int, default=0, help="this machine's index among --nnodes")
+    p.add_argument("--master-addr", default="127.0.0.1", help="address of the machine with node rank 0")
     p.add_argument("--master-port", type=int, default=0, help="default: a free port (single machine only)")
     p.add_argument("--gpu", action="store_true", help="NCCL, one GPU per local rank")
     p.add_argument("--log-dir", default=None, help="where rank{R}.log go (default: the --save-dir, or .)")
+    if "--" not in argv:
+        if any(a in ("-h", "--help") for a in argv):
+            p.print_help()
+            return 0
+        print("launch: error: put the fairseq-train arguments after --, e.g. scripts/launch.py --nproc 2 -- DATA "
+              "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)", file=sys.stderr)
+        return 2
+    split = argv.index("--")
     args = p.parse_args(argv[:split])
     train = argv[split + 1:]
     clash = [o for o in OWN if any(a == o or a.startswith(o + "=") for a in train)]

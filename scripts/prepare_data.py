@@ -8,8 +8,16 @@ shared dictionary (``dict.{lang}.txt`` for every language), ready for
 ``--task hltmt_translation --langs en,XX,...``.
 
     python scripts/prepare_data.py --out runs/data --langs de,fr,gu --max-train 2000
+
+With ``--spm-model M --dict D`` (e.g. XLM-R's ``sentencepiece.bpe.model`` and ``dict.txt``)
+no sentencepiece model is trained: every split is encoded with M and binarized with the
+fixed dictionary D, so token ids are those of the pretrained model (the task appends the
+language tokens ``__xx__`` to the dictionary when it loads it). The binarized folder records a
+fingerprint of its dictionaries (``bin/dict_fingerprint.json``, sha256 of every
+``dict.*.txt``), so a dictionary changed after binarization can be refused.
 """
 import argparse
+import importlib.util
 import os
 import random
 import shutil
@@ -25,6 +33,74 @@ SPLITS = ["train", "valid", "test"]
 
 class DataError(Exception):
     pass
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The module docstring as written, and every option's default in --help."""
+
+
+def load_fingerprint_module():
+    """hltmt_plugin/data_fingerprint.py, loaded by path: importing the package would import
+    fairseq and the whole plugin, which this script does not need."""
+    path = os.path.join(ROOT, "hltmt_plugin", "data_fingerprint.py")
+    spec = importlib.util.spec_from_file_location("hltmt_plugin_data_fingerprint", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def check_options(args):
+    """Numbers that cannot work, before any data is read."""
+    for name, value, low in (("--vocab-size", args.vocab_size, 1), ("--workers", args.workers, 1),
+                             ("--max-train", args.max_train, 1), ("--max-valid", args.max_valid, 1),
+                             ("--max-test", args.max_test, 1), ("--max-words", args.max_words, 1),
+                             ("--max-eval-pieces", args.max_eval_pieces, 1)):
+        if value is not None and value < low:
+            raise DataError(f"{name} must be at least {low}, got {value}")
+    if args.dict and not args.spm_model:
+        raise DataError("--dict needs --spm-model: the sentencepiece model the dictionary was made for")
+    for option, path in (("--spm-model", args.spm_model), ("--dict", args.dict)):
+        if path and not os.path.isfile(path):
+            raise DataError(f"{option} {path} does not exist")
+
+
+def check_writable(out):
+    """Create the output folder and prove it writable, before hours of work go into it."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        probe = os.path.join(out, f".write-test-{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok\n")
+        os.remove(probe)
+    except OSError as error:
+        raise DataError(f"cannot write to --out {out}: {error.strerror or error}") from None
+
+
+def read_fairseq_dict(path):
+    """The symbols of a fairseq dictionary file (``SYMBOL COUNT`` per line, as fairseq reads
+    it); a malformed file is a DataError naming the line."""
+    symbols, seen = [], set()
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                line = line.rstrip("\n")
+                if not line.strip():
+                    continue
+                overwrite = line.endswith(" #fairseq:overwrite")
+                if overwrite:
+                    line = line[: -len(" #fairseq:overwrite")]
+                symbol, _, count = line.rpartition(" ")
+                if not symbol or not count.lstrip("-").isdigit():
+                    raise DataError(f"--dict {path} line {n} is not 'SYMBOL COUNT' (a fairseq dictionary)")
+                if symbol in seen and not overwrite:
+                    raise DataError(f"--dict {path} line {n} repeats the symbol {symbol!r}")
+                seen.add(symbol)
+                symbols.append(symbol)
+    except UnicodeDecodeError as error:
+        raise DataError(f"--dict {path} is not valid UTF-8: {error}") from None
+    if not symbols:
+        raise DataError(f"--dict {path} is empty")
+    return symbols
 
 
 def log(msg):
@@ -71,18 +147,32 @@ def drop_unusable(en, xx, max_words):
     return [e for e, _ in keep], [x for _, x in keep], len(en) - len(keep)
 
 
-def train_spm(texts, prefix, vocab_size, seed):
+def nproc():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def train_spm(texts, prefix, vocab_size, seed, threads=2):
     import sentencepiece as spm
 
     random.Random(seed).shuffle(texts)
+    chars = {c for t in texts for c in t if not c.isspace()}
+    if vocab_size <= len(chars) + 1:  # one piece per character, the word-boundary piece and <unk>
+        raise DataError(f"--vocab-size {vocab_size} is too small for this text: it has {len(chars)} distinct "
+                        f"characters and sentencepiece needs a piece for each; use --vocab-size "
+                        f"{max(len(chars) + 2, 100)} or more")
     with open(prefix + ".input.txt", "w", encoding="utf-8") as f:
         f.writelines(t + "\n" for t in texts if t.strip())
-    spm.SentencePieceTrainer.train(
-        input=prefix + ".input.txt", model_prefix=prefix, vocab_size=vocab_size,
-        character_coverage=1.0, model_type="unigram", input_sentence_size=2_000_000,
-        shuffle_input_sentence=True, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
-        hard_vocab_limit=False, num_threads=2, minloglevel=2, seed_sentencepiece_size=200_000)
-    os.remove(prefix + ".input.txt")
+    try:
+        spm.SentencePieceTrainer.train(
+            input=prefix + ".input.txt", model_prefix=prefix, vocab_size=vocab_size,
+            character_coverage=1.0, model_type="unigram", input_sentence_size=2_000_000,
+            shuffle_input_sentence=True, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
+            hard_vocab_limit=False, num_threads=threads, minloglevel=2, seed_sentencepiece_size=200_000)
+    except RuntimeError as error:  # sentencepiece's own checks: one line, the first of its message
+        raise DataError(f"sentencepiece could not train a {vocab_size}-piece model on this text: "
+                        f"{str(error).strip().splitlines()[0]}") from None
+    finally:
+        os.remove(prefix + ".input.txt")
     return spm.SentencePieceProcessor(model_file=prefix + ".model")
 
 
@@ -97,8 +187,8 @@ def write_dict(sp, path):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (default: DebMT-10)")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
     p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
     p.add_argument("--langs", default=",".join(WMT10_LANGS), help="non-English languages, comma-separated")
     p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair")
@@ -107,17 +197,23 @@ def main(argv=None):
     p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
     p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
-    p.add_argument("--spm-model", default=None, help="reuse this sentencepiece model instead of training one")
+    p.add_argument("--spm-model", default=None, help="reuse this sentencepiece model instead of training one "
+                                                     "(e.g. XLM-R's sentencepiece.bpe.model)")
+    p.add_argument("--dict", default=None, help="with --spm-model: binarize with this fixed fairseq dictionary "
+                                                "(e.g. XLM-R's dict.txt) instead of one made from the model's pieces")
     p.add_argument("--max-words", type=int, default=250,
                    help="training pairs with a side longer than this (or empty) are dropped")
     p.add_argument("--max-eval-pieces", type=int, default=1000,
                    help="a valid/test line longer than this many pieces is an error (the models take 1024)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1, help="seed of the sentencepiece input shuffle")
+    p.add_argument("--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (default: the cores)")
+    p.add_argument("--threads", type=int, default=nproc(), help="sentencepiece training threads (default: the cores)")
     args = p.parse_args(argv)
 
     langs = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
     try:
+        check_options(args)
+        check_writable(args.out)
         if not langs:
             raise DataError("--langs is empty")
         if "en" in langs:
@@ -150,21 +246,38 @@ def main(argv=None):
 
     spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
     tmp_bin = bin_dir + ".partial"
-    os.makedirs(spm_dir, exist_ok=True)
     t0 = time.time()
-    if args.spm_model:
-        import sentencepiece as spm
+    try:
+        check_writable(spm_dir)
+        if args.spm_model:
+            import sentencepiece as spm
 
-        if not os.path.isfile(args.spm_model):
-            print(f"prepare_data: error: --spm-model {args.spm_model} does not exist", file=sys.stderr)
-            return 2
-        shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
-        sp = spm.SentencePieceProcessor(model_file=args.spm_model)
-    else:
-        texts = [t for lang in langs for side in data[("train", lang)] for t in side]
-        log(f"training a {args.vocab_size}-piece sentencepiece model on {len(texts)} lines")
-        sp = train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed)
-    write_dict(sp, os.path.join(spm_dir, "dict.txt"))
+            try:
+                sp = spm.SentencePieceProcessor(model_file=args.spm_model)
+            except (RuntimeError, OSError) as error:
+                raise DataError(f"--spm-model {args.spm_model} is not a sentencepiece model "
+                                f"({str(error).strip().splitlines()[0] if str(error).strip() else error})") from None
+            shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
+        else:
+            texts = [t for lang in langs for side in data[("train", lang)] for t in side]
+            log(f"training a {args.vocab_size}-piece sentencepiece model on {len(texts)} lines")
+            sp = train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed, max(1, args.threads))
+        if args.dict:
+            symbols = set(read_fairseq_dict(args.dict))
+            shutil.copy(args.dict, os.path.join(spm_dir, "dict.txt"))
+            pieces = [p for lang in langs for side in data[("train", lang)] for line in side[:2000]
+                      for p in sp.encode(line, out_type=str)]
+            unknown = sum(p not in symbols for p in pieces) / max(1, len(pieces))
+            if unknown > 0.5:
+                raise DataError(f"--dict {args.dict} does not belong to --spm-model {args.spm_model}: "
+                                f"{100 * unknown:.0f}% of the training pieces are not in it")
+            log(f"fixed dictionary {args.dict}: {len(symbols)} symbols; {100 * unknown:.2f}% of the training "
+                "pieces are not in it (they become <unk>)")
+        else:
+            write_dict(sp, os.path.join(spm_dir, "dict.txt"))
+    except DataError as error:
+        print(f"prepare_data: error: {error}", file=sys.stderr)
+        return 2
 
     for i, ((split, lang), (en, xx)) in enumerate(data.items(), 1):
         log(f"[{i}/{len(data)}] encoding {split} en-{lang} ({len(en)} lines)")
@@ -191,6 +304,7 @@ def main(argv=None):
                "--tgtdict", os.path.join(spm_dir, "dict.txt"), "--workers", str(args.workers)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
+            shutil.rmtree(tmp_bin, ignore_errors=True)
             print(done.stdout[-3000:] + done.stderr[-3000:], file=sys.stderr)
             print(f"prepare_data: error: fairseq-preprocess failed for en-{lang}", file=sys.stderr)
             return 1
@@ -198,6 +312,7 @@ def main(argv=None):
         shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))
     with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
         f.write("\n".join(["en"] + langs) + "\n")
+    load_fingerprint_module().write_fingerprint(tmp_bin)  # refuse training on a dictionary changed later
     shutil.rmtree(bin_dir, ignore_errors=True)
     os.replace(tmp_bin, bin_dir)  # the folder appears only once it is complete
     log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")

@@ -1,0 +1,95 @@
+"""A fingerprint of the dictionaries of a binarized data folder.
+
+Binarized data (``*.bin`` / ``*.idx``) holds token ids, and the ids mean something only with
+the ``dict.*.txt`` they were made with: a dictionary edited after binarization (one line
+removed, two lines swapped) shifts every id after the change, and fairseq trains on it
+without a word. ``scripts/prepare_data.py`` therefore writes ``dict_fingerprint.json`` into
+the folder it binarizes, next to the dictionaries:
+
+    {"format": "hltmt_plugin.dict_fingerprint", "version": 1,
+     "dicts": {"dict.de.txt": "<sha256 of the file's bytes>", "dict.en.txt": "...", ...}}
+
+``dictionary_fingerprint(folder)`` computes the ``dicts`` part from the files as they are
+now; ``check_dictionaries(folder)`` compares it with the recorded one and returns the
+differences (an empty list when they agree, or when the folder records no fingerprint), so a
+task or a script can refuse to train on a changed dictionary.
+"""
+import hashlib
+import json
+import os
+from typing import Dict, List, Optional
+
+FINGERPRINT_FILE = "dict_fingerprint.json"
+FORMAT = "hltmt_plugin.dict_fingerprint"
+VERSION = 1
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def dictionary_fingerprint(folder: str) -> Dict[str, str]:
+    """sha256 of every ``dict.*.txt`` in ``folder`` (file name -> hex digest), sorted by name."""
+    names = sorted(n for n in os.listdir(folder)
+                   if n.startswith("dict.") and n.endswith(".txt") and os.path.isfile(os.path.join(folder, n)))
+    return {name: _sha256(os.path.join(folder, name)) for name in names}
+
+
+def write_fingerprint(folder: str) -> Dict[str, object]:
+    """Record the dictionaries of ``folder`` in ``folder/dict_fingerprint.json`` (written
+    atomically); returns what was written."""
+    record = {"format": FORMAT, "version": VERSION, "dicts": dictionary_fingerprint(folder)}
+    path = os.path.join(folder, FINGERPRINT_FILE)
+    tmp = path + f".tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return record
+
+
+def read_fingerprint(folder: str) -> Optional[Dict[str, str]]:
+    """The recorded ``dicts`` of ``folder``, or None when it records none. A file that is not
+    a fingerprint written here raises ValueError naming it."""
+    path = os.path.join(folder, FINGERPRINT_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not readable JSON ({error})") from None
+    dicts = record.get("dicts") if isinstance(record, dict) else None
+    if (not isinstance(record, dict) or record.get("format") != FORMAT or record.get("version") != VERSION
+            or not isinstance(dicts, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in dicts.items())):
+        raise ValueError(f"{path} is not a dictionary fingerprint (format {FORMAT} version {VERSION})")
+    return dicts
+
+
+def check_dictionaries(folder: str) -> List[str]:
+    """Differences between the dictionaries of ``folder`` and its recorded fingerprint, one
+    phrase each (``dict.de.txt changed since the data was binarized``, ``dict.ro.txt is
+    missing``); empty when they agree or nothing is recorded. A dictionary added later is not
+    a difference: no binarized file was made with it."""
+    recorded = read_fingerprint(folder)
+    if recorded is None:
+        return []
+    now = dictionary_fingerprint(folder)
+    problems = []
+    for name in sorted(recorded):
+        if name not in now:
+            problems.append(f"{name} is missing")
+        elif now[name] != recorded[name]:
+            problems.append(f"{name} changed since the data was binarized")
+    return problems
