@@ -1,0 +1,427 @@
+"""One loaded model, any direction: translate mixed-direction input with an HLT-MT checkpoint.
+
+::
+
+    from hltmt_plugin.hub import HltmtTranslator
+    mt = HltmtTranslator.load("ckpt/checkpoint_best.pt", spm="runs/data/spm/spm.model")
+    mt.translate(["The file is open."], src="en", tgt="de")
+    mt.translate_batch([("en", "de", "The file is open."), ("gu", "en", "...")], beam=5)
+    mt.translate_batch(items, details=True)[0].routing      # {'slp': 'm1', ...}
+
+The checkpoint gives everything it stores: the task's options (``--langs``, ``--lang-pairs``,
+``--encoder-langtok`` ...), the model's (pool, adapters, skills) and the data folder whose
+``dict.*.txt`` it was trained with (``data=`` overrides a folder that has moved). The
+sentencepiece model is not in the checkpoint: give it once (``spm=``) or keep it where
+``scripts/prepare_data.py`` writes it (``DATA/../spm/spm.model``), in the data folder or beside
+the checkpoint.
+
+Every sentence carries its own direction. Batches are built the way the task builds
+``fairseq-generate``'s: the sentencepiece pieces of the line, binarized with the shared
+dictionary plus end of sentence, the target-language token that ``--encoder-langtok tgt``
+prepends (the task's data manager), each row's source-language id (``--enable-lang-ids``,
+which the adapters and skills read; other models ignore it), collated by fairseq's
+``LanguagePairDataset`` (left-padded sources). Sentences of all directions are sorted by
+length and batched by tokens together; results come back in input order. Beam search is the
+task's own generator and ``inference_step``, so a sentence gets the translation
+``fairseq-generate`` gives it for the same checkpoint, direction and beam.
+
+A sentence that cannot be translated (unknown language, a direction the model cannot serve,
+an empty line, a line longer than the model's source positions: refused, not cut) is
+reported with its line number; the others are still translated.
+"""
+import logging
+import math
+import os
+from argparse import Namespace
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+logger = logging.getLogger(__name__)
+
+TASK_NAME, MODEL_NAME = "hltmt_translation", "hltmt_transformer"
+SPM_NAMES = ("spm.model", "sentencepiece.bpe.model")
+
+
+class TranslationErrors(HltmtInputError):
+    """Some sentences of a call could not be translated; ``results`` holds every sentence's
+    result in input order (``None``, or a :class:`Translation` with ``error``, for those)."""
+
+    def __init__(self, message: str, results: list, failed: List["Translation"]):
+        super().__init__(message)
+        self.results, self.failed = results, failed
+
+
+@dataclass
+class Translation:
+    """One sentence's result. ``line`` is its 1-based position in the input."""
+    line: int
+    src: str
+    tgt: str
+    source: str
+    text: Optional[str] = None  # the detokenized translation; None if it failed
+    score: Optional[float] = None  # fairseq's hypothesis score in base 2, as fairseq-generate's H-/D- lines print it
+    tokens: Optional[int] = None  # pieces of the translation, end of sentence included
+    routing: Optional[Dict[str, object]] = None
+    error: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, object]:
+        """For JSON: every field; ``error`` only on a failed sentence."""
+        out = asdict(self)
+        if out["error"] is None:
+            del out["error"]
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# The one place that knows the model's insides. The rest of this module uses the task's
+# public helpers and fairseq's generator only.
+
+
+def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
+    """How ``model`` routes a sentence ``src -> tgt``, or :class:`HltmtInputError` naming why
+    it cannot serve that direction.
+
+    Returns ``{"slp": "m<k>" | "universal", "adapters": {...}, "skills": {...}}`` (the last two
+    only when the model has adapters / skills). Relies on: ``model.routing_map()`` (high-resource
+    language -> pool module) and ``model.high_resource_langs``; ``model.encoder.adapter_plan``
+    (``.cfg`` flags ``language_adapters``, ``shared_adapters``, ``decoder_adapters``,
+    ``invertible_adapters``; ``.adapter_langs``); ``model.encoder.skill_plan`` (``.cfg`` flags
+    ``skill_ffn``, ``skill_attention``; ``.matrix.directions`` "src-tgt" -> skills).
+    """
+    routing: Dict[str, object] = {}
+    mapping = model.routing_map()
+    routing["slp"] = f"m{int(mapping[tgt])}" if tgt in mapping else "universal"
+
+    plan = getattr(model.encoder, "adapter_plan", None)
+    if plan is not None:
+        cfg, have = plan.cfg, list(plan.adapter_langs)
+        by_source = cfg.language_adapters or cfg.invertible_adapters
+        by_target = (cfg.language_adapters and cfg.decoder_adapters) or cfg.invertible_adapters
+        for lang, needed, side in ((src, by_source, "source"), (tgt, by_target, "target")):
+            if needed and lang not in have:
+                raise HltmtInputError(
+                    f"direction {src}-{tgt}: the model has no adapters for {side} language {lang} (adapters exist "
+                    f"for {','.join(have)}); train or import them (scripts/adapters.py)")
+        routing["adapters"] = {"encoder": src if by_source else None, "decoder": tgt if by_target else None,
+                               "shared": bool(cfg.shared_adapters)}
+
+    skills = getattr(model.encoder, "skill_plan", None)
+    if skills is not None:
+        active = skills.matrix.directions.get(f"{src}-{tgt}")
+        if skills.cfg.skill_ffn and active is None:
+            raise HltmtInputError(f"direction {src}-{tgt} is not in the model's skill matrix (it names "
+                                  f"{len(skills.matrix.directions)} directions): add it to the --skill-matrix file")
+        routing["skills"] = {"ffn": list(active) if skills.cfg.skill_ffn else None,
+                             "attention": src if skills.cfg.skill_attention else None}
+    return routing
+
+
+# ---------------------------------------------------------------------------------------
+# loading
+
+
+def _stored(cfg, section: str, name: str, default=None):
+    part = cfg.get(section) if hasattr(cfg, "get") else getattr(cfg, section, None)
+    if part is None:
+        return default
+    return part.get(name, default) if hasattr(part, "get") and not isinstance(part, Namespace) else getattr(
+        part, name, default)
+
+
+def _find_spm(spm: Optional[str], data: str, checkpoint: str, stored: Optional[str]) -> str:
+    if spm:
+        if not os.path.isfile(spm):
+            raise HltmtConfigError(f"sentencepiece model {spm} does not exist")
+        return spm
+    data = data.split(os.pathsep)[0]
+    places = ([stored] if stored else []) + [
+        os.path.join(os.path.dirname(os.path.abspath(data)), "spm", "spm.model"),  # scripts/prepare_data.py
+        *(os.path.join(data, n) for n in SPM_NAMES),
+        *(os.path.join(os.path.dirname(os.path.abspath(checkpoint)), n) for n in SPM_NAMES)]
+    for path in places:
+        if os.path.isfile(path):
+            return path
+    raise HltmtConfigError(f"no sentencepiece model found (looked for {', '.join(places)}): give it with "
+                           "spm=PATH / --spm PATH (scripts/prepare_data.py writes OUT/spm/spm.model)")
+
+
+def _read_checkpoint(path: str, data: Optional[str]):
+    """The checkpoint's state with its stored options, checked and with ``data`` set."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    if not os.path.isfile(path):
+        raise HltmtInputError(f"checkpoint {path} does not exist")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or state.get("cfg") is None:
+        raise HltmtInputError(f"{path} is not a fairseq checkpoint (no model weights and options in it)")
+    cfg = state["cfg"]
+    task_name = _stored(cfg, "task", "_name") or _stored(cfg, "task", "task")
+    arch = _stored(cfg, "model", "arch") or _stored(cfg, "model", "_name")
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
+    if task_name != TASK_NAME or model_name != MODEL_NAME:
+        raise HltmtInputError(
+            f"checkpoint {path} holds a {arch or 'unknown'} model of task {task_name or 'unknown'}, not the plugin's "
+            f"{MODEL_NAME} (--task {TASK_NAME} --arch hltmt_transformer*); translate it with fairseq-generate / "
+            "fairseq-interactive -s SRC -t TGT")
+    for option in ("decoder_langtok", "lang_tok_replacing_bos_eos"):
+        if _stored(cfg, "task", option):
+            raise HltmtConfigError(f"checkpoint {path} was trained with --{option.replace('_', '-')}, which puts the "
+                                   "language on the target side; hltmt_plugin.hub serves --encoder-langtok tgt models")
+    stored_data = _stored(cfg, "task", "data")
+    folder = data or stored_data
+    first = str(folder or "").split(os.pathsep)[0]
+    if not first or not os.path.isdir(first):
+        raise HltmtConfigError(
+            f"the data folder {'given' if data else 'stored in the checkpoint'} ({first or 'none'}) does not exist: "
+            "give data=DIR / --data DIR, the binarized folder with the dict.*.txt the model was trained with")
+    overrides = {"data": folder, "distributed_world_size": 1, "enable_lang_ids": True}
+    overwrite_args_by_name(cfg, overrides)
+    if state.get("args") is not None:  # a legacy checkpoint: fairseq rebuilds cfg from these
+        for key, value in overrides.items():
+            setattr(state["args"], key, value)
+    return state, folder
+
+
+class HltmtTranslator:
+    """A loaded HLT-MT checkpoint that translates any of its directions, mixed in one call."""
+
+    def __init__(self, task, model, cfg, bpe, device, max_tokens: int = 4000, max_sentences: Optional[int] = None,
+                 checkpoint: str = "", spm: str = ""):
+        self.task, self.model, self.cfg, self.bpe, self.device = task, model, cfg, bpe, device
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.checkpoint, self.spm = checkpoint, spm
+        self.dictionary = task.source_dictionary
+        self.langs = list(task.langs)
+        from fairseq import utils
+
+        self.max_source_positions, self.max_target_positions = utils.resolve_max_positions(
+            task.max_positions(), model.max_positions())
+        self._generators: Dict[Tuple, object] = {}
+        self._routes: Dict[Tuple[str, str], Dict[str, object]] = {}
+        # The task knows a dictionary per language of its training pairs; all are the one shared
+        # dictionary (the task asserts it). Languages of --langs outside those pairs (served by
+        # imported adapters or the skill matrix) get it too, so the data manager finds their tokens.
+        for lang in self.langs:
+            task.data_manager.dicts.setdefault(lang, self.dictionary)
+
+    @classmethod
+    def load(cls, checkpoint: str, spm: Optional[str] = None, data: Optional[str] = None,
+             device: Optional[str] = None, fp16: bool = False, max_tokens: int = 4000,
+             max_sentences: Optional[int] = None) -> "HltmtTranslator":
+        """Load ``checkpoint`` once.
+
+        Args:
+            checkpoint: a checkpoint written by fairseq-train for ``--arch hltmt_transformer*``.
+            spm: the sentencepiece model of the data (default: found, see the module docstring).
+            data: the binarized data folder (default: the one stored in the checkpoint).
+            device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ... (default: cuda if available).
+            fp16: run the model in half precision (GPU).
+            max_tokens / max_sentences: batch size limits (source tokens / sentences per batch).
+        """
+        from fairseq import checkpoint_utils
+        from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
+
+        state, folder = _read_checkpoint(checkpoint, data)
+        spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
+        model = models[0]
+        if not hasattr(model, "routing_map"):
+            raise HltmtInputError(f"checkpoint {checkpoint} did not build the plugin's {MODEL_NAME} model")
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
+        if fp16:
+            model.half()
+        model.to(device)
+        bpe = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=spm_path))
+        logger.info(f"loaded {checkpoint} ({len(task.langs)} languages: {','.join(task.langs)}; data {folder}; "
+                    f"sentencepiece {spm_path}; {device})")
+        return cls(task, model, cfg, bpe, device, max_tokens=max_tokens, max_sentences=max_sentences,
+                   checkpoint=checkpoint, spm=spm_path)
+
+    # ---- routing and input checks ------------------------------------------------------
+    def routing(self, src: str, tgt: str) -> Dict[str, object]:
+        """How the model routes ``src -> tgt`` (see :func:`_routing_of`); an error if it cannot."""
+        unknown = [lang for lang in (src, tgt) if lang not in self.langs]
+        if unknown:
+            raise HltmtInputError(f"unknown language {unknown[0]!r} (this model knows {','.join(self.langs)})")
+        key = (src, tgt)
+        if key not in self._routes:
+            try:
+                self._routes[key] = _routing_of(self.model, self.task, src, tgt)
+            except HltmtInputError as error:
+                self._routes[key] = error
+        found = self._routes[key]
+        if isinstance(found, Exception):
+            raise found
+        return dict(found)
+
+    def encode(self, text: str) -> torch.Tensor:
+        """The binarized pieces of ``text`` with end of sentence (as the test sets are)."""
+        return self.dictionary.encode_line(self.bpe.encode(text), add_if_not_exist=False, append_eos=True).long()
+
+    def _prepare(self, src: str, tgt: str, text: str) -> Tuple[torch.Tensor, Dict[str, object]]:
+        if not isinstance(text, str):
+            raise HltmtInputError(f"expected text, got {type(text).__name__}")
+        routing = self.routing(src, tgt)
+        if not text.strip():
+            raise HltmtInputError("empty line: nothing to translate")
+        tokens = self.encode(text)
+        length = tokens.numel() + 1  # with the target-language token
+        if length > self.max_source_positions:
+            raise HltmtInputError(
+                f"{length} tokens (pieces, language token and end of sentence), more than the model's "
+                f"{self.max_source_positions} source positions: split the line into sentences")
+        return tokens, routing
+
+    # ---- batching ----------------------------------------------------------------------
+    def _datasets(self, prepared: Sequence[Tuple[int, str, str, torch.Tensor]]):
+        """One fairseq LanguagePairDataset per direction, built as the task's data manager
+        builds its test sets; returns [(global index, dataset, index in it)]."""
+        from fairseq.data import LanguagePairDataset, ListDataset
+
+        args, dm = self.task.args, self.task.data_manager
+        spec = args.langtoks["main"][0]
+        by_direction: Dict[Tuple[str, str], List[Tuple[int, torch.Tensor]]] = {}
+        for index, src, tgt, tokens in prepared:
+            by_direction.setdefault((src, tgt), []).append((index, tokens))
+        entries = []
+        for (src, tgt), rows in by_direction.items():
+            tokens = [t for _, t in rows]
+            source = dm.src_dataset_tranform_func(src, tgt, ListDataset(tokens, np.array([t.numel() for t in tokens])),
+                                                  spec)
+            dataset = LanguagePairDataset(source, source.sizes, self.dictionary,
+                                          left_pad_source=args.left_pad_source, left_pad_target=args.left_pad_target,
+                                          src_lang_id=dm.lang_dict.index(src), tgt_lang_id=dm.lang_dict.index(tgt))
+            entries.extend((index, dataset, j) for j, (index, _) in enumerate(rows))
+        return entries
+
+    def _batches(self, entries, max_tokens, max_sentences) -> Iterable[dict]:
+        """Sorted by source length, batched by tokens, collated by fairseq."""
+        from fairseq.data import data_utils
+
+        sizes = np.array([dataset.src_sizes[j] for _, dataset, j in entries], dtype=np.int64)
+        order = np.argsort(sizes, kind="mergesort")
+        for batch in data_utils.batch_by_size(order, num_tokens_fn=None, num_tokens_vec=sizes[order],
+                                              max_tokens=max_tokens, max_sentences=max_sentences):
+            samples = []
+            for k in batch:
+                index, dataset, j = entries[k]
+                samples.append(dict(dataset[j], id=index))
+            yield entries[batch[0]][1].collater(samples)
+
+    def generator(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200):
+        key = (beam, lenpen, max_len)
+        if key not in self._generators:
+            from fairseq.dataclass.configs import GenerationConfig
+
+            args = GenerationConfig(beam=beam, lenpen=lenpen, max_len_a=0, max_len_b=max_len)
+            self._generators[key] = self.task.build_generator([self.model], args)
+        return self._generators[key]
+
+    # ---- translation -------------------------------------------------------------------
+    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
+        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
+        if isinstance(texts, str):
+            texts = [texts]
+        return self.translate_batch([(src, tgt, text) for text in texts], **kwargs)
+
+    def translate_batch(self, items: Sequence[Tuple[str, str, str]], beam: int = 5, lenpen: float = 1.0,
+                        max_len: int = 200, details: bool = False, errors: str = "raise",
+                        max_tokens: Optional[int] = None, max_sentences: Optional[int] = None,
+                        first_line: int = 1, progress: Optional[Callable[[int], None]] = None) -> list:
+        """Translate ``(src, tgt, text)`` items of any directions together, in input order.
+
+        Args:
+            beam: beam size; lenpen: length penalty; max_len: the most tokens of a translation
+                (fairseq's ``--max-len-b`` with ``--max-len-a 0``).
+            details: return :class:`Translation` objects (text, score, routing, error) instead
+                of strings.
+            errors: ``"raise"``: if any sentence fails, raise :class:`TranslationErrors` (one
+                line naming the failed lines; the others are translated and in ``.results``);
+                ``"keep"``: return them as ``None`` (or a Translation with ``error``).
+            first_line: the line number of the first item, for messages.
+            progress: called with the number of sentences finished after each batch.
+        """
+        if errors not in ("raise", "keep"):
+            raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r}")
+        results: List[Translation] = []
+        prepared = []
+        for i, item in enumerate(items):
+            line = first_line + i
+            try:
+                if not (isinstance(item, (tuple, list)) and len(item) == 3):
+                    raise HltmtInputError(f"expected (src, tgt, text), got {item!r:.80}")
+                src, tgt, text = item
+                results.append(Translation(line, src, tgt, text))
+                tokens, routing = self._prepare(src, tgt, text)
+                results[-1].routing = routing
+                prepared.append((i, src, tgt, tokens))
+            except HltmtInputError as error:
+                if len(results) == i:
+                    results.append(Translation(line, "", "", ""))
+                results[-1].error = str(error)
+        failed_early = len(items) - len(prepared)
+        if progress is not None and failed_early:
+            progress(failed_early)
+        if prepared:
+            generator = self.generator(beam, lenpen, max_len)
+            entries = self._datasets(prepared)
+            for sample in self._batches(entries, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
+                self._run(generator, sample, results, entries)
+                if progress is not None:
+                    progress(len(sample["id"]))
+        failed = [r for r in results if r.error is not None]
+        if details:
+            out = results
+        else:
+            out = [r.text for r in results]
+        if failed and errors == "raise":
+            shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
+            more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+            raise TranslationErrors(f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}",
+                                    out, failed)
+        return out
+
+    def _run(self, generator, sample, results: List[Translation], entries) -> None:
+        """Beam search on one batch; if the model refuses the batch, each sentence alone, so
+        that only the sentences at fault fail."""
+        from fairseq import utils
+
+        try:
+            with torch.no_grad():
+                hypos = self.task.inference_step(generator, [self.model], utils.move_to_cuda(
+                    sample, self.device) if self.device.type == "cuda" else sample)
+        except HltmtInputError as error:
+            ids = sample["id"].tolist()
+            if len(ids) == 1:
+                results[ids[0]].error = str(error)
+                return
+            by_index = {index: (dataset, j) for index, dataset, j in entries}
+            for index in ids:
+                dataset, j = by_index[index]
+                self._run(generator, dataset.collater([dict(dataset[j], id=index)]), results, entries)
+            return
+        strip = getattr(generator, "symbols_to_strip_from_output", {generator.eos})
+        for index, nbest in zip(sample["id"].tolist(), hypos):
+            best = nbest[0]
+            result = results[index]
+            result.text = self.bpe.decode(self.task.target_dictionary.string(
+                best["tokens"].int().cpu(), extra_symbols_to_ignore=strip))
+            result.score = float(best["score"]) / math.log(2)
+            result.tokens = int(best["tokens"].numel())
+
+
+def load(checkpoint: str, spm: Optional[str] = None, **kwargs) -> HltmtTranslator:
+    """Shorthand for :meth:`HltmtTranslator.load`."""
+    return HltmtTranslator.load(checkpoint, spm=spm, **kwargs)
+
+
+__all__ = ["HltmtTranslator", "Translation", "TranslationErrors", "load"]
