@@ -97,3 +97,58 @@ def test_missing_sentencepiece_model(raw, tmp_path):
     done = prepare(raw, tmp_path / "out", "--spm-model", str(tmp_path / "none.model"))
     assert_clear(done, "--spm-model", prefix="prepare_data: error:")
     assert not (tmp_path / "out" / "bin").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--vocab-size", "10"], "--vocab-size 10 is too small for this text: it has"),
+    (["--workers", "0"], "--workers must be at least 1, got 0"),
+    (["--max-train", "0"], "--max-train must be at least 1, got 0"),
+    (["--dict", "dict.txt"], "--dict needs --spm-model"),
+])
+def test_unusable_prepare_options_are_one_line(raw, tmp_path, extra, message):
+    done = prepare(raw, tmp_path / "out", *extra)
+    assert_clear(done, message, prefix="prepare_data: error:")
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+def test_an_unwritable_output_folder_is_one_line_before_any_work(raw, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    done = prepare(raw, blocker / "out")
+    assert_clear(done, f"cannot write to --out {blocker / 'out'}: Not a directory", prefix="prepare_data: error:")
+    assert "training a" not in done.stdout  # refused before the sentencepiece model
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+    """A sentencepiece model of the raw fixture's text."""
+    import sentencepiece as spm
+
+    folder = tmp_path_factory.mktemp("spm")
+    (folder / "text.txt").write_text("".join(f"the file number {i} is open\ndie Datei Nummer {i} ist offen\n"
+                                             for i in range(40)), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(folder / "text.txt"), model_prefix=str(folder / "m"), vocab_size=40,
+                                   hard_vocab_limit=False,
+                                   character_coverage=1.0, minloglevel=2, num_threads=1)
+    return str(folder / "m.model")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("▁the 5\nno-count-here\n", "line 2 is not 'SYMBOL COUNT' (a fairseq dictionary)"),
+    ("▁the 5\n▁the 3\n", "line 2 repeats the symbol '▁the'"),
+    ("".join(f"▁other_model_piece_{i} 1\n" for i in range(50)), "does not belong to --spm-model"),
+    ("", "is empty"),
+])
+def test_a_fixed_dictionary_that_cannot_be_used_is_one_line(raw, tmp_path, spm_model, content, message):
+    path = tmp_path / "dict.txt"
+    path.write_text(content, encoding="utf-8")
+    done = prepare(raw, tmp_path / "out", "--spm-model", spm_model, "--dict", str(path))
+    assert_clear(done, message, prefix="prepare_data: error:")
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(raw, tmp_path):
+    fake = tmp_path / "fake.model"
+    fake.write_bytes(b"\x00not a model" * 10)
+    done = prepare(raw, tmp_path / "out", "--spm-model", str(fake))
+    assert_clear(done, "is not a sentencepiece model", prefix="prepare_data: error:")

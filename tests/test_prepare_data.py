@@ -1,0 +1,112 @@
+"""scripts/prepare_data.py through its command line: --help, the dictionary fingerprint it
+records with the binarized data, and binarizing with an existing sentencepiece model and a
+fixed dictionary (the XLM-R route)."""
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT, run
+from hltmt_plugin.data_fingerprint import FINGERPRINT_FILE, check_dictionaries, dictionary_fingerprint
+
+PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
+
+
+def write(folder, name, lines):
+    (folder / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("raw")
+    en = [f"the file number {i} is open and the window {i % 7} is closed" for i in range(60)]
+    de = [f"die Datei Nummer {i} ist offen und das Fenster {i % 7} ist zu" for i in range(60)]
+    fr = [f"le fichier numéro {i} est ouvert et la fenêtre {i % 7} est fermée" for i in range(60)]
+    for split in ("train", "valid", "test"):
+        for lang, lines in (("de", de), ("fr", fr)):
+            write(folder, f"{split}.en-{lang}.en", en)
+            write(folder, f"{split}.en-{lang}.{lang}", lines)
+    return folder
+
+
+def prepare(raw, out, *extra):
+    return run([sys.executable, PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de,fr", "--vocab-size", "80",
+                *extra])
+
+
+@pytest.fixture(scope="module")
+def prepared(raw, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prepared")
+    done = prepare(raw, out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return out
+
+
+def test_help_shows_every_default():
+    done = run([sys.executable, PREPARE, "--help"])
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for default in ("(default: 8000)", "(default: 250)", "(default: 1000)", "(default: 2)", "(default: 1)"):
+        assert default in text, default
+
+
+def test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries(prepared):
+    folder = str(prepared / "bin")
+    record = json.load(open(os.path.join(folder, FINGERPRINT_FILE)))
+    assert record["format"] == "hltmt_plugin.dict_fingerprint" and record["version"] == 1
+    assert sorted(record["dicts"]) == ["dict.de.txt", "dict.en.txt", "dict.fr.txt"]
+    assert record["dicts"] == dictionary_fingerprint(folder)
+    assert check_dictionaries(folder) == []
+
+
+def test_a_dictionary_changed_after_binarization_is_reported(prepared, tmp_path):
+    import shutil
+
+    folder = tmp_path / "bin"
+    shutil.copytree(prepared / "bin", folder)
+    lines = (folder / "dict.de.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "dict.de.txt").write_text("".join(lines[1:]), encoding="utf-8")  # one line removed: ids shift
+    os.remove(folder / "dict.fr.txt")
+    assert check_dictionaries(str(folder)) == ["dict.de.txt changed since the data was binarized",
+                                               "dict.fr.txt is missing"]
+    (folder / FINGERPRINT_FILE).write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match="is not readable JSON"):
+        check_dictionaries(str(folder))
+
+
+def read_binarized(folder, name, dictionary):
+    from fairseq.data import data_utils
+
+    dataset = data_utils.load_indexed_dataset(os.path.join(folder, name), dictionary)
+    return [[dictionary[int(i)] for i in dataset[k][:-1]] for k in range(len(dataset))]  # without the final </s>
+
+
+def test_an_existing_model_and_a_fixed_dictionary_give_the_dictionary_ids(raw, prepared, tmp_path):
+    """The XLM-R route: the pieces of the given sentencepiece model, the ids of the given
+    dictionary (in its own order, with pieces it lacks as <unk>), copied as dict.*.txt."""
+    import sentencepiece as spm
+    from fairseq.data import Dictionary
+
+    model = str(prepared / "spm" / "spm.model")
+    sp = spm.SentencePieceProcessor(model_file=model)
+    pieces = sorted(sp.id_to_piece(i) for i in range(sp.get_piece_size()) if sp.id_to_piece(i) != "<unk>")
+    dropped = {p for i, p in enumerate(pieces) if i % 9 == 4}
+    kept = [p for p in pieces if p not in dropped][::-1] + ["▁only_in_the_dictionary"]
+    fixed = tmp_path / "dict.txt"
+    fixed.write_text("".join(f"{p} {i + 1}\n" for i, p in enumerate(kept)), encoding="utf-8")
+    out = tmp_path / "out"
+    done = prepare(raw, out, "--spm-model", model, "--dict", str(fixed))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "training a" not in done.stdout  # no sentencepiece model was trained
+    assert "of the training pieces are not in it (they become <unk>)" in done.stdout
+    for lang in ("en", "de", "fr"):
+        assert (out / "bin" / f"dict.{lang}.txt").read_bytes() == fixed.read_bytes()
+    dictionary = Dictionary.load(str(fixed))
+    assert dictionary.index(kept[0]) == dictionary.nspecial  # the file's order, not the model's
+    got = read_binarized(str(out / "bin"), "train.en-de.de", dictionary)
+    source = (raw / "train.en-de.de").read_text(encoding="utf-8").splitlines()
+    want = [[p if p in kept else "<unk>" for p in sp.encode(line, out_type=str)] for line in source]
+    assert got == want
+    assert any("<unk>" in line for line in got)
+    assert json.load(open(out / "bin" / FINGERPRINT_FILE))["dicts"] == dictionary_fingerprint(str(out / "bin"))
