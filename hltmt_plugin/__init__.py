@@ -1,18 +1,14 @@
 """hltmt_plugin: language-specific capacity for multilingual NMT, as a fairseq user-dir.
 
 ``--user-dir hltmt_plugin`` (or ``import hltmt_plugin``) registers the task
-``hltmt_translation``, the model ``hltmt_transformer`` and its architectures, makes
-checkpoints load safely under torch >= 2.6, gives ``--enable-lang-ids`` one language id per
-sentence in mixed batches, and turns the plugin's own errors into one clear line on the
-command line.
+``hltmt_translation``, the model ``hltmt_transformer`` and its architectures, and the
+criterion ``hltmt_cross_entropy``; :func:`hltmt_plugin.compat.install` applies the
+version-gated workarounds of fairseq / torch behaviour (safe checkpoint loading, atomic
+checkpoint copies, one-line errors), listed in :mod:`hltmt_plugin.compat`.
 """
-from hltmt_plugin.checkpoints import install_safe_loading
-from hltmt_plugin.errors import install_excepthook
-from hltmt_plugin.lang_ids import install_per_row_lang_ids
+from hltmt_plugin import compat
 
-install_safe_loading()
-install_excepthook()
-install_per_row_lang_ids()
+compat.install()
 
 from hltmt_plugin import criterions, models, tasks  # noqa: E402,F401  (register with fairseq)
 

@@ -89,7 +89,7 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
 
     Returns ``{"slp": "m<k>" | "universal", "adapters": {...}, "skills": {...}}`` (the last two
     only when the model has adapters / skills). Relies on: ``model.routing_map()`` (high-resource
-    language -> pool module) and ``model.high_resource_langs``; ``model.encoder.adapter_plan``
+    language -> pool module) and ``model.high_resource_langs``; ``model.encoder.adapter_layout``
     (``.cfg`` flags ``language_adapters``, ``shared_adapters``, ``decoder_adapters``,
     ``invertible_adapters``; ``.adapter_langs``); ``model.encoder.skill_plan`` (``.cfg`` flags
     ``skill_ffn``, ``skill_attention``; ``.matrix.directions`` "src-tgt" -> skills).
@@ -98,7 +98,7 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
     mapping = model.routing_map()
     routing["slp"] = f"m{int(mapping[tgt])}" if tgt in mapping else "universal"
 
-    plan = getattr(model.encoder, "adapter_plan", None)
+    plan = getattr(model.encoder, "adapter_layout", None)
     if plan is not None:
         cfg, have = plan.cfg, list(plan.adapter_langs)
         by_source = cfg.language_adapters or cfg.invertible_adapters

@@ -38,7 +38,8 @@ from torch import Tensor, nn
 
 from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.adapters import adapter_kind, adapter_language, is_adapter_parameter
+from hltmt_plugin.adapters.feature import add_language as add_adapter_language
+from hltmt_plugin.adapters.report import adapter_kind, adapter_language, is_adapter_parameter
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def _in_group(name: str, group: str, langs: Optional[List[str]], layer_norm_name
 def language_token_index(model, lang: str, side: str = "encoder") -> int:
     """Index of ``__lang__`` in the encoder's (or decoder's) dictionary."""
     langs = _languages(model)
-    table = model.encoder.lang_of_token
+    table = model.encoder.languages.lang_of_token
     hits = (table == langs.index(lang)).nonzero().view(-1)
     if hits.numel() != 1:
         raise HltmtInputError(f"the encoder dictionary has no single token for language {lang!r}")
@@ -120,8 +121,7 @@ def language_token_index(model, lang: str, side: str = "encoder") -> int:
 
 
 def _languages(model) -> List[str]:
-    langs = list(getattr(model.encoder, "adapter_rows").langs) if hasattr(model.encoder, "adapter_rows") else []
-    return langs or list(getattr(model, "task_langs", []))
+    return list(model.encoder.languages.langs)
 
 
 def token_row_tables(model) -> Dict[str, Tuple[nn.Parameter, str]]:
@@ -140,7 +140,6 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
     model._train_only_hooks = []
     if not cfg.train_only:
         return
-    model.task_langs = list(task.langs)
     items = parse_train_only(cfg.train_only, list(task.langs))
     layer_norm_names = {f"{m}.{p}" if m else p for m, mod in model.named_modules() if isinstance(mod, nn.LayerNorm)
                         for p, _ in mod.named_parameters(recurse=False)}
@@ -186,7 +185,7 @@ class _RowMask:
 
 
 def _why_empty(group, langs, model) -> str:
-    plan = getattr(model.encoder, "adapter_plan", None)
+    plan = getattr(model.encoder, "adapter_layout", None)
     if group in (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS):
         if plan is None:
             return ": it has no adapters (add --language-adapters, --shared-adapters or --invertible-adapters)"
@@ -205,7 +204,7 @@ def _why_empty(group, langs, model) -> str:
 
 
 def _plan(model):
-    plan = getattr(model.encoder, "adapter_plan", None)
+    plan = getattr(model.encoder, "adapter_layout", None)
     if plan is None:
         raise HltmtInputError("this model has no adapters (it was built without --language-adapters / "
                               "--invertible-adapters)")
@@ -393,9 +392,9 @@ def add_language(model, lang: str) -> None:
                               "in --langs when training the base")
     if lang in plan.adapter_langs:
         return
-    model.encoder.add_adapter_language(lang)
-    if hasattr(model.decoder, "add_adapter_language"):
-        model.decoder.add_adapter_language(lang)
+    add_adapter_language(model.encoder, lang)
+    if model.decoder.adapter_layout is not None:
+        add_adapter_language(model.decoder, lang)
     plan.adapter_langs.append(lang)
 
 

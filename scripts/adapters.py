@@ -68,7 +68,7 @@ def import_(args):
     lang = import_language(model, args.adapters)
     state = torch.load(args.path, map_location="cpu", weights_only=True)  # as written, plain types only
     state["model"] = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    langs = ",".join(model.encoder.adapter_plan.adapter_langs)
+    langs = ",".join(model.encoder.adapter_layout.adapter_langs)
     for cfg in (state.get("cfg") or {}).get("model"), state.get("args"):
         if cfg is None:
             continue

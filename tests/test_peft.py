@@ -159,7 +159,7 @@ def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, 
     assert done.returncode == 0, done.stderr[-3000:]
     _, trained_hi = load(with_hi[0])
     _, imported = load(str(merged))
-    assert imported.encoder.adapter_plan.adapter_langs == ["en", "de", "fr", "gu", "hi"]
+    assert imported.encoder.adapter_layout.adapter_langs == ["en", "de", "fr", "gu", "hi"]
     wanted = trained_hi.state_dict()
     assert all(torch.equal(v, wanted[k]) for k, v in imported.state_dict().items() if "fixed_map" not in k)
     sample = lang_id_sample(task, NEW * 3 + OLD, seed=2)
@@ -275,3 +275,98 @@ def test_lang_token_rows_keep_the_gradient_of_their_rows_only(data_bin):
 def test_bad_train_only_options_are_refused(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
+
+
+# ---------------------------------------------------------------------------------------
+# scripts/adapters.py import trusts nothing in the file, and never leaves a partial checkpoint
+
+ADAPTERS = os.path.join(ROOT, "scripts", "adapters.py")
+
+
+@pytest.fixture(scope="module")
+def hi_file(with_hi, tmp_path_factory):
+    path = tmp_path_factory.mktemp("hi_file") / "hi.adapters.pt"
+    done = run([sys.executable, ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return path
+
+
+def _first(blob):
+    return sorted(blob["tensors"])[0]
+
+
+def _rename(blob, old, new):
+    blob["tensors"] = {k.replace(f".{old}.", f".{new}."): v for k, v in blob["tensors"].items()}
+
+
+def _set(blob, value):
+    t = blob["tensors"][_first(blob)]
+    t.view(-1)[0] = value
+
+
+TAMPERED = {
+    "another language's tensors": (lambda b: _rename(b, "hi", "fr"), "is for hi but holds decoder.layers.0."),
+    "a base weight (the gate)": (lambda b: b["tensors"].__setitem__("decoder.slp.gate.weight", torch.zeros(2, 128)),
+                                 "is for hi but holds decoder.slp.gate.weight, not one of hi's adapter tensors"),
+    "NaN": (lambda b: _set(b, float("nan")), "holds NaN or infinite values"),
+    "1e30": (lambda b: _set(b, 1e30), "holds values up to 1e+30 in absolute value (more than 10000: not a trained adapter)"),
+    "int64": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].long()),
+              "is int64, this model's is float32"),
+    "float16": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].half()),
+                "is float16, this model's is float32"),
+    "no sizes": (lambda b: b.pop("sizes"), "has no 'sizes' entry"),
+    "a tensor missing": (lambda b: b["tensors"].pop(_first(b)), "lacks 1 of the 32 adapter tensors of hi"),
+    "another shape": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)][:-1]), "has shape"),
+    "a token row of inf": (lambda b: next(iter(b["token_rows"].values()))["row"].fill_(float("inf")),
+                           "the __hi__ row of encoder.embed_tokens.weight holds NaN or infinite values"),
+    "a token row of another vocabulary": (
+        lambda b: next(iter(b["token_rows"].values())).__setitem__("index", 7), "is row 7 there"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_import_refuses_a_tampered_adapter_file_with_one_line(base, hi_file, tmp_path, case):
+    tamper, message = TAMPERED[case]
+    blob = torch.load(hi_file, map_location="cpu", weights_only=True)
+    tamper(blob)
+    bad = tmp_path / "bad.adapters.pt"
+    torch.save(blob, bad)
+    out = tmp_path / "out.pt"
+    done = run([sys.executable, ADAPTERS, "import", "--path", base[0], "--adapters", str(bad), "--out", str(out)])
+    assert done.returncode != 0, done.stdout[-2000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("hltmt_plugin: error: adapter file ") and message in errors[0], \
+        done.stderr[-3000:]
+    assert not out.exists()
+
+
+def _limit_file_size(limit):
+    """In the child: writes past ``limit`` bytes fail with EFBIG (a full disk, as a process sees it)."""
+    import resource
+    import signal
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_import_over_its_own_checkpoint_never_truncates_it(base, hi_file, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "checkpoint_last.pt"
+    shutil.copy(base[0], ckpt)
+    before = ckpt.read_bytes()
+    cmd = [sys.executable, ADAPTERS, "import", "--path", str(ckpt), "--adapters", str(hi_file), "--out", str(ckpt)]
+    done = run(cmd, preexec_fn=_limit_file_size(len(before) // 2))  # the disk fills halfway through the write
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"hltmt_plugin: error: could not write {ckpt}" in done.stderr and "it is unchanged" in done.stderr
+    assert ckpt.read_bytes() == before  # the base is whole
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_last.pt"]  # and no temporary file is left
+    done = run(cmd)  # with room on the disk, in place
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"imported hi into {ckpt} (replacing it)" in done.stdout
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_last.pt"]
+    _, model = load(str(ckpt))
+    assert model.encoder.adapter_layout.adapter_langs == ["en", "de", "fr", "gu", "hi"]

@@ -27,7 +27,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.models.hltmt_transformer import TGT_LANG
+from hltmt_plugin.languages import ROWS, TGT
 from hltmt_plugin.modules.language_pool import disparity
 
 LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = "lang_loss:", "lang_ntokens:", "route:", "disparity_sum", "disparity_n"
@@ -58,7 +58,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             return super().forward(model, sample, reduce=False)
         net_output = model(**sample["net_input"])
         extra = net_output[1]
-        if TGT_LANG not in extra:
+        if ROWS not in extra:
             raise HltmtConfigError("--criterion hltmt_cross_entropy needs --arch hltmt_transformer*")
         lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
         tok_loss, tok_nll = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx,
@@ -83,7 +83,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         log["loss"] = loss.data
 
         # always the same keys on every worker, so --fast-stat-sync can sum them
-        lang = extra[TGT_LANG]
+        lang = extra[ROWS][:, TGT]
         row_tokens = target.view(bsz, -1).ne(self.padding_idx).sum(dim=1)
         lang_loss = torch.zeros(len(self.langs), dtype=row_loss.dtype, device=lang.device).index_add_(
             0, lang, row_loss.detach()).tolist()

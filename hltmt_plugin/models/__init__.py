@@ -1,1 +1,2 @@
-from hltmt_plugin.models import baselines, hltmt_transformer  # noqa: F401  (registers models and archs)
+from hltmt_plugin.models import hltmt_transformer  # noqa: F401  (registers the model first)
+from hltmt_plugin.models import archs, baselines  # noqa: F401,E402  (then its architectures and the baselines')

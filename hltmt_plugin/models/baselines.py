@@ -3,7 +3,7 @@ differ from HLT-MT only by the language-specific decoder top."""
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture
 
-from hltmt_plugin.models.hltmt_transformer import set_sizes
+from hltmt_plugin.models.archs import set_sizes
 
 
 @register_model_architecture("transformer", "transformer_hltmt_tiny")

@@ -7,7 +7,7 @@ On top of the last decoder layer every sentence goes through one extra FFN subla
 - every other target language goes through the universal module.
 Rows are routed per sentence through :func:`hltmt_plugin.modules.routing.route`.
 """
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from fairseq import utils
 from fairseq.modules import FairseqDropout, LayerNorm
 
+from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.modules.routing import RoutePlan, mix, route
 
 HARD, SOFT = "hard", "soft"
@@ -78,12 +79,34 @@ class SelectiveLanguagePool(nn.Module):
         # Training forward passes the gate has seen while learning (stage high); stage all
         # refuses a model whose gate never learned.
         self.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
+        self._map_fixed = False
         self.mode = HARD
         self.num_updates = 0
 
+    def set_languages(self, langs: Sequence[str], high: Sequence[str]) -> None:
+        """``high_of_lang``: each language of ``--langs`` (the record's index) -> its index among
+        the high-resource languages, -1 for the universal layer's."""
+        self.langs, self.high = list(langs), list(high)
+        self.register_buffer("high_of_lang", torch.tensor(
+            [self.high.index(lang) if lang in self.high else -1 for lang in self.langs], dtype=torch.long),
+            persistent=False)
+
     @property
     def map_is_fixed(self) -> bool:
-        return bool((self.fixed_map >= 0).all())
+        """Kept on the host (no device synchronisation per step): set when the map is fixed
+        and when a checkpoint is loaded."""
+        return self._map_fixed
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        mapping = state_dict.get(prefix + "fixed_map")
+        if mapping is not None:
+            check_fixed_map(mapping, self.pool_size, self.fixed_map.numel())
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._map_fixed = bool((self.fixed_map >= 0).all())
+
+    def routing_map(self, high_lang_embeddings: Tensor) -> Dict[str, int]:
+        """``g(l)`` by language name: the fixed map, or the gate's argmax now."""
+        return dict(zip(self.high, self.current_map(high_lang_embeddings).tolist()))
 
     def gate_probs(self, high_lang_embeddings: Tensor) -> Tensor:
         """``P`` (H x T): the gate's distribution over the pool for each high-resource language."""
@@ -107,7 +130,9 @@ class SelectiveLanguagePool(nn.Module):
 
     def fix_map_to(self, mapping: Tensor) -> None:
         """Fix a given map (e.g. the identity: one module per language, LS-MNMT)."""
+        check_fixed_map(mapping, self.pool_size, self.fixed_map.numel())
         self.fixed_map.copy_(mapping)
+        self._map_fixed = True
         self.gate.requires_grad_(False)
 
     def set_num_updates(self, num_updates: int):
@@ -119,25 +144,23 @@ class SelectiveLanguagePool(nn.Module):
     def use_soft_routing(self) -> bool:
         return self.training and self.mode == SOFT and not self.map_is_fixed
 
-    def module_ids(self, high_idx: Tensor, high_lang_embeddings: Tensor) -> Tensor:
-        """(B,) each row's module under hard routing: ``g(l)`` for a high-resource target
-        language (``high_idx`` >= 0), the universal module ``T`` for any other (-1)."""
+    def module_ids(self, tgt: Tensor, high_lang_embeddings: Tensor) -> Tensor:
+        """(B,) each row's module under hard routing, from its target language (index in
+        ``--langs``): ``g(l)`` for a high-resource language, the universal module ``T`` otherwise."""
+        high_idx = self.high_of_lang.index_select(0, tgt)
         universal = torch.full_like(high_idx, self.pool_size)
         mapped = self.current_map(high_lang_embeddings).index_select(0, high_idx.clamp(min=0))
         return torch.where(high_idx < 0, universal, mapped)
 
-    def forward(self, x: Tensor, high_idx: Optional[Tensor], high_lang_embeddings: Optional[Tensor],
-                plan: Optional[RoutePlan] = None
+    def forward(self, x: Tensor, tgt: Tensor, high_lang_embeddings: Tensor, plan: Optional[RoutePlan] = None
                 ) -> Tuple[Tensor, Dict[str, Optional[Tensor]]]:
         """Route ``x`` (B x T x C) per row.
 
         Args:
-            high_idx: (B,) index of each row's target language among the high-resource
-                languages, ``-1`` for a target language outside them (universal layer).
+            tgt: (B,) each row's target language (index in ``--langs``).
             high_lang_embeddings: (H x C) embedding rows of the high-resource language tokens.
             plan: for hard routing, a :class:`RoutePlan` over :meth:`module_ids` made earlier
-                (the decoder keeps one per beam search; ``high_idx`` and the embeddings are then
-                not needed); made here if not given.
+                (the decoder makes one per pass or per beam search); made here if not given.
 
         Returns the routed output and ``{"slp_module": (B,) module id of each row (argmax for
         soft rows), "slp_gate": P (H x T) when the gate took part (soft step), else None}``.
@@ -145,6 +168,7 @@ class SelectiveLanguagePool(nn.Module):
         if self.training and not self.map_is_fixed:
             self.gate_steps += 1
         if self.use_soft_routing():
+            high_idx = self.high_of_lang.index_select(0, tgt)
             is_low = high_idx < 0
             probs = self.gate_probs(high_lang_embeddings)
             weights = probs.index_select(0, high_idx.clamp(min=0))
@@ -153,8 +177,20 @@ class SelectiveLanguagePool(nn.Module):
             out = route(x, is_low.long(), [pool, lambda rows, w: self.universal(rows)], weights)
             return out, {"slp_module": module, "slp_gate": probs}
         if plan is None:
-            plan = RoutePlan(self.module_ids(high_idx, high_lang_embeddings))
+            plan = RoutePlan(self.module_ids(tgt, high_lang_embeddings))
         return route(x, plan, list(self.pool) + [self.universal]), {"slp_module": plan.ids, "slp_gate": None}
+
+
+def check_fixed_map(mapping: Tensor, pool_size: int, num_high: int) -> None:
+    """A routing map is ``num_high`` integers, all in ``[0, T)`` (fixed) or all -1 (open)."""
+    if mapping.dtype != torch.long or mapping.shape != (num_high,):
+        raise HltmtInputError(f"the checkpoint's routing map (decoder.slp.fixed_map) must hold {num_high} integers, "
+                             f"got {tuple(mapping.shape)} of {mapping.dtype}")
+    values = mapping.tolist()
+    if not (all(v == -1 for v in values) or all(0 <= v < pool_size for v in values)):
+        raise HltmtInputError(f"the checkpoint's routing map (decoder.slp.fixed_map) {values} is out of range: each "
+                             f"high-resource language needs a pool module in 0..{pool_size - 1} (or -1 while the "
+                             "gate learns)")
 
 
 def disparity(probs: Tensor) -> Tensor:

@@ -93,10 +93,11 @@ def route(x: Tensor, ids: Union[Tensor, RoutePlan], fns: Sequence[RowFn], *row_a
 class SearchPlans:
     """Mixin for a fairseq incremental decoder: route plans kept for a whole search.
 
-    A row's language (and so its module) cannot change while a sentence is decoded, so the
+    A row's languages (and so its modules) cannot change while a sentence is decoded, so a
     plan is made at the first step, stored in the search's ``incremental_state`` and only
-    reordered with the beams afterwards. Without ``incremental_state`` (training, scoring, a
-    full forward pass) a plan is made per call.
+    reordered with the beams afterwards (:meth:`search_plans` hands the dict to
+    :class:`~hltmt_plugin.languages.PassRows`). Without ``incremental_state`` (training,
+    scoring, a full forward pass) plans are made per pass.
 
     fairseq reorders a search's state by walking every submodule of the decoder at every
     step to find those that keep state; with the language modules the decoder has more
@@ -113,16 +114,15 @@ class SearchPlans:
             if result is not None:
                 incremental_state = result
 
-    def search_plan(self, incremental_state, name: str, make_ids: Callable[[], Tensor]) -> RoutePlan:
+    def search_plans(self, incremental_state) -> Optional[dict]:
+        """The plans of this search (filled as they are made), or None outside a search."""
         if incremental_state is None:
-            return RoutePlan(make_ids())
+            return None
         plans = self.get_incremental_state(incremental_state, "route_plans")
         if plans is None:
             plans = {}
             self.set_incremental_state(incremental_state, "route_plans", plans)
-        if name not in plans:
-            plans[name] = RoutePlan(make_ids())
-        return plans[name]
+        return plans
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         super().reorder_incremental_state(incremental_state, new_order)

@@ -1,0 +1,47 @@
+"""Every workaround of a fairseq / torch behaviour, in one place.
+
+:func:`install` (called once by ``hltmt_plugin/__init__``) applies each patch whose versions
+it is for; each entry says what it works around and where that behaviour lives upstream.
+Fixes that a subclass can make stay in the subclass (e.g. per-row language ids in
+:mod:`hltmt_plugin.tasks.collation`, the generator in the task, the last batch at
+evaluation in the task's ``get_batch_iterator``).
+
+=====================  ==========================  =============================================
+patch                  applies to                  works around
+=====================  ==========================  =============================================
+safe_loading           torch >= 2.4, any fairseq   torch >= 2.6 refusing fairseq 0.12 checkpoints
+                                                   (``argparse.Namespace``); fairseq main passing
+                                                   ``weights_only=False`` (fairseq issue 5610)
+atomic_copy            fairseq 0.12.x              ``save_checkpoint`` copying checkpoints
+                                                   non-atomically (a kill leaves a truncated
+                                                   ``checkpoint_last.pt``)
+excepthook             any                         an uncaught :class:`HltmtError` printing a
+                                                   traceback from deep inside fairseq instead of
+                                                   one line (``errors.install_excepthook``)
+=====================  ==========================  =============================================
+"""
+import fairseq
+import torch
+
+from hltmt_plugin.errors import HltmtError, install_excepthook
+
+TORCH_FLOOR = "2.4"
+
+
+def _version(text: str):
+    return tuple(int(part) for part in text.split("+")[0].split(".")[:2] if part.isdigit())
+
+
+def install() -> None:
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    from hltmt_plugin.compat import atomic_copy, safe_loading
+
+    if not hasattr(torch.serialization, "add_safe_globals"):
+        raise HltmtError(f"hltmt_plugin needs torch >= {TORCH_FLOOR} (safe checkpoint loading with an "
+                         f"allowlist); this is torch {torch.__version__}")
+    safe_loading.install(checkpoint_utils)
+    if _version(fairseq.__version__)[:2] == (0, 12):
+        atomic_copy.install(PathManager)
+    install_excepthook()

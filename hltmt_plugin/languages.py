@@ -1,0 +1,199 @@
+"""A sentence's languages, from the batch to the modules they select.
+
+One owner, one record, one key:
+
+- :class:`LanguageTable` (built once from the task, owned by the encoder) knows the names of
+  ``--langs``, the dictionary index of each language token ``__xx__`` and fairseq's language
+  ids (``--enable-lang-ids``). From a batch it makes the **record**: a ``LongTensor (B, 2)``
+  holding each row's source and target language as an index into ``--langs``
+  (:data:`SRC`, :data:`TGT`; the source is ``-1`` when nothing needs it and the batch does
+  not say).
+- The encoder makes the record once per forward pass and hands it on in
+  ``encoder_out[ROWS]``; :func:`reorder_rows` is the one place it is reordered (beam search).
+- Every consumer reads the record: the SLP (``module of tgt``), adapters (source language in
+  the encoder, target language in the decoder), skills (source language; the direction's
+  skill set) and the criterion (loss per target language). Within an encoder or decoder
+  pass the layers reach it through :class:`PassRows`, which also makes each consumer's
+  :class:`~hltmt_plugin.modules.routing.RoutePlan` once per pass (or once per beam search).
+
+The path of a target language: ``__xx__`` in ``src_tokens`` -> ``record[:, TGT]``
+(:meth:`LanguageTable.record`) -> the SLP's module table (``SelectiveLanguagePool.module_ids``).
+"""
+import contextlib
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.modules.routing import RoutePlan
+
+ROWS = "hltmt_languages"  # encoder_out key: [LongTensor (B, 2)], each row's (source, target) index in --langs
+SRC, TGT = 0, 1
+UNKNOWN = -1
+
+
+def split_list(value) -> List[str]:
+    """A comma-separated option (or a list) as a list of stripped, non-empty names."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def check_known(names: Sequence[str], langs: Sequence[str], option: str) -> None:
+    """Every name is a language of ``--langs`` and none is listed twice."""
+    unknown = [name for name in names if name not in langs]
+    if unknown:
+        raise HltmtConfigError(f"{option} names {','.join(unknown)}, not in the language list "
+                               f"({','.join(langs)}) given by --langs / --lang-dict")
+    if len(set(names)) != len(names):
+        raise HltmtConfigError(f"{option} lists a language twice: {','.join(names)}")
+
+
+def task_pairs(task) -> List[str]:
+    """The task's directions ``src-tgt`` as a list."""
+    return split_list(getattr(task, "lang_pairs", None))
+
+
+def single_source_language(task) -> Optional[str]:
+    """The source language of every direction of ``task``, if they share one (``-s`` at
+    generation), else None."""
+    sources = {pair.split("-")[0] for pair in task_pairs(task)}
+    return sources.pop() if len(sources) == 1 else None
+
+
+class LanguageTable(nn.Module):
+    """The task's languages and how a batch names them (no parameters; lookup buffers only).
+
+    Args:
+        langs: ``--langs`` in order (the record holds indices into it).
+        dictionary: the source dictionary (holds the language tokens).
+        lang_tok_style: fairseq's ``--lang-tok-style``.
+        langtok_at_end: the language token replaces the final eos (``--lang-tok-replacing-bos-eos``).
+        lang_dict: fairseq's language dictionary, whose indices ``--enable-lang-ids`` puts in batches.
+        default_source: the source language of a batch without ids (a task with one source).
+    """
+
+    def __init__(self, langs: Sequence[str], dictionary, lang_tok_style: str, langtok_at_end: bool = False,
+                 lang_dict=None, default_source: Optional[str] = None):
+        super().__init__()
+        self.langs = list(langs)
+        self.dictionary = dictionary
+        self.langtok_at_end = langtok_at_end
+        self.need_source = False  # set by the features that choose by source language
+        of_token = torch.full((len(dictionary),), UNKNOWN, dtype=torch.long)
+        for i, lang in enumerate(self.langs):
+            of_token[dictionary.index(get_lang_tok(lang, lang_tok_style))] = i
+        self.register_buffer("lang_of_token", of_token, persistent=False)
+        of_id = torch.full((len(lang_dict) if lang_dict is not None else 0,), UNKNOWN, dtype=torch.long)
+        for i, lang in enumerate(self.langs if lang_dict is not None else []):
+            if lang_dict.index(lang) != lang_dict.unk():
+                of_id[lang_dict.index(lang)] = i
+        self.register_buffer("lang_of_lang_id", of_id, persistent=False)
+        self.default_source = self.langs.index(default_source) if default_source in self.langs else None
+
+    @classmethod
+    def from_task(cls, task, dictionary) -> "LanguageTable":
+        args = task.args
+        return cls(task.langs, dictionary, args.lang_tok_style, bool(getattr(args, "lang_tok_replacing_bos_eos", False)),
+                   task.data_manager.lang_dict, single_source_language(task))
+
+    def index(self, lang: str) -> int:
+        return self.langs.index(lang)
+
+    def targets(self, src_tokens: Tensor) -> Tensor:
+        """(B,) each row's target language, read from its ``__xx__`` token; error if a row has none."""
+        not_pad = src_tokens.ne(self.dictionary.pad()).long()
+        if self.langtok_at_end:  # the token replaces the final eos
+            pos = src_tokens.size(1) - 1 - not_pad.flip(1).argmax(dim=1)
+        else:  # the first non-pad token (sources are usually left-padded)
+            pos = not_pad.argmax(dim=1)
+        tokens = src_tokens.gather(1, pos.unsqueeze(1)).squeeze(1)
+        langs = self.lang_of_token[tokens]
+        if bool((langs < 0).any()):
+            bad = tokens[langs < 0]
+            raise HltmtInputError(
+                f"{bad.numel()} of {tokens.numel()} sentences in this batch carry no target-language "
+                f"token (found {self.dictionary[int(bad[0])]!r} where __xx__ should be): train and "
+                "decode with --encoder-langtok tgt, and list every language in --langs / --lang-dict")
+        return langs
+
+    def sources(self, src_tokens: Tensor, src_lang_id: Optional[Tensor]) -> Tensor:
+        """(B,) each row's source language, from fairseq's ``src_lang_id`` or the task's single source."""
+        if src_lang_id is not None:
+            ids = src_lang_id.reshape(-1).long()
+            langs = torch.full_like(ids, UNKNOWN)
+            known = (ids >= 0) & (ids < self.lang_of_lang_id.numel())
+            langs[known] = self.lang_of_lang_id[ids[known]]
+            if ids.numel() != src_tokens.size(0) or bool((langs < 0).any()):
+                raise HltmtInputError(f"src_lang_id {ids.tolist()} does not give a language of --langs "
+                                      f"({','.join(self.langs)}) for every sentence of the batch")
+            return langs
+        if self.default_source is not None:
+            return torch.full((src_tokens.size(0),), self.default_source, dtype=torch.long, device=src_tokens.device)
+        raise HltmtInputError(
+            "language / invertible adapters and encoder skills choose by each sentence's source language, and this "
+            "batch carries none: train and decode with --enable-lang-ids (or give -s when decoding a single source "
+            "language)")
+
+    def record(self, src_tokens: Tensor, src_lang_id: Optional[Tensor] = None) -> Tensor:
+        """The per-row record ``(B, 2)``: source (``-1`` unless needed) and target language."""
+        tgt = self.targets(src_tokens)
+        src = self.sources(src_tokens, src_lang_id) if self.need_source else torch.full_like(tgt, UNKNOWN)
+        return torch.stack([src, tgt], dim=1)
+
+
+def rows_of(encoder_out: Optional[Dict[str, List[Tensor]]]) -> Optional[Tensor]:
+    """The record in an encoder output, or None."""
+    if encoder_out is None or not encoder_out.get(ROWS):
+        return None
+    return encoder_out[ROWS][0]
+
+
+def reorder_rows(encoder_out: Dict[str, List[Tensor]], reordered: Dict[str, List[Tensor]], new_order: Tensor):
+    """Carry the record into a reordered encoder output (beam search)."""
+    if encoder_out.get(ROWS):
+        reordered[ROWS] = [encoder_out[ROWS][0].index_select(0, new_order)]
+    return reordered
+
+
+IdsOf = Callable[[Tensor], Tensor]  # record (B, 2) -> (B,) sub-module ids
+
+
+class PassRows:
+    """The record of the batch an encoder or decoder is computing, for the layers inside it
+    (fairseq calls a layer without it), and the route plans made from it.
+
+    A consumer names its ids once (:meth:`define`: a bound method from the record to
+    sub-module ids) and asks for its plan in the pass (:meth:`plan`): made at the first ask,
+    shared by every layer of the pass; in a beam search the decoder hands in the search's
+    plans, so they are made at the first step and only reordered afterwards."""
+
+    def __init__(self, side: str):
+        self.side = side
+        self.ids_of: Dict[str, IdsOf] = {}
+        self.record: Optional[Tensor] = None
+        self.plans: Dict[str, RoutePlan] = {}
+
+    def define(self, name: str, ids_of: IdsOf) -> None:
+        self.ids_of[name] = ids_of
+
+    @contextlib.contextmanager
+    def use(self, record: Optional[Tensor], plans: Optional[Dict[str, RoutePlan]] = None) -> Iterator[None]:
+        previous = self.record, self.plans
+        self.record, self.plans = record, ({} if plans is None else plans)
+        try:
+            yield
+        finally:
+            self.record, self.plans = previous
+
+    def plan(self, name: str) -> RoutePlan:
+        if name not in self.plans:
+            if self.record is None:
+                raise HltmtInputError(f"the {self.side}'s language modules got no languages per sentence: run the "
+                                      f"layer through the hltmt_transformer {self.side}")
+            self.plans[name] = RoutePlan(self.ids_of[name](self.record))
+        return self.plans[name]

@@ -1,0 +1,74 @@
+"""The architectures of ``hltmt_transformer`` (sizes; the SLP options' defaults), and the CPU
+sizes shared with the plain-transformer baselines (:mod:`hltmt_plugin.models.baselines`)."""
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
+
+
+def _slp_defaults(args):
+    args.slp_pool_size = getattr(args, "slp_pool_size", 3)
+    args.slp_hard_prob = getattr(args, "slp_hard_prob", 0.5)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer")
+def hltmt_transformer(args):
+    """Transformer-base sizes (d 512, FFN 2048, 6+6 layers, 8 heads)."""
+    _slp_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_big")
+def hltmt_transformer_big(args):
+    """Transformer-big sizes (d 1024, FFN 4096, 6+6 layers, 16 heads)."""
+    _slp_defaults(args)
+    transformer_wmt_en_de_big(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_xlmr_base")
+def hltmt_transformer_xlmr_base(args):
+    """The authors' recipe: an XLM-R-base-shaped encoder (12 layers, d 768, FFN 3072, 12 heads,
+    learned positions, embedding layer norm, unscaled embeddings, GELU) and a 6-layer decoder
+    of the same width, for --pretrained-xlmr-checkpoint."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 768)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 3072)
+    args.encoder_layers = getattr(args, "encoder_layers", 12)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 12)
+    args.decoder_layers = getattr(args, "decoder_layers", 6)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 12)
+    args.encoder_learned_pos = getattr(args, "encoder_learned_pos", True)
+    args.decoder_learned_pos = getattr(args, "decoder_learned_pos", True)
+    args.layernorm_embedding = getattr(args, "layernorm_embedding", True)
+    args.no_scale_embedding = getattr(args, "no_scale_embedding", True)
+    args.activation_fn = getattr(args, "activation_fn", "gelu")
+    args.max_source_positions = getattr(args, "max_source_positions", 512)
+    args.max_target_positions = getattr(args, "max_target_positions", 512)
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
+    hltmt_transformer(args)
+
+
+# Sizes for CPU work, shared with the plain-transformer baselines (models/baselines.py).
+CPU_SIZES = {
+    "tiny": dict(encoder_embed_dim=128, encoder_ffn_embed_dim=256, encoder_layers=2, encoder_attention_heads=4,
+                 decoder_layers=2, decoder_attention_heads=4, share_decoder_input_output_embed=True),
+    "small": dict(encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_layers=4, encoder_attention_heads=4,
+                  decoder_layers=3, decoder_attention_heads=4, share_decoder_input_output_embed=True),
+}
+
+
+def set_sizes(args, name: str):
+    """Default the model sizes of ``args`` to ``CPU_SIZES[name]`` (what is set stays)."""
+    for key, value in CPU_SIZES[name].items():
+        setattr(args, key, getattr(args, key, value))
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_tiny")
+def hltmt_transformer_tiny(args):
+    """A small model for tests and CPU demos (d 128, FFN 256, 2+2 layers, 4 heads)."""
+    set_sizes(args, "tiny")
+    hltmt_transformer(args)
+
+
+@register_model_architecture("hltmt_transformer", "hltmt_transformer_small")
+def hltmt_transformer_small(args):
+    """The DebMT-10 CPU benchmark size (d 256, FFN 1024, 4+3 layers, 4 heads)."""
+    set_sizes(args, "small")
+    hltmt_transformer(args)

@@ -1,0 +1,93 @@
+"""The HLT-MT decoder: fairseq's ``TransformerDecoderBase`` with the SLP after its last layer,
+before the output projection, routed by each row's target language from the record in
+``encoder_out``. In a beam search the route plans (SLP, target-language adapters) are made at
+the first step and kept with the beams (:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor
+
+from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
+
+from hltmt_plugin.adapters.feature import fill_missing_weights
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.languages import ROWS, TGT, PassRows, rows_of
+from hltmt_plugin.models.layers import Layouts, decoder_layer
+from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.routing import SearchPlans
+
+SLP_IDS = "slp"  # PassRows ids: each row's SLP module under hard routing
+
+
+class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
+    def __init__(self, cfg: TransformerConfig, dictionary, embed_tokens, slp_cfg, num_high: int, seed: int = 1,
+                 no_encoder_attn: bool = False, layouts: Optional[Layouts] = None):
+        self.layouts = layouts or Layouts()  # read by build_decoder_layer during fairseq's __init__
+        self.rows = PassRows("decoder")
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
+        self.adapter_layout = self.invertible_adapters = None
+        normalize_before = cfg.decoder.normalize_before
+        if normalize_before and self.project_out_dim is not None:
+            raise HltmtConfigError("a pre-norm decoder with --decoder-output-dim different from "
+                                   "--decoder-embed-dim is not supported by the SLP")
+        self.slp = SelectiveLanguagePool(
+            self.output_embed_dim, slp_cfg.slp_hidden_dim or cfg.decoder.ffn_embed_dim, slp_cfg.slp_pool_size,
+            num_high, hard_prob=slp_cfg.slp_hard_prob, seed=seed, activation_fn=cfg.activation_fn,
+            dropout=cfg.dropout, activation_dropout=cfg.activation_dropout, normalize_before=normalize_before)
+        # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
+        # projection still sees normalised features.
+        self.slp_output_norm = None
+        if normalize_before and self.layer_norm is not None:
+            self.slp_output_norm, self.layer_norm = self.layer_norm, None
+        self.rows.define(SLP_IDS, self.slp_module_ids)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        layer = decoder_layer(cfg, self.rows, self.layouts, no_encoder_attn)
+        if layer is None:
+            return super().build_decoder_layer(cfg, no_encoder_attn)
+        return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
+
+    def set_languages(self, langs: List[str], high: List[str], lang_tok_style: str):
+        self.slp.set_languages(langs, high)
+        self.register_buffer("high_tokens", torch.tensor(
+            [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high],
+            dtype=torch.long), persistent=False)
+
+    def high_lang_embeddings(self) -> Tensor:
+        """The model's own embedding rows of the high-resource language tokens (H x d)."""
+        return self.embed_tokens.weight.index_select(0, self.high_tokens)
+
+    def slp_module_ids(self, record: Tensor) -> Tensor:
+        return self.slp.module_ids(record[:, TGT], self.high_lang_embeddings())
+
+    def invertible_input(self, x: Tensor) -> Tensor:  # T x B x C: the first layer's input
+        return self.invertible_adapters(x, self.rows, dim=1)
+
+    def extract_features(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]],
+                         incremental_state=None, full_context_alignment: bool = False,
+                         alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None):
+        record = rows_of(encoder_out)
+        if record is None:
+            raise HltmtInputError("the decoder got no target language per sentence: HLT-MT needs the "
+                                  "hltmt_transformer encoder's output (and --encoder-langtok tgt)")
+        with self.rows.use(record, self.search_plans(incremental_state)):
+            x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
+                                                full_context_alignment, alignment_layer, alignment_heads)
+            if self.slp.use_soft_routing():
+                x, routing = self.slp(x, record[:, TGT], self.high_lang_embeddings())
+            else:  # hard: one plan per forward pass, or per beam search
+                x, routing = self.slp(x, None, None, self.rows.plan(SLP_IDS))
+            if self.slp_output_norm is not None:
+                x = self.slp_output_norm(x)
+            if self.invertible_adapters is not None:  # B x T x C, just before the tied output projection
+                x = self.invertible_adapters.inverse(x, self.rows, dim=0)
+        extra.update(routing)
+        extra[ROWS] = record
+        return x, extra
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        super().upgrade_state_dict_named(state_dict, name)
+        fill_missing_weights(self, state_dict, name)
+        return state_dict

@@ -1,0 +1,71 @@
+"""The data folder, languages, dictionaries and split files the options name, checked before
+fairseq reads them, so a mistake is one clear line instead of a traceback."""
+import os
+from typing import List
+
+from fairseq import utils
+
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.languages import split_list
+
+
+def task_languages(args) -> List[str]:
+    """``--langs`` (or the lines of ``--lang-dict``) as a list; None when neither is given."""
+    if args.langs is not None:
+        return split_list(args.langs)
+    if getattr(args, "lang_dict", None):
+        if not os.path.isfile(args.lang_dict):
+            raise HltmtConfigError(f"--lang-dict {args.lang_dict} does not exist")
+        with open(args.lang_dict, encoding="utf-8") as f:
+            return [x.strip() for x in f if x.strip()]
+    return None
+
+
+def _directions(args) -> List[str]:
+    pairs = split_list(args.lang_pairs)
+    if not pairs:
+        raise HltmtConfigError("--lang-pairs is required: the directions in training order, e.g. en-de,de-en")
+    malformed = [p for p in pairs if len(p.split("-")) != 2 or not all(p.split("-"))]
+    if malformed:
+        raise HltmtConfigError(f"--lang-pairs: {','.join(malformed)} is not SRC-TGT")
+    if args.source_lang is not None or args.target_lang is not None:
+        if not (args.source_lang and args.target_lang):
+            raise HltmtConfigError("give both -s/--source-lang and -t/--target-lang")
+        return [f"{args.source_lang}-{args.target_lang}"]
+    return pairs
+
+
+def check_data(args) -> None:
+    paths = utils.split_paths(args.data) if getattr(args, "data", None) else []
+    if not paths or not os.path.isdir(paths[0]):
+        raise HltmtConfigError(f"data folder {paths[0] if paths else args.data!r} does not exist (the folder "
+                               "that fairseq-preprocess / scripts/prepare_data.py wrote)")
+    pairs = _directions(args)
+    inference = args.source_lang is not None
+    langs = task_languages(args)
+    used = sorted({x for p in pairs for x in p.split("-")})
+    if langs is not None:
+        unknown = [x for x in used if x not in langs]
+        if unknown:
+            raise HltmtConfigError(f"language(s) {','.join(unknown)} of {'-s/-t' if inference else '--lang-pairs'} "
+                                   f"not in --langs / --lang-dict ({','.join(langs)})")
+    if not (getattr(args, "source_dict", None) or getattr(args, "fixed_dictionary", None)):
+        missing = [x for x in used if not os.path.isfile(os.path.join(paths[0], f"dict.{x}.txt"))]
+        if missing:
+            raise HltmtConfigError(f"{paths[0]} has no dictionary for {','.join(missing)} (dict.XX.txt): is "
+                                   f"that language in the data?")
+    if inference:
+        for path in filter(None, str(getattr(args, "path", "") or "").split(":")):
+            if "://" not in path and not os.path.isfile(path):
+                raise HltmtConfigError(f"--path {path}: checkpoint does not exist")
+
+
+def check_split(args, split: str, pairs: List[str]) -> None:
+    """Every pair has binarized data for the split (in either orientation) before fairseq opens it."""
+    folder = utils.split_paths(args.data)[0]
+    for pair in pairs:
+        src, tgt = pair.split("-")
+        names = [f"{split}.{a}-{b}.{src}.idx" for a, b in ((src, tgt), (tgt, src))]
+        if not any(os.path.isfile(os.path.join(folder, n)) or
+                   os.path.isfile(os.path.join(folder, n[: -len(".idx")] + "0.idx")) for n in names):
+            raise HltmtConfigError(f"{folder} has no {split} data for {pair} (looked for {names[0]} and {names[1]})")

@@ -1,0 +1,155 @@
+"""HLT-MT's two training stages: high-resource directions first, then all.
+
+- ``high``: the training data holds only the directions whose languages are all
+  high-resource (``--high-resource-langs``) or pivots (``--pivot-langs``, default ``en``), so
+  no batch is spent on a low-resource direction; the gate learns with alternating hard/soft
+  updates (the draw lives in the model's ``set_num_updates``).
+- ``all``: every direction; at the start of the stage the routing map ``g(l) = argmax p_l``
+  is computed from the final gate, printed, stored in the model (and so in every
+  checkpoint), and the gate stops training.
+
+Two ways to run it: two fairseq-train runs (``--hlt-stage high``, then ``--hlt-stage all``
+from the first's checkpoint), or one run with ``--high-stage-updates N``, whose training
+epochs are cut so that the epoch in which update N falls ends exactly at N
+(:class:`StageEpochBatchIterator`; the cut is part of the iterator's state, so a resume on
+either side of N switches at N too).
+"""
+import logging
+from typing import List, Optional
+
+from fairseq.data import iterators
+from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
+
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.languages import split_list
+from hltmt_plugin.tasks.collation import with_row_ids
+
+logger = logging.getLogger(__name__)
+
+HIGH, ALL = "high", "all"
+
+
+class StageDataManager(MultilingualDatasetManager):
+    """fairseq's multilingual data manager, restricted to ``pair_filter`` when it is set; its
+    datasets carry each row's language ids (:mod:`hltmt_plugin.tasks.collation`)."""
+
+    pair_filter: Optional[List[str]] = None
+
+    def get_split_data_param_list(self, split, epoch, shard_epoch=None):
+        params = super().get_split_data_param_list(split, epoch, shard_epoch=shard_epoch)
+        if self.pair_filter is not None:
+            keep = set(self.pair_filter)
+            params = [p for p in params if f"{p['src']}-{p['tgt']}" in keep]
+        return params
+
+    def load_langpair_dataset(self, *args, **kwargs):
+        return with_row_ids(super().load_langpair_dataset(*args, **kwargs))
+
+
+class StageSchedule:
+    """Which stage a training run is in, and the directions of stage high."""
+
+    def __init__(self, args, lang_pairs: List[str]):
+        self.args = args
+        if args.high_stage_updates < 0:
+            raise HltmtConfigError(f"--high-stage-updates must be >= 0, got {args.high_stage_updates}")
+        if args.high_stage_updates > 0 and args.hlt_stage == ALL:
+            raise HltmtConfigError("--hlt-stage all cannot be combined with --high-stage-updates "
+                                   "(which runs stage high first)")
+        if args.high_stage_updates > 0 and args.sampling_method == "RoundRobin":
+            raise HltmtConfigError("--high-stage-updates cuts the training epoch at the stage switch, which "
+                                   "--sampling-method RoundRobin does not allow: use temperature or uniform "
+                                   "sampling, or two runs (--hlt-stage high, then --hlt-stage all)")
+        self.high = split_list(getattr(args, "high_resource_langs", None))
+        keep = set(self.high) | set(split_list(args.pivot_langs))
+        self.high_pairs = [p for p in lang_pairs if set(p.split("-")) <= keep]
+        self.all_pairs = list(lang_pairs)
+        if not self.high_pairs and self.uses_high():
+            raise HltmtConfigError(
+                f"stage high has no direction to train: no pair of --lang-pairs has only high-resource "
+                f"({','.join(self.high)}) or pivot ({args.pivot_langs}) languages")
+        if self.uses_high():
+            dropped = [p for p in lang_pairs if p not in self.high_pairs]
+            if dropped:
+                logger.warning(
+                    f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs "
+                    + ("wait for stage all (after update " + str(args.high_stage_updates) + ")"
+                       if args.high_stage_updates > 0 else
+                       "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
+                       "checkpoint, or run both stages in one with --high-stage-updates N"))
+
+    def uses_high(self) -> bool:
+        return self.args.high_stage_updates > 0 or self.args.hlt_stage in (None, HIGH)
+
+    def stage(self, updates_done: int) -> str:
+        if self.args.high_stage_updates > 0:
+            return HIGH if updates_done < self.args.high_stage_updates else ALL
+        return self.args.hlt_stage or HIGH
+
+    def pairs(self, stage: str) -> List[str]:
+        return self.high_pairs if stage == HIGH else self.all_pairs
+
+    def begin_epoch(self, model, epoch: int, updates_done: int) -> None:
+        """Fix the routing map at the start of stage all; refuse a model that cannot run the stage."""
+        slp = model.slp
+        if self.stage(updates_done) == ALL:
+            if not slp.map_is_fixed and int(slp.gate_steps) == 0:
+                raise HltmtConfigError(
+                    "stage all needs the routing map learned in stage high, and this model's gate was never "
+                    "trained: start from the stage-1 checkpoint (--restore-file STAGE1/checkpoint_last.pt "
+                    "--reset-optimizer --reset-dataloader --reset-meters) or run both stages in one job with "
+                    "--high-stage-updates N")
+            newly = not slp.map_is_fixed
+            mapping = model.fix_routing_map()
+            logger.info(f"HLT-MT stage all (epoch {epoch}, update {updates_done}): routing map "
+                        f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: "
+                        + ", ".join(f"{lang}->m{k}" for lang, k in mapping.items()))
+        else:
+            if slp.map_is_fixed:
+                raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
+                                       "checkpoint): the gate can no longer learn; use --hlt-stage all")
+            logger.info(f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
+                        f"{','.join(self.high_pairs)}; the gate learns (current map: "
+                        + ", ".join(f"{lang}->m{k}" for lang, k in model.routing_map().items()) + ")")
+
+
+class StageEpochBatchIterator(iterators.EpochBatchIterator):
+    """Ends the training epoch in which update ``switch_update`` falls exactly there.
+
+    ``start_update`` (the update count when the epoch began) is part of the iterator's
+    state, so a resumed run rebuilds the same cut epoch.
+    """
+
+    def __init__(self, *args, switch_update: int, batches_per_update: int, count_updates, **kwargs):
+        self.switch_update, self.batches_per_update, self.count_updates = switch_update, batches_per_update, count_updates
+        self.start_update = None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def frozen_batches(self):
+        if self._frozen_batches is None:
+            if self.start_update is None:
+                self.start_update = self.count_updates()
+            batches = tuple(self.batch_sampler(self.dataset, self.epoch))
+            left = self.switch_update - self.start_update
+            if 0 < left and left * self.batches_per_update < len(batches):
+                batches = batches[: left * self.batches_per_update]
+                logger.info(f"HLT-MT: epoch {self.epoch} ends at update {self.switch_update} "
+                            f"(end of stage high) after {len(batches)} batches")
+            self._frozen_batches = batches
+        return self._frozen_batches
+
+    def next_epoch_itr(self, *args, **kwargs):
+        if self._next_epoch_itr is None and self.next_epoch_idx != self.epoch:
+            self.start_update = None  # a new epoch: its start is the count now
+        return super().next_epoch_itr(*args, **kwargs)
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["hltmt_start_update"] = None if self.end_of_epoch() else self.start_update
+        return state
+
+    def load_state_dict(self, state_dict):
+        self.start_update = state_dict.get("hltmt_start_update")
+        self._frozen_batches = None  # rebuild with the recorded start
+        super().load_state_dict(state_dict)
