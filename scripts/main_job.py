@@ -32,7 +32,54 @@ from typing import Dict, List
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
-BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_decode import DecodeFailed, decode_all  # noqa: E402
+
+
+def fairseq_cli(tool):
+    """fairseq's command-line tool ``tool`` (train, generate, preprocess) run by this Python as a
+    module: works wherever ``import fairseq`` does (a venv, ``pip install --target`` +
+    PYTHONPATH), unlike looking for a ``fairseq-train`` script next to the interpreter."""
+    return [sys.executable, "-m", f"fairseq_cli.{tool}"]
+
+
+def nproc():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def tpu_present():
+    import importlib.util
+
+    return importlib.util.find_spec("torch_xla") is not None
+
+
+class OptionError(Exception):
+    pass
+
+
+def resolve_device(args):
+    """'cuda' or 'cpu' from --gpu / --cpu (default: the GPU when torch sees one), and the
+    training precision flags. --bf16 is fairseq 0.12's TPU path: refused without a TPU."""
+    if args.gpu and args.cpu:
+        raise OptionError("--gpu and --cpu exclude each other")
+    if args.bf16 and not tpu_present():
+        raise OptionError("--bf16 in fairseq 0.12 trains on a TPU (torch_xla) and dies on a GPU or CPU; "
+                          "use --precision amp (the default on a GPU) or --precision fp16")
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if args.gpu and not cuda:
+        raise OptionError("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
+    device = "cpu" if args.cpu or (not cuda and not args.bf16) else ("cuda" if cuda else "tpu")
+    precision = args.precision
+    if precision == "auto":
+        precision = "amp" if device == "cuda" else "fp32"
+    if device == "cpu" and precision == "fp16":
+        raise OptionError("--precision fp16 needs a GPU; on the CPU use fp32 (or amp, which is then fp32)")
+    flags = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}[precision]
+    if args.bf16:
+        flags, precision = ["--bf16", "--tpu"], "bf16"
+    return device, precision, flags
 LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
 HIGH = ["fr", "de", "cs", "tr", "fi", "et"]  # DebMT-10's high-resource languages (data/debmt10/README.md)
 
@@ -65,6 +112,8 @@ SIZES: Dict[str, Size] = {
                  baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400, max_tokens=4096,
                  seeds=[1, 2, 3]),
     # for a GPU (examples/wmt10): transformer-base sizes, the paper's optimiser settings
+    # transformer-base with the paper's optimiser settings: HOURS on one GPU (50k + 50k updates);
+    # the budgeted H200 run (minutes, three systems at once) is scripts/gpu_run.sh
     "base": Size(max_train=0, max_test=0, vocab=64000, hltmt_arch="hltmt_transformer", baseline_arch="transformer",
                  high_updates=50000, all_updates=50000, max_tokens=8192, seeds=[1], lr=3e-4, warmup=4000),
 }
@@ -122,16 +171,17 @@ class Job:
         self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
         self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
+        self.device, self.precision, self.precision_flags = resolve_device(args)
 
     # ---- fairseq command lines ----------------------------------------------------------
     def task_args(self, task="hltmt_translation"):
-        device = [] if self.args.gpu else ["--cpu"]
+        device = ["--cpu"] if self.device == "cpu" else []
         return ["--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
                 "--lang-pairs", ",".join(self.directions), "--encoder-langtok", "tgt", *device]
 
     def train_args(self, seed, updates, save):
         s = self.size
-        fp = ["--bf16"] if self.args.gpu and self.args.bf16 else []
+        fp = self.precision_flags
         return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                 "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
@@ -160,14 +210,14 @@ class Job:
     def train_mnmt(self, seed):
         s = self.size
         save = self.save_dir("mnmt", seed)
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args("translation_multi_simple_epoch"),
+        run_logged([*fairseq_cli("train"), self.data, *self.task_args("translation_multi_simple_epoch"),
                     "--arch", s.baseline_arch,
                     *self.train_args(seed, s.high_updates + s.all_updates, save)],
                    os.path.join(self.logs, f"train_mnmt.seed{seed}.log"))
 
     def train_hltmt(self, seed, log, updates, save, *stage):
         """One fairseq-train run of HLT-MT (the pool over the high-resource languages)."""
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(),
+        run_logged([*fairseq_cli("train"), self.data, *self.task_args(),
                     *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
                     "--criterion", "hltmt_cross_entropy", *stage], os.path.join(self.logs, f"{log}.seed{seed}.log"))
 
@@ -192,13 +242,16 @@ class Job:
     def train_lsmnmt(self, seed):
         s = self.size
         targets = ["en"] + self.langs
-        run_logged([os.path.join(BIN, "fairseq-train"), self.data, *self.task_args(),
+        run_logged([*fairseq_cli("train"), self.data, *self.task_args(),
                     *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
                     *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))],
                    os.path.join(self.logs, f"train_lsmnmt.seed{seed}.log"))
 
     def decode(self, seed):
+        """Every direction of every system, beam 5, over --decode-workers concurrent processes
+        (each decodes its directions one after another in one Python; fp16 on a GPU)."""
         jobs = [(system, d) for system in self.systems for d in self.directions]
+        todo = []
         for i, (system, direction) in enumerate(jobs, 1):
             out_dir = os.path.join(self.run_dir, "decode", system, f"seed{seed}")
             target = os.path.join(out_dir, f"{direction}.gen")
@@ -206,12 +259,21 @@ class Job:
                 continue
             os.makedirs(out_dir, exist_ok=True)
             src, tgt = direction.split("-")
-            say(f"decode seed {seed} [{i}/{len(jobs)}] {system} {direction}")
             ckpt = os.path.join(self.save_dir(system, seed), "checkpoint_last.pt")
-            run_logged([os.path.join(BIN, "fairseq-generate"), self.data, *self.task_args(), "-s", src, "-t", tgt,
-                        "--path", ckpt, "--gen-subset", "test", "--beam", "5", "--max-tokens", "8000",
-                        "--max-len-a", "1.5", "--max-len-b", "10", "--remove-bpe", "sentencepiece"],
-                        os.path.join(self.logs, f"decode_{system}_seed{seed}_{direction}.log"), target)
+            todo.append((f"decode seed {seed} [{i}/{len(jobs)}] {system} {direction}", ckpt, src, tgt, target))
+        workers = self.args.decode_workers or (min(8, nproc()) if self.device == "cuda" else nproc())
+        workers = max(1, min(workers, len(todo) or 1))
+        say(f"decode seed {seed}: {len(todo)} of {len(jobs)} directions to go, {workers} worker(s)")
+        env = dict(os.environ)
+        env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
+        common = [self.data, *self.task_args(), "--gen-subset", "test", "--beam", "5",
+                  "--max-tokens", "20000" if self.device == "cuda" else "8000", "--max-len-a", "1.5",
+                  "--max-len-b", "10", "--remove-bpe", "sentencepiece",
+                  *(["--fp16"] if self.device == "cuda" and self.precision != "fp32" else [])]
+        try:
+            decode_all(todo, common, self.data, workers, os.path.join(self.logs, f"decode_seed{seed}"), env=env)
+        except DecodeFailed as error:
+            raise StepFailed(str(error))
 
     def report(self):
         one_run = self.args.hltmt_schedule == "one-run"
@@ -225,7 +287,7 @@ class Job:
                "--valid-log", f"hltmt={self.logs}/train_hltmt{'' if one_run else '_all'}.seed*.log"]
         if self.args.ls_mnmt:
             cmd += ["--valid-log", f"lsmnmt={self.logs}/train_lsmnmt.seed*.log"]
-        if not self.args.gpu:
+        if self.device == "cpu":
             cmd += ["--note", f"Trained on CPU ({self.size.high_updates} + {self.size.all_updates} updates of "
                               f"{self.size.hltmt_arch}): these models are far from converged, so the figures show "
                               "that the pipeline works end to end, not the quality of the method."]
@@ -250,7 +312,8 @@ class Job:
         os.makedirs(self.run_dir, exist_ok=True)
         steps = self.steps()
         print(f"main job: size={self.args.size}, seeds={self.seeds}, systems={','.join(self.systems)}, "
-              f"{len(self.directions)} directions, run folder {self.run_dir}", flush=True)
+              f"{len(self.directions)} directions, device {self.device} ({self.precision}), "
+              f"run folder {self.run_dir}", flush=True)
         t_start = time.time()
         for n, (name, fn, fn_args) in enumerate(steps, 1):
             marker = os.path.join(self.run_dir, f".done-{name}")
@@ -285,11 +348,24 @@ def main(argv=None):
                         "optimizer state and learning-rate schedule; lower validation loss in "
                         "docs/results/debmt10-full) or as two runs (stage all restarts from stage high's "
                         "checkpoint with a fresh optimizer and warm-up)")
-    p.add_argument("--gpu", action="store_true", help="train and decode on the GPU (default: CPU)")
-    p.add_argument("--bf16", action="store_true", help="with --gpu: bf16 training")
+    p.add_argument("--gpu", action="store_true", help="train and decode on the GPU (default: the GPU when torch "
+                                                      "sees one, else the CPU)")
+    p.add_argument("--cpu", action="store_true", help="train and decode on the CPU even when a GPU is there")
+    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "amp"], default="auto",
+                   help="training precision (default: amp on a GPU, fp32 on the CPU); decoding runs in fp16 on "
+                        "a GPU unless fp32")
+    p.add_argument("--bf16", action="store_true", help="fairseq 0.12's --bf16 is TPU training: refused unless "
+                                                       "torch_xla is installed")
+    p.add_argument("--decode-workers", type=int, default=0,
+                   help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)")
     args = p.parse_args(argv)
+    if args.decode_workers < 0:
+        p.error("--decode-workers must be >= 0")
     try:
         Job(args).run()
+    except OptionError as error:
+        print(f"main_job: error: {error}", file=sys.stderr)
+        return 2
     except StepFailed as error:
         print(f"\nmain_job: error: {error}", file=sys.stderr)
         return 1

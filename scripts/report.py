@@ -12,18 +12,38 @@ detokenized text; chrF) and writes to OUT:
   averages over high- and low-resource directions and over X->En / En->X, and the
   difference system minus baseline; the sacreBLEU signatures;
 - ``results.csv``: one row per system, seed and direction;
-- ``bleu.png``: the per-direction BLEU of every system, and the group averages;
+- ``bleu.png``: the per-direction BLEU of every system, and the group averages; when the
+  models have not converged (or convergence cannot be shown), the picture says so itself;
+- ``valid_loss.png`` (with ``--valid-log``): every validation of every run, loss against
+  updates, and whether each curve has flattened (converged) by the rule stated in results.md;
 - ``gate_heatmap.png`` (with ``--gate-checkpoint``): the gate's distribution over the pool
   for each high-resource language (after stage 1, or at the end of training from a
   checkpoint that holds the fixed map), and the routing map.
+
+results.md also names the machine (``--machine``, detected when not given), the run's sizes,
+updates and tokens/s (``--run-info`` JSON from scripts/gpu_run.py), and sets the En->X
+averages beside the HLT-MT paper's WMT-10 En->X figures (HLT-MT 23.1, MNMT 22.0,
+LS-MNMT 22.3 BLEU) and their deltas. Needs sacrebleu and matplotlib; the heatmap also
+needs torch and fairseq (skipped, with a note, where they do not import). The plugin is
+found from this file's repository, installed or not.
 """
 import argparse
 import csv
+import json
 import os
+import platform
 import re
 import statistics
 import sys
 from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
+PAPER_EN_X = {"mnmt": 22.0, "lsmnmt": 22.3, "hltmt": 23.1}
+PAPER_NAMES = {"mnmt": "MNMT", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
+# a validation curve is flat when the loss fell by less than this share over the last quarter of
+# the run's updates
+FLAT_DROP = 0.01
 
 GROUPS = ["En->X high", "En->X low", "X->En high", "X->En low", "high", "low", "En->X", "X->En", "all"]
 
@@ -108,36 +128,151 @@ VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
 
 
 def read_valid_logs(specs):
-    """{system: [(seed, loss, nll_loss, ppl, updates)]} from the last validation line of each
-    fairseq-train log; ``specs`` are ``SYSTEM=GLOB`` (the glob's files end in ``seed<N>.log``)."""
+    """({system: [(seed, loss, nll_loss, ppl, updates)]} from the last validation line of each
+    fairseq-train log, {system: {seed: [(updates, loss)]}} every validation of it);
+    ``specs`` are ``SYSTEM=GLOB`` (the glob's files end in ``seed<N>.log``)."""
     import glob
 
-    found = {}
+    found, curves = {}, {}
     for spec in specs:
         system, _, pattern = spec.partition("=")
         if not system or not pattern:
             raise ValueError(f"--valid-log {spec!r}: expected SYSTEM=GLOB")
         for path in sorted(glob.glob(pattern)):
-            last = None
+            seed = re.search(r"seed(\d+)", os.path.basename(path))
+            if not seed:
+                continue
+            points = []
             with open(path, encoding="utf-8", errors="replace") as f:
                 for line in f:
                     m = VALID_LINE.search(line)
-                    last = m or last
-            seed = re.search(r"seed(\d+)", os.path.basename(path))
-            fields = dict(f.strip().split(" ", 1) for f in last.group(1).split("|") if " " in f.strip()) if last else {}
-            if seed and all(k in fields for k in VALID_KEYS):
-                found.setdefault(system, []).append(
-                    (int(seed.group(1)), *(float(fields[k]) for k in VALID_KEYS[:3]), int(fields["num_updates"])))
-    return found
+                    if not m:
+                        continue
+                    fields = dict(x.strip().split(" ", 1) for x in m.group(1).split("|") if " " in x.strip())
+                    if all(k in fields for k in VALID_KEYS):
+                        points.append(fields)
+            if not points:
+                continue
+            last = points[-1]
+            found.setdefault(system, []).append(
+                (int(seed.group(1)), *(float(last[k]) for k in VALID_KEYS[:3]), int(last["num_updates"])))
+            curve = sorted({int(p["num_updates"]): float(p["loss"]) for p in points}.items())
+            curves.setdefault(system, {})[int(seed.group(1))] = curve
+    return found, curves
 
 
-def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds, valid=None):
+def convergence(curve):
+    """(status, explanation) of one validation curve [(updates, loss)]: 'flat' when the loss fell
+    by less than FLAT_DROP of its value over the last quarter of the updates, 'falling' when it
+    fell more, 'unknown' when there are too few validations to tell."""
+    if len(curve) < 3:
+        return "unknown", f"{len(curve)} validation(s): too few to see a curve"
+    end_updates, end_loss = curve[-1]
+    earlier = [(u, l) for u, l in curve[:-1] if u <= 0.75 * end_updates]
+    if not earlier:
+        return "unknown", "no validation before the last quarter of the run"
+    ref_updates, ref_loss = earlier[-1]
+    drop = (ref_loss - end_loss) / max(abs(end_loss), 1e-9)
+    text = f"loss {ref_loss:.3f} at {ref_updates} -> {end_loss:.3f} at {end_updates} ({-100 * drop:+.1f}%)"
+    return ("flat" if drop < FLAT_DROP else "falling"), text
+
+
+def converged_summary(curves):
+    """{system: (status, explanation)}: a system is flat only when every seed's curve is."""
+    out = {}
+    for system, by_seed in curves.items():
+        states = [convergence(c) for _, c in sorted(by_seed.items())]
+        worst = next((st for st in states if st[0] == "falling"), None) or \
+            next((st for st in states if st[0] == "unknown"), None) or states[0]
+        out[system] = worst
+    return out
+
+
+def detect_machine():
+    """One line naming this machine: CPU model and cores, and the GPU torch sees (if any)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    text = f"{cpu}, {cores} cores usable, Python {platform.python_version()}"
+    try:
+        import torch
+
+        text += f", torch {torch.__version__}"
+        if torch.cuda.is_available():
+            text += f", GPU {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+        else:
+            text += ", no GPU"
+    except ImportError:
+        pass
+    return text
+
+
+def run_info_lines(info):
+    """The run's sizes, updates and speeds from scripts/gpu_run.py's run.json."""
+    lines = ["", "## The run", ""]
+    for key, value in info.get("facts", {}).items():
+        lines.append(f"- {key}: {value}")
+    rows = info.get("systems", {})
+    if rows:
+        cols = list(dict.fromkeys(k for r in rows.values() for k in r))
+        lines += ["", "| system | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for name, r in rows.items():
+            lines.append(f"| {name} | " + " | ".join(str(r.get(c, "")) for c in cols) + " |")
+    return lines
+
+
+def paper_lines(table, systems, baseline):
+    """Our En->X averages beside the paper's WMT-10 En->X figures, as deltas to the baseline."""
+    ours = {s: mean_std(table[(s, "bleu")].get("En->X", []))[0] for s in systems if s in PAPER_EN_X}
+    if baseline not in ours or len(ours) < 2:
+        return []
+    lines = ["", "## Beside the paper (En->X average BLEU)", "",
+             "The paper's figures are WMT-10 (Yang et al. 2022); ours are DebMT-10 (other data, other "
+             "sizes, other training length): compare the deltas to the baseline, not the levels.", "",
+             "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
+             "|---|---|---|---|---|"]
+    for s in sorted(ours, key=lambda x: list(PAPER_EN_X).index(x)):
+        paper, mine = PAPER_EN_X[s], ours[s]
+        lines.append(f"| {PAPER_NAMES[s]} ({s}) | {paper:.1f} | {paper - PAPER_EN_X[baseline]:+.1f} | {mine:.2f} | "
+                     f"{mine - ours[baseline]:+.2f} |")
+    return lines
+
+
+def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds, valid=None,
+                   machine=None, run_info=None, conv=None):
     lines = [f"# {title}", "", f"Systems: {', '.join(systems)}; seeds: {seeds}. Test split, "
              "detokenized, case-sensitive; mean ± standard deviation over seeds.", ""]
+    if machine:
+        lines.append(f"- Machine: {machine}")
     for sig_name, sig in signatures.items():
         lines.append(f"- sacreBLEU {sig_name} signature: `{sig}`")
+    if conv is not None:
+        flat = bool(conv) and all(st == "flat" for st, _ in conv.values())
+        if flat:
+            verdict = "**Converged**: every validation curve is flat."
+        elif conv:
+            verdict = ("**NOT CONVERGED**: " + "; ".join(f"{s} {st}" for s, (st, _) in sorted(conv.items())
+                                                         if st != "flat")
+                       + " — BLEU differences between these systems do not rank the methods.")
+        else:
+            verdict = "**Convergence not shown**: no validation in the training logs."
+        lines += ["", verdict]
     if note:
         lines += ["", f"**Note.** {note}"]
+    if run_info:
+        lines += run_info_lines(run_info)
+    if conv:
+        lines += ["", "## Convergence (validation loss curves, valid_loss.png)", "",
+                  f"A curve is *flat* when the validation loss fell by less than {100 * FLAT_DROP:.0f}% over the "
+                  "last quarter of the run's updates; *falling* otherwise; *unknown* with fewer than 3 "
+                  "validations.", "", "| system | status | evidence |", "|---|---|---|"]
+        for name in sorted(conv, key=lambda s: (s != baseline, s)):
+            st, why = conv[name]
+            lines.append(f"| {name} | {st} | {why} |")
     if valid:
         lines += ["", "## Validation at the end of training", "",
                   "The last validation of each run (valid split; label-smoothed loss, nll in bits, perplexity); "
@@ -159,30 +294,67 @@ def write_markdown(path, table, systems, directions, baseline, system, signature
                 cells.append(f"{mean_std(a)[0] - mean_std(b)[0]:+.2f}" if a and b else "")
             name = f"**avg {key}**" if key in GROUPS else key
             lines.append("| " + " | ".join([name] + cells) + " |")
+        if metric == "bleu":
+            lines += paper_lines(table, systems, baseline)
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def plot_bleu(path, table, systems, directions, title):
+def plot_bleu(path, table, systems, directions, title, warning=None):
+    """BLEU bars; ``warning`` (models not converged) is written across the picture itself, and
+    the y-axis spans at least 0..1 BLEU so near-zero scores still show as bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(16, 5), gridspec_kw={"width_ratios": [3, 1.2]})
+    fig, axes = plt.subplots(1, 2, figsize=(16, 5.6), gridspec_kw={"width_ratios": [3, 1.2]})
+    top = 0.0
     for ax, keys in ((axes[0], directions), (axes[1], GROUPS)):
         width = 0.8 / len(systems)
         for i, s in enumerate(systems):
             stats = [mean_std(table[(s, "bleu")].get(k, [])) for k in keys]
             ax.bar([x + i * width for x in range(len(keys))], [m for m, _ in stats], width,
                    yerr=[sd for _, sd in stats], label=s, capsize=2)
+            top = max([top] + [m + sd for m, sd in stats if m == m])
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(keys))])
         ax.set_xticklabels(keys, rotation=60, ha="right", fontsize=8)
         ax.set_ylabel("BLEU")
         ax.grid(axis="y", alpha=0.3)
+    for ax in axes:
+        ax.set_ylim(0, max(1.0, top * 1.15))
     axes[0].set_title(f"{title}: BLEU per direction")
     axes[1].set_title("averages")
     axes[0].legend()
+    if warning:
+        fig.text(0.5, 0.985, warning, ha="center", va="top", fontsize=12, fontweight="bold", color="white",
+                 bbox=dict(boxstyle="round", facecolor="#c0392b", edgecolor="none"))
+        fig.tight_layout(rect=(0, 0, 1, 0.93))
+    else:
+        fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_valid(path, curves, conv, title):
+    """Validation loss against updates, one line per run; the legend says flat/falling/unknown."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8))
+    for system in sorted(curves):
+        for seed, curve in sorted(curves[system].items()):
+            st, _ = convergence(curve)
+            ax.plot([u for u, _ in curve], [l for _, l in curve], marker="o", markersize=3,
+                    label=f"{system} seed {seed}: {st}")
+    ax.set_xlabel("updates")
+    ax.set_ylabel("validation loss (label-smoothed, bits)")
+    ax.set_title(f"{title}: validation loss" + ("" if conv and all(s == "flat" for s, _ in conv.values())
+                                                 else " (NOT all flat: not converged)"), fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -197,6 +369,8 @@ def gate_heatmap(path, checkpoint):
     import matplotlib.pyplot as plt
     import torch
 
+    if ROOT not in sys.path:  # the plugin of this repository, installed or not
+        sys.path.insert(0, ROOT)
     import hltmt_plugin  # noqa: F401  (registers the model, allowlists checkpoint types)
     from fairseq import checkpoint_utils
 
@@ -240,12 +414,22 @@ def main(argv=None):
     p.add_argument("--gate-checkpoint", default=None, help="HLT-MT checkpoint for the gate heatmap: stage 1's, or a later one (it holds the fixed map)")
     p.add_argument("--valid-log", action="append", default=[], metavar="SYSTEM=GLOB",
                    help="fairseq-train logs of a system (files named ...seed<N>.log): report their last "
-                        "validation (repeatable)")
+                        "validation and their validation curve (repeatable)")
+    p.add_argument("--machine", default=None, help="the machine, in words (default: detected here)")
+    p.add_argument("--run-info", default=None, help="JSON of the run (scripts/gpu_run.py's run.json): sizes, "
+                                                    "updates, tokens/s")
     args = p.parse_args(argv)
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's imports may set the root to DEBUG
     high = set(args.high.split(","))
     try:
         rows, signatures = score_all(args.decode_dir)
-        valid = read_valid_logs(args.valid_log)
+        valid, curves = read_valid_logs(args.valid_log)
+        run_info = None
+        if args.run_info:
+            with open(args.run_info, encoding="utf-8") as f:
+                run_info = json.load(f)
     except (ValueError, OSError) as error:
         print(f"report: error: {error}", file=sys.stderr)
         return 2
@@ -259,15 +443,32 @@ def main(argv=None):
         writer.writeheader()
         writer.writerows({**r, "bleu": f"{r['bleu']:.2f}", "chrf": f"{r['chrf']:.2f}"} for r in rows)
     note = args.note
+    written = ["results.md", "results.csv", "bleu.png"]
     if args.gate_checkpoint and os.path.exists(args.gate_checkpoint):
-        langs, chosen = gate_heatmap(os.path.join(args.out, "gate_heatmap.png"), args.gate_checkpoint)
-        mapping = ", ".join(f"{lang}->m{k}" for lang, k in zip(langs, chosen))
-        note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
+        try:
+            langs, chosen = gate_heatmap(os.path.join(args.out, "gate_heatmap.png"), args.gate_checkpoint)
+        except ImportError as error:
+            note = (note + " " if note else "") + f"No gate heatmap: {error} (torch and fairseq must import)."
+        else:
+            mapping = ", ".join(f"{lang}->m{k}" for lang, k in zip(langs, chosen))
+            note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
+            written.append("gate_heatmap.png")
+    conv = converged_summary(curves) if args.valid_log else None
     write_markdown(os.path.join(args.out, "results.md"), table, systems, directions, args.baseline, args.system,
-                   signatures, args.title, note, seeds, valid)
-    plot_bleu(os.path.join(args.out, "bleu.png"), table, systems, directions, args.title)
-    print(f"report: {len(rows)} scored outputs -> {args.out}/results.md, results.csv, bleu.png"
-          + (", gate_heatmap.png" if args.gate_checkpoint else ""))
+                   signatures, args.title, note, seeds, valid, machine=args.machine or detect_machine(),
+                   run_info=run_info, conv=conv)
+    warning = None
+    if conv is not None and not (conv and all(st == "flat" for st, _ in conv.values())):
+        warning = ("NOT CONVERGED: validation loss still falling or not shown"
+                   + (" (every score near 0)" if all(r["bleu"] < 0.5 for r in rows) else "")
+                   + " - these bars do not rank the methods")
+    elif conv is None and args.note:
+        warning = "Models not shown to be converged - these bars do not rank the methods"
+    plot_bleu(os.path.join(args.out, "bleu.png"), table, systems, directions, args.title, warning)
+    if curves:
+        plot_valid(os.path.join(args.out, "valid_loss.png"), curves, conv, args.title)
+        written.append("valid_loss.png")
+    print(f"report: {len(rows)} scored outputs -> {args.out}/" + ", ".join(written))
     return 0
 
 

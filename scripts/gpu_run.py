@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""The GPU run: DebMT-10, the three systems, one GPU, report in under 8 minutes of wall time.
+
+    bash scripts/gpu_run.sh                      # on the GPU machine (installs the bundle first)
+    bash scripts/gpu_run.sh --size tiny          # the smallest size: a few minutes on a CPU
+    python scripts/gpu_run.py --size small --budget-s 420 --out DIR
+
+Steps, each timed (the budget counts from the start of scripts/gpu_run.sh):
+
+1. prepare DebMT-10 (all training data of the size, the test split) with every core:
+   sentencepiece threads and fairseq-preprocess workers from the core count;
+2. calibrate: the plain fairseq ``transformer`` MNMT, HLT-MT and LS-MNMT start together as
+   three processes on the one GPU (``OMP_NUM_THREADS=1`` each), run until each has logged a
+   few progress lines, and are stopped; their measured updates/s (the slowest of the three)
+   and start-up time size the number of updates N that fits the budget (``--updates N``
+   skips this);
+3. train the three systems again from scratch, at the same time, N updates each (same data,
+   batch size, learning-rate schedule, seed): MNMT, HLT-MT with both stages in one run
+   (stage high for N/2 updates, then stage all: ``--high-stage-updates``), LS-MNMT
+   (``--slp-language-specific``, one module per target language); validation every N/8
+   updates gives each a validation-loss curve; ``--stop-time-hours`` guards the budget;
+4. decode every direction of every system with beam 5 (fp16 on a GPU), several worker
+   processes at once, each decoding its directions in one Python (scripts/gpu_decode.py);
+5. score with sacreBLEU and write the report (scripts/report.py): machine, sizes, updates,
+   tokens/s, convergence from the validation curves, BLEU tables high/low and En->X/X->En,
+   the paper's WMT-10 deltas beside ours.
+
+At most 8 files go to the output folder (``--out``, default ``$OUT``): results.md,
+results.csv, bleu.png, valid_loss.png, gate_heatmap.png, run.json, gpu_run.log and
+logs.tar.gz (every training, calibration, preparation and decoding log and the decoded
+test sets). Mixed precision is ``--amp`` by default on a GPU (``--precision fp16`` is
+fairseq's fp16 optimizer); fairseq 0.12's ``--bf16`` is TPU training and is not offered.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from gpu_decode import DecodeFailed, decode_all  # noqa: E402
+from main_job import HIGH, LANGS, fairseq_cli, nproc  # noqa: E402
+
+PLUGIN = os.path.join(ROOT, "hltmt_plugin")
+DEBMT10 = os.path.join(ROOT, "data", "debmt10")
+SYSTEMS = ["mnmt", "hltmt", "lsmnmt"]
+MAX_OUT_FILES = 8
+
+
+@dataclass
+class RunSize:
+    langs: List[str]
+    high: List[str]
+    max_train: int  # lines per pair, 0: all
+    max_valid: int  # 0: all
+    max_test: int  # 0: all
+    vocab: int
+    hltmt_arch: str
+    baseline_arch: str
+    max_tokens: int
+    lr: float
+    min_updates: int
+    max_updates: int
+    log_interval: int  # progress lines every this many updates
+    calib_lines: int  # progress lines of each system the calibration waits for
+    validations: int  # validations per run (the curve's points)
+    budget_s: int  # default --budget-s
+    decode_reserve_s: int  # kept free for decoding and the report when sizing N
+    max_len: tuple = (1.5, 10)  # generation length cap a * source length + b
+    notes: str = ""
+
+
+SIZES = {
+    # the smallest: two languages, a few hundred lines, the tiny model, a dozen updates; a few
+    # minutes on 2 CPU cores (the test suite runs it)
+    "tiny": RunSize(langs=["de", "gu"], high=["de"], max_train=200, max_valid=30, max_test=8, vocab=600,
+                    hltmt_arch="hltmt_transformer_tiny", baseline_arch="transformer_hltmt_tiny", max_tokens=2048,
+                    lr=3e-3, min_updates=6, max_updates=12, log_interval=1, calib_lines=2, validations=3,
+                    budget_s=900, decode_reserve_s=0, max_len=(0, 16),
+                    notes="smallest size: shows that the run works end to end, nothing about quality "
+                          "(outputs capped at 16 tokens)"),
+    # the GPU run: all of DebMT-10, d 256 4+3 layers (hltmt_transformer_small and the plain
+    # transformer of the same sizes), 16k vocabulary, large batches
+    "small": RunSize(langs=LANGS, high=HIGH, max_train=0, max_valid=0, max_test=0, vocab=16000,
+                     hltmt_arch="hltmt_transformer_small", baseline_arch="transformer_hltmt_small", max_tokens=16384,
+                     lr=2e-3, min_updates=200, max_updates=200000, log_interval=20, calib_lines=4, validations=8,
+                     budget_s=420, decode_reserve_s=90),
+    # transformer-base (d 512, 6+6 layers): fewer updates in the same time
+    "base": RunSize(langs=LANGS, high=HIGH, max_train=0, max_valid=0, max_test=0, vocab=16000,
+                    hltmt_arch="hltmt_transformer", baseline_arch="transformer", max_tokens=16384, lr=1e-3,
+                    min_updates=200, max_updates=200000, log_interval=20, calib_lines=4, validations=8,
+                    budget_s=420, decode_reserve_s=110),
+}
+
+PROGRESS = re.compile(r"\| train_inner \| .*num_updates=(\d+)")
+FIELD = re.compile(r"(\w+)=([-\d.e]+)")
+PARAMS = re.compile(r"num\. (?:shared|expert) model params: ([\d,]+)")
+DONE = re.compile(r"done training in ([\d.]+) seconds")
+
+
+class RunFailed(Exception):
+    pass
+
+
+class Tee:
+    """Console output also written (flushed line by line) to the output folder's gpu_run.log."""
+
+    def __init__(self, path):
+        self.file = open(path, "a", encoding="utf-8")
+        self.console = sys.stdout
+
+    def write(self, text):
+        self.console.write(text)
+        self.file.write(text)
+
+    def flush(self):
+        self.console.flush()
+        self.file.flush()
+
+
+def say(t0, msg):
+    print(f"[gpu_run {time.time() - t0:6.1f}s] {msg}", flush=True)
+
+
+def kill_group(proc):
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def tail(path, n=20):
+    try:
+        lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(line[:300] for line in lines[-n:])
+
+
+def progress(path):
+    """[(num_updates, {field: value})] of the fairseq progress lines in a training log."""
+    out = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                m = PROGRESS.search(line)
+                if m:
+                    out.append((int(m.group(1)), {k: float(v) for k, v in FIELD.findall(line)}))
+    except OSError:
+        pass
+    return out
+
+
+class GpuRun:
+    def __init__(self, args, t0):
+        self.args, self.t0 = args, t0
+        self.size = SIZES[args.size]
+        self.langs = args.langs.split(",") if args.langs else self.size.langs
+        self.high = [x for x in (args.high.split(",") if args.high else self.size.high) if x in self.langs]
+        if not self.high:
+            raise RunFailed("no high-resource language among --langs: HLT-MT needs at least one")
+        self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
+        self.work = os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}"))
+        self.out = os.path.abspath(args.out)
+        self.data = os.path.join(self.work, "data", "bin")
+        self.logs = os.path.join(self.work, "logs")
+        self.budget = args.budget_s or self.size.budget_s
+        self.info = {"facts": {}, "systems": {s: {} for s in SYSTEMS}, "phases_s": {}}
+        self.procs = []
+        import torch
+
+        self.cuda = torch.cuda.is_available() and not args.cpu
+        self.precision = args.precision if args.precision != "auto" else ("amp" if self.cuda else "fp32")
+        if self.precision == "fp16" and not self.cuda:
+            raise RunFailed("--precision fp16 needs a GPU")
+
+    # ---- bookkeeping --------------------------------------------------------------------
+    def elapsed(self):
+        return time.time() - self.t0
+
+    def fact(self, key, value):
+        self.info["facts"][key] = value
+
+    def save_info(self):
+        os.makedirs(self.work, exist_ok=True)
+        with open(os.path.join(self.work, "run.json"), "w", encoding="utf-8") as f:
+            json.dump(self.info, f, indent=1)
+
+    def phase(self, name, fn, *a):
+        say(self.t0, f"{name} ...")
+        t = time.time()
+        result = fn(*a)
+        self.info["phases_s"][name] = round(time.time() - t, 1)
+        self.fact("phase times (s)", ", ".join(f"{k} {v:.0f}" for k, v in self.info["phases_s"].items()))
+        say(self.t0, f"{name} done in {time.time() - t:.1f}s")
+        self.save_info()
+        return result
+
+    # ---- 1. data ------------------------------------------------------------------------
+    def prepare(self):
+        s = self.size
+        cmd = [sys.executable, os.path.join(HERE, "prepare_data.py"), "--raw", self.args.raw,
+               "--out", os.path.join(self.work, "data"), "--langs", ",".join(self.langs), "--vocab-size", str(s.vocab),
+               "--workers", str(nproc()), "--threads", str(nproc())]
+        for opt, n in (("--max-train", s.max_train), ("--max-valid", s.max_valid), ("--max-test", s.max_test)):
+            cmd += [opt, str(n)] if n else []
+        stamp = os.path.join(self.work, "data", ".gpu_run-prepared")
+        want = " ".join(cmd[2:])
+        if os.path.isdir(self.data) and os.path.exists(stamp) and open(stamp).read() == want:
+            say(self.t0, f"data already prepared in {self.data} (same options): reused")
+            return
+        os.makedirs(self.logs, exist_ok=True)
+        log = os.path.join(self.logs, "prepare.log")
+        with open(log, "w") as f:
+            done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+        if done.returncode != 0:
+            lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
+            error = next((line for line in reversed(lines) if "error:" in line), None)
+            raise RunFailed(f"data preparation failed: {error}" if error else
+                            f"data preparation failed (exit {done.returncode}):\n{tail(log)}")
+        with open(stamp, "w") as f:
+            f.write(want)
+
+    # ---- fairseq-train command lines -----------------------------------------------------
+    def train_cmd(self, system, updates, save, calibrate):
+        s = self.size
+        task = "translation_multi_simple_epoch" if system == "mnmt" else "hltmt_translation"
+        cmd = [*fairseq_cli("train"), self.data, "--user-dir", PLUGIN, "--task", task,
+               "--langs", ",".join(["en"] + self.langs), "--lang-pairs", ",".join(self.directions),
+               "--encoder-langtok", "tgt", *([] if self.cuda else ["--cpu"])]
+        if system == "mnmt":
+            cmd += ["--arch", s.baseline_arch, "--criterion", "label_smoothed_cross_entropy"]
+        elif system == "hltmt":
+            cmd += ["--arch", s.hltmt_arch, "--high-resource-langs", ",".join(self.high),
+                    "--slp-pool-size", str(min(3, len(self.high))), "--criterion", "hltmt_cross_entropy",
+                    "--hlt-stage", "high", "--high-stage-updates", str(max(1, updates // 2)),
+                    "--disparity-weight", "1.0"]
+        else:
+            targets = ["en"] + self.langs
+            cmd += ["--arch", s.hltmt_arch, "--high-resource-langs", ",".join(targets),
+                    "--slp-pool-size", str(len(targets)), "--slp-language-specific", "--hlt-stage", "all",
+                    "--criterion", "label_smoothed_cross_entropy"]
+        warmup = max(4, min(4000, updates // 8))
+        cmd += ["--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup), "--dropout", "0.1",
+                "--max-tokens", str(s.max_tokens), "--max-update", str(updates),
+                "--sampling-method", "temperature", "--sampling-temperature", "5", "--seed", str(self.args.seed),
+                "--log-format", "simple", "--log-interval", str(s.log_interval), "--save-dir", save,
+                "--no-epoch-checkpoints", "--no-save-optimizer-state", "--num-workers", "1",
+                *self.precision_flags()]
+        if calibrate:
+            cmd += ["--disable-validation", "--no-save"]
+        else:
+            every = max(1, updates // s.validations)
+            guard_h = (self.train_window + 60) / 3600
+            cmd += ["--validate-interval-updates", str(every), "--validate-interval", "1000000",
+                    "--save-interval", "1000000", "--stop-time-hours", f"{guard_h:.4f}"]
+        return cmd
+
+    def precision_flags(self):
+        return {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}[self.precision]
+
+    def launch(self, system, cmd, log):
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        f = open(log, "w", encoding="utf-8")
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
+        f.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self):
+        for proc in self.procs:
+            kill_group(proc)
+        self.procs = []
+
+    # ---- 2. calibration -----------------------------------------------------------------
+    def calibrate(self):
+        s = self.size
+        big = 10 ** 7
+        launched = time.time()
+        runs = {}
+        for system in SYSTEMS:
+            log = os.path.join(self.logs, f"calibrate_{system}.log")
+            save = os.path.join(self.work, "calibrate", system)
+            runs[system] = (self.launch(system, self.train_cmd(system, big, save, calibrate=True), log), log)
+        first_seen = {}
+        deadline = launched + max(120.0, 0.4 * self.budget)
+        try:
+            while True:
+                time.sleep(0.5)
+                lines = {sys_: progress(log) for sys_, (_, log) in runs.items()}
+                for sys_, pl in lines.items():
+                    if pl and sys_ not in first_seen:
+                        first_seen[sys_] = time.time()
+                for sys_, (proc, log) in runs.items():
+                    if proc.poll() is not None:
+                        raise RunFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{tail(log)}")
+                if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
+                    break
+                if time.time() > deadline:
+                    raise RunFailed("calibration: no steady progress within "
+                                    f"{deadline - launched:.0f}s: " + ", ".join(
+                                        f"{k} {len(v)} progress lines" for k, v in lines.items()))
+        finally:
+            self.stop_all()
+        rates, startup = {}, 0.0
+        for system, pl in lines.items():
+            steady = pl[1:] or pl
+            ups = statistics.median(fields.get("ups", 0.0) for _, fields in steady)
+            wps = statistics.median(fields.get("wps", 0.0) for _, fields in steady)
+            rates[system] = ups
+            self.info["systems"][system]["calibration updates/s (3 at once)"] = round(ups, 2)
+            self.info["systems"][system]["calibration tokens/s (3 at once)"] = round(wps)
+            first_interval = pl[0][0] / ups if ups > 0 else 0.0
+            startup = max(startup, first_seen[system] - launched - first_interval)
+        self.info["facts"]["calibration"] = (
+            "the three systems trained together until each logged "
+            f"{s.calib_lines + 1} progress lines ({time.time() - launched:.0f}s); start-up {startup:.0f}s; "
+            + ", ".join(f"{k} {v:.2f} updates/s" for k, v in rates.items()))
+        return min(rates.values()), startup
+
+    def size_updates(self, rate, startup):
+        s = self.size
+        remaining = self.budget - self.elapsed()
+        reserve = max(s.decode_reserve_s, 0.2 * remaining) if s.decode_reserve_s else 0.0
+        self.train_window = max(30.0, remaining - reserve - 20)
+        usable = self.train_window - startup - 1.5 * s.validations
+        n = int(0.85 * rate * max(0.0, usable))
+        sized = n
+        n = max(s.min_updates, min(s.max_updates, n))
+        n -= n % 2
+        why = (f"0.85 x {rate:.2f} updates/s (slowest system) x {usable:.0f}s usable of a {self.train_window:.0f}s "
+               f"training window = {sized}" + (f", clamped to [{s.min_updates}, {s.max_updates}]" if sized != n else ""))
+        if sized < s.min_updates:
+            say(self.t0, f"warning: the budget allows only {sized} updates; training {n} (the size's minimum), "
+                         "so the run will overrun --budget-s")
+        return n, why
+
+    # ---- 3. training --------------------------------------------------------------------
+    def train(self, updates):
+        runs = {}
+        for system in SYSTEMS:
+            save = os.path.join(self.work, "models", system)
+            shutil.rmtree(save, ignore_errors=True)
+            log = os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log")
+            runs[system] = (self.launch(system, self.train_cmd(system, updates, save, calibrate=False), log), log)
+        launched = time.time()
+        deadline = launched + self.train_window + 180
+        last_report = launched
+        try:
+            while any(p.poll() is None for p, _ in runs.values()):
+                time.sleep(1.0)
+                for system, (proc, log) in runs.items():
+                    if proc.poll() not in (None, 0):
+                        raise RunFailed(f"training {system} failed (exit {proc.returncode}):\n{tail(log)}")
+                if time.time() - last_report >= self.args.status_every:
+                    last_report = time.time()
+                    say(self.t0, "train: " + ", ".join(
+                        f"{k} {(progress(log) or [(0, {})])[-1][0]}/{updates}" for k, (_, log) in runs.items()))
+                if time.time() > deadline:
+                    raise RunFailed(f"training ran past its window ({self.train_window:.0f}s + 180s): stopped")
+        finally:
+            self.stop_all()
+        for system, (proc, log) in runs.items():
+            if proc.returncode != 0:
+                raise RunFailed(f"training {system} failed (exit {proc.returncode}):\n{tail(log)}")
+            self.read_train_log(system, log, updates)
+
+    def read_train_log(self, system, log, updates):
+        text = open(log, encoding="utf-8", errors="replace").read()
+        row = self.info["systems"][system]
+        pl = progress(log)
+        done_updates = pl[-1][0] if pl else 0
+        final = re.findall(r"num_updates (\d+)", text)
+        if final:
+            done_updates = max(done_updates, int(final[-1]))
+        params = sum(int(p.replace(",", "")) for p in PARAMS.findall(text))
+        steady = pl[1:] or pl
+        wall = DONE.search(text)
+        row.update({"parameters": f"{params:,}" if params else "?", "updates": done_updates,
+                    "tokens/s (training, 3 at once)": round(statistics.median(f.get("wps", 0) for _, f in steady))
+                    if steady else "?",
+                    "updates/s": round(statistics.median(f.get("ups", 0) for _, f in steady), 2) if steady else "?",
+                    "training wall (s)": float(wall.group(1)) if wall else "?"})
+        if done_updates < updates:
+            row["note"] = f"stopped early by the time guard at {done_updates} of {updates} updates"
+        if system == "hltmt":
+            switch = re.search(r"HLT-MT stage all \(.*", text)
+            if switch:
+                self.fact("HLT-MT stage switch", switch.group(0)[:300])
+
+    # ---- 4. decoding --------------------------------------------------------------------
+    def decode(self):
+        jobs = []
+        for system in SYSTEMS:
+            ckpt = os.path.join(self.work, "models", system, "checkpoint_last.pt")
+            out_dir = os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
+            shutil.rmtree(out_dir, ignore_errors=True)
+            os.makedirs(out_dir)
+            for i, d in enumerate(self.directions):
+                src, tgt = d.split("-")
+                jobs.append((f"decode {system} {d}", ckpt, src, tgt, os.path.join(out_dir, f"{d}.gen")))
+        workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
+        workers = max(1, min(workers, len(jobs)))
+        env = dict(os.environ, PYTHONWARNINGS="ignore",
+                   OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers)))
+        common = [self.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                  "--langs", ",".join(["en"] + self.langs), "--lang-pairs", ",".join(self.directions),
+                  "--encoder-langtok", "tgt", "--gen-subset", "test", "--beam", "5",
+                  "--max-tokens", "24000" if self.cuda else "8000", "--max-len-a", str(self.size.max_len[0]),
+                  "--max-len-b", str(self.size.max_len[1]), "--remove-bpe", "sentencepiece", *(["--fp16"] if self.cuda and self.precision != "fp32" else []),
+                  *([] if self.cuda else ["--cpu"])]
+        self.fact("decoding", f"beam 5, {len(jobs)} directions x systems over {workers} worker processes"
+                              + (", fp16" if "--fp16" in common else ", fp32"))
+        try:
+            decode_all(jobs, common, self.data, workers, os.path.join(self.logs, "decode"), env=env, echo=None)
+        except DecodeFailed as error:
+            raise RunFailed(str(error))
+
+    # ---- 5. report ----------------------------------------------------------------------
+    def report(self):
+        seed = self.args.seed
+        cmd = [sys.executable, os.path.join(HERE, "report.py"), "--decode-dir", os.path.join(self.work, "decode"),
+               "--out", os.path.join(self.work, "report"), "--high", ",".join(self.high), "--baseline", "mnmt",
+               "--system", "hltmt", "--title", f"DebMT-10 GPU run (`{self.args.size}`)",
+               "--gate-checkpoint", os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
+               "--machine", self.info["facts"]["machine"], "--run-info", os.path.join(self.work, "run.json")]
+        for system in SYSTEMS:
+            cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed{seed}.log"]
+        if self.size.notes:
+            cmd += ["--note", f"Size `{self.args.size}`: {self.size.notes}."]
+        log = os.path.join(self.logs, "report.log")
+        with open(log, "w") as f:
+            done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
+                                  env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        if done.returncode != 0:
+            raise RunFailed(f"report failed (exit {done.returncode}):\n{tail(log)}")
+
+    # ---- the whole run ------------------------------------------------------------------
+    def describe(self):
+        from report import detect_machine
+
+        s = self.size
+        self.fact("machine", detect_machine())
+        self.fact("size", f"{self.args.size}: {s.hltmt_arch} (HLT-MT, LS-MNMT) and {s.baseline_arch} (MNMT)")
+        self.fact("data", f"DebMT-10 en<->{','.join(self.langs)} ({len(self.directions)} directions), "
+                          f"training lines per pair: {s.max_train or 'all'}, test lines per pair: "
+                          f"{s.max_test or 'all'}, {s.vocab}-piece joint sentencepiece")
+        self.fact("high-resource languages", ",".join(self.high))
+        self.fact("precision", self.precision + (" (GPU)" if self.cuda else " (CPU)"))
+        self.fact("batch", f"{s.max_tokens} tokens, lr {s.lr} inverse_sqrt, temperature-5 sampling, seed "
+                           f"{self.args.seed}")
+        self.fact("budget (s)", self.budget)
+
+    def run(self):
+        os.makedirs(self.work, exist_ok=True)
+        self.describe()
+        say(self.t0, f"size {self.args.size}, {len(self.directions)} directions, work {self.work}, out {self.out}, "
+                     f"budget {self.budget}s; {self.info['facts']['machine']}")
+        self.phase("prepare", self.prepare)
+        if self.args.updates:
+            updates = self.args.updates - self.args.updates % 2
+            self.train_window = max(30.0, self.budget - self.elapsed() - self.size.decode_reserve_s - 20)
+            why = "given by --updates"
+        else:
+            rate, startup = self.phase("calibrate", self.calibrate)
+            updates, why = self.size_updates(rate, startup)
+        self.fact("updates per system", f"{updates} ({why})")
+        self.fact("HLT-MT schedule", f"stage high {updates // 2} updates, then stage all to {updates} (one run)")
+        self.fact("validation", f"every {max(1, updates // self.size.validations)} updates")
+        say(self.t0, f"training the three systems at once, {updates} updates each ({why})")
+        self.phase("train", self.train, updates)
+        self.phase("decode", self.decode)
+        self.phase("report", self.report)
+        self.fact("total wall (s)", round(self.elapsed()))
+        self.save_info()
+
+
+def collect(run, ok):
+    """The output folder: the report's files, run.json, gpu_run.log and one tarball of the rest."""
+    work, out = run.work, run.out
+    report = os.path.join(work, "report")
+    wanted = ["results.md", "results.csv", "bleu.png", "valid_loss.png", "gate_heatmap.png"]
+    copied = []
+    for name in wanted:
+        if os.path.exists(os.path.join(report, name)):
+            shutil.copy(os.path.join(report, name), os.path.join(out, name))
+            copied.append(name)
+    run.save_info()
+    shutil.copy(os.path.join(work, "run.json"), os.path.join(out, "run.json"))
+    tar_path = os.path.join(out, "logs.tar.gz")
+    with tarfile.open(tar_path, "w:gz") as tar:
+        if os.path.isdir(run.logs):
+            tar.add(run.logs, arcname="logs")
+        decode = os.path.join(work, "decode")
+        if os.path.isdir(decode):
+            for dirpath, _, files in os.walk(decode):
+                for name in sorted(files):
+                    if name.endswith(".gen"):
+                        path = os.path.join(dirpath, name)
+                        tar.add(path, arcname=os.path.join("decode", os.path.relpath(path, decode)))
+    if os.path.getsize(tar_path) > 15 * 2 ** 20:  # the device returns files of at most 16 MiB
+        with tarfile.open(tar_path, "w:gz") as tar:
+            tar.add(run.logs, arcname="logs")
+    ours = copied + ["run.json", "logs.tar.gz", "gpu_run.log"]
+    assert len(ours) <= MAX_OUT_FILES, ours
+    return ours
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size", choices=sorted(SIZES), default="small", help="default: %(default)s")
+    p.add_argument("--budget-s", type=int, default=0,
+                   help="wall seconds from start to report (default: the size's: small/base 420, tiny 900); "
+                        "the number of updates is sized to fit it")
+    p.add_argument("--updates", type=int, default=0, help="updates per system (skips the calibration)")
+    p.add_argument("--out", default=os.environ.get("OUT") or None,
+                   help="output folder, at most 8 files (default: $OUT, else WORK/out)")
+    p.add_argument("--work", default=None, help="working folder (default: runs/gpu-SIZE)")
+    p.add_argument("--raw", default=DEBMT10, help="raw data in the DebMT-10 layout (default: DebMT-10)")
+    p.add_argument("--langs", default=None, help="non-English languages (default: the size's)")
+    p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's)")
+    p.add_argument("--precision", choices=["auto", "amp", "fp16", "fp32"], default="auto",
+                   help="training precision (default: amp on a GPU, fp32 on the CPU)")
+    p.add_argument("--cpu", action="store_true", help="run on the CPU even where a GPU is")
+    p.add_argument("--decode-workers", type=int, default=0, help="default: min(12, cores) on a GPU, cores on CPU")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--status-every", type=float, default=15.0, help="seconds between training status lines")
+    args = p.parse_args(argv)
+    t0 = float(os.environ.get("GPU_RUN_T0") or time.time())
+    for name in ("budget_s", "updates", "decode_workers"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.out is None:
+        args.out = os.path.join(os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}")), "out")
+    os.makedirs(args.out, exist_ok=True)
+    sys.stdout = Tee(os.path.join(args.out, "gpu_run.log"))
+    run = None
+    ok = False
+    try:
+        run = GpuRun(args, t0)
+        run.run()
+        ok = True
+    except RunFailed as error:
+        print(f"gpu_run: error: {error}", flush=True)
+    except KeyboardInterrupt:
+        print("gpu_run: error: interrupted", flush=True)
+    finally:
+        if run is not None:
+            run.stop_all()
+            try:
+                files = collect(run, ok)
+                say(t0, f"{'finished' if ok else 'FAILED'}: {len(files)} files in {args.out}: {', '.join(files)}")
+            except OSError as error:
+                print(f"gpu_run: error: collecting the outputs: {error}", flush=True)
+                ok = False
+    if ok:
+        print(open(os.path.join(args.out, "results.md"), encoding="utf-8").read())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The GPU run in one command: install the carry bundle where fairseq is missing (no network:
+# pip --no-index from gpu_bundle/, made by scripts/gpu_bundle.py), then scripts/gpu_run.py
+# with every argument given here (--size, --budget-s, --out, ...; --help lists them).
+#
+#   bash scripts/gpu_run.sh                     # on the GPU machine: the `small` size, $OUT
+#   PYTHON=python3.12 bash scripts/gpu_run.sh --size tiny --out /tmp/out   # smallest, on a CPU
+#
+# PYTHON: the interpreter (default python3); GPU_BUNDLE: the wheels (default gpu_bundle/);
+# GPU_SITE: where they are installed (default /tmp/hltmt-site). The time budget counts from here.
+set -euo pipefail
+export GPU_RUN_T0="${GPU_RUN_T0:-$(date +%s.%N)}"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-python3}"
+SITE="${GPU_SITE:-/tmp/hltmt-site}"
+BUNDLE="${GPU_BUNDLE:-$ROOT/gpu_bundle}"
+if "$PY" -c "import fairseq" >/dev/null 2>&1; then
+  echo "[gpu_run.sh] fairseq already imports in $PY: no bundle needed"
+else
+  if ! ls "$BUNDLE"/*.whl >/dev/null 2>&1; then
+    echo "gpu_run.sh: error: fairseq does not import in $PY and $BUNDLE has no wheels (make them with python scripts/gpu_bundle.py and carry gpu_bundle/)" >&2
+    exit 2
+  fi
+  t=$(date +%s.%N)
+  if ! out=$("$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "$BUNDLE"/*.whl 2>&1); then
+    echo "gpu_run.sh: error: pip could not install gpu_bundle/ (wheels for CPython 3.12 on manylinux x86-64) into $("$PY" -c 'import sys; print(sys.version.split()[0])'): $(echo "$out" | grep -m1 ERROR || echo "$out" | tail -1)" >&2
+    exit 2
+  fi
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  if ! "$PY" -c "import fairseq" >/dev/null 2>&1; then
+    echo "gpu_run.sh: error: fairseq still does not import after installing $BUNDLE into $SITE:" >&2
+    "$PY" -c "import fairseq" 2>&1 | tail -3 >&2
+    exit 2
+  fi
+  echo "[gpu_run.sh] bundle installed into $SITE in $(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')s"
+fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PY" "$ROOT/scripts/gpu_run.py" "$@"
