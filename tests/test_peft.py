@@ -305,7 +305,8 @@ def _set(blob, value):
 
 
 TAMPERED = {
-    "another language's tensors": (lambda b: _rename(b, "hi", "fr"), "is for hi but holds decoder.layers.0."),
+    "another language's tensors": (lambda b: _rename(b, "hi", "fr"), "is for hi but holds decoder.invertible_adapters."
+                                                                      "adapters.fr.f.down.bias and 31 more, not one of hi's"),
     "a base weight (the gate)": (lambda b: b["tensors"].__setitem__("decoder.slp.gate.weight", torch.zeros(2, 128)),
                                  "is for hi but holds decoder.slp.gate.weight, not one of hi's adapter tensors"),
     "NaN": (lambda b: _set(b, float("nan")), "holds NaN or infinite values"),
