@@ -20,6 +20,7 @@ the same folder, fsync, rename), so ``--out`` may equal ``--path``: the checkpoi
 the old one or the whole new one, never a truncated one.
 """
 import argparse
+import logging
 import os
 import sys
 import warnings
@@ -30,6 +31,7 @@ sys.path.insert(0, ROOT)
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)  # "Please install tensorboardX"
 
 import hltmt_plugin  # noqa: E402  (registers the task and model, safe loading, one-line errors)
 from hltmt_plugin.errors import HltmtInputError  # noqa: E402

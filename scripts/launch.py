@@ -17,6 +17,8 @@ exits non-zero with the failed rank's log tail. It refuses the distributed optio
 itself. ``--ddp-backend`` defaults to ``legacy_ddp`` on CPU (fairseq's ``pytorch_ddp`` passes
 ``device_ids`` and fails there); hltmt_translation keeps modules that no worker used in an
 update out of the optimizer step, so legacy_ddp's zero-filled gradients do not move them.
+fairseq's start-up warnings (hydra, pin_memory, tensorboardX) are kept out of the ranks' output
+unless PYTHONWARNINGS is set.
 """
 import argparse
 import os
@@ -26,6 +28,12 @@ import subprocess
 import sys
 import threading
 import time
+
+# fairseq 0.12's own noise on every start (hydra's deprecation notices, pin_memory without a GPU,
+# torch.cuda.amp FutureWarnings, tensorboardX missing): kept out of the ranks' output unless the
+# user set PYTHONWARNINGS; the plugin itself emits no Python warnings
+QUIET_WARNINGS = "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
+NOISE = ("Please install tensorboardX",)
 
 OWN = ("--distributed-init-method", "--distributed-world-size", "--distributed-rank", "--distributed-no-spawn",
        "--distributed-port", "--device-id", "--distributed-backend")
@@ -93,8 +101,11 @@ def main(argv=None):
             cmd += ["--device-id", str(local)]
         log = open(os.path.join(log_dir, f"rank{rank}.log"), "w", encoding="utf-8")
         logs.append(log)
+        env = dict(os.environ)
+        if not env.get("PYTHONWARNINGS"):
+            env["PYTHONWARNINGS"] = QUIET_WARNINGS
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True))
+                                      start_new_session=True, env=env))
     print(f"launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
           f"tcp://{args.master_addr}:{port}, logs in {log_dir}/rank*.log", flush=True)
 
@@ -102,7 +113,7 @@ def main(argv=None):
         for line in procs[i].stdout:
             logs[i].write(line)
             logs[i].flush()
-            if i == 0 and args.node_rank == 0:
+            if i == 0 and args.node_rank == 0 and not any(n in line for n in NOISE):
                 print(line, end="", flush=True)
 
     threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(len(procs))]

@@ -152,3 +152,22 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(raw, tmp_path):
     fake.write_bytes(b"\x00not a model" * 10)
     done = prepare(raw, tmp_path / "out", "--spm-model", str(fake))
     assert_clear(done, "is not a sentencepiece model", prefix="prepare_data: error:")
+
+
+def test_launch_help_is_help_and_a_missing_separator_is_one_line():
+    launch = os.path.join(ROOT, "scripts", "launch.py")
+    done = run([sys.executable, launch, "--help"])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "usage: launch.py [options] -- FAIRSEQ_TRAIN_ARGUMENTS" in done.stdout and "(default: 2)" in done.stdout
+    done = run([sys.executable, launch, "--nproc", "2", "data-bin"])
+    assert_clear(done, "put the fairseq-train arguments after --", prefix="launch: error:")
+
+
+def test_launch_keeps_fairseqs_start_up_noise_out_of_its_output(data_bin, tmp_path):
+    launch = os.path.join(ROOT, "scripts", "launch.py")
+    done = run([sys.executable, launch, "--nproc", "1", "--", *train_args(data_bin, *TRAIN_MIN, "--save-dir",
+                str(tmp_path / "s"), "--criterion", "hltmt_cross_entropy")], env_extra={"PYTHONWARNINGS": ""})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "done training" in done.stdout
+    for noise in ("UserWarning", "FutureWarning", "tensorboardX"):
+        assert noise not in done.stdout + done.stderr, noise
