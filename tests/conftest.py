@@ -139,3 +139,26 @@ def assert_beam_equals_forward(task, model, sample, beam, with_lang_ids=False):
             torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
             checked += 1
     return checked
+
+
+# ---- adapters and skills: mixed-direction samples with fairseq's per-row language ids
+DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
+MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters",
+        "--enable-lang-ids"]
+
+
+def with_lang_ids(task, sample, directions):
+    """Add fairseq's per-row ``src_lang_id`` (what --enable-lang-ids gives) to a sample."""
+    lang_dict = task.data_manager.lang_dict
+    ids = torch.tensor([[lang_dict.index(d.split("-")[0])] for d in directions])
+    sample["net_input"]["src_lang_id"] = ids.index_select(0, sample["id"])
+    return sample
+
+
+def mixed_sample(task, directions=DIRECTIONS, seed=0):
+    return with_lang_ids(task, make_sample(task, directions, seed=seed), directions)
+
+
+def randomize_adapters(model, scale=0.3, seed=0):
+    """Move every adapter away from identity, so that routing mistakes show."""
+    perturb(model, ["adapter"], scale, seed, replace=True)

@@ -72,11 +72,11 @@ def test_modules_no_worker_used_keep_no_gradient(data_bin):
     model.slp.mode = HARD
     sample = make_sample(task, ["en-de", "de-en"])  # de -> one pool module; en -> universal
     model(**sample["net_input"])[0].sum().backward()
-    task._note_gradients()  # what task.train_step does after the backward
+    task.idle_gradients.note(model)  # what task.train_step does after the backward
     for param in model.parameters():  # what legacy_ddp's all-reduce leaves behind
         if param.grad is None:
             param.grad = torch.zeros_like(param)
-    task._drop_idle_gradients()
+    task.idle_gradients.drop(model)
     chosen = model.routing_map()["de"]
     for t, module in enumerate(model.slp.pool):
         assert all((p.grad is None) == (t != chosen) for p in module.parameters())

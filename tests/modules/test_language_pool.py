@@ -4,9 +4,20 @@ import torch
 from hltmt_plugin.modules.language_pool import HARD, SOFT, LanguageModule, SelectiveLanguagePool
 
 
+HIGH = ["h0", "h1", "h2", "h3"]
+LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4
+
+
 def pool(T=3, H=4, **kw):
     torch.manual_seed(0)
-    return SelectiveLanguagePool(16, 32, T, H, **kw)
+    slp = SelectiveLanguagePool(16, 32, T, H, **kw)
+    slp.set_languages(LANGS, HIGH[:H])
+    return slp
+
+
+def tgt(high_idx):
+    """The target language (index in LANGS) of rows given by their high-resource index (-1: low)."""
+    return torch.tensor([LANGS.index("low") if h < 0 else h for h in high_idx.tolist()])
 
 
 def test_language_module_post_and_pre_norm_forms():
@@ -25,7 +36,7 @@ def test_hard_rows_use_argmax_module_and_low_rows_the_universal_layer():
     emb = torch.randn(4, 16)
     x = torch.randn(5, 2, 16)
     high_idx = torch.tensor([0, -1, 3, 1, -1])
-    out, info = slp(x, high_idx, emb)
+    out, info = slp(x, tgt(high_idx), emb)
     argmax = slp.gate_probs(emb).argmax(-1)
     for b, h in enumerate(high_idx.tolist()):
         module = slp.universal if h < 0 else slp.pool[int(argmax[h])]
@@ -40,7 +51,7 @@ def test_soft_rows_are_the_gate_weighted_sum():
     emb = torch.randn(4, 16)
     x = torch.randn(3, 2, 16)
     high_idx = torch.tensor([2, -1, 0])
-    out, info = slp(x, high_idx, emb)
+    out, info = slp(x, tgt(high_idx), emb)
     p = slp.gate_probs(emb)
     torch.testing.assert_close(info["slp_gate"], p)
     for b, h in enumerate(high_idx.tolist()):

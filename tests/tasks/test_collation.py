@@ -1,11 +1,13 @@
 """``--enable-lang-ids`` gives each sentence of a mixed-direction batch its own language ids
-(fairseq 0.12 gives every row the first direction's; hltmt_plugin.lang_ids fixes that)."""
+(fairseq 0.12 gives every row the first direction's; the task's datasets fix that for this
+task only: hltmt_plugin.tasks.collation)."""
 import torch
 
+from fairseq.data import ConcatDataset
 from fairseq.data.language_pair_dataset import LanguagePairDataset
 
 from conftest import PAIRS, build
-from hltmt_plugin.lang_ids import install_per_row_lang_ids
+from hltmt_plugin.tasks.collation import RowLanguageIdDataset
 
 
 def batches(task, split, **kwargs):
@@ -46,15 +48,18 @@ def test_training_and_validation_batches_carry_each_rows_own_languages(data_bin)
 
 def test_without_the_fix_fairseq_labels_a_mixed_batch_with_one_direction(data_bin):
     _, task, _ = build(data_bin, "--enable-lang-ids", "--hlt-stage", "all")
-    fixed_getitem, fixed_collater = LanguagePairDataset.__getitem__, LanguagePairDataset.collater
+    task.load_dataset("valid")
+    parts = task.dataset("valid").datasets
+    assert all(type(d) is RowLanguageIdDataset for d in parts)
+    assert LanguagePairDataset.collater is not RowLanguageIdDataset.collater  # other tasks keep fairseq's
     try:
-        LanguagePairDataset.__getitem__ = fixed_getitem.__wrapped__
-        LanguagePairDataset.collater = fixed_collater.__wrapped__
+        for d in parts:
+            d.__class__ = LanguagePairDataset  # fairseq's own collation
         batch = batches(task, "valid")[0]
         assert batch["net_input"]["src_lang_id"].unique().numel() == 1  # fairseq 0.12: one id for every row
     finally:
-        LanguagePairDataset.__getitem__, LanguagePairDataset.collater = fixed_getitem, fixed_collater
-    install_per_row_lang_ids()  # idempotent
-    assert LanguagePairDataset.collater is fixed_collater
+        for d in parts:
+            d.__class__ = RowLanguageIdDataset
     ids = batches(task, "valid")[0]["net_input"]["src_lang_id"]
     assert ids.unique().numel() > 1 and ids.dtype == torch.long and ids.shape[1] == 1
+    assert isinstance(task.dataset("valid"), ConcatDataset)

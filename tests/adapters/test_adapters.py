@@ -8,34 +8,15 @@ from torch import nn
 
 from fairseq import checkpoint_utils
 
-from conftest import assert_beam_equals_forward, build, generate, make_sample, perturb
+from conftest import (
+    DIRECTIONS, MADX, assert_beam_equals_forward, build, generate, make_sample, mixed_sample, perturb,
+    randomize_adapters, with_lang_ids)
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.adapters import (
+from hltmt_plugin.languages import ROWS, SRC
+from hltmt_plugin.adapters import (
     AdapterDecoderLayer, AdapterEncoderLayer, Bottleneck, InvertibleAdapter, bottleneck_parameters,
     format_parameter_report, parameter_report)
 from hltmt_plugin.modules.routing import route
-
-DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
-MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters",
-        "--enable-lang-ids"]
-
-
-def with_lang_ids(task, sample, directions):
-    """Add fairseq's per-row ``src_lang_id`` (what --enable-lang-ids gives) to a sample."""
-    lang_dict = task.data_manager.lang_dict
-    ids = torch.tensor([[lang_dict.index(d.split("-")[0])] for d in directions])
-    sample["net_input"]["src_lang_id"] = ids.index_select(0, sample["id"])
-    return sample
-
-
-def mixed_sample(task, directions=DIRECTIONS, seed=0):
-    return with_lang_ids(task, make_sample(task, directions, seed=seed), directions)
-
-
-def randomize_adapters(model, scale=0.3, seed=0):
-    """Move every adapter away from identity, so that routing mistakes show."""
-    perturb(model, ["adapter"], scale, seed, replace=True)
-
 
 @pytest.fixture(scope="module")
 def madx(data_bin):
@@ -84,7 +65,7 @@ def test_invertible_adapters_of_the_model_invert_for_every_language(madx):
 def test_adapter_sizes_of_xlmr_base_reproduce_madx_table_5():
     """MAD-X table 5 (XLM-R base, d 768, 12 layers; weights without biases): 8.25M per
     language, 7.96M without invertible adapters, 0.88M for the task adapters alone."""
-    from hltmt_plugin.modules.adapters import AdapterStack, InvertibleAdapters
+    from hltmt_plugin.adapters import AdapterStack, InvertibleAdapters
 
     def weights(module):
         return sum(p.numel() for p in module.parameters() if p.dim() == 2)
@@ -287,7 +268,7 @@ def test_the_source_language_id_chooses_the_encoder_adapters_of_that_row_only(ma
 def test_language_adapters_route_through_the_routing_primitive(madx, monkeypatch):
     _, task, model = madx
     calls = []
-    import hltmt_plugin.modules.adapters as adapters
+    import hltmt_plugin.adapters.modules as adapters
     monkeypatch.setattr(adapters, "route", lambda x, plan, fns, *a, dim=0: calls.append(plan.ids.clone()) or route(
         x, plan, fns, *a, dim=dim))
     sample = mixed_sample(task)
@@ -356,7 +337,7 @@ def test_decoding_a_single_source_language_needs_no_lang_ids(data_bin):
         out = model.encoder(net["src_tokens"], net["src_lengths"])
         explicit = model.encoder(net["src_tokens"], net["src_lengths"],
                                  src_lang_id=torch.full((2, 1), task.data_manager.lang_dict.index("de")))
-    assert out["src_lang"][0].tolist() == [task.langs.index("de")] * 2
+    assert out[ROWS][0][:, SRC].tolist() == [task.langs.index("de")] * 2
     assert torch.equal(out["encoder_out"][0], explicit["encoder_out"][0])
 
 

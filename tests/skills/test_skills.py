@@ -8,10 +8,9 @@ import torch
 
 from fairseq import checkpoint_utils
 
-from conftest import assert_beam_equals_forward, build, make_sample, perturb
+from conftest import MADX, assert_beam_equals_forward, build, make_sample, mixed_sample, perturb, randomize_adapters
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.skills import SkillFFN, default_matrix, skill_report
-from test_adapters import MADX, mixed_sample, randomize_adapters
+from hltmt_plugin.skills import SkillFFN, default_matrix, skill_report
 
 DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
 SKILLS = ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]
@@ -79,7 +78,7 @@ def test_the_skill_ffn_outputs_the_mean_of_the_active_skills(skilled):
     langs = task.langs
     src = torch.tensor([langs.index("en"), langs.index("gu"), langs.index("en")])
     tgt = torch.tensor([langs.index("de"), langs.index("en"), langs.index("hi")])
-    with torch.no_grad(), model.encoder.skill_rows.use(src, tgt):
+    with torch.no_grad(), model.encoder.rows.use(torch.stack([src, tgt], dim=1)):
         got = layer.fc2(layer.activation_fn(layer.fc1(x)))  # what fairseq's layer calls
 
     def direct(skill, rows):
@@ -140,8 +139,10 @@ def test_a_trained_dense_checkpoint_converts_to_skills_with_identical_outputs(da
         unpadded = dict(net, src_tokens=row, src_lengths=net["src_lengths"][:1],
                         prev_output_tokens=net["prev_output_tokens"][:1], src_lang_id=net["src_lang_id"][:1])
         got_alone, expected_alone = model(**unpadded)[0], dense(**unpadded)[0]  # no padding mask at all
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
-    torch.testing.assert_close(got_alone, expected_alone, rtol=0, atol=1e-6)
+    # float32 rounding only: the language attention runs torch's kernel, the dense one fairseq's
+    # (on some CPUs they differ in the last bits of logits of size ~10: 2e-6)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got_alone, expected_alone, rtol=0, atol=1e-5)
     randomize_skills(model, seed=1)
     with torch.no_grad():
         assert (model(**sample["net_input"])[0] - expected).abs().max() > 1e-3  # the test can fail
@@ -170,7 +171,7 @@ def test_beam_search_scores_equal_a_full_forward_pass_with_skills(data_bin):
 
 def test_the_report_counts_parameters_per_skill_and_the_active_share(skilled):
     _, task, model = skilled
-    plan = model.encoder.skill_plan
+    plan = model.encoder.skill_layout
     report = skill_report(model, plan)
     d, f, layers = 128, 256, 2
     ffn = layers * (d * f + f + f * d + d)
@@ -232,7 +233,7 @@ def test_skill_layers_choose_the_layers_and_skills_off_change_nothing(data_bin):
     assert isinstance(model.encoder.layers[0].fc1, torch.nn.Linear)
     _, _, plain = build(data_bin)
     assert not any("skill" in n for n in plain.state_dict())
-    assert plain.encoder.skill_plan is None
+    assert plain.encoder.skill_layout is None
 
 
 def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_arguments(data_bin, tmp_path):
@@ -242,7 +243,7 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
     import os
     os.remove(path)
     again = task.build_model(args)  # as fairseq-generate does from a checkpoint's arguments
-    assert again.encoder.skill_plan.matrix.directions == model.encoder.skill_plan.matrix.directions
+    assert again.encoder.skill_layout.matrix.directions == model.encoder.skill_layout.matrix.directions
     args.skill_matrix_saved = None
     with pytest.raises(HltmtConfigError, match="cannot read the file"):
         task.build_model(args)
