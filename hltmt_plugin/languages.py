@@ -43,11 +43,16 @@ def split_list(value) -> List[str]:
     return [str(v).strip() for v in items if str(v).strip()]
 
 
-def check_known(names: Sequence[str], langs: Sequence[str], option: str) -> None:
+def unknown_languages(names: Sequence[str], langs: Sequence[str]) -> List[str]:
+    """The names that are not languages of ``--langs``."""
+    return [name for name in names if name not in langs]
+
+
+def check_known(names: Sequence[str], langs: Sequence[str], option: str, what: str = "") -> None:
     """Every name is a language of ``--langs`` and none is listed twice."""
-    unknown = [name for name in names if name not in langs]
+    unknown = unknown_languages(names, langs)
     if unknown:
-        raise HltmtConfigError(f"{option} names {','.join(unknown)}, not in the language list "
+        raise HltmtConfigError(f"{option} names {what}{','.join(unknown)}, not in the language list "
                                f"({','.join(langs)}) given by --langs / --lang-dict")
     if len(set(names)) != len(names):
         raise HltmtConfigError(f"{option} lists a language twice: {','.join(names)}")

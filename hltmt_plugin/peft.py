@@ -38,6 +38,7 @@ from torch import Tensor, nn
 
 from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.languages import check_known, split_list
 from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language, is_adapter_parameter
 
@@ -66,19 +67,14 @@ class PeftConfig(OptionGroup):
 
 def parse_train_only(spec: str, langs: List[str]) -> List[Tuple[str, Optional[List[str]]]]:
     items = []
-    for item in (v.strip() for v in spec.split(",")):
-        if not item:
-            continue
+    for item in split_list(spec):
         group, _, which = item.partition(":")
         if group not in GROUPS:
             raise HltmtConfigError(f"--train-only: unknown group {group!r}; groups are {', '.join(GROUPS)}")
         chosen = [lang for lang in which.split("+") if lang] if which else None
         if chosen is not None and group not in WITH_LANGS:
             raise HltmtConfigError(f"--train-only: group {group} has no languages (got {item!r})")
-        unknown = [lang for lang in chosen or [] if lang not in langs]
-        if unknown:
-            raise HltmtConfigError(f"--train-only {item} names {','.join(unknown)}, not in the language list "
-                                   f"({','.join(langs)}) given by --langs / --lang-dict")
+        check_known(chosen or [], langs, f"--train-only {item}")
         items.append((group, chosen))
     if not items:
         raise HltmtConfigError("--train-only is empty: name at least one parameter group")

@@ -20,7 +20,7 @@ from torch import nn
 
 from hltmt_plugin.config import OptionGroup, parse_layers
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.languages import single_source_language, task_pairs
+from hltmt_plugin.languages import check_known, single_source_language, task_pairs
 
 logger = logging.getLogger(__name__)
 
@@ -109,9 +109,7 @@ def _check_direction(key, active, skills, langs, where: str) -> List[str]:
     parts = key.split("-")
     if len(parts) != 2 or not all(parts):
         raise HltmtConfigError(f"{entry}: directions are written src-tgt, e.g. en-de")
-    unknown = [lang for lang in parts if lang not in langs]
-    if unknown:
-        raise HltmtConfigError(f"{entry} names language {','.join(unknown)}, not in --langs ({','.join(langs)})")
+    check_known(parts, langs, entry, what="language ")
     if not isinstance(active, list) or not all(isinstance(s, str) for s in active):
         raise HltmtConfigError(f"{entry}: expected a list of skill names, got {active!r}")
     if not active:

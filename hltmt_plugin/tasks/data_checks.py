@@ -6,7 +6,7 @@ from typing import List
 from fairseq import utils
 
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.languages import split_list
+from hltmt_plugin.languages import split_list, unknown_languages
 
 
 def task_languages(args) -> List[str]:
@@ -45,7 +45,7 @@ def check_data(args) -> None:
     langs = task_languages(args)
     used = sorted({x for p in pairs for x in p.split("-")})
     if langs is not None:
-        unknown = [x for x in used if x not in langs]
+        unknown = unknown_languages(used, langs)
         if unknown:
             raise HltmtConfigError(f"language(s) {','.join(unknown)} of {'-s/-t' if inference else '--lang-pairs'} "
                                    f"not in --langs / --lang-dict ({','.join(langs)})")
