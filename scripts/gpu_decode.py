@@ -14,6 +14,7 @@ when its direction is complete). A failed job stops the worker with one error li
 workers, balanced by the size of each direction's test set, and runs them concurrently.
 """
 import argparse
+import copy
 import logging
 import os
 import shutil
@@ -37,8 +38,11 @@ def run_jobs(jobs, common):
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
     from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import generate
 
+    per_job = {"source_lang", "target_lang", "path", "results_path"}
+    first, cfg = None, None
     for label, ckpt, src, tgt, out in jobs:
         print(f"==> {label}", flush=True)
         t0 = time.time()
@@ -47,7 +51,18 @@ def run_jobs(jobs, common):
             parser = options.get_generation_parser()
             args = options.parse_args_and_arch(parser, [*common, "--path", ckpt, "-s", src, "-t", tgt,
                                                         "--results-path", tmp])
-            generate.main(args)
+            # fairseq's namespace -> config conversion (a hydra compose) costs seconds; the jobs of
+            # a worker differ only in these four options, so convert once and set them per job
+            same = first is not None and {k: v for k, v in vars(args).items() if k not in per_job} == first
+            if not same:
+                first = {k: v for k, v in vars(args).items() if k not in per_job}
+                cfg = convert_namespace_to_omegaconf(args)
+                task0 = copy.deepcopy(vars(cfg.task))
+            vars(cfg.task).clear()  # the task may edit its options (e.g. split lists): start clean
+            vars(cfg.task).update(copy.deepcopy(task0))
+            cfg.task.source_lang, cfg.task.target_lang = src, tgt
+            cfg.common_eval.path, cfg.common_eval.results_path = ckpt, tmp
+            generate.main(cfg)
             produced = os.path.join(tmp, f"generate-{args.gen_subset}.txt")
             os.replace(produced, out)
         finally:

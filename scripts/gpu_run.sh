@@ -14,7 +14,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
 SITE="${GPU_SITE:-/tmp/hltmt-site}"
 BUNDLE="${GPU_BUNDLE:-$ROOT/gpu_bundle}"
-if "$PY" -c "import fairseq" >/dev/null 2>&1; then
+has_fairseq() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('fairseq') is None)" >/dev/null 2>&1; }
+if has_fairseq; then
   echo "[gpu_run.sh] fairseq already imports in $PY: no bundle needed"
 else
   if ! ls "$BUNDLE"/*.whl >/dev/null 2>&1; then

@@ -97,12 +97,16 @@ class Size:
     seeds: List[int] = field(default_factory=lambda: [1])
     lr: float = 3e-3
     warmup: int = 200
+    max_valid: int = 0  # lines per pair (0: all)
+    gen_len: tuple = (1.5, 10)  # decoding length cap: a * source length + b
 
 
 SIZES: Dict[str, Size] = {
+    # a pipeline check: 12 updates of an untrained model decode to the length cap, so the cap
+    # is 16 tokens and the valid set is cut (decoding and validation dominated its time)
     "smoke": Size(max_train=300, max_test=12, vocab=1000, hltmt_arch="hltmt_transformer_tiny",
                   baseline_arch="transformer_hltmt_tiny", high_updates=6, all_updates=6,
-                  max_tokens=2048, warmup=4),
+                  max_tokens=2048, warmup=4, max_valid=40, gen_len=(0, 16)),
     "quick": Size(max_train=4000, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
                   baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400,
                   max_tokens=4096),
@@ -205,6 +209,7 @@ class Job:
                "--vocab-size", str(s.vocab)]
         cmd += ["--max-train", str(s.max_train)] if s.max_train else []
         cmd += ["--max-test", str(s.max_test)] if s.max_test else []
+        cmd += ["--max-valid", str(s.max_valid)] if s.max_valid else []
         run_logged(cmd, os.path.join(self.logs, "prepare.log"))
 
     def train_mnmt(self, seed):
@@ -267,8 +272,8 @@ class Job:
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
         common = [self.data, *self.task_args(), "--gen-subset", "test", "--beam", "5",
-                  "--max-tokens", "20000" if self.device == "cuda" else "8000", "--max-len-a", "1.5",
-                  "--max-len-b", "10", "--remove-bpe", "sentencepiece",
+                  "--max-tokens", "20000" if self.device == "cuda" else "8000", "--max-len-a", str(self.size.gen_len[0]),
+                  "--max-len-b", str(self.size.gen_len[1]), "--remove-bpe", "sentencepiece",
                   *(["--fp16"] if self.device == "cuda" and self.precision != "fp32" else [])]
         try:
             decode_all(todo, common, self.data, workers, os.path.join(self.logs, f"decode_seed{seed}"), env=env)

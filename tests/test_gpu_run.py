@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, run
 
 GPU_RUN = os.path.join(ROOT, "scripts", "gpu_run.sh")
+GPU_RUN_PY = os.path.join(ROOT, "scripts", "gpu_run.py")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 
@@ -70,13 +71,13 @@ def test_tiny_run_trains_three_systems_the_same_number_of_updates(tiny):
 
 
 def test_bad_input_is_one_line_before_any_training(tmp_path):
-    done = run(["bash", GPU_RUN, "--size", "tiny", "--langs", "de,xx", "--work", str(tmp_path / "w"),
-                "--out", str(tmp_path / "o")], env_extra={"PYTHON": sys.executable})
+    done = run([sys.executable, GPU_RUN_PY, "--size", "tiny", "--langs", "de,xx", "--work", str(tmp_path / "w"),
+                "--out", str(tmp_path / "o")])
     assert done.returncode != 0
     errors = [line for line in done.stdout.splitlines() if "error:" in line]
     assert len(errors) == 1 and "no data for language(s) xx" in errors[0], done.stdout[-2000:]
     assert not (tmp_path / "w" / "models").exists()
-    done = run(["bash", GPU_RUN, "--size", "tiny", "--budget-s", "-5"], env_extra={"PYTHON": sys.executable})
+    done = run([sys.executable, GPU_RUN_PY, "--size", "tiny", "--budget-s", "-5"])
     assert done.returncode == 2 and "--budget-s must be >= 0" in done.stderr
 
 

@@ -27,6 +27,11 @@ def test_the_job_reports_every_direction_of_every_system(job):
                               "decode.seed1", "report"], 1):
         assert f"step {n}/6 {step}" in out
     assert "HLT-MT stage all" in open(folder / "logs" / "train_hltmt_all.seed1.log").read()
+    # fairseq runs as this Python's module (works with a pip --target install), on the CPU here
+    first = open(folder / "logs" / "train_mnmt.seed1.log").readline()
+    assert first.startswith(f"$ {sys.executable} -m fairseq_cli.train ") and " --cpu" in first
+    assert "--bf16" not in first and "--fp16" not in first
+    assert "device cpu (fp32)" in out and "2 worker(s)" in out  # decoding in parallel processes
     rows = list(csv.DictReader(open(folder / "report" / "results.csv")))
     assert {(r["system"], r["direction"]) for r in rows} == {
         (s, d) for s in ("mnmt", "hltmt") for d in ("en-de", "en-gu", "de-en", "gu-en")}
@@ -97,3 +102,22 @@ def test_an_unknown_language_stops_the_job_before_any_training(raw, tmp_path):
     assert done.returncode != 0
     assert "no data for language(s) xx" in done.stderr and "main_job: error:" in done.stderr
     assert not (tmp_path / "job" / "models").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--bf16"], "--bf16 in fairseq 0.12 trains on a TPU"),
+    (["--gpu"], "--gpu: torch sees no CUDA device"),
+    (["--gpu", "--cpu"], "--gpu and --cpu exclude each other"),
+    (["--precision", "fp16", "--cpu"], "--precision fp16 needs a GPU"),
+])
+def test_device_and_precision_mistakes_are_one_line_before_any_work(tmp_path, options, message):
+    if "--gpu" in options and options != ["--gpu", "--cpu"]:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de", "--run-dir", str(tmp_path / "job"), *options])
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("main_job: error:") and message in lines[0], done.stderr
+    assert not (tmp_path / "job").exists()
