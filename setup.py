@@ -18,7 +18,7 @@ setup(
     install_requires=[
         # a range the CPU build satisfies, so pip does not reach for a multi-GB CUDA build
         # when torch is already installed (the set-up script installs torch first)
-        "torch>=1.13",
+        "torch>=2.4",  # safe loading needs torch.serialization.add_safe_globals (hltmt_plugin.compat)
         FAIRSEQ,
         "numpy",
         "sentencepiece",

@@ -62,3 +62,49 @@ def test_truncated_and_missing_checkpoints_are_clear_errors(trained, tmp_path):
         checkpoint_utils.load_checkpoint_to_cpu(str(cut))
     with pytest.raises(HltmtInputError, match="does not exist"):
         checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "none.pt"))
+
+
+NEWER_FAIRSEQ = '''
+import os, sys, textwrap
+import torch
+from fairseq import checkpoint_utils
+
+# fairseq's main branch (after fairseq issue 5610) loads with weights_only=False; stand that
+# loader in, written in checkpoint_utils' own namespace as upstream has it, BEFORE the plugin loads
+exec(textwrap.dedent("""
+def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
+    with open(path, "rb") as f:
+        state = torch.load(f, map_location=torch.device("cpu"), weights_only=False)
+    return state
+"""), checkpoint_utils.__dict__)
+
+import hltmt_plugin  # noqa: E402
+from hltmt_plugin.errors import HltmtInputError  # noqa: E402
+
+try:
+    checkpoint_utils.load_checkpoint_to_cpu(sys.argv[1])
+except HltmtInputError as error:
+    print("REFUSED", error)
+else:
+    print("LOADED")
+'''
+
+
+def test_a_loader_that_asks_for_full_pickle_still_loads_weights_only(tmp_path, monkeypatch):
+    """Newer fairseq passes weights_only=False inside load_checkpoint_to_cpu: the plugin's
+    protection holds whatever fairseq passes (a crafted pickle is refused and runs nothing)."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pt"
+    env = dict(os.environ, BOOM_MARKER=str(marker))
+    monkeypatch.setenv("BOOM_MARKER", str(marker))  # read when Boom is pickled
+    with open(path, "wb") as f:
+        torch.save({"model": {}, "payload": Boom()}, f)
+    script = tmp_path / "newer_fairseq.py"
+    script.write_text(NEWER_FAIRSEQ)
+    done = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "REFUSED refused to load checkpoint" in done.stdout and "system" in done.stdout, done.stdout
+    assert not marker.exists()
