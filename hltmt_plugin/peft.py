@@ -272,7 +272,14 @@ def atomic_save(obj, path: str) -> None:
         os.replace(tmp, path)
     except (OSError, RuntimeError) as error:
         _remove_quietly(tmp)
-        reason = getattr(error, "strerror", None) or (str(error).strip().splitlines() or [type(error).__name__])[0]
+        cause = error  # torch reports a failed write as its own RuntimeError; the OSError behind it says why
+        for _ in range(8):
+            if cause is None or isinstance(cause, OSError):
+                break
+            cause = cause.__cause__ or cause.__context__
+        cause = cause if isinstance(cause, OSError) else None
+        reason = (cause.strerror if cause is not None and cause.strerror else
+                  (str(error).strip().splitlines() or [type(error).__name__])[0])
         kept = "it is unchanged" if os.path.exists(path) else "nothing was written"
         raise HltmtInputError(f"could not write {path} ({reason}): {kept}") from None
     except BaseException:
