@@ -42,8 +42,8 @@ import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -92,12 +92,12 @@ SIZES = {
     # the GPU run: all of DebMT-10, d 256 4+3 layers (hltmt_transformer_small and the plain
     # transformer of the same sizes), 16k vocabulary, large batches
     "small": RunSize(langs=LANGS, high=HIGH, max_train=0, max_valid=0, max_test=0, vocab=16000,
-                     hltmt_arch="hltmt_transformer_small", baseline_arch="transformer_hltmt_small", max_tokens=16384,
+                     hltmt_arch="hltmt_transformer_small", baseline_arch="transformer_hltmt_small", max_tokens=32768,
                      lr=2e-3, min_updates=200, max_updates=200000, log_interval=20, calib_lines=4, validations=8,
                      budget_s=420, decode_reserve_s=90),
     # transformer-base (d 512, 6+6 layers): fewer updates in the same time
     "base": RunSize(langs=LANGS, high=HIGH, max_train=0, max_valid=0, max_test=0, vocab=16000,
-                    hltmt_arch="hltmt_transformer", baseline_arch="transformer", max_tokens=16384, lr=1e-3,
+                    hltmt_arch="hltmt_transformer", baseline_arch="transformer", max_tokens=32768, lr=1e-3,
                     min_updates=200, max_updates=200000, log_interval=20, calib_lines=4, validations=8,
                     budget_s=420, decode_reserve_s=110),
 }
@@ -183,6 +183,7 @@ class GpuRun:
         self.budget = args.budget_s or self.size.budget_s
         self.info = {"facts": {}, "systems": {s: {} for s in SYSTEMS}, "phases_s": {}}
         self.procs = []
+        self.fell_back = False
         import torch
 
         self.cuda = torch.cuda.is_available() and not args.cpu
@@ -312,6 +313,17 @@ class GpuRun:
                         first_seen[sys_] = time.time()
                 for sys_, (proc, log) in runs.items():
                     if proc.poll() is not None:
+                        if self.precision != "fp32" and not self.fell_back:
+                            # a mixed-precision failure must not cost the device run: say why and
+                            # calibrate again, all three in fp32 (the same precision for all)
+                            last = tail(log, 1).strip()
+                            self.fact("precision fallback", f"{self.precision} failed for {sys_} ({last[:200]}); "
+                                                            "all systems run in fp32")
+                            say(self.t0, f"warning: {sys_} failed in {self.precision} ({last[:200]}); "
+                                         "calibrating again in fp32")
+                            self.precision, self.fell_back = "fp32", True
+                            self.stop_all()
+                            return self.calibrate()
                         raise RunFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{tail(log)}")
                 if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
                     break
@@ -342,7 +354,7 @@ class GpuRun:
         remaining = self.budget - self.elapsed()
         reserve = max(s.decode_reserve_s, 0.2 * remaining) if s.decode_reserve_s else 0.0
         self.train_window = max(30.0, remaining - reserve - 20)
-        usable = self.train_window - startup - 1.5 * s.validations
+        usable = self.train_window - startup - 3.0 * s.validations  # about 3 s a validation
         n = int(0.85 * rate * max(0.0, usable))
         sized = n
         n = max(s.min_updates, min(s.max_updates, n))
@@ -433,7 +445,19 @@ class GpuRun:
         try:
             decode_all(jobs, common, self.data, workers, os.path.join(self.logs, "decode"), env=env, echo=None)
         except DecodeFailed as error:
-            raise RunFailed(str(error))
+            if "--fp16" not in common:
+                raise RunFailed(str(error))
+            todo = [j for j in jobs if not os.path.exists(j[4])]
+            say(self.t0, f"warning: fp16 decoding failed ({str(error).splitlines()[0]}); "
+                         f"the {len(todo)} directions left again in fp32")
+            self.fact("decoding fallback", f"fp16 decoding failed; {len(todo)} of {len(jobs)} directions decoded "
+                                           "in fp32")
+            common.remove("--fp16")
+            try:
+                decode_all(todo, common, self.data, workers, os.path.join(self.logs, "decode_fp32"), env=env,
+                           echo=None)
+            except DecodeFailed as error2:
+                raise RunFailed(str(error2))
 
     # ---- 5. report ----------------------------------------------------------------------
     def report(self):
@@ -494,7 +518,7 @@ class GpuRun:
         self.save_info()
 
 
-def collect(run, ok):
+def collect(run):
     """The output folder: the report's files, run.json, gpu_run.log and one tarball of the rest."""
     work, out = run.work, run.out
     report = os.path.join(work, "report")
@@ -567,7 +591,7 @@ def main(argv=None):
         if run is not None:
             run.stop_all()
             try:
-                files = collect(run, ok)
+                files = collect(run)
                 say(t0, f"{'finished' if ok else 'FAILED'}: {len(files)} files in {args.out}: {', '.join(files)}")
             except OSError as error:
                 print(f"gpu_run: error: collecting the outputs: {error}", flush=True)
