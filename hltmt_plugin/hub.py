@@ -89,10 +89,12 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
 
     Returns ``{"slp": "m<k>" | "universal", "adapters": {...}, "skills": {...}}`` (the last two
     only when the model has adapters / skills). Relies on: ``model.routing_map()`` (high-resource
-    language -> pool module) and ``model.high_resource_langs``; ``model.encoder.adapter_layout``
-    (``.cfg`` flags ``language_adapters``, ``shared_adapters``, ``decoder_adapters``,
-    ``invertible_adapters``; ``.adapter_langs``); ``model.encoder.skill_plan`` (``.cfg`` flags
-    ``skill_ffn``, ``skill_attention``; ``.matrix.directions`` "src-tgt" -> skills).
+    language -> pool module; every other target goes through the universal layer);
+    ``model.encoder.adapter_layout`` (None without adapters; ``.cfg`` flags ``language_adapters``,
+    ``shared_adapters``, ``decoder_adapters``, ``invertible_adapters``; ``.adapter_langs``, which
+    includes imported languages); ``model.encoder.skill_layout`` (None without skills; ``.cfg``
+    flags ``skill_ffn``, ``skill_attention``; ``.matrix.directions``: "src-tgt" -> skill names).
+    ``task`` is not needed today.
     """
     routing: Dict[str, object] = {}
     mapping = model.routing_map()
@@ -111,7 +113,7 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
         routing["adapters"] = {"encoder": src if by_source else None, "decoder": tgt if by_target else None,
                                "shared": bool(cfg.shared_adapters)}
 
-    skills = getattr(model.encoder, "skill_plan", None)
+    skills = getattr(model.encoder, "skill_layout", None)
     if skills is not None:
         active = skills.matrix.directions.get(f"{src}-{tgt}")
         if skills.cfg.skill_ffn and active is None:
@@ -159,7 +161,13 @@ def _read_checkpoint(path: str, data: Optional[str]):
 
     if not os.path.isfile(path):
         raise HltmtInputError(f"checkpoint {path} does not exist")
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        if isinstance(error, HltmtInputError):
+            raise
+        raise HltmtInputError(f"{path} is not a checkpoint fairseq can read ({type(error).__name__}: "
+                              f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})") from None
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or state.get("cfg") is None:
         raise HltmtInputError(f"{path} is not a fairseq checkpoint (no model weights and options in it)")
     cfg = state["cfg"]
@@ -287,6 +295,8 @@ class HltmtTranslator:
         builds its test sets; returns [(global index, dataset, index in it)]."""
         from fairseq.data import LanguagePairDataset, ListDataset
 
+        from hltmt_plugin.tasks.collation import with_row_ids  # the task's datasets: language ids per row
+
         args, dm = self.task.args, self.task.data_manager
         spec = args.langtoks["main"][0]
         by_direction: Dict[Tuple[str, str], List[Tuple[int, torch.Tensor]]] = {}
@@ -297,9 +307,10 @@ class HltmtTranslator:
             tokens = [t for _, t in rows]
             source = dm.src_dataset_tranform_func(src, tgt, ListDataset(tokens, np.array([t.numel() for t in tokens])),
                                                   spec)
-            dataset = LanguagePairDataset(source, source.sizes, self.dictionary,
-                                          left_pad_source=args.left_pad_source, left_pad_target=args.left_pad_target,
-                                          src_lang_id=dm.lang_dict.index(src), tgt_lang_id=dm.lang_dict.index(tgt))
+            dataset = with_row_ids(LanguagePairDataset(
+                source, source.sizes, self.dictionary, left_pad_source=args.left_pad_source,
+                left_pad_target=args.left_pad_target, src_lang_id=dm.lang_dict.index(src),
+                tgt_lang_id=dm.lang_dict.index(tgt)))
             entries.extend((index, dataset, j) for j, (index, _) in enumerate(rows))
         return entries
 

@@ -110,6 +110,8 @@ def main(argv=None):
                                           fp16=args.fp16, max_tokens=args.max_tokens, max_sentences=args.batch_size)
     except HltmtError as error:
         return fail(error)
+    except Exception as error:  # noqa: BLE001 (whatever fairseq raises on a file it cannot use: one line)
+        return fail(f"cannot load {args.checkpoint}: {type(error).__name__}: {str(error).strip()[:300]}")
     if args.src is not None:
         try:
             translator.routing(args.src, args.tgt)
