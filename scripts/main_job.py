@@ -8,7 +8,8 @@ Steps: prepare (joint sentencepiece + binarize) -> for each seed: the plain fair
 ``transformer`` MNMT baseline, HLT-MT stage high then stage all (one fairseq-train run that
 switches stage at ``--high-stage-updates``; or two runs, the second from the first's
 checkpoint, with ``--hltmt-schedule two-run``), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
-per target language, no gate) -> decode all 20 directions of every system with beam 5 ->
+per target language, no gate) -> decode all 20 directions of every system with beam 5
+(parallel worker processes, scripts/gpu_decode.py; fp16 on a GPU) ->
 sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
 ``scripts/report.py``. All systems get the same data, batch size and number of updates.
 
@@ -19,7 +20,11 @@ the tail of its log. ``--raw`` runs the same recipe on other data in the same la
 WMT-10 recipe in examples/wmt10 does).
 
 On 2 CPU cores the models are far from converged: the CPU runs show the pipeline and the
-mechanics (routing, the map, scores per direction), not the quality of the method.
+mechanics (routing, the map, scores per direction), not the quality of the method. fairseq
+runs as ``python -m fairseq_cli.*`` of this Python (a ``pip install --target`` works); the GPU
+is used when torch sees one (``--cpu`` to refuse it), with ``--amp`` unless ``--precision``
+says otherwise; ``--bf16`` (TPU training in fairseq 0.12) is refused without a TPU. The
+budgeted GPU run of the three systems is scripts/gpu_run.sh.
 """
 import argparse
 import os
