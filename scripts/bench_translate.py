@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Serving all 20 DebMT-10 directions: one mixed-direction call vs one call per direction vs
+one process per direction, side by side in one run.
+
+    python scripts/bench_translate.py --work runs/bench_translate            # prepares and trains a model
+    python scripts/bench_translate.py --checkpoint runs/debmt10-quick/models/hltmt.seed1/checkpoint_best.pt
+
+Modes (same checkpoint, the same N test sentences of every direction, same beam, length
+limit and batch size):
+
+- ``mixed``: one process loads the model once (``hltmt_plugin.hub``) and translates all
+  sentences of all directions in one ``translate_batch`` call (shuffled; sorted by length and
+  batched by tokens across directions).
+- ``per-direction``: one process loads the model once and makes one ``translate`` call per
+  direction.
+- ``per-process``: what fairseq offers today (fairseq issue 4536): one ``fairseq-interactive
+  -s SRC -t TGT --bpe sentencepiece`` process per direction, each loading the model.
+
+Each mode runs in its own processes, so its peak memory is its own (the peak resident set of
+the process, ``ru_maxrss``; for per-process, the largest of its 20 processes, plus their sum
+for keeping 20 such servers up at once). Rates are sentences/s over the translation only
+(model loaded: a server) and end to end (start of the process to its end, load included);
+per-process has only the latter. Rounds are interleaved (mixed, per-direction, per-process,
+then again) and each figure is the median over the rounds. The hypotheses of the three modes
+are compared (mixed and per-direction must be identical; fairseq-interactive batches
+differently, so a float tie may rarely differ).
+
+Without ``--checkpoint``, ``--work`` gets a DebMT-10 model of its own: scripts/prepare_data.py
+(all 10 languages, --max-train lines per pair), then HLT-MT ``hltmt_transformer_tiny`` trained
+for --train-updates (half stage high, half stage all) with the main job's optimiser settings.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN = os.path.join(ROOT, "hltmt_plugin")
+DEBMT10 = os.path.join(ROOT, "data", "debmt10")
+LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
+HIGH = ["fr", "de", "cs", "tr", "fi", "et"]
+MODES = ("mixed", "per-direction", "per-process")
+
+
+def log(message):
+    print(f"[bench_translate] {message}", file=sys.stderr, flush=True)
+
+
+def fairseq(tool):
+    return [sys.executable, "-m", f"fairseq_cli.{tool}"]
+
+
+def check_call(cmd, log_path):
+    with open(log_path, "w") as out:
+        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    if done.returncode != 0:
+        tail = open(log_path, encoding="utf-8", errors="replace").read().splitlines()[-20:]
+        sys.exit("bench_translate: error: command failed; last lines of " + log_path + ":\n" + "\n".join(tail))
+
+
+def directions(langs):
+    return [("en", x) for x in langs] + [(x, "en") for x in langs]
+
+
+def sentences(raw, src, tgt, n):
+    other = tgt if src == "en" else src
+    with open(os.path.join(raw, f"test.en-{other}.{src}"), encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    return lines[:n]
+
+
+def prepare_model(args):
+    """Data and a trained checkpoint under --work (each step skipped when its output exists)."""
+    work = os.path.abspath(args.work)
+    os.makedirs(work, exist_ok=True)
+    data = os.path.join(work, "data")
+    if not os.path.isdir(os.path.join(data, "bin")):
+        log(f"preparing DebMT-10 ({len(args.langs)} languages, {args.max_train} training lines per pair)")
+        check_call([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out", data,
+                    "--langs", ",".join(args.langs), "--max-train", str(args.max_train), "--max-valid", "50",
+                    "--max-test", str(args.per_direction), "--vocab-size", str(args.vocab_size)],
+                   os.path.join(work, "prepare.log"))
+    save = os.path.join(work, "model")
+    ckpt = os.path.join(save, "checkpoint_last.pt")
+    if not os.path.isfile(ckpt):
+        high = [x for x in HIGH if x in args.langs]
+        log(f"training hltmt_transformer_tiny for {args.train_updates} updates (log: {work}/train.log)")
+        check_call([*fairseq("train"), os.path.join(data, "bin"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                    "--arch", "hltmt_transformer_tiny", "--langs", ",".join(["en"] + args.langs),
+                    "--lang-pairs", ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
+                    "--encoder-langtok", "tgt", "--high-resource-langs", ",".join(high),
+                    "--slp-pool-size", str(min(3, len(high))), "--criterion", "hltmt_cross_entropy",
+                    "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
+                    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(max(1, args.train_updates // 4)),
+                    "--dropout", "0.1", "--max-tokens", "4096", "--max-update", str(args.train_updates),
+                    "--high-stage-updates", str(args.train_updates // 2), "--sampling-method", "temperature",
+                    "--sampling-temperature", "5", "--save-dir", save, "--no-epoch-checkpoints",
+                    "--disable-validation", "--seed", "1", *(["--cpu"] if args.device == "cpu" else [])],
+                   os.path.join(work, "train.log"))
+    return ckpt, os.path.join(data, "bin"), os.path.join(data, "spm", "spm.model")
+
+
+# ---------------------------------------------------------------------------------------
+# workers (one process per mode and round)
+
+
+def worker(args):
+    """Load once, translate as the mode says; print one JSON line (timings and hypotheses)."""
+    import torch
+
+    start = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    from hltmt_plugin.hub import HltmtTranslator
+
+    with open(args.items, encoding="utf-8") as f:
+        items = [tuple(item) for item in json.load(f)]
+    translator = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device=args.device,
+                                      max_tokens=args.max_tokens)
+    options = dict(beam=args.beam, max_len=args.max_len, lenpen=args.lenpen)
+    translator.translate([items[0][2]], src=items[0][0], tgt=items[0][1], **options)  # warm-up, as a server would be
+    loaded = time.perf_counter()
+    if args.worker == "mixed":
+        outputs = translator.translate_batch(items, **options)
+    else:
+        outputs = [None] * len(items)
+        for src, tgt in dict.fromkeys((s, t) for s, t, _ in items):
+            where = [i for i, (s, t, _) in enumerate(items) if (s, t) == (src, tgt)]
+            for i, text in zip(where, translator.translate([items[i][2] for i in where], src=src, tgt=tgt, **options)):
+                outputs[i] = text
+    done = time.perf_counter()
+    print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "outputs": outputs}))
+
+
+def run_measured(cmd, env, stdin_path=None):
+    """Run ``cmd``; return (wall seconds, peak RSS MiB, stdout text)."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out, \
+            open(stdin_path or os.devnull, encoding="utf-8") as stdin:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL,
+                                env=env, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read()
+    if proc.returncode != 0:
+        sys.exit(f"bench_translate: error: {' '.join(cmd[:6])} ... failed (exit {proc.returncode})")
+    return wall, usage.ru_maxrss / 1024.0, text
+
+
+def run_mode(mode, args, items, items_path, env, work):
+    n = len(items)
+    if mode in ("mixed", "per-direction"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--items", items_path,
+               "--checkpoint", args.checkpoint, "--spm", args.spm, "--data", args.data, "--beam", str(args.beam),
+               "--max-len", str(args.max_len), "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens),
+               "--threads", str(args.threads), "--device", args.device]
+        wall, rss, text = run_measured(cmd, env)
+        result = json.loads(text.strip().splitlines()[-1])
+        return {"sentences": n, "translate_s": result["translate_s"], "wall_s": wall, "peak_rss_mib": rss,
+                "peak_rss_sum_mib": rss, "processes": 1, "outputs": result["outputs"]}
+    outputs, walls, peaks = [None] * n, [], []
+    for src, tgt in dict.fromkeys((s, t) for s, t, _ in items):
+        where = [i for i, (s, t, _) in enumerate(items) if (s, t) == (src, tgt)]
+        path = os.path.join(work, f"in.{src}-{tgt}.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(items[i][2] + "\n" for i in where)
+        cmd = [*fairseq("interactive"), args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+               "--langs", args.langs_option, "--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt",
+               "-s", src, "-t", tgt, "--path", args.checkpoint, "--bpe", "sentencepiece",
+               "--sentencepiece-model", args.spm, "--beam", str(args.beam), "--max-len-b", str(args.max_len),
+               "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens), "--buffer-size", str(len(where)),
+               *(["--cpu"] if args.device == "cpu" else [])]
+        wall, rss, text = run_measured(cmd, env, stdin_path=path)
+        walls.append(wall)
+        peaks.append(rss)
+        hyps = {}
+        for line in text.splitlines():
+            if line.startswith("D-"):
+                fields = line[2:].split("\t")
+                hyps[int(fields[0])] = fields[2] if len(fields) > 2 else ""
+        for k, i in enumerate(where):
+            outputs[i] = hyps.get(k)
+    return {"sentences": n, "translate_s": None, "wall_s": sum(walls), "peak_rss_mib": max(peaks),
+            "peak_rss_sum_mib": sum(peaks), "processes": len(walls), "outputs": outputs}
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", default=None, help="an hltmt_transformer checkpoint trained on DebMT-10 "
+                                                      "(default: prepare and train one under --work)")
+    p.add_argument("--spm", default=None, help="its sentencepiece model (default: found as hltmt_plugin.hub finds it)")
+    p.add_argument("--data", default=None, help="its binarized data folder (default: stored in the checkpoint)")
+    p.add_argument("--work", default=os.path.join(ROOT, "runs", "bench_translate"),
+                   help="folder for the prepared data, the trained model and the inputs")
+    p.add_argument("--raw", default=DEBMT10, help="DebMT-10 raw folder (test sentences)")
+    p.add_argument("--langs", default=",".join(LANGS), help="the non-English languages (directions en-XX, XX-en)")
+    p.add_argument("--per-direction", type=int, default=50, help="test sentences per direction")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--max-len", type=int, default=50, help="the most tokens of a translation (--max-len-b)")
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=4000, help="source tokens per batch, every mode")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads of every process")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--max-train", type=int, default=2000, help="training lines per pair (own model)")
+    p.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary (own model)")
+    p.add_argument("--train-updates", type=int, default=300, help="updates of the own model")
+    p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--worker", choices=["mixed", "per-direction"], help=argparse.SUPPRESS)
+    p.add_argument("--items", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.langs = [x.strip() for x in args.langs.split(",") if x.strip()]
+    if args.worker:
+        return worker(args)
+
+    if args.checkpoint is None:
+        args.checkpoint, data, spm = prepare_model(args)
+        args.data, args.spm = args.data or data, args.spm or spm
+    sys.path.insert(0, ROOT)
+    import logging
+
+    logging.disable(logging.WARNING)  # the probe load's fairseq messages
+    from hltmt_plugin.errors import HltmtError
+    from hltmt_plugin.hub import HltmtTranslator
+
+    try:  # resolve the data folder, spm model and language list once, as the workers will
+        probe = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device="cpu")
+    except HltmtError as error:
+        sys.exit(f"bench_translate: error: {error}")
+    args.spm, args.data = probe.spm, args.data or str(probe.task.args.data)
+    args.langs_option = ",".join(probe.langs)
+    args.pairs_option = ",".join(probe.task.lang_pairs)
+    missing = [x for x in ["en"] + args.langs if x not in probe.langs]
+    if missing:
+        sys.exit(f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has "
+                 f"{args.langs_option})")
+    del probe
+
+    work = os.path.abspath(args.work)
+    os.makedirs(work, exist_ok=True)
+    items = [(s, t, text) for s, t in directions(args.langs) for text in sentences(args.raw, s, t, args.per_direction)]
+    random.Random(1).shuffle(items)
+    items_path = os.path.join(work, "items.json")
+    with open(items_path, "w", encoding="utf-8") as f:
+        json.dump(items, f, ensure_ascii=False)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+               PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    log(f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
+        f"beam {args.beam}, max length {args.max_len}, {args.max_tokens} tokens per batch, {args.threads} thread(s), "
+        f"{args.rounds} round(s)")
+    runs = {mode: [] for mode in MODES}
+    for r in range(args.rounds):
+        for mode in MODES:
+            result = run_mode(mode, args, items, items_path, env, work)
+            runs[mode].append(result)
+            rate = result["sentences"] / (result["translate_s"] or result["wall_s"])
+            log(f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, {rate:.1f} sentences/s"
+                f"{' translating' if result['translate_s'] else ''}, peak {result['peak_rss_mib']:.0f} MiB")
+
+    n = len(items)
+    table = {}
+    for mode in MODES:
+        rs = runs[mode]
+        translate_s, wall_s = median([r["translate_s"] for r in rs]), median([r["wall_s"] for r in rs])
+        table[mode] = {"translate_sent_per_s": n / translate_s if translate_s else None,
+                       "end_to_end_sent_per_s": n / wall_s, "wall_s": wall_s,
+                       "peak_rss_mib": median([r["peak_rss_mib"] for r in rs]),
+                       "peak_rss_sum_mib": median([r["peak_rss_sum_mib"] for r in rs]),
+                       "processes": rs[0]["processes"]}
+    outs = {mode: runs[mode][0]["outputs"] for mode in MODES}
+    same = {"mixed=per-direction": sum(a == b for a, b in zip(outs["mixed"], outs["per-direction"])),
+            "mixed=per-process": sum(a == b for a, b in zip(outs["mixed"], outs["per-process"]))}
+    mixed, per_dir, per_proc = table["mixed"], table["per-direction"], table["per-process"]
+    ratios = {
+        "mixed/per-direction translating": mixed["translate_sent_per_s"] / per_dir["translate_sent_per_s"],
+        "mixed/per-direction end to end": mixed["end_to_end_sent_per_s"] / per_dir["end_to_end_sent_per_s"],
+        "mixed/per-process end to end": mixed["end_to_end_sent_per_s"] / per_proc["end_to_end_sent_per_s"],
+        "mixed/per-direction peak memory": mixed["peak_rss_mib"] / per_dir["peak_rss_mib"],
+        "mixed/per-process peak memory (largest process)": mixed["peak_rss_mib"] / per_proc["peak_rss_mib"],
+        f"mixed/per-process memory ({per_proc['processes']} servers up at once)":
+            mixed["peak_rss_mib"] / per_proc["peak_rss_sum_mib"],
+    }
+    print("| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    for mode in MODES:
+        row = table[mode]
+        tr = f"{row['translate_sent_per_s']:.1f}" if row["translate_sent_per_s"] else "-"
+        mem = f"{row['peak_rss_mib']:.0f}" + (f" (sum {row['peak_rss_sum_mib']:.0f})" if row["processes"] > 1 else "")
+        print(f"| {mode} | {row['processes']} | {tr} | {row['end_to_end_sent_per_s']:.1f} | {row['wall_s']:.1f} | {mem} |")
+    print()
+    for name, value in ratios.items():
+        print(f"- {name}: **{value:.2f}**")
+    print(f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "
+          f"mixed = per-process (fairseq-interactive) {same['mixed=per-process']}/{n}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sentences": n, "per_direction": args.per_direction, "directions": len(directions(args.langs)),
+                       "beam": args.beam, "max_len": args.max_len, "max_tokens": args.max_tokens,
+                       "threads": args.threads, "rounds": args.rounds, "checkpoint": args.checkpoint,
+                       "modes": table, "ratios": ratios, "identical": same,
+                       "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]]
+                                      for m in MODES}}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
