@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""The HLT-MT paper's headline setting: every system initialised from XLM-R.
+
+    python examples/wmt10/xlmr_recipe.py --raw RUN/clean --xlmr xlmr.base --run-dir RUN/xlmr --gpu --ngpu 8
+
+``--xlmr`` is fairseq's XLM-R base release folder (``model.pt``, ``dict.txt``,
+``sentencepiece.bpe.model``; ``examples/wmt10/run_xlmr.sh`` fetches it on a machine with
+internet access; nothing here downloads). Steps, each announced, logged under RUN/logs/ and
+marked done (a rerun resumes after the last completed step):
+
+1. ``prepare``: ``scripts/prepare_data.py --spm-model XLMR/sentencepiece.bpe.model --dict
+   XLMR/dict.txt``: every split encoded with XLM-R's own sentencepiece model and binarized
+   with its fixed dictionary (the task appends the language tokens ``__xx__``).
+2. ``init_mnmt``: the MNMT baseline is fairseq's plain ``transformer`` of the same shape;
+   ``xlmr_init.py`` copies XLM-R into its encoder with the plugin's loader and saves the
+   checkpoint it starts from (``--finetune-from-model``). HLT-MT and LS-MNMT take
+   ``--pretrained-xlmr-checkpoint`` themselves.
+3. ``train_<system>.t<k>``: MNMT, LS-MNMT (one module per target language, no gate) and HLT-MT
+   (stage high for ``--high-updates``, then stage all, in one schedule), all with the authors'
+   optimiser: Adam (0.9, 0.98), lr ``--lr`` (5e-4 in the paper's text; the authors' code
+   used 3e-4), inverse_sqrt with 4,000 warm-up updates, label smoothing 0.1, dropout 0.1,
+   4,096 tokens per GPU and 64 GPUs (``--update-freq`` makes up the difference: 64 / --ngpu).
+   The temperature of the sampling over directions rises from ``--temperature-start`` (1)
+   to ``--temperature-end`` (5) over the first ``--temperature-epochs`` (5) epochs, as in the
+   paper: fairseq 0.12's ``--sampling-temperature`` is one number per run, so each of those
+   epochs is one fairseq-train run (``--max-epoch k``, temperature T_k, resuming from the
+   previous run's ``checkpoint_last.pt`` with its optimizer, learning rate, stage and map),
+   and the last run trains on at the final temperature to ``--max-update``.
+4. ``decode``: every direction of every system, beam 5, ``--remove-bpe sentencepiece``
+   (fairseq-generate's own main, many directions per process: scripts/gpu_decode.py).
+5. ``report``: ``scripts/report.py`` (sacreBLEU BLEU and chrF, HLT-MT - MNMT, gate heatmap).
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from gpu_decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
+from main_job import StepFailed, run_logged, say  # noqa: E402  (the main job's step runner)
+
+PLUGIN = os.path.join(ROOT, "hltmt_plugin")
+BIN = os.path.dirname(sys.executable)
+WMT10_LANGS = "fr,cs,de,fi,lv,et,ro,hi,tr,gu"
+WMT10_HIGH = "fr,cs,de,fi,lv,et"  # the paper's high-resource split
+SYSTEMS = ("mnmt", "lsmnmt", "hltmt")
+STOPPED_AT_MAX_UPDATE = "Stopping training due to num_updates"
+# fairseq 0.12's import-time warnings (hydra, pin_memory, autocast) say nothing about the run
+QUIET = "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
+
+
+def temperatures(start: float, end: float, epochs: int):
+    """T_1..T_E: linear from start (epoch 1) to end (epoch E)."""
+    if epochs <= 1:
+        return [end]
+    return [start + (end - start) * k / (epochs - 1) for k in range(epochs)]
+
+
+class Recipe:
+    def __init__(self, args):
+        self.args = args
+        self.run_dir = os.path.abspath(args.run_dir)
+        self.data = os.path.join(self.run_dir, "data", "bin")
+        self.logs = os.path.join(self.run_dir, "logs")
+        self.langs = [x for x in args.langs.split(",") if x]
+        self.high = [x for x in args.high.split(",") if x in self.langs]
+        self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
+        self.systems = [s for s in args.systems.split(",") if s]
+        self.xlmr = os.path.abspath(args.xlmr)
+        self.pretrained = os.path.join(self.xlmr, "model.pt")
+        self.update_freq = args.update_freq or max(1, math.ceil(64 / args.ngpu))
+
+    # ---- fairseq command lines ----------------------------------------------------------
+    def data_args(self, task):
+        device = [] if self.args.gpu else ["--cpu"]
+        return [self.data, "--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
+                "--lang-pairs", ",".join(self.directions), "--encoder-langtok", "tgt", *device]
+
+    def shape(self):
+        """XLM-R base's encoder (or the --encoder-* sizes given) and a decoder of the same width."""
+        a = self.args
+        return ["--encoder-layers", str(a.encoder_layers), "--encoder-embed-dim", str(a.embed_dim),
+                "--encoder-ffn-embed-dim", str(a.ffn_dim), "--encoder-attention-heads", str(a.heads),
+                "--decoder-layers", str(a.decoder_layers), "--decoder-embed-dim", str(a.embed_dim),
+                "--decoder-ffn-embed-dim", str(a.ffn_dim), "--decoder-attention-heads", str(a.heads)]
+
+    def mnmt_model(self):
+        """fairseq's transformer built like hltmt_transformer_xlmr_base (without the SLP)."""
+        return ["--arch", "transformer", *self.shape(), "--encoder-learned-pos", "--decoder-learned-pos",
+                "--layernorm-embedding", "--no-scale-embedding", "--activation-fn", "gelu",
+                "--max-source-positions", "512", "--max-target-positions", "512", "--share-all-embeddings"]
+
+    def hltmt_model(self, high, pool_size, *extra):
+        pretrained = ["--pretrained-xlmr-checkpoint", self.pretrained]
+        pretrained += ["--pretrained-xlmr-decoder"] if self.args.pretrained_decoder else []
+        return ["--arch", "hltmt_transformer_xlmr_base", *self.shape(), "--high-resource-langs", ",".join(high),
+                "--slp-pool-size", str(pool_size), *pretrained, *extra]
+
+    def optimiser(self, seed):
+        a = self.args
+        fp = (["--bf16"] if a.bf16 else ["--fp16"] if a.fp16 else []) if a.gpu else []
+        return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(a.lr),
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup), "--dropout", "0.1",
+                "--label-smoothing", "0.1", "--max-tokens", str(a.max_tokens), "--update-freq", str(self.update_freq),
+                "--max-update", str(a.max_update), "--sampling-method", "temperature",
+                "--no-epoch-checkpoints", "--log-interval", str(a.log_interval), "--seed", str(seed), *fp]
+
+    def system_args(self, system):
+        if system == "mnmt":
+            return [*self.data_args("translation_multi_simple_epoch"), *self.mnmt_model(),
+                    "--criterion", "label_smoothed_cross_entropy", "--finetune-from-model", self.init_path()]
+        if system == "lsmnmt":
+            targets = ["en"] + self.langs
+            return [*self.data_args("hltmt_translation"),
+                    *self.hltmt_model(targets, len(targets), "--slp-language-specific", "--hlt-stage", "all"),
+                    "--criterion", "label_smoothed_cross_entropy"]
+        return [*self.data_args("hltmt_translation"),
+                *self.hltmt_model(self.high, min(self.args.pool_size, len(self.high))),
+                "--criterion", "hltmt_cross_entropy", "--hlt-stage", "high",
+                "--high-stage-updates", str(self.args.high_updates)]
+
+    def save_dir(self, system):
+        return os.path.join(self.run_dir, "models", system)
+
+    def init_path(self):
+        return os.path.join(self.run_dir, "models", "mnmt_init_from_xlmr.pt")
+
+    # ---- steps ------------------------------------------------------------------------
+    def prepare(self):
+        a = self.args
+        cmd = [sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--raw", a.raw,
+               "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
+               "--spm-model", os.path.join(self.xlmr, "sentencepiece.bpe.model"),
+               "--dict", os.path.join(self.xlmr, "dict.txt")]
+        for option, value in (("--max-train", a.max_train), ("--max-train-lang", a.max_train_lang),
+                              ("--max-valid", a.max_valid), ("--max-test", a.max_test)):
+            cmd += [option, str(value)] if value else []
+        run_logged(cmd, os.path.join(self.logs, "prepare.log"))
+
+    def init_mnmt(self):
+        a = self.args  # the model and task of the baseline; the optimizer it saves is never used (fine-tuning resets it)
+        init = [*self.data_args("translation_multi_simple_epoch"), *self.mnmt_model(),
+                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+                "--lr", str(a.lr), "--max-tokens", str(a.max_tokens), "--seed", str(a.seed)]
+        init = [x for x in init if x != "--cpu"]  # xlmr_init.py builds on the CPU itself
+        decoder = ["--decoder"] if self.args.pretrained_decoder else []
+        run_logged([sys.executable, os.path.join(HERE, "xlmr_init.py"), "--pretrained", self.pretrained,
+                    "--out", self.init_path(), *decoder, "--", *init], os.path.join(self.logs, "init_mnmt.log"))
+
+    def train(self, system, k, temperature, last):
+        """Epoch k of the temperature schedule (the last one trains on to --max-update)."""
+        previous = os.path.join(self.logs, f"train_{system}.t{k - 1}.log")
+        if k > 1 and os.path.exists(previous) and STOPPED_AT_MAX_UPDATE in open(previous, encoding="utf-8").read():
+            say(f"{system}: --max-update was reached in epoch {k - 1}; nothing left to train")
+            open(os.path.join(self.logs, f"train_{system}.t{k}.log"), "w").write(STOPPED_AT_MAX_UPDATE + " (earlier)\n")
+            return
+        epochs = [] if last else ["--max-epoch", str(k)]
+        run_logged([os.path.join(BIN, "fairseq-train"), *self.system_args(system), *self.optimiser(self.args.seed),
+                    "--sampling-temperature", f"{temperature:g}", *epochs, "--save-dir", self.save_dir(system)],
+                   os.path.join(self.logs, f"train_{system}.t{k}.log"))
+        if last:  # one log per system for the report's last validation
+            with open(os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log"), "w",
+                      encoding="utf-8") as out:
+                for j in range(1, k + 1):
+                    out.write(open(os.path.join(self.logs, f"train_{system}.t{j}.log"), encoding="utf-8").read())
+
+    def decode(self):
+        """Every direction of every system with fairseq-generate's own main, many directions per
+        process (scripts/gpu_decode.py); a direction whose .gen exists is not decoded again. The
+        MNMT checkpoint decodes under hltmt_translation too: fairseq 0.12's own task drops a last
+        test batch smaller than --required-batch-size-multiple (fairseq issue 5036), this one keeps it."""
+        jobs = []
+        for system in self.systems:
+            out_dir = os.path.join(self.run_dir, "decode", system, f"seed{self.args.seed}")
+            os.makedirs(out_dir, exist_ok=True)
+            ckpt = os.path.join(self.save_dir(system), "checkpoint_last.pt")
+            for direction in self.directions:
+                out = os.path.join(out_dir, f"{direction}.gen")
+                if not os.path.exists(out):
+                    jobs.append((f"{system} {direction}", ckpt, *direction.split("-"), out))
+        common = [*self.data_args("hltmt_translation"), "--gen-subset", "test", "--beam", "5",
+                  "--max-tokens", str(self.args.decode_max_tokens), "--max-len-a", f"{self.args.max_len_a:g}",
+                  "--max-len-b", str(self.args.max_len_b),
+                  "--remove-bpe", "sentencepiece"]
+        try:
+            decode_all(jobs, common, self.data, self.args.decode_workers, os.path.join(self.logs, "decode"))
+        except DecodeFailed as error:
+            raise StepFailed(str(error)) from None
+
+    def report(self):
+        cmd = [sys.executable, os.path.join(ROOT, "scripts", "report.py"), "--decode-dir",
+               os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
+               "--high", ",".join(self.high), "--baseline", "mnmt" if "mnmt" in self.systems else self.systems[0],
+               "--system", "hltmt", "--title", self.args.title]
+        if "hltmt" in self.systems:
+            cmd += ["--gate-checkpoint", os.path.join(self.save_dir("hltmt"), "checkpoint_last.pt")]
+        for system in self.systems:
+            cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed*.log"]
+        if not self.args.gpu:
+            cmd += ["--note", "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
+                              "not the quality of the method."]
+        run_logged(cmd, os.path.join(self.logs, "report.log"))
+        print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
+
+    def steps(self):
+        a = self.args
+        steps = [("prepare", self.prepare, ())]
+        if "mnmt" in self.systems:
+            steps.append(("init_mnmt", self.init_mnmt, ()))
+        schedule = temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs)
+        for system in self.systems:
+            for k, t in enumerate(schedule, 1):
+                steps.append((f"train_{system}.t{k}", self.train, (system, k, t, k == len(schedule))))
+        return steps + [("decode", self.decode, ()), ("report", self.report, ())]
+
+    def run(self):
+        os.makedirs(self.run_dir, exist_ok=True)
+        if not os.environ.get("PYTHONWARNINGS"):
+            os.environ["PYTHONWARNINGS"] = QUIET
+        a = self.args
+        steps = self.steps()
+        print(f"xlmr recipe: systems {','.join(self.systems)}, {len(self.directions)} directions, high "
+              f"{','.join(self.high)}; temperature {', '.join(f'{t:g}' for t in temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs))} "
+              f"over the first epochs; lr {a.lr}, {a.max_tokens} tokens x update-freq {self.update_freq}; run folder "
+              f"{self.run_dir}", flush=True)
+        t_start = time.time()
+        for n, (name, fn, fn_args) in enumerate(steps, 1):
+            marker = os.path.join(self.run_dir, f".done-{name}")
+            if os.path.exists(marker):
+                say(f"step {n}/{len(steps)} {name}: already done, skipped")
+                continue
+            say(f"step {n}/{len(steps)} {name} (run time so far {time.time() - t_start:.0f}s)")
+            t0 = time.time()
+            fn(*fn_args)
+            with open(marker, "w") as f:
+                f.write(f"{time.time() - t0:.0f}s\n")
+        say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(self.run_dir, 'report', 'results.md')}")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
+
+
+def check(args):
+    if not os.path.isdir(args.raw):
+        return f"--raw {args.raw} is not a folder"
+    for name in ("model.pt", "dict.txt", "sentencepiece.bpe.model"):
+        if not os.path.isfile(os.path.join(args.xlmr, name)):
+            return f"--xlmr {args.xlmr} has no {name} (fairseq's XLM-R release folder holds model.pt, dict.txt, " \
+                   "sentencepiece.bpe.model)"
+    unknown = [s for s in args.systems.split(",") if s and s not in SYSTEMS]
+    if unknown:
+        return f"--systems: unknown {','.join(unknown)} (choose from {','.join(SYSTEMS)})"
+    if not 0 < args.high_updates < args.max_update:
+        return f"--high-updates must lie between 0 and --max-update {args.max_update}, got {args.high_updates}"
+    if args.temperature_epochs < 1 or args.temperature_start <= 0 or args.temperature_end <= 0:
+        return "--temperature-epochs must be at least 1 and the temperatures positive"
+    if args.ngpu < 1:
+        return f"--ngpu must be at least 1, got {args.ngpu}"
+    return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("--raw", required=True, help="cleaned parallel data, {split}.en-XX.{en,XX} (examples/wmt10/clean.py)")
+    p.add_argument("--xlmr", required=True, help="XLM-R folder: model.pt, dict.txt, sentencepiece.bpe.model")
+    p.add_argument("--run-dir", default=os.path.join(ROOT, "runs", "wmt10-xlmr"), help="where everything goes")
+    p.add_argument("--langs", default=WMT10_LANGS, help="non-English languages")
+    p.add_argument("--high", default=WMT10_HIGH, help="high-resource languages (HLT-MT's pool, stage high)")
+    p.add_argument("--pool-size", type=int, default=3, help="T, HLT-MT's pool modules")
+    p.add_argument("--systems", default=",".join(SYSTEMS), help="systems to train, all from the same XLM-R")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-update", type=int, default=100000, help="updates of every system")
+    p.add_argument("--high-updates", type=int, default=50000, help="HLT-MT: updates of stage high")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (paper: 5e-4; authors' code: 3e-4)")
+    p.add_argument("--warmup", type=int, default=4000, help="inverse_sqrt warm-up updates")
+    p.add_argument("--max-tokens", type=int, default=4096, help="tokens per GPU batch")
+    p.add_argument("--ngpu", type=int, default=1, help="GPUs fairseq-train uses (sets --update-freq 64/ngpu)")
+    p.add_argument("--update-freq", type=int, default=None, help="override the 64/--ngpu accumulation")
+    p.add_argument("--temperature-start", type=float, default=1.0)
+    p.add_argument("--temperature-end", type=float, default=5.0)
+    p.add_argument("--temperature-epochs", type=int, default=5, help="epochs over which the temperature rises")
+    p.add_argument("--encoder-layers", type=int, default=12, help="must fit the XLM-R checkpoint (base: 12)")
+    p.add_argument("--embed-dim", type=int, default=768, help="(XLM-R base: 768)")
+    p.add_argument("--ffn-dim", type=int, default=3072, help="(XLM-R base: 3072; also the SLP's inner size)")
+    p.add_argument("--heads", type=int, default=12, help="(XLM-R base: 12)")
+    p.add_argument("--decoder-layers", type=int, default=6, help="(the paper: 6)")
+    p.add_argument("--pretrained-decoder", action="store_true",
+                   help="also initialise the decoder layers' self-attention and FFN from XLM-R")
+    p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair (tests)")
+    p.add_argument("--max-train-lang", default=None, metavar="XX=N,...", help="per-language --max-train")
+    p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
+    p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
+    p.add_argument("--decode-max-tokens", type=int, default=8000)
+    p.add_argument("--decode-workers", type=int, default=1, help="decoding processes running at once")
+    p.add_argument("--max-len-a", type=float, default=1.5, help="decoding: at most a * source length + b tokens")
+    p.add_argument("--max-len-b", type=int, default=10)
+    p.add_argument("--log-interval", type=int, default=100)
+    p.add_argument("--title", default="WMT-10, all systems from XLM-R")
+    p.add_argument("--gpu", action="store_true", help="train and decode on GPUs (default: CPU)")
+    p.add_argument("--fp16", action="store_true", help="with --gpu: fp16 training (the authors' V100s)")
+    p.add_argument("--bf16", action="store_true", help="with --gpu: bf16 training")
+    args = p.parse_args(argv)
+    problem = check(args)
+    if problem:
+        print(f"xlmr_recipe: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        Recipe(args).run()
+    except StepFailed as error:
+        print(f"\nxlmr_recipe: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
