@@ -118,7 +118,7 @@ class LanguageTable(nn.Module):
             pos = not_pad.argmax(dim=1)
         tokens = src_tokens.gather(1, pos.unsqueeze(1)).squeeze(1)
         langs = self.lang_of_token[tokens]
-        if bool((langs < 0).any()):
+        if not valid_rows(self, langs >= 0):
             bad = tokens[langs < 0]
             raise HltmtInputError(
                 f"{bad.numel()} of {tokens.numel()} sentences in this batch carry no target-language "
@@ -133,7 +133,7 @@ class LanguageTable(nn.Module):
             langs = torch.full_like(ids, UNKNOWN)
             known = (ids >= 0) & (ids < self.lang_of_lang_id.numel())
             langs[known] = self.lang_of_lang_id[ids[known]]
-            if ids.numel() != src_tokens.size(0) or bool((langs < 0).any()):
+            if ids.numel() != src_tokens.size(0) or not valid_rows(self, langs >= 0):
                 raise HltmtInputError(f"src_lang_id {ids.tolist()} does not give a language of --langs "
                                       f"({','.join(self.langs)}) for every sentence of the batch")
             return langs
@@ -149,6 +149,19 @@ class LanguageTable(nn.Module):
         tgt = self.targets(src_tokens)
         src = self.sources(src_tokens, src_lang_id) if self.need_source else torch.full_like(tgt, UNKNOWN)
         return torch.stack([src, tgt], dim=1)
+
+
+def valid_rows(module: nn.Module, ok: Tensor) -> bool:
+    """Whether every row is valid (``ok``, a bool tensor), checked on the host (one clear error)
+    outside training and on the first training batch; later training batches check with a
+    device-side assert instead, so a training step waits for no host synchronisation."""
+    if module.training and getattr(module, "_checked_in_training", False):
+        torch._assert_async(ok.all())
+        return True
+    valid = bool(ok.all())
+    if valid and module.training:
+        module._checked_in_training = True
+    return valid
 
 
 def rows_of(encoder_out: Optional[Dict[str, List[Tensor]]]) -> Optional[Tensor]:

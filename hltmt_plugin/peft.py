@@ -177,7 +177,9 @@ class _RowMask:
         self.mask = mask
 
     def __call__(self, grad: Tensor) -> Tensor:
-        return grad * self.mask.to(device=grad.device, dtype=grad.dtype)
+        if self.mask.device != grad.device or self.mask.dtype != grad.dtype:  # once, not per backward
+            self.mask = self.mask.to(device=grad.device, dtype=grad.dtype)
+        return grad * self.mask
 
 
 def _why_empty(group, langs, model) -> str:

@@ -1,11 +1,14 @@
 """``hltmt_cross_entropy``: label-smoothed cross-entropy + HLT-MT's disparity term.
 
 On the updates where the gate takes part (soft steps of stage ``high``) the criterion adds
-``--disparity-weight * (disparity(P) - H^2/T) * sample_size`` to the summed loss (H^2/T is
-the term's minimum, reached at an even spread: subtracting it changes no gradient); fairseq divides
-the gradient by the sample size, so the weight means the same thing whatever the batch
-size (and with ``--update-freq`` or several workers). It logs through fairseq's metrics,
-so the values appear in progress lines, JSON logs and tensorboard:
+``w * (disparity(P) - H^2/T) * sample_size / B`` to the summed loss, with ``w =
+--disparity-weight`` and ``B = --disparity-batch-size`` (H^2/T is the term's minimum, reached
+at an even spread: subtracting it changes no gradient). fairseq divides the gradient by the
+sample size, so each target token carries ``w / B`` of the term whatever the batch size (and
+with ``--update-freq`` or several workers). The authors add ``w * D`` once per batch to a
+loss summed over a batch of 4,096 tokens, i.e. ``w / 4096`` per token: the defaults
+(``w = 1``, ``B = 4096``) mean exactly that. It logs through fairseq's metrics, so the
+values appear in progress lines, JSON logs and tensorboard:
 
 - ``disparity``: the load-balancing term ``||sum_l p_l||^2`` itself (H^2/T at an even
   spread, H^2 when every language picks one module), on soft steps;
@@ -38,18 +41,28 @@ class HltmtCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
     disparity_weight: float = field(
         default=1.0,
         metadata={"help": "weight of the disparity (load-balancing) term over the high-resource "
-                          "languages' gate distributions, added on soft routing steps"},
+                          "languages' gate distributions, added on soft routing steps; the authors' "
+                          "value (1.0) with their batch size (--disparity-batch-size 4096) is the default"},
+    )
+    disparity_batch_size: float = field(
+        default=4096,
+        metadata={"help": "the batch size (in the loss's units: target tokens, or sentences with "
+                          "--sentence-avg) at which the term weighs as in the authors' code, which adds "
+                          "--disparity-weight x D once per batch: each unit carries weight / this"},
     )
 
 
 @register_criterion("hltmt_cross_entropy", dataclass=HltmtCrossEntropyConfig)
 class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 disparity_weight=1.0):
+                 disparity_weight=1.0, disparity_batch_size=4096):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if disparity_weight < 0:
             raise HltmtConfigError(f"--disparity-weight must be >= 0, got {disparity_weight}")
+        if not disparity_batch_size > 0:
+            raise HltmtConfigError(f"--disparity-batch-size must be positive, got {disparity_batch_size}")
         self.disparity_weight = disparity_weight
+        self.disparity_scale = disparity_weight / disparity_batch_size  # per unit of sample size
         self.langs = list(task.langs)
         self.n_modules = None  # pool modules + the universal layer, read from the model on first use
 
@@ -76,24 +89,25 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             # minus its minimum H^2/T (a constant: same gradient), so an even spread adds
             # nothing and the logged loss is not inflated on soft steps
             floor = probs.size(0) ** 2 / probs.size(1)
-            loss = loss + self.disparity_weight * (term - floor) * sample_size
-            log[DISP_SUM], log[DISP_N] = term.item(), 1
+            loss = loss + self.disparity_scale * (term - floor) * sample_size
+            log[DISP_SUM], log[DISP_N] = term.detach(), 1
         else:
             log[DISP_SUM], log[DISP_N] = 0.0, 0
         log["loss"] = loss.data
 
-        # always the same keys on every worker, so --fast-stat-sync can sum them
+        # always the same keys on every worker, so --fast-stat-sync can sum them; values stay
+        # tensors on the device (no host synchronisation per step) until fairseq reduces them
         lang = extra[ROWS][:, TGT]
         row_tokens = target.view(bsz, -1).ne(self.padding_idx).sum(dim=1)
         lang_loss = torch.zeros(len(self.langs), dtype=row_loss.dtype, device=lang.device).index_add_(
-            0, lang, row_loss.detach()).tolist()
-        lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs)).tolist()
-        for name, value, tokens in zip(self.langs, lang_loss, lang_tokens):
-            log[LANG_LOSS + name], log[LANG_TOKENS + name] = value, int(tokens)
+            0, lang, row_loss.detach())
+        lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs))
+        for i, name in enumerate(self.langs):
+            log[LANG_LOSS + name], log[LANG_TOKENS + name] = lang_loss[i], lang_tokens[i]
         if self.n_modules is None:  # once: the pool size does not change during training
             self.n_modules = model_pool_size(model) + 1
         n_modules = self.n_modules
-        counts = torch.bincount(extra["slp_module"], minlength=n_modules).tolist()
+        counts = torch.bincount(extra["slp_module"], minlength=n_modules)
         for k in range(n_modules):
             log[ROUTE + route_name(k, n_modules)] = counts[k]
 
@@ -109,18 +123,27 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         keys = sorted(set().union(*(log.keys() for log in logging_outputs)))
         n_soft = total(DISP_N)
         if n_soft > 0:
-            metrics.log_scalar("disparity", total(DISP_SUM) / n_soft, n_soft, round=3)
+            metrics.log_scalar("disparity", utils.item(total(DISP_SUM)) / n_soft, n_soft, round=3)
+        else:
+            _drop_empty_meter("disparity")  # stage all: no soft step, no "disparity=None" in progress lines
         routes = [k for k in keys if k.startswith(ROUTE)]
-        rows = sum(total(k) for k in routes)
+        rows = sum(utils.item(total(k)) for k in routes)
         for key in routes:
             if rows > 0:
-                metrics.log_scalar("route_" + key[len(ROUTE):], total(key) / rows, rows, round=3)
+                metrics.log_scalar("route_" + key[len(ROUTE):], utils.item(total(key)) / rows, rows, round=3)
         for key in keys:
             if key.startswith(LANG_TOKENS):
-                name, tokens = key[len(LANG_TOKENS):], total(key)
+                name, tokens = key[len(LANG_TOKENS):], utils.item(total(key))
                 if tokens > 0:
-                    metrics.log_scalar(f"loss_{name}", total(LANG_LOSS + name) / tokens / math.log(2), tokens,
-                                       round=3)
+                    metrics.log_scalar(f"loss_{name}", utils.item(total(LANG_LOSS + name)) / tokens / math.log(2),
+                                       tokens, round=3)
+
+
+def _drop_empty_meter(name: str) -> None:
+    for aggregator in metrics.get_active_aggregators():
+        meter = aggregator.get(name)
+        if meter is not None and getattr(meter, "count", 1) == 0:
+            del aggregator[name]
 
 
 def route_name(k: int, n_modules: int) -> str:

@@ -33,9 +33,12 @@ class RoutePlan:
             raise ValueError(f"route: ids must have shape (B,), got {tuple(ids.shape)}")
         self.ids = ids
         self.rows = ids.numel()
-        if self.rows and int(ids.min()) < 0:
-            raise ValueError(f"route: ids must not be negative, got {ids.unique().tolist()}")
-        self.counts = torch.bincount(ids).tolist() if self.rows else []
+        self.counts = []
+        if self.rows:
+            try:  # the one host synchronisation: the group sizes
+                self.counts = torch.bincount(ids).tolist()
+            except RuntimeError:  # bincount refuses negative ids
+                raise ValueError(f"route: ids must not be negative, got {ids.unique().tolist()}") from None
         self.used = [k for k, c in enumerate(self.counts) if c > 0]
         self.order = self.inverse = None
         if len(self.used) > 1:

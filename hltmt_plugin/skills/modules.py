@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import SRC, TGT, PassRows
+from hltmt_plugin.languages import SRC, TGT, PassRows, valid_rows
 from hltmt_plugin.modules.routing import route
 from hltmt_plugin.skills.config import SkillMatrix
 
@@ -55,7 +55,7 @@ class SkillDirections(nn.Module):
     def ffn_ids(self, record: Tensor) -> Tensor:
         src, tgt = record[:, SRC], record[:, TGT]
         combo = self.combo_of[src, tgt]
-        if bool((combo < 0).any()):
+        if not valid_rows(self, combo >= 0):
             b = int((combo < 0).nonzero()[0, 0])
             raise HltmtInputError(
                 f"direction {self.langs[int(src[b])]}-{self.langs[int(tgt[b])]} has no entry in the skill "
