@@ -82,3 +82,54 @@ def test_modules_no_worker_used_keep_no_gradient(data_bin):
         assert all((p.grad is None) == (t != chosen) for p in module.parameters())
     assert all(p.grad is not None for p in model.slp.universal.parameters())
     assert all(p.grad is None for p in model.slp.gate.parameters())
+
+
+@pytest.mark.parametrize("precision", [["--fp16", "--fp16-no-flatten-grads"], ["--memory-efficient-fp16"]])
+def test_the_idle_gradient_rule_holds_under_fairseqs_fp16_optimizers(data_bin, precision):
+    """fairseq's FP16Optimizer fills a missing gradient with zeros when it copies the gradients
+    to its float32 weights; the task drops them there too, so a hard step leaves the pool
+    modules it did not use (and their Adam state) untouched. fairseq's fp16 optimizers run
+    on CPU with the model in float32, which is enough for the logic."""
+    from fairseq import optim, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, train_args(data_bin, "--optimizer", "adam", "--lr", "0.1",
+                                                          "--hlt-stage", "all", *precision))
+    cfg = convert_namespace_to_omegaconf(args)
+    from fairseq import tasks
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    model = task.build_model(args)
+    model.slp.fix_map_to(torch.tensor([0, 1]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    wrapper = (optim.MemoryEfficientFP16Optimizer if "--memory-efficient-fp16" in precision else optim.FP16Optimizer)
+    optimizer = wrapper.build_optimizer(cfg, params)
+    model.train()
+    criterion = task.build_criterion(cfg.criterion)
+    # update 0 uses module 1 (fr), so Adam holds momentum for it; updates 1-2 leave it idle
+    batches = [make_sample(task, ["en-fr", "en-de"])] + [make_sample(task, ["en-de", "de-en"])] * 2
+    for update, sample in enumerate(batches):
+        if update == 1:
+            before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        optimizer.zero_grad()
+        task.train_step(sample, model, criterion, optimizer, update)
+        for p in params:  # what legacy_ddp leaves behind for unused parameters
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        optimizer.clip_grad_norm(0.0)  # the trainer's call, which copies the fp16 gradients over
+        task.optimizer_step(optimizer, model, update)
+    after = dict(model.named_parameters())
+    moved = {n for n in before if not torch.equal(before[n], after[n].detach())}
+    assert not any(n.startswith("decoder.slp.pool.1.") for n in moved), sorted(moved)[:5]
+    assert any(n.startswith("decoder.slp.pool.0.") for n in moved)
+    assert not any(n.startswith("decoder.slp.gate.") for n in moved)
+
+
+def test_fp16_with_flat_weights_and_bf16_without_a_tpu_are_refused(data_bin):
+    from hltmt_plugin.errors import HltmtConfigError
+
+    with pytest.raises(HltmtConfigError, match="add --fp16-no-flatten-grads"):
+        build(data_bin, "--fp16")
+    with pytest.raises(HltmtConfigError, match="--bf16 in fairseq 0.12 is the TPU path"):
+        build(data_bin, "--bf16")

@@ -8,7 +8,8 @@ training. ``legacy_ddp`` all-reduces a zero gradient for them, and Adam's moment
 move them.
 """
 import hashlib
-from typing import Optional
+import importlib.util
+from typing import Dict, Optional
 
 import torch
 
@@ -30,19 +31,45 @@ class IdleGradients:
         had = torch.tensor([p.grad is not None for p in self.trained_parameters(model)])
         self.had = had if self.had is None else self.had | had
 
-    def drop(self, model) -> None:
+    def drop(self, model, optimizer=None) -> None:
+        """Drop the idle gradients, also from the float32 copies that ``--fp16`` steps (its
+        optimizer fills a missing gradient with zeros before the step)."""
         had, self.had = self.had, None
         if had is None:
             return
         params = self.trained_parameters(model)
         if len(params) != had.numel():  # the trainable set changed (a skipped update before a stage switch)
             return
-        had = had.to(params[0].device, torch.float)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
+            had = had.to(params[0].device, torch.float)  # one all-reduce per update (NCCL needs the device)
             torch.distributed.all_reduce(had)
-        for param, used in zip(params, had.tolist()):
-            if used == 0:
+        copies = fp32_copies(optimizer)
+        for param, used in zip(params, had.tolist()):  # on one worker: a host list, no synchronisation
+            if not used:
                 param.grad = None
+                if id(param) in copies:
+                    copies[id(param)].grad = None
+
+
+def fp32_copies(optimizer) -> Dict[int, torch.Tensor]:
+    """``--fp16``'s float32 copy of each parameter (fairseq's ``FP16Optimizer`` without flat
+    parameters), by the parameter's id; empty for every other optimizer."""
+    if optimizer is None or not hasattr(optimizer, "fp16_params") or getattr(optimizer, "has_flat_params", True):
+        return {}
+    return {id(p): p32 for p, p32 in zip(optimizer.fp16_params, optimizer.fp32_params)}
+
+
+def check_precision(args) -> None:
+    """Mixed-precision options that break the idle-gradient rule or do not run."""
+    if getattr(args, "bf16", False) and importlib.util.find_spec("torch_xla") is None:  # fairseq sets --tpu itself
+        raise HltmtConfigError("--bf16 in fairseq 0.12 is the TPU path (it fails without one): on a GPU use --amp "
+                               "(bfloat16 or float16 autocast, float32 weights) or --fp16 --fp16-no-flatten-grads")
+    if (getattr(args, "fp16", False) and not getattr(args, "memory_efficient_fp16", False)
+            and not getattr(args, "fp16_no_flatten_grads", False)):
+        raise HltmtConfigError(
+            "--fp16 keeps one flat float32 copy of all weights and steps it whole, so modules a hard step did not "
+            "use (pool modules, the gate, adapters of absent languages) would move: add --fp16-no-flatten-grads, "
+            "or use --amp or --memory-efficient-fp16")
 
 
 def check_ddp_backend(args) -> None:

@@ -20,7 +20,7 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks.data_checks import check_data, check_split
-from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, parameter_digest, rank
+from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
 logger = logging.getLogger(__name__)
@@ -73,9 +73,10 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
 
     def build_model(self, args, from_checkpoint=False):
-        if self.training:
-            check_ddp_backend(args)
         model = super().build_model(args, from_checkpoint)
+        if self.training and hasattr(model, "slp"):
+            check_ddp_backend(args)
+            check_precision(args)
         if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
             load_pretrained(model, args.pretrained_xlmr_checkpoint, self.source_dictionary,
                             getattr(args, "pretrained_xlmr_decoder", False))
@@ -106,7 +107,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         return result
 
     def optimizer_step(self, optimizer, model, update_num):
-        self.idle_gradients.drop(self.model)
+        self.idle_gradients.drop(self.model, optimizer)
         super().optimizer_step(optimizer, model, update_num)
         if hasattr(self.model, "slp"):
             self.model.slp.num_updates = update_num + 1  # the count after this update, for stage decisions
