@@ -25,7 +25,7 @@ def run(cmd, env_extra=None, **kwargs):
     """Run a command, return CompletedProcess (text), never raising on failure. One OpenMP
     thread unless the caller set OMP_NUM_THREADS: on a shared 2-core machine two spinning
     threads per process can make a tiny fairseq-train run 50x slower."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", **(env_extra or {}))
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env_extra or {})}
     env.setdefault("OMP_NUM_THREADS", "1")
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=kwargs.pop("cwd", ROOT), **kwargs)
 

@@ -91,6 +91,8 @@ def test_one_run_switches_at_exactly_n_also_across_resumes(data_bin, tmp_path):
     straight = train(data_bin, tmp_path / "straight", "--high-stage-updates", str(n), "--max-update", "14")
     assert f"epoch 1 ends at update {n} (end of stage high)" in straight
     switch_checks(straight, n)
+    stage_all = [line for u, line in progress(straight).items() if u > n]
+    assert stage_all and not any("disparity=None" in line for line in stage_all)  # no soft step, no figure
 
     # stop before N (the checkpoint is mid-epoch, in stage high), then resume across N
     resumed = tmp_path / "resumed"

@@ -2,24 +2,23 @@
 
 fairseq writes one checkpoint atomically, then *copies* it to the others
 (``checkpoint_last.pt``, ``checkpoint_best.pt`` ...) with ``PathManager.copy``: a kill during
-that copy leaves a truncated ``checkpoint_last.pt``. The copy goes to a temporary file with a
-unique name in the same folder (two processes never share one), is flushed to disk, and is
-renamed over the destination; a failed copy removes its temporary file.
+that copy leaves a truncated ``checkpoint_last.pt``. fairseq's copy goes to a temporary file
+with a unique name in the same folder (two processes never share one), which is flushed to
+disk and renamed over the destination; a failed copy removes its temporary file.
 """
 import functools
 import os
-import shutil
 import tempfile
 
 
-def atomic_copy_file(src_path: str, dst_path: str) -> None:
+def atomic_copy_file(copy, src_path: str, dst_path: str) -> None:
     folder = os.path.dirname(os.path.abspath(dst_path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(dst_path)}.", suffix=".tmp", dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as out, open(src_path, "rb") as src:
-            shutil.copyfileobj(src, out, 1 << 20)
-            out.flush()
-            os.fsync(out.fileno())
+        copy(src_path, tmp, overwrite=True)
+        with open(tmp, "rb+") as written:
+            os.fsync(written.fileno())
         os.replace(tmp, dst_path)
     except BaseException:
         if os.path.exists(tmp):
@@ -36,7 +35,7 @@ def install(path_manager) -> None:
     def atomic_copy(src_path, dst_path, overwrite=False):
         if "://" in str(src_path) or "://" in str(dst_path):
             return copy(src_path, dst_path, overwrite=overwrite)
-        atomic_copy_file(src_path, dst_path)
+        atomic_copy_file(copy, src_path, dst_path)
         return True
 
     atomic_copy.hltmt_atomic = True

@@ -140,9 +140,12 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
 
 
 def _drop_empty_meter(name: str) -> None:
+    """Remove a meter that holds no value from fairseq's active aggregators (a ``MetersDict``
+    keeps its keys in a sorted ``priorities`` list too), so progress lines do not show it as None."""
     for aggregator in metrics.get_active_aggregators():
         meter = aggregator.get(name)
-        if meter is not None and getattr(meter, "count", 1) == 0:
+        if meter is not None and getattr(meter, "count", 1) == 0 and hasattr(aggregator, "priorities"):
+            aggregator.priorities = [entry for entry in aggregator.priorities if entry[2] != name]
             del aggregator[name]
 
 
