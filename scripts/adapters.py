@@ -54,6 +54,9 @@ def load(path, data):
 def export(args):
     from hltmt_plugin.peft import export_language
 
+    if os.path.exists(args.out) and os.path.samefile(args.out, args.path):
+        raise HltmtInputError(f"export --out {args.out} is the checkpoint --path itself: writing the adapter file "
+                              "there would replace the checkpoint; name another file")
     model = load(args.path, args.data)
     blob = export_language(model, args.lang, args.out)
     n = sum(t.numel() for t in blob["tensors"].values())

@@ -3,6 +3,7 @@ a new language added by training only its adapters and token row, export / impor
 language's adapters, freezing, and the errors a user gets."""
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -286,8 +287,10 @@ ADAPTERS = os.path.join(ROOT, "scripts", "adapters.py")
 @pytest.fixture(scope="module")
 def hi_file(with_hi, tmp_path_factory):
     path = tmp_path_factory.mktemp("hi_file") / "hi.adapters.pt"
-    done = run([sys.executable, ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)],
-               env_extra={"PYTHONWARNINGS": ""})  # the script itself keeps fairseq's noise out
+    # without the suite's PYTHONWARNINGS=ignore: the script itself keeps fairseq's noise out
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    done = subprocess.run([sys.executable, ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)],
+                          capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr and "tensorboardX" not in done.stderr, done.stderr[-3000:]
     return path
@@ -373,3 +376,15 @@ def test_import_over_its_own_checkpoint_never_truncates_it(base, hi_file, tmp_pa
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_last.pt"]
     _, model = load(str(ckpt))
     assert model.encoder.adapter_layout.adapter_langs == ["en", "de", "fr", "gu", "hi"]
+
+
+def test_export_over_its_own_checkpoint_is_refused(with_hi, tmp_path):
+    import shutil
+
+    ckpt = tmp_path / "checkpoint_last.pt"
+    shutil.copy(with_hi[0], ckpt)
+    before = ckpt.read_bytes()
+    done = run([sys.executable, ADAPTERS, "export", "--path", str(ckpt), "--lang", "hi", "--out", str(ckpt)])
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"hltmt_plugin: error: export --out {ckpt} is the checkpoint --path itself" in done.stderr
+    assert ckpt.read_bytes() == before
