@@ -52,6 +52,7 @@ def load_fingerprint_module():
 def check_options(args):
     """Numbers that cannot work, before any data is read."""
     for name, value, low in (("--vocab-size", args.vocab_size, 1), ("--workers", args.workers, 1),
+                             ("--threads", args.threads, 1),
                              ("--max-train", args.max_train, 1), ("--max-valid", args.max_valid, 1),
                              ("--max-test", args.max_test, 1), ("--max-words", args.max_words, 1),
                              ("--max-eval-pieces", args.max_eval_pieces, 1)):
@@ -206,8 +207,8 @@ def main(argv=None):
     p.add_argument("--max-eval-pieces", type=int, default=1000,
                    help="a valid/test line longer than this many pieces is an error (the models take 1024)")
     p.add_argument("--seed", type=int, default=1, help="seed of the sentencepiece input shuffle")
-    p.add_argument("--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (default: the cores)")
-    p.add_argument("--threads", type=int, default=nproc(), help="sentencepiece training threads (default: the cores)")
+    p.add_argument("--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (one per core by default)")
+    p.add_argument("--threads", type=int, default=nproc(), help="sentencepiece training threads (one per core by default)")
     args = p.parse_args(argv)
 
     langs = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
