@@ -11,11 +11,12 @@ BENCH = os.path.join(ROOT, "scripts", "bench.py")
 
 
 def test_bench_runs_every_system_and_writes_its_figures(data_bin, tmp_path):
+    """A four-language folder, no language flags: they come from the data (issue 14 item 6)."""
     out = tmp_path / "bench.json"
-    done = run([sys.executable, BENCH, "--data", data_bin, "--langs", "de,fr,gu,hi", "--high", "de,fr",
-                "--pool-size", "2", "--batches", "2", "--rounds", "1", "--gen-sentences", "4", "--gen-len", "4",
-                "--json", str(out), "--png", str(tmp_path / "bench.png")])
+    done = run([sys.executable, BENCH, "--data", data_bin, "--batches", "2", "--rounds", "1", "--gen-sentences", "4",
+                "--gen-len", "4", "--json", str(out), "--png", str(tmp_path / "bench.png")])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "# from the data folder: --langs de,fr,gu,hi --high fr,de --pool-size 2" in done.stdout
     figures = json.loads(out.read_text())
     assert (tmp_path / "bench.png").stat().st_size > 1000
     rows = {(r["measure"], r["system"]): r for r in figures["rows"]}
@@ -29,6 +30,14 @@ def test_bench_runs_every_system_and_writes_its_figures(data_bin, tmp_path):
     # the arithmetic of HLT-MT is the baseline's plus one module per target token: a bit more
     assert 1.0 < rows[("train words/s", "hltmt")]["predicted"] < 1.3
     assert "| train words/s | hltmt |" in done.stdout
+    # every ratio says what it is: speed rows are time ratios, size rows size ratios
+    assert "| measure | system | baseline | system | ratio | the ratio is | predicted |" in done.stdout
+    assert "ratio system/baseline" not in done.stdout
+    speed, size = rows[("train words/s", "hltmt")], rows[("parameters", "hltmt")]
+    assert speed["ratio_is"].startswith("time: system / baseline") and size["ratio_is"] == "size: system / baseline"
+    assert abs(speed["ratio"] - speed["baseline"] / speed["value"]) < 1e-9
+    assert abs(size["ratio"] - size["value"] / size["baseline"]) < 1e-9
+    assert figures["clock"] == "cpu"  # one thread on a CPU: this process's CPU time
 
 
 def test_bench_refuses_missing_data_and_unknown_systems(tmp_path):
@@ -36,3 +45,44 @@ def test_bench_refuses_missing_data_and_unknown_systems(tmp_path):
     assert done.returncode != 0 and "no binarized data there" in done.stderr and "Traceback" not in done.stderr
     done = run([sys.executable, BENCH, "--data", str(tmp_path), "--systems", "hltmt,moe"])
     assert done.returncode != 0 and "unknown system moe" in done.stderr
+
+
+def test_bench_help_shows_defaults_and_derivation():
+    done = run([sys.executable, BENCH, "--help"])
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for shown in ("tokens per training batch (default: 4096)", "interleaved rounds of every measure (default: 3)",
+                  "(default: all of them, from its langs.txt", "(default: min(3, number of high-resource",
+                  "updates per fairseq-train run: one number, or SIZE=N for each size (default: tiny=60,small=40,"):
+        assert shown in text, shown
+
+
+def test_bench_refuses_languages_the_data_does_not_have(data_bin):
+    for extra, message in ((["--langs", "de,xx"], "--langs names xx"), (["--high", "cs"], "--high cs"),
+                           (["--pool-size", "3"], "--pool-size must lie in [1, 2]"),
+                           (["--fairseq-train", "--train-sizes", "huge"], "--train-sizes"),
+                           (["--fairseq-train", "--train-sizes", "tiny", "--train-updates", "tiny=3"], "at least 2 x")):
+        done = run([sys.executable, BENCH, "--data", data_bin, *extra])
+        assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (extra, done.stderr)
+
+
+def test_bench_times_and_profiles_the_real_fairseq_train_step(data_bin, tmp_path):
+    """--fairseq-train: words/s from fairseq-train's own JSON log and per CPU-second, plain
+    transformer against HLT-MT on the same batches; --profile: phases, functions, operators."""
+    out = tmp_path / "train.json"
+    done = run([sys.executable, BENCH, "--data", data_bin, "--fairseq-train", "--train-sizes", "tiny",
+                "--train-updates", "6", "--train-log-interval", "2", "--rounds", "1", "--batches", "2",
+                "--profile", str(tmp_path / "prof"), "--profile-size", "tiny", "--profile-updates", "2",
+                "--profile-rounds", "1", "--json", str(out), "--png", str(tmp_path / "train.png")], timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    row = figures["fairseq_train"]["rows"][0]
+    assert row["size"] == "tiny" and row["system"] == "hltmt" and row["same_batches"]
+    assert row["wps"] > 0 and row["cpu_wps"] > 0 and 1.0 < row["predicted"] < 1.3
+    prof = figures["profile"]
+    phases = {p["phase"]: p for p in prof["phases"]}
+    assert phases["update (Trainer.train_step)"]["hltmt_ms"] > 0
+    assert phases["SLP (routing + modules)"]["baseline_ms"] == 0 < phases["SLP (routing + modules)"]["hltmt_ms"]
+    assert prof["functions"] and prof["operators"]
+    assert (tmp_path / "train.png").stat().st_size > 1000
+    assert "| tiny | hltmt |" in done.stdout and "### One update of fairseq-train, tiny" in done.stdout
