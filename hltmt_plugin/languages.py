@@ -98,6 +98,9 @@ class LanguageTable(nn.Module):
             if lang_dict.index(lang) != lang_dict.unk():
                 of_id[lang_dict.index(lang)] = i
         self.register_buffer("lang_of_lang_id", of_id, persistent=False)
+        # --langs by name, in order, saved with the weights: a checkpoint's language indices and
+        # language-token rows mean these languages (checked when it is loaded)
+        self.register_buffer("lang_names", names_tensor(self.langs))
         self.default_source = self.langs.index(default_source) if default_source in self.langs else None
 
     @classmethod
@@ -105,6 +108,17 @@ class LanguageTable(nn.Module):
         args = task.args
         return cls(task.langs, dictionary, args.lang_tok_style, bool(getattr(args, "lang_tok_replacing_bos_eos", False)),
                    task.data_manager.lang_dict, single_source_language(task))
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Refuse a checkpoint trained with another language list (order, style, dictionary);
+        one from before the list was saved loads as it is."""
+        key = f"{name}.lang_names"
+        saved = state_dict.get(key)
+        if saved is not None and names_of(saved) != self.langs:
+            raise HltmtInputError(
+                f"the checkpoint was trained with the languages {','.join(names_of(saved))} (in this order) and "
+                f"these options give {','.join(self.langs)}: pass the training run's --langs / --lang-dict")
+        state_dict[key] = self.lang_names.clone()
 
     def index(self, lang: str) -> int:
         return self.langs.index(lang)
@@ -162,6 +176,15 @@ def valid_rows(module: nn.Module, ok: Tensor) -> bool:
     if valid and module.training:
         module._checked_in_training = True
     return valid
+
+
+def names_tensor(names: Sequence[str]) -> Tensor:
+    """Language names as a tensor (bytes of the comma-separated list), to save with weights."""
+    return torch.tensor(list(",".join(names).encode("utf-8")), dtype=torch.uint8)
+
+
+def names_of(saved: Tensor) -> List[str]:
+    return split_list(bytes(saved.tolist()).decode("utf-8", errors="replace"))
 
 
 def rows_of(encoder_out: Optional[Dict[str, List[Tensor]]]) -> Optional[Tensor]:

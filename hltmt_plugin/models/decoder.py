@@ -13,7 +13,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 
 from hltmt_plugin.adapters.feature import fill_missing_weights
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import ROWS, TGT, PassRows, rows_of
+from hltmt_plugin.languages import ROWS, TGT, PassRows, names_of, names_tensor, rows_of
 from hltmt_plugin.models.layers import Layouts, decoder_layer
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
 from hltmt_plugin.modules.routing import SearchPlans
@@ -52,8 +52,10 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def set_languages(self, langs: List[str], high: List[str], lang_tok_style: str):
         self.slp.set_languages(langs, high)
         self.register_buffer("high_tokens", torch.tensor(
-            [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high],
-            dtype=torch.long), persistent=False)
+            [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high], dtype=torch.long),
+            persistent=False)
+        # saved with the weights: the map's entries belong to these languages, in this order
+        self.register_buffer("high_langs", names_tensor(high))
 
     def high_lang_embeddings(self) -> Tensor:
         """The model's own embedding rows of the high-resource language tokens (H x d)."""
@@ -90,4 +92,21 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
         fill_missing_weights(self, state_dict, name)
+        self._map_by_language(state_dict, f"{name}." if name else "")
         return state_dict
+
+    def _map_by_language(self, state_dict, prefix: str) -> None:
+        """The checkpoint's routing map, reordered to this model's --high-resource-langs (the
+        same languages in another order); other languages are refused, naming both lists."""
+        key = prefix + "high_langs"
+        saved, ours = state_dict.get(key), self.slp.high
+        state_dict[key] = self.high_langs.clone()
+        if saved is None or names_of(saved) == ours:  # (None: a checkpoint from before the names were saved)
+            return
+        saved = names_of(saved)
+        if sorted(saved) != sorted(ours):
+            raise HltmtInputError(f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these "
+                                  f"options name {','.join(ours)}: pass the training run's --high-resource-langs")
+        mapping = prefix + "slp.fixed_map"
+        if mapping in state_dict:
+            state_dict[mapping] = state_dict[mapping].index_select(0, torch.tensor([saved.index(x) for x in ours]))

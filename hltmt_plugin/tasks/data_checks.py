@@ -5,6 +5,8 @@ from typing import List
 
 from fairseq import utils
 
+from hltmt_plugin.data_fingerprint import check_dictionaries as changed_dictionaries
+from hltmt_plugin.data_fingerprint import dictionary_fingerprint
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list, unknown_languages
 
@@ -49,6 +51,7 @@ def check_data(args) -> None:
         if unknown:
             raise HltmtConfigError(f"language(s) {','.join(unknown)} of {'-s/-t' if inference else '--lang-pairs'} "
                                    f"not in --langs / --lang-dict ({','.join(langs)})")
+    check_dictionaries(args)
     if not (getattr(args, "source_dict", None) or getattr(args, "fixed_dictionary", None)):
         missing = [x for x in used if not os.path.isfile(os.path.join(paths[0], f"dict.{x}.txt"))]
         if missing:
@@ -58,6 +61,38 @@ def check_data(args) -> None:
         for path in filter(None, str(getattr(args, "path", "") or "").split(":")):
             if "://" not in path and not os.path.isfile(path):
                 raise HltmtConfigError(f"--path {path}: checkpoint does not exist")
+
+
+SAVED_DICTS = "hltmt_dict_fingerprint"  # model args attribute: the training data's dictionaries, in checkpoints
+
+
+def check_dictionaries(args) -> None:
+    """The data folder's dictionaries are the ones its binarized files were made with (the
+    fingerprint that scripts/prepare_data.py records)."""
+    folder = utils.split_paths(args.data)[0]
+    try:
+        problems = changed_dictionaries(folder)
+    except ValueError as error:
+        raise HltmtConfigError(str(error)) from None
+    if problems:
+        raise HltmtConfigError(f"{folder}: {'; '.join(problems)}: the token ids of its binarized files no longer "
+                               "mean what they meant; binarize again (scripts/prepare_data.py) or restore the "
+                               "dictionaries")
+
+
+def record_or_check_dictionaries(model_args, data: str) -> None:
+    """A new model records its data's dictionaries in its arguments (saved in every checkpoint);
+    a model from a checkpoint refuses a data folder whose dictionaries differ from its own."""
+    folder = utils.split_paths(data)[0]
+    now = dictionary_fingerprint(folder)
+    saved = getattr(model_args, SAVED_DICTS, None)
+    if not isinstance(saved, dict):
+        setattr(model_args, SAVED_DICTS, now)
+        return
+    differ = sorted(name for name in saved if name in now and now[name] != saved[name])
+    if differ:
+        raise HltmtConfigError(f"{folder}: {','.join(differ)} differ from the dictionaries the checkpoint was "
+                               "trained with: use the training run's data folder (or its dictionaries)")
 
 
 def check_split(args, split: str, pairs: List[str]) -> None:

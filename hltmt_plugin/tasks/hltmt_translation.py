@@ -19,7 +19,7 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
-from hltmt_plugin.tasks.data_checks import check_data, check_split
+from hltmt_plugin.tasks.data_checks import check_data, check_split, record_or_check_dictionaries
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
@@ -74,6 +74,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
 
     def build_model(self, args, from_checkpoint=False):
         model = super().build_model(args, from_checkpoint)
+        if hasattr(model, "slp"):
+            record_or_check_dictionaries(args, self.args.data)
         if self.training and hasattr(model, "slp"):
             check_ddp_backend(args)
             check_precision(args)
