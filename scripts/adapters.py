@@ -52,7 +52,7 @@ def load(path, data):
 
 
 def export(args):
-    from hltmt_plugin.peft import export_language
+    from hltmt_plugin.adapters.files import export_language
 
     if os.path.exists(args.out) and os.path.samefile(args.out, args.path):
         raise HltmtInputError(f"export --out {args.out} is the checkpoint --path itself: writing the adapter file "
@@ -67,7 +67,7 @@ def export(args):
 def import_(args):
     import torch
 
-    from hltmt_plugin.peft import atomic_save, import_language
+    from hltmt_plugin.adapters.files import atomic_save, import_language
 
     model = load(args.path, args.data)
     lang = import_language(model, args.adapters)

@@ -71,3 +71,16 @@ def test_a_dictionary_changed_after_binarization_is_refused(data_bin, tmp_path):
     assert done.returncode != 0
     assert "dict.de.txt changed since the data was binarized" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "s" / "checkpoint_last.pt").exists()
+
+
+def test_a_language_of_the_pairs_without_adapters_is_refused_before_the_first_update(data_bin, tmp_path):
+    """Stage high trains en-de,en-fr,de-en; gu (a source of stage all) has no adapter: refused
+    at the start, not after stage high (issue 14)."""
+    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok",
+                "tgt", "--high-resource-langs", HIGH, "--slp-pool-size", "2", "--cpu", "--language-adapters",
+                "--enable-lang-ids", "--adapter-langs", "en,de,fr", "--high-stage-updates", "3", "--max-update", "6",
+                "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--save-dir", str(tmp_path / "s")])
+    assert done.returncode != 0
+    assert "hltmt_plugin: error: --adapter-langs (en,de,fr) leaves out gu" in done.stderr, done.stderr[-1500:]
+    assert "num_updates" not in done.stdout + done.stderr

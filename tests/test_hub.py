@@ -246,7 +246,7 @@ def ls_mnmt_hi(ls_mnmt, tmp_path_factory):
     training would) and imported with scripts/adapters.py."""
     from fairseq import checkpoint_utils
 
-    from hltmt_plugin.peft import add_language, export_language, language_parameters
+    from hltmt_plugin.adapters.files import add_language, export_language, language_parameters
 
     folder = tmp_path_factory.mktemp("hi_adapters")
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([ls_mnmt])

@@ -13,7 +13,8 @@ from fairseq import checkpoint_utils
 
 from conftest import LANGS, PLUGIN, ROOT, build, cli, make_sample, run
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.peft import base_fingerprint, export_language, import_language, language_token_index
+from hltmt_plugin.peft import language_token_index
+from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
 
 MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
 BASE_PAIRS = "en-de,en-fr,en-gu,de-en,gu-en"  # no hi: hi is added later
@@ -56,7 +57,7 @@ def with_hi(data_bin, base, tmp_path_factory):
 
 def load_identity_hi(ckpt):
     """The base model with hi's adapters added at identity (what training started from)."""
-    from hltmt_plugin.peft import add_language
+    from hltmt_plugin.adapters.files import add_language
 
     _, model = load(ckpt)
     add_language(model, "hi")

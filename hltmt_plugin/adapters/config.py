@@ -137,6 +137,23 @@ def _check_invertible(args) -> None:
                                "input, which --decoder-layerdrop can skip: use --decoder-layerdrop 0")
 
 
+def check_pairs_have_adapters(layout: Optional["AdapterLayout"], lang_pairs: List[str]) -> None:
+    """Every language that a direction to train sends through a per-language adapter has one
+    (the task checks before the first update, not when the language's first batch arrives)."""
+    if layout is None:
+        return
+    cfg, adapter_langs = layout.cfg, layout.adapter_langs
+    pairs = [p.split("-") for p in lang_pairs]
+    needed = {src for src, _ in pairs} if cfg.needs_source_language() else set()
+    if cfg.invertible_adapters or (cfg.language_adapters and cfg.decoder_adapters):
+        needed |= {tgt for _, tgt in pairs}
+    missing = sorted(needed - set(adapter_langs))
+    if missing:
+        raise HltmtConfigError(f"--adapter-langs ({','.join(adapter_langs)}) leaves out {','.join(missing)}, which "
+                               "--lang-pairs sends through a language adapter: add it to --adapter-langs, or leave "
+                               "its directions out of --lang-pairs")
+
+
 def layout_adapters(args, task) -> Optional[AdapterLayout]:
     """Check the adapter options against the task and model sizes (before the model is built)."""
     cfg = AdapterConfig.from_namespace(args)

@@ -16,6 +16,7 @@ import sys
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
+from hltmt_plugin.adapters.config import check_pairs_have_adapters
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
@@ -128,6 +129,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         return stage_changed or super().has_sharded_data(split)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        if self._is_train(split) and self.model is not None:  # before the first update, for every stage
+            check_pairs_have_adapters(getattr(self.model.encoder, "adapter_layout", None), self.lang_pairs)
         if not self._is_train(split) or self.stages is None:
             check_split(self.args, split, self.lang_pairs)
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)

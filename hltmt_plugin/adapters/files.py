@@ -1,0 +1,294 @@
+"""One language's adapters as a file of their own (AdapterHub's save / load of an adapter).
+
+``export_language`` writes a language's adapters and its language-token rows to a small file
+that records a fingerprint of the base model (every parameter that is not an adapter or a
+language token row) and the adapter sizes; ``import_language`` puts them into a model of the
+same base and sizes, taking only that language's own tensors, with the model's names, shapes
+and dtype and finite values, and refuses anything else with one line. ``add_language`` gives
+a trained model a new language (identity-initialised adapters). ``scripts/adapters.py`` is
+the command line for all three. Every file is written atomically (``atomic_save``).
+"""
+import hashlib
+import logging
+import os
+import tempfile
+from typing import Dict, Tuple
+
+import torch
+from torch import Tensor
+
+from hltmt_plugin.adapters.feature import add_language as add_adapter_language
+from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
+from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.peft import _languages, language_token_index, token_row_tables
+
+logger = logging.getLogger(__name__)
+
+FILE_FORMAT = "hltmt_plugin.language_adapters"
+FILE_VERSION = 1
+
+
+def _plan(model):
+    plan = getattr(model.encoder, "adapter_layout", None)
+    if plan is None:
+        raise HltmtInputError("this model has no adapters (it was built without --language-adapters / "
+                              "--invertible-adapters)")
+    return plan
+
+
+def base_fingerprint(model) -> str:
+    """sha256 over every parameter that is not an adapter, with the language token rows zeroed."""
+    all_rows = {}
+    for name, (_, side) in token_row_tables(model).items():
+        all_rows[name] = [language_token_index(model, lang, side) for lang in _languages(model)]
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters()):
+        if is_adapter_parameter(name):
+            continue
+        t = p.detach().to("cpu", torch.float32).contiguous()
+        if name in all_rows:
+            t = t.clone()
+            t[all_rows[name]] = 0
+        h.update(name.encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+def language_parameters(model, lang: str) -> Dict[str, Tensor]:
+    """The parameters of ``lang``'s language and invertible adapters, by state-dict name."""
+    return {name: p for name, p in model.named_parameters()
+            if is_adapter_parameter(name) and adapter_language(name) == lang}
+
+
+def export_language(model, lang: str, path: str) -> Dict[str, object]:
+    """Write ``lang``'s adapters and token rows to ``path`` (atomically); returns what was written."""
+    plan = _plan(model)
+    if lang not in plan.adapter_langs:
+        raise HltmtInputError(f"this model has no adapters for {lang!r} (it has {','.join(plan.adapter_langs)})")
+    tensors = {n: p.detach().cpu().clone() for n, p in language_parameters(model, lang).items()}
+    rows = {}
+    for name, (p, side) in token_row_tables(model).items():
+        index = language_token_index(model, lang, side)
+        rows[name] = {"index": index, "row": p.detach()[index].cpu().clone()}
+    blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "lang": lang, "base": base_fingerprint(model),
+            "sizes": plan.sizes(), "tensors": tensors, "token_rows": rows}
+    atomic_save(blob, path)
+    logger.info(f"exported the adapters of {lang} ({sum(t.numel() for t in tensors.values()):,} parameters "
+                f"+ {len(rows)} token row(s)) to {path}")
+    return blob
+
+
+def atomic_save(obj, path: str) -> None:
+    """``torch.save`` to a temporary file in ``path``'s folder, fsync, then rename over ``path``:
+    ``path`` is either its old self or the whole new file, never a partial one (also when it
+    is the file being read, e.g. ``import --out`` equal to ``--path``). A failed write removes
+    the temporary file and is one HltmtInputError naming ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
+    except OSError as error:
+        raise HltmtInputError(f"cannot write {path}: {error.strerror or error}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # the mode an ordinary open() would give, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as error:
+        _remove_quietly(tmp)
+        cause = error  # torch reports a failed write as its own RuntimeError; the OSError behind it says why
+        for _ in range(8):
+            if cause is None or isinstance(cause, OSError):
+                break
+            cause = cause.__cause__ or cause.__context__
+        cause = cause if isinstance(cause, OSError) else None
+        reason = (cause.strerror if cause is not None and cause.strerror else
+                  (str(error).strip().splitlines() or [type(error).__name__])[0])
+        kept = "it is unchanged" if os.path.exists(path) else "nothing was written"
+        raise HltmtInputError(f"could not write {path} ({reason}): {kept}") from None
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+FILE_KEYS = {"format": str, "version": int, "lang": str, "base": str, "sizes": dict, "tensors": dict,
+             "token_rows": dict}
+MAX_ABS = 1e4  # trained adapter weights and embedding rows are O(1); larger values are not a trained adapter
+
+
+def read_language_file(path: str) -> Dict[str, object]:
+    """Read an adapter file written by ``export_language`` and check its structure (every entry
+    present with its type, tensors that are tensors, token rows with an index and a row);
+    what fits which model is checked by ``import_language``. Every problem is one
+    HltmtInputError naming the file."""
+    if not os.path.isfile(path):
+        raise HltmtInputError(f"adapter file {path} does not exist")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 (any unreadable file is the same user error)
+        raise HltmtInputError(f"adapter file {path} is not readable ({str(error).splitlines()[0]})") from None
+    if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
+        raise HltmtInputError(f"{path} is not an adapter file written by hltmt_plugin (export_language / "
+                              "scripts/adapters.py export)")
+    if blob.get("version") != FILE_VERSION:
+        raise HltmtInputError(f"adapter file {path} has version {blob.get('version')}; this plugin reads "
+                              f"version {FILE_VERSION}")
+    for key, kind in FILE_KEYS.items():
+        if key not in blob:
+            raise HltmtInputError(f"adapter file {path} has no {key!r} entry (scripts/adapters.py export writes "
+                                  f"{', '.join(FILE_KEYS)})")
+        if not isinstance(blob[key], kind):
+            raise HltmtInputError(f"adapter file {path}: {key!r} is a {type(blob[key]).__name__}, not a "
+                                  f"{kind.__name__}")
+    extra = [str(k) for k in blob if k not in FILE_KEYS]
+    if extra:
+        raise HltmtInputError(f"adapter file {path} has unexpected entries: {', '.join(sorted(extra))}")
+    lang = blob["lang"]
+    if not lang or not all(c.isalnum() or c in "_-" for c in lang):
+        raise HltmtInputError(f"adapter file {path}: 'lang' is {lang!r}, not a language name")
+    for name, t in blob["tensors"].items():
+        if not isinstance(name, str) or not isinstance(t, Tensor):
+            raise HltmtInputError(f"adapter file {path}: tensors[{name!r}] is not a named tensor")
+    for name, row in blob["token_rows"].items():
+        if (not isinstance(name, str) or not isinstance(row, dict) or set(row) != {"index", "row"}
+                or not isinstance(row["index"], int) or isinstance(row["index"], bool)
+                or not isinstance(row["row"], Tensor)):
+            raise HltmtInputError(f"adapter file {path}: token_rows[{name!r}] is not {{'index': int, 'row': tensor}}")
+    return blob
+
+
+def _check_tensor(path: str, name: str, t: Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> None:
+    """One tensor of an adapter file against the model's: shape, dtype, finite, plausible size."""
+    if t.layout != torch.strided or t.dtype != dtype:
+        raise HltmtInputError(f"adapter file {path}: {name} is {str(t.dtype).replace('torch.', '')}"
+                              f"{'' if t.layout == torch.strided else ' ' + str(t.layout)}, this model's is "
+                              f"{str(dtype).replace('torch.', '')}")
+    if tuple(t.shape) != tuple(shape):
+        raise HltmtInputError(f"adapter file {path}: {name} has shape {tuple(t.shape)}, this model's is "
+                              f"{tuple(shape)}")
+    if not bool(torch.isfinite(t).all()):
+        raise HltmtInputError(f"adapter file {path}: {name} holds NaN or infinite values")
+    largest = float(t.abs().max()) if t.numel() else 0.0
+    if largest > MAX_ABS:
+        raise HltmtInputError(f"adapter file {path}: {name} holds values up to {largest:.3g} in absolute value "
+                              f"(more than {MAX_ABS:g}: not a trained adapter)")
+
+
+def _language_slots(model, lang: str) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+    """name -> (shape, dtype) of every tensor ``lang``'s language and invertible adapters have
+    (or would have once added: the names of another language's adapters, renamed), without
+    changing the model."""
+    params = dict(model.named_parameters())
+    own = {n: (tuple(p.shape), p.dtype) for n, p in params.items()
+           if is_adapter_parameter(n) and adapter_language(n) == lang}
+    if own:
+        return own
+    ref = next((other for other in _plan(model).adapter_langs if other != lang), None)
+    slots = {}
+    for name, p in params.items():
+        if ref is None or not is_adapter_parameter(name) or adapter_language(name) != ref:
+            continue
+        parts = name.split(".")
+        at = next(i for i, part in enumerate(parts) if part == ref
+                  and adapter_language(".".join(parts[:i] + ["\0"] + parts[i + 1:])) == "\0")
+        slots[".".join(parts[:at] + [lang] + parts[at + 1:])] = (tuple(p.shape), p.dtype)
+    return slots
+
+
+def add_language(model, lang: str) -> None:
+    """Give ``lang`` (a language of --langs) fresh identity adapters in a built model."""
+    plan = _plan(model)
+    if lang not in plan.langs:
+        raise HltmtInputError(f"{lang!r} is not in this model's language list ({','.join(plan.langs)}): its "
+                              "vocabulary has no __" + lang + "__ token; list every language a model may serve "
+                              "in --langs when training the base")
+    if lang in plan.adapter_langs:
+        return
+    add_adapter_language(model.encoder, lang)
+    if model.decoder.adapter_layout is not None:
+        add_adapter_language(model.decoder, lang)
+    plan.adapter_langs.append(lang)
+
+
+def import_language(model, path: str) -> str:
+    """Load a file of ``export_language`` into ``model`` (same base and sizes); returns its language.
+
+    The file is trusted for nothing: it must hold exactly its language's language and
+    invertible adapter tensors and its ``__xx__`` token rows, with the names, shapes and
+    dtype of this model's, finite and of plausible size (``MAX_ABS``); anything else (another
+    language's tensors, a base weight such as the gate, NaN, int64 or float16 tensors) is
+    refused with one HltmtInputError before the model is changed."""
+    blob = read_language_file(path)
+    plan = _plan(model)
+    lang = blob["lang"]
+    if lang not in plan.langs:
+        raise HltmtInputError(f"adapter file {path} is for {lang!r}, which is not in this model's language list "
+                              f"({','.join(plan.langs)}): its vocabulary has no __{lang}__ token")
+    mine = plan.sizes()
+    diff = [f"{k} {blob['sizes'].get(k)!r} in the file, {v!r} in this model" for k, v in mine.items()
+            if blob["sizes"].get(k) != v]
+    if diff:
+        raise HltmtInputError(f"adapter file {path} ({lang}) does not fit this model's adapters: " + "; ".join(diff))
+    base = base_fingerprint(model)
+    if blob["base"] != base:
+        raise HltmtInputError(f"adapter file {path} ({lang}) was exported from another base model "
+                              f"(fingerprint {blob['base'][:12]}, this model {base[:12]}): adapters only fit the "
+                              "base they were trained on")
+    slots = _language_slots(model, lang)
+    foreign = sorted(n for n in blob["tensors"] if n not in slots)
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise HltmtInputError(f"adapter file {path} is for {lang} but holds {foreign[0]}{more}, not one of {lang}'s "
+                              f"adapter tensors: an adapter file holds only its language's language and "
+                              f"invertible adapters")
+    missing = sorted(n for n in slots if n not in blob["tensors"])
+    if missing:
+        raise HltmtInputError(f"adapter file {path} ({lang}) lacks {len(missing)} of the {len(slots)} adapter "
+                              f"tensors of {lang}, e.g. {missing[0]}")
+    for name, t in blob["tensors"].items():
+        _check_tensor(path, name, t, *slots[name])
+    tables = token_row_tables(model)
+    if set(blob["token_rows"]) != set(tables):
+        raise HltmtInputError(f"adapter file {path} ({lang}) has token rows for "
+                              f"{','.join(sorted(blob['token_rows'])) or 'no table'}; this model's language tokens "
+                              f"live in {','.join(sorted(tables))}")
+    for name, row in blob["token_rows"].items():
+        p, side = tables[name]
+        index = language_token_index(model, lang, side)
+        if row["index"] != index:
+            raise HltmtInputError(f"adapter file {path}: __{lang}__ is row {row['index']} there and {index} here "
+                                  "(another vocabulary)")
+        _check_tensor(path, f"the __{lang}__ row of {name}", row["row"], (p.size(1),), p.dtype)
+
+    add_language(model, lang)
+    params = dict(model.named_parameters())
+    if set(language_parameters(model, lang)) != set(slots):  # the renamed slots must be what was added
+        raise HltmtInputError(f"the adapters added for {lang} do not match the ones expected; nothing was imported")
+    with torch.no_grad():
+        for name, t in blob["tensors"].items():
+            params[name].copy_(t)
+        for name, row in blob["token_rows"].items():
+            p, _ = tables[name]
+            p[row["index"]] = row["row"].to(p)
+    logger.info(f"imported the adapters of {lang} from {path}")
+    return lang
