@@ -20,6 +20,7 @@ from hltmt_plugin.adapters.config import check_pairs_have_adapters
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
+from hltmt_plugin.tasks import save_dir
 from hltmt_plugin.tasks.data_checks import check_data, check_split, record_or_check_dictionaries
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
@@ -52,6 +53,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     @classmethod
     def setup_task(cls, args, **kwargs):
         check_data(args)
+        save_dir.prepare(args)
         return super().setup_task(args, **kwargs)
 
     def __init__(self, args, langs, dicts, training):
