@@ -110,7 +110,9 @@ class SelectiveLanguagePool(nn.Module):
 
     def gate_probs(self, high_lang_embeddings: Tensor) -> Tensor:
         """``P`` (H x T): the gate's distribution over the pool for each high-resource language."""
-        return F.softmax(self.gate(high_lang_embeddings).float(), dim=-1)
+        with torch.autocast(device_type=high_lang_embeddings.device.type, enabled=False):  # float32 under amp
+            logits = F.linear(high_lang_embeddings.float(), self.gate.weight.float(), self.gate.bias.float())
+        return F.softmax(logits, dim=-1)
 
     def current_map(self, high_lang_embeddings: Tensor) -> Tensor:
         """``g(l)`` for every high-resource language: the fixed map, or the argmax of the gate."""

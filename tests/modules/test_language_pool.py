@@ -106,3 +106,18 @@ def test_hard_prob_extremes(p, mode):
     for n in range(50):
         slp.set_num_updates(n)
         assert slp.mode == mode
+
+
+def test_the_gate_and_the_disparity_stay_float32_under_mixed_precision():
+    from hltmt_plugin.modules.language_pool import disparity
+
+    slp = pool()
+    emb = torch.randn(4, 16)
+    full = slp.gate_probs(emb)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = slp.gate_probs(emb)
+        term = disparity(mixed)
+    assert mixed.dtype == torch.float32 and term.dtype == torch.float32
+    torch.testing.assert_close(mixed, full, rtol=0, atol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert slp.gate(emb).dtype == torch.bfloat16  # what the gate would be without the guard
