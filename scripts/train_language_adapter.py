@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import hltmt_plugin  # noqa: E402,F401  (registers the task and model, safe loading)
 from hltmt_plugin.errors import HltmtError, HltmtInputError  # noqa: E402
 
-MAX_UNKNOWN = 0.5  # more <unk> pieces than this: the sentencepiece model is not the model's
+MAX_UNKNOWN = 0.2  # more <unk> pieces than this: not the model's sentencepiece model, or a script it lacks
 
 
 def load_model(path, data=None):
@@ -55,7 +55,7 @@ def load_model(path, data=None):
     except FileNotFoundError as error:
         raise HltmtInputError(f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
                               "folder with its dict.*.txt)") from None
-    return models[0]
+    return models[0].eval()
 
 
 def read_sentences(text, spm_model, dictionary, max_positions, max_lines=None):
@@ -80,8 +80,9 @@ def read_sentences(text, spm_model, dictionary, max_positions, max_lines=None):
     pieces = sum(len(t) for t in items)
     unknown = sum(int(t.eq(dictionary.unk()).sum()) for t in items) / max(1, pieces)
     if unknown > MAX_UNKNOWN:
-        raise HltmtInputError(f"{100 * unknown:.0f}% of the pieces of {text} are unknown to the model's dictionary: "
-                              f"{spm_model} is not the sentencepiece model its data was prepared with")
+        raise HltmtInputError(f"{100 * unknown:.0f}% of the pieces of {text} are unknown to the model's dictionary "
+                              f"(more than {100 * MAX_UNKNOWN:.0f}%): {spm_model} is not the sentencepiece model its "
+                              "data was prepared with, or it does not cover this text's script")
     kept = [t for t in items if 0 < len(t) <= max_positions - 2]  # + eos + the language token
     if not kept:
         raise HltmtInputError(f"no line of {text} fits the encoder ({max_positions} positions)")
@@ -122,10 +123,12 @@ def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=Non
 
 def run(args):
     from hltmt_plugin.adapters.mlm import mlm_dataset
-    from hltmt_plugin.peft import add_language, export_language
+    from hltmt_plugin.adapters.files import add_language, export_language
 
     if args.steps < 1 or args.batch_size < 1 or args.log_interval < 1:
         raise HltmtInputError("--steps, --batch-size and --log-interval must be positive")
+    if not 0 < args.mask_prob < 1:
+        raise HltmtInputError(f"--mask-prob {args.mask_prob} is not a share of the tokens (between 0 and 1)")
     torch.manual_seed(args.seed)
     model = load_model(args.path, args.data)
     add_language(model, args.lang)  # refuses a language outside --langs; keeps existing adapters

@@ -24,7 +24,6 @@ from types import SimpleNamespace
 from typing import Dict, Iterator, Optional, Sequence
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -35,7 +34,8 @@ from fairseq.data import (AppendTokenDataset, IdDataset, LeftPadDataset, ListDat
 
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import ROWS
-from hltmt_plugin.peft import language_parameters, language_token_index
+from hltmt_plugin.adapters.files import language_parameters
+from hltmt_plugin.peft import language_token_index
 
 MASK = "<mask>"
 
