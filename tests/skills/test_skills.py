@@ -247,3 +247,26 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
     args.skill_matrix_saved = None
     with pytest.raises(HltmtConfigError, match="cannot read the file"):
         task.build_model(args)
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"skills": ["generic", "a.b"], "directions": {"en-de": ["generic"]}}, "skill name\\(s\\) 'a.b' cannot name a module"),
+    ({"skills": ["generic", "train"], "directions": {"en-de": ["generic"]}}, "'train' cannot name a module"),
+    (b"\xff\xfe{", "not UTF-8 text"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+])
+def test_skill_names_and_files_that_cannot_work_are_one_line_errors(data_bin, tmp_path, content, message):
+    path = tmp_path / "matrix.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(HltmtConfigError, match=message):
+        build(data_bin, *SKILLS, "--skill-matrix", str(path))
+
+
+def test_a_direction_with_several_language_skills_is_named_in_a_warning(data_bin, tmp_path, caplog):
+    matrix = {"skills": ["generic", "en", "de", "fr", "gu", "hi"],
+              "directions": {p: ["generic", *p.split("-")] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")}}
+    build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, matrix))
+    assert 'direction "en-de" activates 2 language skills (en,de)' in caplog.text

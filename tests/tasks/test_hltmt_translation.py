@@ -70,3 +70,14 @@ def test_stage_all_fixes_the_map_from_the_gate_and_freezes_the_gate(data_bin):
     task.begin_epoch(1, model)
     assert model.slp.map_is_fixed and model.routing_map() == before
     assert not any(p.requires_grad for p in model.slp.gate.parameters())
+
+
+def test_options_the_stages_or_adapters_cannot_honour_are_refused(data_bin):
+    import pytest
+
+    from hltmt_plugin.errors import HltmtConfigError
+
+    with pytest.raises(HltmtConfigError, match="RoundRobin does not allow"):
+        build(data_bin, "--high-stage-updates", "5", "--sampling-method", "RoundRobin")
+    with pytest.raises(HltmtConfigError, match="use --decoder-layerdrop 0"):
+        build(data_bin, "--invertible-adapters", "--enable-lang-ids", "--decoder-layerdrop", "0.1")
