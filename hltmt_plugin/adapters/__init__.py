@@ -5,7 +5,9 @@ adapter stacked on top, invertible NICE adapters), one job per file:
 - :mod:`~hltmt_plugin.adapters.modules`: the modules, routed per row by language;
 - :mod:`~hltmt_plugin.adapters.layers`: fairseq's layers calling them after their sublayers;
 - :mod:`~hltmt_plugin.adapters.feature`: installing them into a model, loading checkpoints;
-- :mod:`~hltmt_plugin.adapters.report`: parameter names and the parameter report.
+- :mod:`~hltmt_plugin.adapters.report`: parameter names and the parameter report;
+- :mod:`~hltmt_plugin.adapters.files`: one language's adapters as a file (export / import);
+- :mod:`~hltmt_plugin.adapters.mlm`: a language's adapters trained by masked LM (MAD-X).
 """
 from hltmt_plugin.adapters.config import HOULSBY, PFEIFFER, AdapterConfig, AdapterLayout, layout_adapters  # noqa: F401
 from hltmt_plugin.adapters.layers import AdapterDecoderLayer, AdapterEncoderLayer  # noqa: F401
