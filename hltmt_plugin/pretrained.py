@@ -93,6 +93,50 @@ def _copy_rows(target: Tensor, source: Tensor, ours: Dictionary, theirs: Diction
     return len(pairs)
 
 
+def _encoder_copies(model, pretrained: Dict[str, Tensor], problems: List[str]) -> Dict[str, Tensor]:
+    """Our encoder key -> the pretrained tensor to copy into it (embeddings apart)."""
+    ours = model.encoder.state_dict()
+    copies = {}
+    for key, value in pretrained.items():
+        if key.startswith(("embed_tokens.", "embed_positions.")) or key not in ours:
+            continue
+        if ours[key].shape != value.shape:
+            problems.append(f"encoder.{key}: model {tuple(ours[key].shape)} vs checkpoint {tuple(value.shape)}")
+        else:
+            copies[key] = value
+    return copies
+
+
+def _decoder_copies(model, pretrained: Dict[str, Tensor], n_pre: int, problems: List[str]) -> Dict[str, Tensor]:
+    """Our decoder key -> the pretrained layer tensor (self-attention and FFN of the same index)."""
+    ours = model.decoder.state_dict()
+    copies = {}
+    for key, value in pretrained.items():
+        parts = key.split(".", 2)
+        if parts[0] != "layers" or int(parts[1]) >= len(model.decoder.layers):
+            continue
+        if not parts[2].startswith(LAYER_PARTS_FOR_DECODER):
+            continue
+        if ours[key].shape != value.shape:
+            problems.append(f"decoder.{key}: model {tuple(ours[key].shape)} vs checkpoint {tuple(value.shape)}")
+        else:
+            copies[key] = value
+    if len(model.decoder.layers) > n_pre:
+        problems.append(f"decoder layers: the decoder has {len(model.decoder.layers)}, the checkpoint {n_pre}")
+    return copies
+
+
+def _copy_positions(model, pretrained: Dict[str, Tensor]) -> None:
+    if "embed_positions.weight" not in pretrained:
+        return
+    ours_pos, their_pos = model.encoder.embed_positions.weight, pretrained["embed_positions.weight"]
+    n = min(ours_pos.size(0), their_pos.size(0))
+    ours_pos.data[:n] = their_pos[:n]
+    if ours_pos.size(0) != their_pos.size(0):
+        logger.info(f"pretrained positions: {their_pos.size(0)} rows, the model has {ours_pos.size(0)}; "
+                    f"copied the first {n}")
+
+
 def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool) -> None:
     """Copy a RoBERTa-family encoder into ``model`` (see the module docstring)."""
     pretrained = _encoder_state(path)
@@ -102,62 +146,33 @@ def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool
                                "(fairseq RoBERTa / XLM-R releases ship it beside model.pt)")
     theirs = Dictionary.load(dict_path)
     _check_settings(model, pretrained)
-
-    ours_state = model.encoder.state_dict()
     n_pre = 1 + max((int(k.split(".")[1]) for k in pretrained if k.startswith("layers.")), default=-1)
-    n_ours = len(model.encoder.layers)
     problems: List[str] = []
-    if n_ours > n_pre:
-        problems.append(f"layers: the encoder has {n_ours}, the checkpoint {n_pre}")
-    plan = {}  # our encoder key -> pretrained tensor
-    for key, value in pretrained.items():
-        if key.startswith(("embed_tokens.", "embed_positions.")) or key not in ours_state:
-            continue
-        if ours_state[key].shape != value.shape:
-            problems.append(f"encoder.{key}: model {tuple(ours_state[key].shape)} vs checkpoint {tuple(value.shape)}")
-        else:
-            plan[key] = value
+    if len(model.encoder.layers) > n_pre:
+        problems.append(f"layers: the encoder has {len(model.encoder.layers)}, the checkpoint {n_pre}")
+    encoder_copies = _encoder_copies(model, pretrained, problems)
     emb = pretrained["embed_tokens.weight"]
     if emb.size(1) != model.encoder.embed_tokens.weight.size(1):
         problems.append(f"encoder.embed_tokens.weight: dimension {model.encoder.embed_tokens.weight.size(1)} vs "
                         f"checkpoint {emb.size(1)}")
     if len(theirs) > emb.size(0):  # more rows is normal: the pretraining task adds <mask>
         problems.append(f"{dict_path} has {len(theirs)} entries but the checkpoint's embeddings {emb.size(0)} rows")
-    decoder_plan = {}
-    if init_decoder:
-        dec_state = model.decoder.state_dict()
-        for key, value in pretrained.items():
-            parts = key.split(".", 2)
-            if parts[0] != "layers" or int(parts[1]) >= len(model.decoder.layers):
-                continue
-            if not parts[2].startswith(LAYER_PARTS_FOR_DECODER):
-                continue
-            if dec_state[key].shape != value.shape:
-                problems.append(f"decoder.{key}: model {tuple(dec_state[key].shape)} vs checkpoint {tuple(value.shape)}")
-            else:
-                decoder_plan[key] = value
-        if len(model.decoder.layers) > n_pre:
-            problems.append(f"decoder layers: the decoder has {len(model.decoder.layers)}, the checkpoint {n_pre}")
+    decoder_copies = _decoder_copies(model, pretrained, n_pre, problems) if init_decoder else {}
     if problems:
         raise HltmtConfigError(f"--pretrained-xlmr-checkpoint {path} does not fit this model: " + "; ".join(problems))
 
     with torch.no_grad():
-        for key, value in plan.items():
+        ours_state = model.encoder.state_dict()
+        for key, value in encoder_copies.items():
             ours_state[key].copy_(value)
         shared = _copy_rows(model.encoder.embed_tokens.weight, emb, dictionary, theirs)
-        if "embed_positions.weight" in pretrained:
-            ours_pos, their_pos = model.encoder.embed_positions.weight, pretrained["embed_positions.weight"]
-            n = min(ours_pos.size(0), their_pos.size(0))
-            ours_pos.data[:n] = their_pos[:n]
-            if ours_pos.size(0) != their_pos.size(0):
-                logger.info(f"pretrained positions: {their_pos.size(0)} rows, the model has {ours_pos.size(0)}; "
-                            f"copied the first {n}")
+        _copy_positions(model, pretrained)
         if init_decoder:
             dec_state = model.decoder.state_dict()
-            for key, value in decoder_plan.items():
+            for key, value in decoder_copies.items():
                 dec_state[key].copy_(value)
             if model.decoder.embed_tokens is not model.encoder.embed_tokens:
                 _copy_rows(model.decoder.embed_tokens.weight, emb, model.decoder.dictionary, theirs)
-    logger.info(f"initialised from {path}: {len(plan)} encoder tensors, {shared} of {len(dictionary)} embedding "
-                f"rows (the rest, e.g. language tokens, keep their initialisation)"
-                + (f", {len(decoder_plan)} decoder tensors" if init_decoder else ""))
+    logger.info(f"initialised from {path}: {len(encoder_copies)} encoder tensors, {shared} of {len(dictionary)} "
+                f"embedding rows (the rest, e.g. language tokens, keep their initialisation)"
+                + (f", {len(decoder_copies)} decoder tensors" if init_decoder else ""))
