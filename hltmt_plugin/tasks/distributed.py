@@ -9,7 +9,7 @@ move them.
 """
 import hashlib
 import importlib.util
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 
@@ -21,15 +21,15 @@ class IdleGradients:
     drops the gradient of those that no worker gave one."""
 
     def __init__(self):
-        self.had: Optional[torch.Tensor] = None
+        self.had: Optional[List[bool]] = None  # host values: noting them waits for nothing
 
     @staticmethod
     def trained_parameters(model):
         return [p for p in model.parameters() if p.requires_grad]
 
     def note(self, model) -> None:
-        had = torch.tensor([p.grad is not None for p in self.trained_parameters(model)])
-        self.had = had if self.had is None else self.had | had
+        had = [p.grad is not None for p in self.trained_parameters(model)]
+        self.had = had if self.had is None or len(self.had) != len(had) else [a or b for a, b in zip(self.had, had)]
 
     def drop(self, model, optimizer=None) -> None:
         """Drop the idle gradients, also from the float32 copies that ``--fp16`` steps (its
@@ -38,13 +38,14 @@ class IdleGradients:
         if had is None:
             return
         params = self.trained_parameters(model)
-        if len(params) != had.numel():  # the trainable set changed (a skipped update before a stage switch)
+        if len(params) != len(had):  # the trainable set changed (a skipped update before a stage switch)
             return
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            had = had.to(params[0].device, torch.float)  # one all-reduce per update (NCCL needs the device)
-            torch.distributed.all_reduce(had)
+            mask = torch.tensor(had, dtype=torch.float, device=params[0].device)  # NCCL needs the device
+            torch.distributed.all_reduce(mask)  # one all-reduce per update
+            had = [used > 0 for used in mask.tolist()]
         copies = fp32_copies(optimizer)
-        for param, used in zip(params, had.tolist()):  # on one worker: a host list, no synchronisation
+        for param, used in zip(params, had):
             if not used:
                 param.grad = None
                 if id(param) in copies:
