@@ -1,0 +1,84 @@
+"""Loading a checkpoint for the translator: the options and data folder it stores, and where
+its sentencepiece model lies."""
+import os
+from argparse import Namespace
+from typing import Optional
+
+
+import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+
+TASK_NAME, MODEL_NAME = "hltmt_translation", "hltmt_transformer"
+
+SPM_NAMES = ("spm.model", "sentencepiece.bpe.model")
+
+
+def _stored(cfg, section: str, name: str, default=None):
+    part = cfg.get(section) if hasattr(cfg, "get") else getattr(cfg, section, None)
+    if part is None:
+        return default
+    return part.get(name, default) if hasattr(part, "get") and not isinstance(part, Namespace) else getattr(
+        part, name, default)
+
+
+def _find_spm(spm: Optional[str], data: str, checkpoint: str, stored: Optional[str]) -> str:
+    if spm:
+        if not os.path.isfile(spm):
+            raise HltmtConfigError(f"sentencepiece model {spm} does not exist")
+        return spm
+    data = data.split(os.pathsep)[0]
+    places = ([stored] if stored else []) + [
+        os.path.join(os.path.dirname(os.path.abspath(data)), "spm", "spm.model"),  # scripts/prepare_data.py
+        *(os.path.join(data, n) for n in SPM_NAMES),
+        *(os.path.join(os.path.dirname(os.path.abspath(checkpoint)), n) for n in SPM_NAMES)]
+    for path in places:
+        if os.path.isfile(path):
+            return path
+    raise HltmtConfigError(f"no sentencepiece model found (looked for {', '.join(places)}): give it with "
+                           "spm=PATH / --spm PATH (scripts/prepare_data.py writes OUT/spm/spm.model)")
+
+
+def _read_checkpoint(path: str, data: Optional[str]):
+    """The checkpoint's state with its stored options, checked and with ``data`` set."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    if not os.path.isfile(path):
+        raise HltmtInputError(f"checkpoint {path} does not exist")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    except (KeyError, AttributeError, TypeError, ValueError) as error:
+        if isinstance(error, HltmtInputError):
+            raise
+        raise HltmtInputError(f"{path} is not a checkpoint fairseq can read ({type(error).__name__}: "
+                              f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or state.get("cfg") is None:
+        raise HltmtInputError(f"{path} is not a fairseq checkpoint (no model weights and options in it)")
+    cfg = state["cfg"]
+    task_name = _stored(cfg, "task", "_name") or _stored(cfg, "task", "task")
+    arch = _stored(cfg, "model", "arch") or _stored(cfg, "model", "_name")
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
+    if task_name != TASK_NAME or model_name != MODEL_NAME:
+        raise HltmtInputError(
+            f"checkpoint {path} holds a {arch or 'unknown'} model of task {task_name or 'unknown'}, not the plugin's "
+            f"{MODEL_NAME} (--task {TASK_NAME} --arch hltmt_transformer*); translate it with fairseq-generate / "
+            "fairseq-interactive -s SRC -t TGT")
+    for option in ("decoder_langtok", "lang_tok_replacing_bos_eos"):
+        if _stored(cfg, "task", option):
+            raise HltmtConfigError(f"checkpoint {path} was trained with --{option.replace('_', '-')}, which puts the "
+                                   "language on the target side; hltmt_plugin.hub serves --encoder-langtok tgt models")
+    stored_data = _stored(cfg, "task", "data")
+    folder = data or stored_data
+    first = str(folder or "").split(os.pathsep)[0]
+    if not first or not os.path.isdir(first):
+        raise HltmtConfigError(
+            f"the data folder {'given' if data else 'stored in the checkpoint'} ({first or 'none'}) does not exist: "
+            "give data=DIR / --data DIR, the binarized folder with the dict.*.txt the model was trained with")
+    overrides = {"data": folder, "distributed_world_size": 1, "enable_lang_ids": True}
+    overwrite_args_by_name(cfg, overrides)
+    if state.get("args") is not None:  # a legacy checkpoint: fairseq rebuilds cfg from these
+        for key, value in overrides.items():
+            setattr(state["args"], key, value)
+    return state, folder
