@@ -321,12 +321,16 @@ def one_direction(sample, task, lang):
 
 
 def time_pair(args, system, first, second):
-    """Words/s of the same model on two lists of batches, interleaved."""
+    """Words/s of the same model on two lists of batches of the same tokens, after one step of
+    each, interleaved (the order alternating round by round)."""
     step = train_step_fn(args, system)
     words = sum(int(s["ntokens"]) for s in first)
     rates = {"mixed": [], "single": []}
+    step(first[0], 0)
+    step(second[0], 1)
     for r in range(args.rounds):
-        for name, batch_list in (("mixed", first), ("single", second)):
+        pairs = (("mixed", first), ("single", second))
+        for name, batch_list in pairs if r % 2 == 0 else pairs[::-1]:
             sync(args)
             t0 = clock(args)
             for i, sample in enumerate(batch_list):

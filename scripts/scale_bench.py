@@ -367,11 +367,31 @@ def child_speed(spec):
                        "directions": len(set(zip(src, tgt)))})
     rates, work = bench.time_training(ns, {BENCH_NAME[n]: s for n, s in systems.items()}, samples)
     words = sum(int(s["ntokens"]) for s in samples)
-    return {"build_s": build_s, "words": words, "batches": len(samples),
+    # the cost of the routing groups, arithmetic held equal: the same batches with every row
+    # relabelled to one direction (one group in every routed layer), interleaved with the real ones
+    single = [one_group(s, task, "en", langs[0]) for s in samples]
+    grouping = {n: bench.time_pair(ns, s, samples, single) for n, s in systems.items()}
+    return {"build_s": build_s, "words": words, "batches": len(samples), "grouping": grouping,
             "rates": {n: rates[BENCH_NAME[n]] for n in systems},
             "flops": {n: work[BENCH_NAME[n]] for n in systems},
             "params": {n: sum(p.numel() for p in s["model"].parameters()) for n, s in systems.items()},
             "groups": groups, "threads": torch.get_num_threads()}
+
+
+def one_group(sample, task, src_lang, tgt_lang):
+    """The sample with every row relabelled to one direction: the same tokens, so the same
+    arithmetic, but one routing group in every routed layer."""
+    import torch
+
+    net = dict(sample["net_input"])
+    src = net["src_tokens"].clone()
+    first = src.ne(task.source_dictionary.pad()).long().argmax(dim=1)
+    src[torch.arange(src.size(0)), first] = task.data_manager.get_encoder_langtok(src_lang, tgt_lang, "tgt")
+    net["src_tokens"] = src
+    for key, lang in (("src_lang_id", src_lang), ("tgt_lang_id", tgt_lang)):
+        if key in net:
+            net[key] = torch.full_like(net[key], task.data_manager.lang_dict.index(lang))
+    return dict(sample, net_input=net)
 
 
 CHILDREN = {"prepare": child_prepare, "data": child_data, "fairseq": child_fairseq, "speed": child_speed}
@@ -682,6 +702,9 @@ def rows_of(results, systems):
             row("  time ratio to plain MNMT at this K", system, "x", lambda r, s=system: med(r, "mnmt") / med(r, s))
             row("  predicted (arithmetic) ratio to plain MNMT", system, "x",
                 lambda r, s=system: r["speed"]["flops"][s] / r["speed"]["flops"]["mnmt"])
+    for system in systems:
+        row("  the same batches, every row relabelled to one direction: time ratio mixed / one direction", system,
+            "x", lambda r, s=system: r["speed"]["grouping"][s]["single"] / r["speed"]["grouping"][s]["mixed"])
     row("target words per batch", "", "", lambda r: r["speed"]["words"] / r["speed"]["batches"])
     row("sentences per batch", "", "", lambda r: statistics.mean(g["rows"] for g in r["speed"]["groups"]))
     row("routing groups per batch: source languages", "", "", lambda r: statistics.mean(
@@ -738,13 +761,19 @@ def markdown(rows, results):
     return "\n".join(lines)
 
 
+COLOURS = {"mnmt": "#4c72b0", "hltmt": "#dd8452", "hltmt+adapters": "#55a868", "hltmt+skills": "#c44e52", "": "#8172b3"}
+STYLES = ["-", "--", ":", "-."]  # the measures of one panel, in order
+
+
 def plot(rows, results, path, title):
-    """Four panels of ratio to the reference K against K (log-log), with 'linear in K'."""
+    """Six panels against K (log-log): each figure's ratio to the reference K, with the line
+    'linear in K'; and, as values, the training time ratio to plain MNMT at each K beside its
+    arithmetic. Colour: the system; line style: the measure."""
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
     import matplotlib
-  # fairseq's imports set the root logger to DEBUG
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -752,39 +781,51 @@ def plot(rows, results, path, title):
     ref = reference_k(results)
     gen = f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch"
     panels = [
-        ("preparation and start-up (CPU seconds)", ["scripts/prepare_data.py (all its processes)",
-                                                    "preparation in one process (proposed fix)",
-                                                    "fairseq-train: process start to first update",
-                                                    "task set-up (dictionaries, language tokens)", gen]),
-        ("data loading and memory", ["load train split (2K pair datasets)",
-                                     "data loading, epoch 1 (batch iterator + collate all)",
-                                     "resident memory after 2 epochs of data"]),
-        ("training: CPU time per target word (1 / words per CPU-second)",
-         ["training words per CPU-second (same batches, interleaved)"]),
-        ("sizes", ["checkpoint_last.pt (with the optimizer state)", "parameters"]),
+        ("preparation (CPU seconds)", ["scripts/prepare_data.py (all its processes)",
+                                       "preparation in one process (proposed fix)",
+                                       "  of which sentencepiece training",
+                                       "  of which binarization (fairseq_cli.preprocess.main per pair)"], "ratio"),
+        ("start-up (CPU seconds, imports included)", ["fairseq-train: process start to first update", gen,
+                                                      "task set-up (dictionaries, language tokens)"], "ratio"),
+        ("data (the corpus grows with K: 2K x lines)", ["load train split (2K pair datasets)",
+                                                        "data loading, epoch 1 (batch iterator + collate all)",
+                                                        "resident memory after 2 epochs of data"], "ratio"),
+        ("model build and checkpoint save (CPU seconds)", ["  model build", "  checkpoint save"], "ratio"),
+        ("training: time ratio to plain MNMT at the same K (solid: measured, same batches;\ndashed: arithmetic); "
+         "dotted: mixed batches / the same batches as one direction",
+         ["  time ratio to plain MNMT at this K", "  predicted (arithmetic) ratio to plain MNMT",
+          "  the same batches, every row relabelled to one direction: time ratio mixed / one direction"], "value"),
+        ("sizes", ["checkpoint_last.pt (with the optimizer state)", "parameters"], "ratio"),
     ]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    for ax, (name, measures) in zip(axes.flat, panels):
+    fig, axes = plt.subplots(3, 2, figsize=(12, 12.5))
+    for ax, (name, measures, mode) in zip(axes.flat, panels):
         for measure, system, unit, values in rows:
-            if measure not in measures or ref not in values or len(values) < 2:
+            if measure not in measures or (mode == "ratio" and (ref not in values or len(values) < 2)):
                 continue
             xs = [k for k in ks if k in values]
-            ys = [(values[ref] / values[k]) if unit == "words/s" else values[k] / values[ref] for k in xs]
-            short = measure.split(":")[0].split(" (")[0]
-            ax.plot(xs, ys, marker="o", lw=1.2, label=f"{short}{', ' + system if system else ''}")
-        lin = [k / ref for k in ks]
-        ax.plot(ks, lin, color="grey", ls="--", lw=0.8, label=f"linear in K (K/{ref})")
+            if mode == "ratio":
+                ys = [(values[ref] / values[k]) if unit == "words/s" else values[k] / values[ref] for k in xs]
+            else:
+                ys = [values[k] for k in xs]
+            short = measure.strip().split(":")[0].split(" (")[0]
+            ax.plot(xs, ys, marker="o", ms=3.5, lw=1.2, color=COLOURS.get(system, "#333333"),
+                    ls=STYLES[measures.index(measure) % len(STYLES)], label=f"{short}{', ' + system if system else ''}")
+        if mode == "ratio":
+            ax.plot(ks, [k / ref for k in ks], color="grey", ls=(0, (1, 3)), lw=1.0, label=f"linear in K (K/{ref})")
+            ax.set_yscale("log")
+            ax.set_ylabel(f"ratio to K={ref}")
+        else:
+            ax.set_ylabel("ratio")
         ax.axhline(1.0, color="black", lw=0.6)
         ax.set_xscale("log")
-        ax.set_yscale("log")
         ax.set_xticks(ks, [str(k) for k in ks])
+        ax.minorticks_off() if mode == "value" else None
         ax.set_xlabel("K, languages besides English (2K directions)")
-        ax.set_ylabel(f"ratio to K={ref}")
-        ax.set_title(name, fontsize=10)
+        ax.set_title(name, fontsize=9.5)
         ax.legend(fontsize=6.5, loc="upper left")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
