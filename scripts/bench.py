@@ -639,7 +639,9 @@ def _phase_patches():
     return out
 
 
-def _install_phase_timers(record, active):
+def _install_phase_timers(records, active):
+    """Wrap the phase methods: while ``active["on"]`` names a system, each outermost call adds
+    its CPU time to ``records[system][phase]`` (calls, seconds)."""
     depth = {}
     for key, owner, attr in _phase_patches():
         inner = getattr(owner, attr)
@@ -648,12 +650,12 @@ def _install_phase_timers(record, active):
             if not active["on"] or depth.get(__key):
                 return __inner(*a, **k)
             depth[__key] = 1
-            t = time.process_time()  # one thread: CPU time, which other processes' load does not inflate
+            t = time.process_time()  # one thread: CPU time
             try:
                 return __inner(*a, **k)
             finally:
                 depth[__key] = 0
-                got = record.setdefault(__key, [0, 0.0])
+                got = records.setdefault(active["on"], {}).setdefault(__key, [0, 0.0])
                 got[0] += 1
                 got[1] += time.process_time() - t
 
@@ -661,67 +663,121 @@ def _install_phase_timers(record, active):
 
 
 def profile_child(spec_path):
-    """fairseq-train with the updates after a warm-up timed by phase (``phases``), or under
-    cProfile (Python functions) or torch.profiler (operators)."""
+    """fairseq-train itself (fairseq_cli.train's cli_main) with each update's wall and CPU time
+    noted after a warm-up; the result goes to spec["out"]."""
     with open(spec_path) as f:
         spec = json.load(f)
-    import hltmt_plugin  # noqa: F401  (the plugin's classes are patched below, before fairseq-train starts)
     from fairseq.trainer import Trainer
 
-    state = {"n": 0, "wall": 0.0, "cpu": 0.0, "words": 0, "gaps": 0.0, "last_end": None}
-    record, active = {}, {"on": False}
-    prof = None
-    if spec["tool"] == "phases":
-        _install_phase_timers(record, active)
-    elif spec["tool"] == "cprofile":
-        import cProfile
-
-        prof = cProfile.Profile()
-    elif spec["tool"] == "torch":
-        from torch.profiler import ProfilerActivity, profile
-
-        prof = profile(activities=[ProfilerActivity.CPU])
-    inner = Trainer.train_step  # (the phase timer's wrapper, when installed)
+    state = {"n": 0, "wall": 0.0, "cpu": 0.0, "words": 0}
+    inner = Trainer.train_step
 
     def train_step(self, samples, *a, **k):
         state["n"] += 1
-        profiled = spec["warmup"] < state["n"] <= spec["warmup"] + spec["updates"]
-        if profiled:
-            if state["last_end"] is not None and state["n"] > spec["warmup"] + 1:
-                state["gaps"] += time.perf_counter() - state["last_end"]  # data, logging between updates
-            active["on"] = True
-            if spec["tool"] == "cprofile":
-                prof.enable()
-            elif spec["tool"] == "torch" and state["n"] == spec["warmup"] + 1:
-                prof.__enter__()
         t, c = time.perf_counter(), time.process_time()
         try:
             return inner(self, samples, *a, **k)
         finally:
-            if profiled:
+            if spec["warmup"] < state["n"] <= spec["warmup"] + spec["updates"]:
                 state["cpu"] += time.process_time() - c
-                if spec["tool"] == "cprofile":
-                    prof.disable()
-                elif spec["tool"] == "torch" and state["n"] == spec["warmup"] + spec["updates"]:
-                    prof.__exit__(None, None, None)
-                active["on"] = False
                 state["wall"] += time.perf_counter() - t
                 state["words"] += sum(int(s.get("ntokens", 0)) for s in samples if s)
-                state["last_end"] = time.perf_counter()
 
     Trainer.train_step = train_step
     sys.argv = ["fairseq-train"] + spec["argv"]
     from fairseq_cli.train import cli_main
 
     cli_main()
-    out = {"wall": state["wall"], "cpu": state["cpu"], "words": state["words"], "updates": spec["updates"],
-           "gaps": state["gaps"]}
-    if spec["tool"] == "phases":
-        out["phases"] = record
-    elif spec["tool"] == "cprofile":
-        prof.dump_stats(spec["out"] + ".prof")
-    elif spec["tool"] == "torch":
-        out["ops"] = {e.key: {"self_us": e.self_cpu_time_total, "count": e.count} for e in prof.key_averages()}
+    with open(spec["out"], "w") as f:
+        json.dump({"wall": state["wall"], "cpu": state["cpu"], "words": state["words"]}, f)
+    return 0
+
+
+def build_trainer(argv):
+    """What fairseq_cli.train.main builds from these options: task, model, criterion, Trainer,
+    the (empty) checkpoint look-up and the epoch's batch iterator."""
+    from fairseq import checkpoint_utils, options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    utils.import_user_module(cfg.common)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    trainer = Trainer(cfg, task, model, criterion)
+    _, epoch_itr = checkpoint_utils.load_checkpoint(cfg.checkpoint, trainer)
+    trainer.begin_epoch(epoch_itr.epoch)
+    return trainer, epoch_itr
+
+
+def profile_pair_child(spec_path):
+    """The real fairseq training step of both systems in one process: fairseq's own Trainer
+    (task.train_step, criterion, backward, clip, task.optimizer_step with fairseq's Adam) of the
+    baseline and of HLT-MT, built as fairseq-train builds them, fed the same batches, updates
+    alternating one by one so that the machine's noise hits both alike. Three passes over the
+    same updates: phases (CPU time of fairseq's and the plugin's methods), cProfile (Python
+    functions), torch.profiler (operators)."""
+    import cProfile
+
+    from fairseq import metrics
+    from torch.profiler import ProfilerActivity, profile
+
+    with open(spec_path) as f:
+        spec = json.load(f)
+    import hltmt_plugin  # noqa: F401
+
+    records, active = {}, {"on": None}
+    _install_phase_timers(records, active)
+    names = list(spec["argv"])
+    trainers = {}
+    for name in names:
+        trainers[name], epoch_itr = build_trainer(spec["argv"][name])
+    itr = epoch_itr.next_epoch_itr(shuffle=True)  # the last one built; every system's batches are the same
+    warm, n = spec["warmup"], spec["updates"]
+    samples = [next(itr) for _ in range(warm + n)]
+    out = {"cpu": {name: 0.0 for name in names}, "wall": {name: 0.0 for name in names},
+           "words": sum(int(s["ntokens"]) for s in samples[warm:])}
+    profs = {name: cProfile.Profile() for name in names}
+    ops = {name: {} for name in names}
+
+    def update(name, sample, tool):
+        trainer = trainers[name]
+        if tool == "cprofile":
+            profs[name].enable()
+        t, c = time.perf_counter(), time.process_time()
+        active["on"] = name if tool == "phases" else None
+        try:
+            with metrics.aggregate("train_inner"):
+                if tool == "torch":
+                    with profile(activities=[ProfilerActivity.CPU]) as prof:
+                        trainer.train_step([sample])
+                    for e in prof.key_averages():
+                        got = ops[name].setdefault(e.key, {"self_us": 0.0, "count": 0})
+                        got["self_us"] += e.self_cpu_time_total
+                        got["count"] += e.count
+                else:
+                    trainer.train_step([sample])
+        finally:
+            active["on"] = None
+            if tool == "cprofile":
+                profs[name].disable()
+            if tool == "phases":
+                out["cpu"][name] += time.process_time() - c
+                out["wall"][name] += time.perf_counter() - t
+
+    for i, sample in enumerate(samples[:warm]):
+        for name in names:
+            update(name, sample, None)
+    for tool in ("phases", "cprofile", "torch"):
+        for i, sample in enumerate(samples[warm:]):
+            for name in names if i % 2 == 0 else names[::-1]:
+                update(name, sample, tool)
+    out["phases"] = records
+    out["ops"] = ops
+    for name in names:
+        profs[name].dump_stats(f"{spec['out']}.{name}.prof")
     with open(spec["out"], "w") as f:
         json.dump(out, f)
     return 0
@@ -736,52 +792,45 @@ def _function_stats(path):
 
 
 def profile_fairseq_train(args):
-    """Profile real fairseq-train updates of the baseline and HLT-MT (size --profile-size):
-    phases timed by wrapping fairseq's and the plugin's methods (wall time, no profiler
-    overhead), then the Python functions (cProfile) and the operators (torch.profiler) whose
-    own time differs most. Runs interleaved; of each system and tool the fastest run is used."""
+    """Where HLT-MT's extra time in a real fairseq training step goes (size --profile-size):
+    fairseq's Trainer of both systems in one process, updates alternating (see
+    profile_pair_child); per update, the CPU time of each phase, then the Python functions
+    (cProfile) and the operators (torch.profiler) whose own time differs most."""
     import tempfile
 
     os.makedirs(args.profile, exist_ok=True)
-    size, n, warm = args.profile_size, args.profile_updates, 5
-    results = {}
-    for tool in ("phases", "cprofile", "torch"):
-        for r in range(args.profile_rounds):
-            for name in ("baseline", "hltmt") if r % 2 == 0 else ("hltmt", "baseline"):
-                out = os.path.join(args.profile, f"{size}-{name}-{tool}-{r}.json")
-                with tempfile.TemporaryDirectory() as save:
-                    spec_path = os.path.join(save, "spec.json")
-                    with open(spec_path, "w") as f:
-                        json.dump({"tool": tool, "warmup": warm, "updates": n, "out": out,
-                                   "argv": fairseq_train_cmd(args, name, size, save, warm + n)}, f)
-                    done = subprocess.run([sys.executable, __file__, "--profile-child", spec_path],
-                                          capture_output=True, text=True, env=child_env())
-                if done.returncode != 0:
-                    raise BenchError(f"profiling {name} failed:\n{(done.stdout + done.stderr)[-3000:]}")
-                with open(out) as f:
-                    results.setdefault((tool, name), []).append((json.load(f), out))
-                got = results[(tool, name)][-1][0]
-                print(f"# profiled {size} {name} ({tool}, round {r + 1}/{args.profile_rounds}): {got['cpu'] / n * 1000:.0f} "
-                      f"ms CPU per update, {got['words'] / got['cpu']:,.0f} words per CPU-second (load "
-                      f"{os.getloadavg()[0]:.2f})", flush=True)
-    best = {key: min(v, key=lambda x: x[0]["cpu"]) for key, v in results.items()}
+    size, n, warm = args.profile_size, args.profile_updates, 3
+    out = os.path.join(args.profile, f"{size}.json")
+    with tempfile.TemporaryDirectory() as save:
+        spec_path = os.path.join(save, "spec.json")
+        with open(spec_path, "w") as f:
+            json.dump({"warmup": warm, "updates": n, "out": out,
+                       "argv": {name: fairseq_train_cmd(args, name, size, os.path.join(save, name), 10 ** 6)
+                                for name in ("baseline", "hltmt")}}, f)
+        done = subprocess.run([sys.executable, __file__, "--profile-pair-child", spec_path], capture_output=True,
+                              text=True, env=child_env())
+    if done.returncode != 0:
+        raise BenchError(f"profiling failed:\n{(done.stdout + done.stderr)[-3000:]}")
+    with open(out) as f:
+        got = json.load(f)
     report = {"size": size, "updates": n, "warmup": warm}
-
-    phases = {name: best[("phases", name)][0] for name in ("baseline", "hltmt")}
+    records = got["phases"]
     order = []
     for key, _owner, _attr in _phase_patches():
         if key not in order:
             order.append(key)
-    total = {name: phases[name]["cpu"] / n for name in phases}
+    total = {name: got["cpu"][name] / n for name in ("baseline", "hltmt")}
     diff = total["hltmt"] - total["baseline"]
-    print(f"\n### One update of fairseq-train, {size}: phases (CPU time per update, {n} updates after {warm}; "
-          f"the run with the least CPU time of {args.profile_rounds} interleaved runs of each system)\n")
+    print(f"\n### One fairseq training step, {size}: both systems in one process, fairseq's Trainer, the same "
+          f"{n} batches, updates alternating (CPU time per update; words per CPU-second: baseline "
+          f"{got['words'] / got['cpu']['baseline']:,.0f}, HLT-MT {got['words'] / got['cpu']['hltmt']:,.0f}, time "
+          f"ratio {total['hltmt'] / total['baseline']:.3f})\n")
     print("| phase | calls per update (baseline / HLT-MT) | baseline | HLT-MT | HLT-MT - baseline | share of the "
           "difference |")
     print("|---|---|---|---|---|---|")
     report["phases"] = []
     for key in order:
-        b, h = (phases[name]["phases"].get(key, [0, 0.0]) for name in ("baseline", "hltmt"))
+        b, h = (records.get(name, {}).get(key, [0, 0.0]) for name in ("baseline", "hltmt"))
         if not b[0] and not h[0]:
             continue
         d = (h[1] - b[1]) / n
@@ -789,15 +838,10 @@ def profile_fairseq_train(args):
                                  "calls": [b[0] / n, h[0] / n]})
         print(f"| {key} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.1f} ms | {h[1] / n * 1000:.1f} ms | "
               f"{d * 1000:+.1f} ms | {f'{100 * d / diff:.0f}%' if diff > 0 else ''} |")
-    gaps = {name: phases[name]["gaps"] / max(1, n - 1) for name in phases}
-    print(f"| update, all of it (CPU) | | {total['baseline'] * 1000:.1f} ms | {total['hltmt'] * 1000:.1f} ms | "
-          f"{diff * 1000:+.1f} ms | 100% |")
-    print(f"| (wall time between updates: data, logging) | | {gaps['baseline'] * 1000:.1f} ms | "
-          f"{gaps['hltmt'] * 1000:.1f} ms | {(gaps['hltmt'] - gaps['baseline']) * 1000:+.1f} ms | |")
-    report["between_updates_ms"] = {k: v * 1000 for k, v in gaps.items()}
     report["update_ms"] = {k: v * 1000 for k, v in total.items()}
+    report["time_ratio"] = total["hltmt"] / total["baseline"]
 
-    stats = {name: _function_stats(best[("cprofile", name)][1] + ".prof") for name in ("baseline", "hltmt")}
+    stats = {name: _function_stats(f"{out}.{name}.prof") for name in ("baseline", "hltmt")}
     keys = set(stats["baseline"]) | set(stats["hltmt"])
     zero = (0, 0.0)
     diffs = sorted(keys, key=lambda k: stats["hltmt"].get(k, zero)[1] - stats["baseline"].get(k, zero)[1], reverse=True)
@@ -813,12 +857,12 @@ def profile_fairseq_train(args):
         print(f"| {k[0]}:{k[1]} {k[2]} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.2f} ms | "
               f"{h[1] / n * 1000:.2f} ms | {(h[1] - b[1]) / n * 1000:+.2f} ms |")
 
-    ops = {name: best[("torch", name)][0]["ops"] for name in ("baseline", "hltmt")}
+    ops = got["ops"]
     zero_op = {"self_us": 0.0, "count": 0}
     tb, th = (sum(v["self_us"] for v in ops[name].values()) / n / 1000 for name in ("baseline", "hltmt"))
     names = sorted(set(ops["baseline"]) | set(ops["hltmt"]), key=lambda o: ops["hltmt"].get(o, zero_op)["self_us"]
                    - ops["baseline"].get(o, zero_op)["self_us"], reverse=True)
-    print(f"\nOperators (torch.profiler, self CPU time per update): baseline {tb:.1f} ms, HLT-MT {th:.1f} ms "
+    print(f"\nOperators (torch.profiler, self time per update): baseline {tb:.1f} ms, HLT-MT {th:.1f} ms "
           f"({th / tb:.3f}x); those whose time differs most:\n")
     print("| operator | calls per update (baseline / HLT-MT) | baseline | HLT-MT | difference |")
     print("|---|---|---|---|---|")
@@ -830,8 +874,6 @@ def profile_fairseq_train(args):
         print(f"| {o} | {b['count'] / n:.0f} / {h['count'] / n:.0f} | {b['self_us'] / n / 1000:.2f} ms | "
               f"{h['self_us'] / n / 1000:.2f} ms | {(h['self_us'] - b['self_us']) / n / 1000:+.2f} ms |")
     report["operator_totals_ms"] = {"baseline": tb, "hltmt": th}
-    report["runs"] = {f"{tool} {name}": [{"wall": x[0]["wall"], "cpu": x[0]["cpu"], "words": x[0]["words"]} for x in v]
-                      for (tool, name), v in results.items()}
     return report
 
 
@@ -929,6 +971,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--profile-child"]:
         return profile_child(argv[1])
+    if argv[:1] == ["--profile-pair-child"]:
+        return profile_pair_child(argv[1])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="binarized data from scripts/prepare_data.py")
     p.add_argument("--langs", default=None,
@@ -973,11 +1017,11 @@ def main(argv=None):
                         "('hltmt lsce': the HLT-MT model with fairseq's label_smoothed_cross_entropy, to tell the "
                         "criterion's cost from the model's)")
     g.add_argument("--profile", default=None, metavar="DIR",
-                   help="with --fairseq-train: also profile fairseq-train updates of both systems (phases, cProfile, "
-                        "torch.profiler), keeping the profiles in DIR")
+                   help="with --fairseq-train: also profile the real training step of both systems (fairseq's "
+                        "Trainer, both in one process, updates alternating): phases, cProfile, torch.profiler; the "
+                        "profiles are kept in DIR")
     g.add_argument("--profile-size", default="small", choices=sorted(ARCHS), help="model size profiled")
-    g.add_argument("--profile-updates", type=int, default=20, help="updates profiled, after 5 of warm-up")
-    g.add_argument("--profile-rounds", type=int, default=2, help="interleaved profiled runs of each system and tool")
+    g.add_argument("--profile-updates", type=int, default=20, help="updates profiled, after 3 of warm-up")
     g.add_argument("--profile-top", type=int, default=12, help="functions and operators listed")
     args = p.parse_args(argv)
     args.derived = []
@@ -988,7 +1032,7 @@ def main(argv=None):
     if not os.path.exists(os.path.join(args.data, "dict.en.txt")):
         p.error(f"--data {args.data}: no binarized data there (dict.en.txt missing); run scripts/prepare_data.py")
     for name in ("max_tokens", "batches", "rounds", "gen_sentences", "gen_len", "train_log_interval",
-                 "profile_updates", "profile_rounds", "profile_top"):
+                 "profile_updates", "profile_top"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.gen_batch_size < 0:
