@@ -533,6 +533,21 @@ def time_fairseq_train(args):
                 print(f"# round {r + 1}/{args.rounds} {size} {name}: {got['wps']:,.0f} words/s (log), "
                       f"{got['cpu_wps']:,.0f} words per CPU-second ({time.time() - t:.0f}s, load "
                       f"{os.getloadavg()[0]:.2f})", flush=True)
+    import tempfile
+
+    pairs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in sizes:
+            t = time.time()
+            got = run_pair(args, size, args.train_updates[size], ["phases"], os.path.join(tmp, f"{size}.json"))
+            b, h = got["update_cpu"]["baseline"], got["update_cpu"]["hltmt"]
+            half = len(b) // 2
+            pairs[size] = {"cpu_ratio": sum(h) / sum(b), "wall_ratio": got["wall"]["hltmt"] / got["wall"]["baseline"],
+                           "halves": [sum(h[:half]) / sum(b[:half]), sum(h[half:]) / sum(b[half:])] if half else [],
+                           "baseline_cpu_wps": got["words"] / sum(b), "cpu_wps": got["words"] / sum(h)}
+            print(f"# {size}: fairseq's Trainer.train_step of both systems in one process, {len(b)} updates "
+                  f"alternating: time ratio {pairs[size]['cpu_ratio']:.3f} (CPU), {pairs[size]['wall_ratio']:.3f} (wall)"
+                  f" ({time.time() - t:.0f}s, load {os.getloadavg()[0]:.2f})", flush=True)
     rows = []
     for size in sizes:
         pred = predicted_train_ratio(args, size, min(args.batches, 5))
@@ -545,22 +560,26 @@ def time_fairseq_train(args):
             rows.append({"size": size, "system": name, "baseline_wps": med["wps"][0], "wps": med["wps"][1],
                          "ratio": med["wps"][0] / med["wps"][1], "baseline_cpu_wps": med["cpu_wps"][0],
                          "cpu_wps": med["cpu_wps"][1], "cpu_ratio": med["cpu_wps"][0] / med["cpu_wps"][1],
-                         "predicted": pred, "same_batches": same,
+                         "predicted": pred, "same_batches": same, "one_process": pairs[size] if name == "hltmt" else None,
                          "rounds": [b["wps"] / o["wps"] for b, o in zip(base, ours)],
                          "cpu_rounds": [b["cpu_wps"] / o["cpu_wps"] for b, o in zip(base, ours)]})
-    print("\n| size | system | words/s, JSON log: baseline / system | time ratio (log) | per round | words per "
-          "CPU-second of the updates: baseline / system | time ratio (CPU) | per round | predicted (arithmetic) | "
-          "same batches |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| size | system | fairseq-train runs: words/s of the JSON log, baseline / system | time ratio | per "
+          "round | the same runs: words per CPU-second of the updates | time ratio | per round | fairseq's "
+          "Trainer.train_step, both in one process, updates alternating: time ratio (CPU; two halves) | predicted "
+          "(arithmetic) | same batches |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
+        pair = row["one_process"]
         print(f"| {row['size']} | {row['system']} | {row['baseline_wps']:,.0f} / {row['wps']:,.0f} | "
-              f"**{row['ratio']:.3f}** | {', '.join(f'{x:.3f}' for x in row['rounds'])} | "
-              f"{row['baseline_cpu_wps']:,.0f} / {row['cpu_wps']:,.0f} | **{row['cpu_ratio']:.3f}** | "
-              f"{', '.join(f'{x:.3f}' for x in row['cpu_rounds'])} | {row['predicted']:.3f} | "
-              f"{'yes' if row['same_batches'] else 'NO'} |")
+              f"{row['ratio']:.3f} | {', '.join(f'{x:.3f}' for x in row['rounds'])} | "
+              f"{row['baseline_cpu_wps']:,.0f} / {row['cpu_wps']:,.0f} | {row['cpu_ratio']:.3f} | "
+              f"{', '.join(f'{x:.3f}' for x in row['cpu_rounds'])} | "
+              + (f"**{pair['cpu_ratio']:.3f}** ({', '.join(f'{x:.3f}' for x in pair['halves'])})" if pair else "")
+              + f" | {row['predicted']:.3f} | {'yes' if row['same_batches'] else 'NO'} |")
     print("\n(time ratio = baseline words/s / system words/s: > 1 when HLT-MT is slower. The JSON log's words/s "
-          "is fairseq's wall-clock figure; the CPU figure counts this process's CPU time in the updates, which "
-          "other processes' load does not inflate.)")
+          "is fairseq's wall-clock figure; the CPU figure counts the process's CPU time in the updates. Separate "
+          "runs meet the machine's load at different times; the one-process figure alternates the two systems "
+          "update by update on the same batches, so load hits both alike.)")
     return {"rows": rows, "runs": {f"{size} {name}": v for (size, name), v in runs.items()}}
 
 
@@ -738,7 +757,7 @@ def profile_pair_child(spec_path):
     warm, n = spec["warmup"], spec["updates"]
     samples = [next(itr) for _ in range(warm + n)]
     out = {"cpu": {name: 0.0 for name in names}, "wall": {name: 0.0 for name in names},
-           "words": sum(int(s["ntokens"]) for s in samples[warm:])}
+           "update_cpu": {name: [] for name in names}, "words": sum(int(s["ntokens"]) for s in samples[warm:])}
     profs = {name: cProfile.Profile() for name in names}
     ops = {name: {} for name in names}
 
@@ -766,18 +785,20 @@ def profile_pair_child(spec_path):
             if tool == "phases":
                 out["cpu"][name] += time.process_time() - c
                 out["wall"][name] += time.perf_counter() - t
+                out["update_cpu"][name].append(time.process_time() - c)
 
     for i, sample in enumerate(samples[:warm]):
         for name in names:
             update(name, sample, None)
-    for tool in ("phases", "cprofile", "torch"):
+    for tool in spec["tools"]:
         for i, sample in enumerate(samples[warm:]):
             for name in names if i % 2 == 0 else names[::-1]:
                 update(name, sample, tool)
     out["phases"] = records
     out["ops"] = ops
-    for name in names:
-        profs[name].dump_stats(f"{spec['out']}.{name}.prof")
+    if "cprofile" in spec["tools"]:
+        for name in names:
+            profs[name].dump_stats(f"{spec['out']}.{name}.prof")
     with open(spec["out"], "w") as f:
         json.dump(out, f)
     return 0
@@ -791,28 +812,33 @@ def _function_stats(path):
             for (file, line, func), (_cc, nc, tt, _ct, _callers) in pstats.Stats(path).stats.items()}
 
 
-def profile_fairseq_train(args):
-    """Where HLT-MT's extra time in a real fairseq training step goes (size --profile-size):
-    fairseq's Trainer of both systems in one process, updates alternating (see
-    profile_pair_child); per update, the CPU time of each phase, then the Python functions
-    (cProfile) and the operators (torch.profiler) whose own time differs most."""
+def run_pair(args, size, n, tools, out):
+    """profile_pair_child for both systems at one size; its result."""
     import tempfile
 
-    os.makedirs(args.profile, exist_ok=True)
-    size, n, warm = args.profile_size, args.profile_updates, 3
-    out = os.path.join(args.profile, f"{size}.json")
     with tempfile.TemporaryDirectory() as save:
         spec_path = os.path.join(save, "spec.json")
         with open(spec_path, "w") as f:
-            json.dump({"warmup": warm, "updates": n, "out": out,
+            json.dump({"warmup": 3, "updates": n, "out": out, "tools": tools,
                        "argv": {name: fairseq_train_cmd(args, name, size, os.path.join(save, name), 10 ** 6)
                                 for name in ("baseline", "hltmt")}}, f)
         done = subprocess.run([sys.executable, __file__, "--profile-pair-child", spec_path], capture_output=True,
                               text=True, env=child_env())
     if done.returncode != 0:
-        raise BenchError(f"profiling failed:\n{(done.stdout + done.stderr)[-3000:]}")
+        raise BenchError(f"the training steps of {size} in one process failed:\n{(done.stdout + done.stderr)[-3000:]}")
     with open(out) as f:
-        got = json.load(f)
+        return json.load(f)
+
+
+def profile_fairseq_train(args):
+    """Where HLT-MT's extra time in a real fairseq training step goes (size --profile-size):
+    fairseq's Trainer of both systems in one process, updates alternating (see
+    profile_pair_child); per update, the CPU time of each phase, then the Python functions
+    (cProfile) and the operators (torch.profiler) whose own time differs most."""
+    os.makedirs(args.profile, exist_ok=True)
+    size, n, warm = args.profile_size, args.profile_updates, 3
+    out = os.path.join(args.profile, f"{size}.json")
+    got = run_pair(args, size, n, ["phases", "cprofile", "torch"], out)
     report = {"size": size, "updates": n, "warmup": warm}
     records = got["phases"]
     order = []
@@ -932,23 +958,27 @@ def plot_train(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.6))
+    fig, ax = plt.subplots(figsize=(9, 0.8 * len(rows) + 2.0))
     labels = [f"{r['system']}, {r['size']}" for r in rows]
     y = list(range(len(rows)))
-    h = 0.38
-    ax.barh([i - h / 2 for i in y], [r["ratio"] - 1 for r in rows], height=h, left=1, color="#4c72b0",
-            label="measured: words/s of the JSON log (wall clock)")
-    ax.barh([i + h / 2 for i in y], [r["cpu_ratio"] - 1 for r in rows], height=h, left=1, color="#55a868",
-            label="measured: words per CPU-second of the updates")
+    h = 0.27
+    ax.barh([i - h for i in y], [r["ratio"] - 1 for r in rows], height=h, left=1, color="#4c72b0",
+            label="fairseq-train runs: words/s of the JSON log (wall clock)")
+    ax.barh(list(y), [r["cpu_ratio"] - 1 for r in rows], height=h, left=1, color="#55a868",
+            label="the same runs: words per CPU-second of the updates")
+    ax.barh([i + h for i in y], [(r["one_process"] or {}).get("cpu_ratio", 1) - 1 for r in rows], height=h, left=1,
+            color="#c44e52", label="fairseq's Trainer.train_step, both systems in one process, alternating (CPU)")
     ax.scatter([r["predicted"] for r in rows], y, color="#dd8452", zorder=3, label="predicted (arithmetic)")
     for i, r in enumerate(rows):
-        ax.plot(r["rounds"], [i - h / 2] * len(r["rounds"]), "|", color="black", ms=8)
-        ax.plot(r["cpu_rounds"], [i + h / 2] * len(r["cpu_rounds"]), "|", color="black", ms=8)
+        ax.plot(r["rounds"], [i - h] * len(r["rounds"]), "|", color="black", ms=7)
+        ax.plot(r["cpu_rounds"], [i] * len(r["cpu_rounds"]), "|", color="black", ms=7)
+        if r["one_process"]:
+            ax.plot(r["one_process"]["halves"], [i + h] * len(r["one_process"]["halves"]), "|", color="black", ms=7)
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("time ratio HLT-MT / plain transformer of the same size (= baseline words/s / HLT-MT words/s)\n"
-                  "ticks: the single rounds", fontsize=8)
+                  "ticks: the single rounds (runs), or the two halves of the alternating updates", fontsize=8)
     ax.set_title("fairseq-train itself: the whole training step", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
