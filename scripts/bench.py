@@ -222,8 +222,25 @@ def flops(fn):
     return counter.get_total_flops()
 
 
+def alternating(args, steps, lists, update0=0):
+    """Seconds each step function spends on its list of batches, the functions alternating
+    batch by batch (their order turning round each batch), so that the machine's load hits
+    every one alike; ``lists`` maps each name to its batches (all of one length)."""
+    names = list(steps)
+    spent = {name: 0.0 for name in names}
+    for i in range(len(next(iter(lists.values())))):
+        for name in names if i % 2 == 0 else names[::-1]:
+            sync(args)
+            t0 = clock(args)
+            steps[name](lists[name][i], update0 + i)
+            sync(args)
+            spent[name] += clock(args) - t0
+    return spent
+
+
 def time_training(args, systems, samples):
-    """Words/s per system, rounds interleaved; also the FLOPs of one round."""
+    """Words/s per system over rounds of the batches, the systems alternating batch by batch;
+    also the FLOPs of one round."""
     steps = {name: train_step_fn(args, s) for name, s in systems.items()}
     for name, step in steps.items():  # warm-up
         for i, s in enumerate(samples[:3]):
@@ -231,13 +248,9 @@ def time_training(args, systems, samples):
     words = sum(int(s["ntokens"]) for s in samples)
     rates = {name: [] for name in systems}
     for r in range(args.rounds):
-        for name, step in steps.items():
-            sync(args)
-            t0 = clock(args)
-            for i, sample in enumerate(samples):
-                step(sample, 1000 * r + i)
-            sync(args)
-            rates[name].append(words / (clock(args) - t0))
+        spent = alternating(args, steps, {name: samples for name in steps}, 1000 * r)
+        for name in steps:
+            rates[name].append(words / spent[name])
         print(f"# training round {r + 1}/{args.rounds}: " + ", ".join(
             f"{name} {v[-1]:,.0f}" for name, v in rates.items()) + " words/s", flush=True)
     work = {name: flops(lambda: [step(s, i) for i, s in enumerate(samples)]) for name, step in steps.items()}
@@ -322,21 +335,16 @@ def one_direction(sample, task, lang):
 
 def time_pair(args, system, first, second):
     """Words/s of the same model on two lists of batches of the same tokens, after one step of
-    each, interleaved (the order alternating round by round)."""
+    each, alternating batch by batch."""
     step = train_step_fn(args, system)
     words = sum(int(s["ntokens"]) for s in first)
     rates = {"mixed": [], "single": []}
     step(first[0], 0)
     step(second[0], 1)
     for r in range(args.rounds):
-        pairs = (("mixed", first), ("single", second))
-        for name, batch_list in pairs if r % 2 == 0 else pairs[::-1]:
-            sync(args)
-            t0 = clock(args)
-            for i, sample in enumerate(batch_list):
-                step(sample, i)
-            sync(args)
-            rates[name].append(words / (clock(args) - t0))
+        spent = alternating(args, {"mixed": step, "single": step}, {"mixed": first, "single": second}, 1000 * r)
+        for name in rates:
+            rates[name].append(words / spent[name])
     return {k: statistics.median(v) for k, v in rates.items()}
 
 
