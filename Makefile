@@ -11,4 +11,4 @@ demo: setup
 	.venv/bin/python scripts/main_job.py --size $(SIZE)
 
 test: setup
-	.venv/bin/python -m pytest -q tests
+	.venv/bin/python -m pytest -q --durations=30 tests

@@ -3,7 +3,8 @@
 
 Reads ``{train,valid,test}.en-XX.{en,XX}`` from a raw folder (DebMT-10 by default, the
 WMT-10 recipe writes the same layout), checks it, trains one joint sentencepiece model,
-encodes every split and binarizes it with ``fairseq-preprocess`` into one folder with a
+encodes every split and binarizes it with fairseq's preprocessing (in this process, one pair
+after another) into one folder with a
 shared dictionary (``dict.{lang}.txt`` for every language), ready for
 ``--task hltmt_translation --langs en,XX,...``.
 
@@ -21,7 +22,6 @@ import importlib.util
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 
@@ -187,6 +187,34 @@ def write_dict(sp, path):
             f.write(f"{piece} 1\n")
 
 
+def binarize(spm_dir, bin_dir, lang, workers):
+    """Binarize the encoded splits of en-``lang`` into ``bin_dir`` with fairseq's preprocessing
+    (``fairseq_cli.preprocess.main``, as ``fairseq-preprocess`` runs it) in this process: a
+    process per pair cost ~5 s of start-up each, which grew to most of the preparation at 100+
+    languages (docs/benchmarks.md, "Scale in languages")."""
+    import logging
+
+    from fairseq import options
+    import fairseq_cli.preprocess as preprocess
+
+    dictionary = os.path.join(spm_dir, "dict.txt")
+    args = options.get_preprocessing_parser().parse_args([
+        "--source-lang", "en", "--target-lang", lang, "--destdir", bin_dir,
+        *(x for split in SPLITS for x in (f"--{split}pref", os.path.join(spm_dir, f"{split}.en-{lang}"))),
+        "--srcdict", dictionary, "--tgtdict", dictionary, "--workers", str(workers)])
+    before = list(preprocess.logger.handlers)
+    propagate, preprocess.logger.propagate = preprocess.logger.propagate, False  # its log goes to its file only
+    try:
+        preprocess.main(args)
+    except (Exception, SystemExit) as error:  # one line, not fairseq's traceback
+        raise DataError(f"fairseq-preprocess failed for en-{lang}: {error!r}") from None
+    finally:
+        preprocess.logger.propagate = propagate
+        for handler in preprocess.logger.handlers[len(before):]:  # main() adds a file handler per call
+            preprocess.logger.removeHandler(handler)
+            handler.close()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
@@ -297,17 +325,11 @@ def main(argv=None):
     shutil.rmtree(tmp_bin, ignore_errors=True)
     for i, lang in enumerate(langs, 1):
         log(f"[{i}/{len(langs)}] binarizing en-{lang}")
-        cmd = [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "en", "--target-lang", lang,
-               "--trainpref", os.path.join(spm_dir, f"train.en-{lang}"),
-               "--validpref", os.path.join(spm_dir, f"valid.en-{lang}"),
-               "--testpref", os.path.join(spm_dir, f"test.en-{lang}"),
-               "--destdir", tmp_bin, "--srcdict", os.path.join(spm_dir, "dict.txt"),
-               "--tgtdict", os.path.join(spm_dir, "dict.txt"), "--workers", str(args.workers)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
+        try:
+            binarize(spm_dir, tmp_bin, lang, args.workers)
+        except DataError as error:
             shutil.rmtree(tmp_bin, ignore_errors=True)
-            print(done.stdout[-3000:] + done.stderr[-3000:], file=sys.stderr)
-            print(f"prepare_data: error: fairseq-preprocess failed for en-{lang}", file=sys.stderr)
+            print(f"prepare_data: error: {error}", file=sys.stderr)
             return 1
     for lang in ["en"] + langs:
         shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))

@@ -15,11 +15,11 @@ Measured for each K, with the tiny architecture (``--arch transformer_hltmt_tiny
 ``hltmt_transformer_tiny``), each in its own process so that one measure's memory and
 caches do not leak into another's:
 
-- preparation: ``scripts/prepare_data.py`` itself (joint sentencepiece, encoding, one
-  ``fairseq-preprocess`` process per pair; its phases timed from its own log lines) at the K
-  of ``--prepare-script-ks``, and at every K the same preparation done in one process (the
-  same sentencepiece model and ``fairseq_cli.preprocess.main`` called once per pair in one
-  interpreter: the proposed fix; its output is compared byte for byte with the script's);
+- preparation: ``scripts/prepare_data.py`` itself (joint sentencepiece, encoding, fairseq's
+  binarization of every pair in its one process; its phases timed from its own log lines) at
+  the K of ``--prepare-script-ks``, and at every K the same steps called one by one in a
+  measuring process, each phase timed (its output is compared byte for byte with the
+  script's);
 - data: task set-up (dictionaries and language tokens), loading the train split, and each of
   two epochs of data loading (batch iterator + every batch collated, no model), with the
   process's resident memory, for fairseq's ``translation_multi_simple_epoch`` (plain MNMT)
@@ -163,12 +163,9 @@ def child_prepare(spec):
     """The preparation of scripts/prepare_data.py in one interpreter: the same reading,
     sentencepiece model, encoding, and fairseq_cli.preprocess.main once per pair."""
     t = {"start": stamp()}
-    import logging
-
     sys.path.insert(0, SCRIPTS)
     import prepare_data as pd
-    import fairseq_cli.preprocess as fp
-    from fairseq import options
+    import fairseq_cli.preprocess  # noqa: F401 (imports timed here, not in the binarization)
 
     t["imports"] = stamp()
     langs, raw, out = spec["langs"], spec["raw"], spec["out"]
@@ -188,23 +185,8 @@ def child_prepare(spec):
             with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
                 f.writelines(" ".join(p) + "\n" for p in sp.encode(lines, out_type=str))
     t["encode"] = stamp()
-    parser = options.get_preprocessing_parser()
     for lang in langs:
-        args = parser.parse_args([
-            "--source-lang", "en", "--target-lang", lang, "--trainpref", os.path.join(spm_dir, f"train.en-{lang}"),
-            "--validpref", os.path.join(spm_dir, f"valid.en-{lang}"),
-            "--testpref", os.path.join(spm_dir, f"test.en-{lang}"), "--destdir", bin_dir,
-            "--srcdict", os.path.join(spm_dir, "dict.txt"), "--tgtdict", os.path.join(spm_dir, "dict.txt"),
-            "--workers", "1"])
-        before = list(fp.logger.handlers)
-        fp.logging.disable(logging.INFO)  # its per-pair log lines: not part of the work
-        try:
-            fp.main(args)
-        finally:
-            fp.logging.disable(logging.NOTSET)
-            for handler in fp.logger.handlers[len(before):]:  # main() adds a file handler per call
-                fp.logger.removeHandler(handler)
-                handler.close()
+        pd.binarize(spm_dir, bin_dir, lang, 1)
     for lang in ["en"] + langs:
         shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(bin_dir, f"dict.{lang}.txt"))
     with open(os.path.join(bin_dir, "langs.txt"), "w") as f:
@@ -477,7 +459,7 @@ def import_everything():
 
 def time_prepare_script(raw, out, langs, vocab, timeout):
     """scripts/prepare_data.py itself: wall time of its phases from the times its log lines
-    arrive; CPU time of the whole (it and its fairseq-preprocess processes)."""
+    arrive; CPU time of the whole (it and any processes it starts)."""
     import resource
 
     cmd = [sys.executable, os.path.join(SCRIPTS, "prepare_data.py"), "--raw", raw, "--out", out, "--langs",
@@ -503,7 +485,7 @@ def time_prepare_script(raw, out, langs, vocab, timeout):
     end = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
-    return {"total": {"wall": end - t0, "cpu": cpu}, "processes": len(langs) + 1,
+    return {"total": {"wall": end - t0, "cpu": cpu},
             "spm_wall_s": marks["encode_start"] - marks["spm_start"],
             "encode_wall_s": marks["binarize_start"] - marks["encode_start"],
             "binarize_wall_s": end - marks["binarize_start"], "before_spm_wall_s": marks["spm_start"] - t0}
@@ -542,7 +524,7 @@ def measure_k(args, k, work):
     with open(os.path.join(data, "dict.en.txt"), encoding="utf-8") as f:
         res["dictionary"] = sum(1 for _ in f)
     if k in args.prepare_script_ks:
-        log(f"K={k}: scripts/prepare_data.py ({k} fairseq-preprocess processes)")
+        log(f"K={k}: scripts/prepare_data.py")
         out = os.path.join(kdir, "prep-script")
         res["prepare_script"] = time_prepare_script(raw, out, langs, args.vocab_size, args.timeout)
         res["prepare_script"]["same_output"] = digest(os.path.join(out, "bin")) == digest(data)
@@ -663,11 +645,10 @@ def rows_of(results, systems):
 
     cpu = "CPU s"
     row("pieces in the joint dictionary (before language tokens)", "", "", lambda r: r["dictionary"])
-    row("scripts/prepare_data.py (all its processes)", "", cpu, lambda r: r["prepare_script"]["total"]["cpu"])
+    row("scripts/prepare_data.py", "", cpu, lambda r: r["prepare_script"]["total"]["cpu"])
     row("  the same, wall time", "", "s", lambda r: r["prepare_script"]["total"]["wall"])
-    row("  of which fairseq-preprocess, one process per pair (wall)", "", "s",
-        lambda r: r["prepare_script"]["binarize_wall_s"])
-    row("preparation in one process (proposed fix)", "", cpu, lambda r: r["prepare_one_process"]["total"]["cpu"])
+    row("  of which binarization (wall)", "", "s", lambda r: r["prepare_script"]["binarize_wall_s"])
+    row("preparation, phase by phase", "", cpu, lambda r: r["prepare_one_process"]["total"]["cpu"])
     row("  of which sentencepiece training", "", cpu, lambda r: r["prepare_one_process"]["spm"]["cpu"])
     row("  of which binarization (fairseq_cli.preprocess.main per pair)", "", cpu,
         lambda r: r["prepare_one_process"]["binarize"]["cpu"])
@@ -781,8 +762,8 @@ def plot(rows, results, path, title):
     ref = reference_k(results)
     gen = f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch"
     panels = [
-        ("preparation (CPU seconds)", ["scripts/prepare_data.py (all its processes)",
-                                       "preparation in one process (proposed fix)",
+        ("preparation (CPU seconds)", ["scripts/prepare_data.py",
+                                       "preparation, phase by phase",
                                        "  of which sentencepiece training",
                                        "  of which binarization (fairseq_cli.preprocess.main per pair)"], "ratio"),
         ("start-up (CPU seconds, imports included)", ["fairseq-train: process start to first update", gen,
@@ -851,9 +832,8 @@ def main(argv=None):
                    help="joint sentencepiece vocabulary (small enough that every K reaches it: the models of all K "
                         "then differ only by their language tokens and language-specific modules)")
     p.add_argument("--prepare-script-ks", default="auto",
-                   help="the K of --ks at which scripts/prepare_data.py itself is timed (it starts one "
-                        "fairseq-preprocess process per pair: ~5 s each on a 2-core machine); auto: those up to 50; "
-                        "'' for none")
+                   help="the K of --ks at which scripts/prepare_data.py itself is timed (in its own process, "
+                        "the output compared with the phase-by-phase preparation's); auto: every K; '' for none")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems timed")
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--updates", type=int, default=3, help="fairseq-train updates per start-up measure")
@@ -869,7 +849,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         args.ks = int_list(args.ks, "--ks")
-        args.prepare_script_ks = ([k for k in args.ks if k <= 50] if args.prepare_script_ks == "auto"
+        args.prepare_script_ks = (list(args.ks) if args.prepare_script_ks == "auto"
                                   else int_list(args.prepare_script_ks, "--prepare-script-ks"))
         if not args.ks or any(k < 1 for k in args.ks):
             raise ScaleError(f"--ks must list numbers of languages >= 1, got {args.ks}")

@@ -85,4 +85,4 @@ def test_bench_times_and_profiles_the_real_fairseq_train_step(data_bin, tmp_path
     assert phases["SLP (routing + modules)"]["baseline_ms"] == 0 < phases["SLP (routing + modules)"]["hltmt_ms"]
     assert prof["functions"] and prof["operators"]
     assert (tmp_path / "train.png").stat().st_size > 1000
-    assert "| tiny | hltmt |" in done.stdout and "### One update of fairseq-train, tiny" in done.stdout
+    assert "| tiny | hltmt |" in done.stdout and "### One fairseq training step, tiny" in done.stdout
