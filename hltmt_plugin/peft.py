@@ -143,6 +143,7 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
             raise HltmtConfigError(f"--train-only {group}{':' + '+'.join(langs) if langs else ''} selects no "
                                    f"parameter of this model{_why_empty(group, langs, model)}")
         chosen |= hit
+    check_trains_in_run(items, task, args)
     rows = {n: sorted(r) for n, r in rows.items() if n not in chosen}
     if rows and float(getattr(args, "weight_decay", 0.0) or 0.0) > 0:
         raise HltmtConfigError("--train-only lang-token-rows trains single rows of an embedding table, and "
@@ -155,10 +156,96 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
         mask[indices] = 1
         model._train_only_hooks.append(p.register_hook(_RowMask(mask)))
     model.train_only_rows = rows
+    model._train_only_hooks.append(model.register_forward_hook(_keep_graph))
     total = sum(p.numel() for p in params.values())
     trained = sum(params[n].numel() for n in chosen) + sum(len(r) * params[n].size(1) for n, r in rows.items())
     logger.info(f"train only {cfg.train_only}: {trained:,} of {total:,} parameters train "
                 f"({100.0 * trained / total:.2f}%), everything else is frozen")
+
+
+def _keep_graph(module, inputs, output):
+    """Forward hook of a ``--train-only`` model: a training batch that reaches no trainable
+    parameter (``--train-only universal`` and a batch whose targets all go through the pool,
+    ``adapters:hi`` and a batch without hi) still returns an output with a graph, so that
+    fairseq's backward does not fail on it. No parameter gets a gradient from it, so the
+    optimizer leaves every parameter as it is for that batch (the idle-gradient rule)."""
+    if not module.training or not torch.is_grad_enabled() or not isinstance(output, tuple):
+        return None
+    x = output[0]
+    if not torch.is_tensor(x) or x.requires_grad or not x.is_floating_point():
+        return None
+    anchor = torch.zeros((), dtype=x.dtype, device=x.device, requires_grad=True)  # not a parameter
+    return (x + anchor, *output[1:])
+
+
+# ---- what a --train-only group needs from the run: checked before the first update
+def _run_stages(task, args) -> List[Tuple[str, List[str]]]:
+    """(stage, its directions) for each stage this fairseq-train run goes through; [] outside
+    training (generation, the hub) or without HLT-MT's stages."""
+    stages = getattr(task, "stages", None)
+    if stages is None or not getattr(task, "training", False):
+        return []
+    targs = getattr(task, "args", args)
+    switch = getattr(targs, "high_stage_updates", 0)
+    max_update = getattr(args, "max_update", 0) or 0
+    if switch > 0:
+        names = ["high"] if 0 < max_update <= switch else ["high", "all"]
+    else:
+        names = [getattr(targs, "hlt_stage", None) or "high"]
+    return [(name, list(stages.pairs(name))) for name in names]
+
+
+def _unused_reason(group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str],
+                   args) -> Optional[str]:
+    """Why no direction of ``pairs`` reaches ``group`` in ``stage``, or None when one does."""
+    targets = [p.split("-")[1] for p in pairs]
+    members = {lang for p in pairs for lang in p.split("-")}
+    where = f"the directions of stage {stage} ({','.join(pairs)})"
+    hint = " (stage high trains only directions between high-resource and pivot languages: add --hlt-stage all)" \
+        if stage == "high" else ""
+    if group == GATE:
+        if getattr(args, "slp_language_specific", False):
+            return "--slp-language-specific fixes the routing map when the model is built, so the gate never learns"
+        if int(getattr(args, "slp_pool_size", 2) or 0) < 2:
+            return "a pool of one module (--slp-pool-size 1) leaves the gate nothing to choose"
+        if stage == "all":
+            return ("the gate learns only in stage high; in stage all the routing map is fixed and the gate frozen "
+                    "(train the gate with --hlt-stage high)")
+        return None
+    if group == SLP and not set(targets) & set(high):
+        return (f"the pool modules serve high-resource targets ({','.join(high)}), and no target of {where} is "
+                f"one")
+    if group == UNIVERSAL and set(targets) <= set(high):
+        return f"the universal layer serves the other targets, and every target of {where} is high-resource"
+    if group == LANG_TOKEN_ROWS and langs and not set(targets) & set(langs):
+        return f"the row of __xx__ is read for target language xx, and no target of {where} is {'+'.join(langs)}{hint}"
+    if group in (ADAPTERS, LANGUAGE_ADAPTERS, INVERTIBLE_ADAPTERS) and langs and not members & set(langs):
+        return f"no language of {where} is {'+'.join(langs)}{hint}"
+    return None
+
+
+def check_trains_in_run(items, task, args) -> None:
+    """Refuse, before the first update, a ``--train-only`` that trains nothing: a group that no
+    direction of the run reaches (``gate`` in stage all, ``adapters:hi`` in stage high), or a
+    stage of the run in which no chosen group trains (``gate`` with ``--high-stage-updates``)."""
+    run = _run_stages(task, args)
+    if not run:
+        return
+    high = list(task.stages.high)
+    spec = lambda group, langs: group + (":" + "+".join(langs) if langs else "")  # noqa: E731
+    reasons = {(group, tuple(langs or ())): [_unused_reason(group, langs, stage, pairs, high, args)
+                                             for stage, pairs in run] for group, langs in items}
+    for (group, langs), why in reasons.items():
+        if all(why):
+            raise HltmtConfigError(f"--train-only {spec(group, langs)} trains nothing in this run: {why[-1]}")
+    for i, (stage, _) in enumerate(run):
+        if all(why[i] for why in reasons.values()):
+            first = next(iter(reasons.values()))[i]
+            raise HltmtConfigError(
+                f"--train-only {getattr(args, 'train_only', '')} trains nothing in stage {stage}, which this run "
+                f"enters at update {getattr(task.args, 'high_stage_updates', 0)} (--high-stage-updates): {first}; "
+                f"end the run at the switch (--max-update {getattr(task.args, 'high_stage_updates', 0)}) or add "
+                f"a group that trains in stage {stage}")
 
 
 class _RowMask:

@@ -70,7 +70,9 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                         "--high-resource-langs: every direction of --lang-pairs trains")
 
     def updates_done(self) -> int:
-        return self.model.slp.num_updates if self.model is not None and hasattr(self.model, "slp") else 0
+        if self.model is None or not hasattr(self.model, "slp"):
+            return 0
+        return self.stages.updates_done(self.model) if self.stages is not None else self.model.slp.num_updates
 
     def current_stage(self) -> str:
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL

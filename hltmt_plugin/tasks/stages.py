@@ -15,6 +15,7 @@ epochs are cut so that the epoch in which update N falls ends exactly at N
 either side of N switches at N too).
 """
 import logging
+import os
 from typing import List, Optional
 
 from fairseq.data import iterators
@@ -78,6 +79,30 @@ class StageSchedule:
                        "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
                        "checkpoint, or run both stages in one with --high-stage-updates N"))
 
+        # fairseq's trainer restarts its update count at 0 when it loads a checkpoint with
+        # --reset-optimizer (or --finetune-from-model's first launch), but it still hands the
+        # checkpoint's count to the model (Trainer.load_checkpoint -> model.set_num_updates).
+        self.count_restarts = restarts_update_count(args)
+        self.count_checked = False
+
+    def updates_done(self, model) -> int:
+        """fairseq's own update count (the ``num_updates`` of its progress lines).
+
+        The model's count is what fairseq's trainer gave it: the checkpoint's count on load,
+        then the trainer's count at every step. Where the trainer restarts at 0 the model's
+        count is set to 0 the first time it is read (after the checkpoint load, before the
+        first update), so that stage decisions, the stage line and the epoch cut count as
+        fairseq counts: ``--high-stage-updates`` and ``--max-update`` alike."""
+        slp = model.slp
+        if not self.count_checked:
+            self.count_checked = True
+            if self.count_restarts and slp.num_updates:
+                logger.info(f"HLT-MT: the checkpoint was saved after {slp.num_updates} updates; fairseq's update "
+                            f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
+                            f"(--high-stage-updates counts from here)")
+                slp.set_num_updates(0)
+        return slp.num_updates
+
     def uses_high(self) -> bool:
         return self.args.high_stage_updates > 0 or self.args.hlt_stage in (None, HIGH)
 
@@ -111,6 +136,18 @@ class StageSchedule:
             logger.info(f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
                         f"{','.join(self.high_pairs)}; the gate learns (current map: "
                         + ", ".join(f"{lang}->m{k}" for lang, k in model.routing_map().items()) + ")")
+
+
+def restarts_update_count(args) -> Optional[str]:
+    """The option under which fairseq's trainer starts counting updates at 0 although it loads
+    a checkpoint (fairseq's checkpoint_utils.load_checkpoint), or None."""
+    if getattr(args, "reset_optimizer", False):
+        return "--reset-optimizer"
+    finetune = getattr(args, "finetune_from_model", None)
+    if finetune and getattr(args, "restore_file", "checkpoint_last.pt") == "checkpoint_last.pt" \
+            and not os.path.exists(os.path.join(getattr(args, "save_dir", ""), "checkpoint_last.pt")):
+        return "--finetune-from-model"
+    return None
 
 
 class StageEpochBatchIterator(iterators.EpochBatchIterator):
