@@ -125,6 +125,7 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
     for handle in handles:
         handle.remove()
     model._train_only_hooks = []
+    model.train_only_items = None
     if not cfg.train_only:
         return
     items = parse_train_only(cfg.train_only, list(task.langs))
@@ -143,7 +144,6 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
             raise HltmtConfigError(f"--train-only {group}{':' + '+'.join(langs) if langs else ''} selects no "
                                    f"parameter of this model{_why_empty(group, langs, model)}")
         chosen |= hit
-    check_trains_in_run(items, task, args)
     rows = {n: sorted(r) for n, r in rows.items() if n not in chosen}
     if rows and float(getattr(args, "weight_decay", 0.0) or 0.0) > 0:
         raise HltmtConfigError("--train-only lang-token-rows trains single rows of an embedding table, and "
@@ -156,6 +156,7 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
         mask[indices] = 1
         model._train_only_hooks.append(p.register_hook(_RowMask(mask)))
     model.train_only_rows = rows
+    model.train_only_items = items
     model._train_only_hooks.append(model.register_forward_hook(_keep_graph))
     total = sum(p.numel() for p in params.values())
     trained = sum(params[n].numel() for n in chosen) + sum(len(r) * params[n].size(1) for n, r in rows.items())
@@ -179,22 +180,6 @@ def _keep_graph(module, inputs, output):
 
 
 # ---- what a --train-only group needs from the run: checked before the first update
-def _run_stages(task, args) -> List[Tuple[str, List[str]]]:
-    """(stage, its directions) for each stage this fairseq-train run goes through; [] outside
-    training (generation, the hub) or without HLT-MT's stages."""
-    stages = getattr(task, "stages", None)
-    if stages is None or not getattr(task, "training", False):
-        return []
-    targs = getattr(task, "args", args)
-    switch = getattr(targs, "high_stage_updates", 0)
-    max_update = getattr(args, "max_update", 0) or 0
-    if switch > 0:
-        names = ["high"] if 0 < max_update <= switch else ["high", "all"]
-    else:
-        names = [getattr(targs, "hlt_stage", None) or "high"]
-    return [(name, list(stages.pairs(name))) for name in names]
-
-
 def _unused_reason(group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str],
                    args) -> Optional[str]:
     """Why no direction of ``pairs`` reaches ``group`` in ``stage``, or None when one does."""
@@ -224,14 +209,15 @@ def _unused_reason(group: str, langs: Optional[List[str]], stage: str, pairs: Li
     return None
 
 
-def check_trains_in_run(items, task, args) -> None:
-    """Refuse, before the first update, a ``--train-only`` that trains nothing: a group that no
-    direction of the run reaches (``gate`` in stage all, ``adapters:hi`` in stage high), or a
-    stage of the run in which no chosen group trains (``gate`` with ``--high-stage-updates``)."""
-    run = _run_stages(task, args)
-    if not run:
+def check_trains_in_run(model, run: List[Tuple[str, List[str]]], high: List[str], args, switch: int = 0) -> None:
+    """Refuse a ``--train-only`` that trains nothing: a group that no direction of the run
+    reaches (``gate`` in stage all, ``adapters:hi`` in stage high), or a stage of the run in
+    which no chosen group trains (``gate`` with ``--high-stage-updates``). ``run``: (stage, its
+    directions) for each stage the run goes through from here; the stage schedule calls this at
+    the start of each training epoch, before its first update."""
+    items = getattr(model, "train_only_items", None)
+    if not items or not run:
         return
-    high = list(task.stages.high)
     spec = lambda group, langs: group + (":" + "+".join(langs) if langs else "")  # noqa: E731
     reasons = {(group, tuple(langs or ())): [_unused_reason(group, langs, stage, pairs, high, args)
                                              for stage, pairs in run] for group, langs in items}
@@ -243,9 +229,8 @@ def check_trains_in_run(items, task, args) -> None:
             first = next(iter(reasons.values()))[i]
             raise HltmtConfigError(
                 f"--train-only {getattr(args, 'train_only', '')} trains nothing in stage {stage}, which this run "
-                f"enters at update {getattr(task.args, 'high_stage_updates', 0)} (--high-stage-updates): {first}; "
-                f"end the run at the switch (--max-update {getattr(task.args, 'high_stage_updates', 0)}) or add "
-                f"a group that trains in stage {stage}")
+                f"enters at update {switch} (--high-stage-updates): {first}; end the run at the switch "
+                f"(--max-update {switch}) or add a group that trains in stage {stage}")
 
 
 class _RowMask:

@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from conftest import PAIRS, PLUGIN, ROOT, cli, run, train_args
 
 TRAIN = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
@@ -82,3 +84,39 @@ def test_train_only_a_group_that_some_batches_do_not_reach_trains(data_bin, tmp_
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     assert updates(log) == [1, 2, 3, 4]
+
+
+# ---- 3. truncated or empty binarized files: one line naming the file ----------------------
+def broken_copy(data_bin, tmp_path, name, cut):
+    """A copy of the data folder whose file ``name`` is cut to ``cut`` bytes."""
+    folder = tmp_path / "bin"
+    shutil.copytree(data_bin, folder)
+    with open(folder / name, "r+b") as f:
+        f.truncate(cut)
+    return str(folder)
+
+
+GENERATE = ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", "en,de,fr,gu,hi", "--lang-pairs", PAIRS,
+            "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--cpu", "--gen-subset", "test", "--beam", "1"]
+
+
+@pytest.mark.parametrize("name, cut, message", [
+    ("test.en-de.de.bin", 1000, "test.en-de.de.bin is truncated: its index lists 37 sentences in"),
+    ("test.en-de.en.bin", 0, "test.en-de.en.bin is empty: its index lists 37 sentences"),
+    ("test.en-de.de.idx", 0, "test.en-de.de.idx is empty (0 bytes), not a fairseq index"),
+    ("test.en-de.en.idx", 100, "test.en-de.en.idx is truncated: an index of 37 sentences has 470 bytes, this one "
+                               "100"),
+])
+def test_broken_binarized_files_are_one_line_naming_the_file(data_bin, trained, tmp_path, name, cut, message):
+    folder = broken_copy(data_bin, tmp_path, name, cut)
+    done = run([cli("fairseq-generate"), folder, *GENERATE, "--path", trained[0]])
+    assert_clear(done, message)
+    assert "binarize the data again" in done.stderr
+
+
+def test_a_truncated_training_file_is_one_line_before_the_first_update(data_bin, tmp_path):
+    folder = broken_copy(data_bin, tmp_path, "train.en-fr.fr.bin", 5000)
+    done = run([cli("fairseq-train"), *train_args(folder, *TRAIN, "--save-dir", str(tmp_path / "s"),
+                                                  "--max-update", "2")])
+    assert_clear(done, "train.en-fr.fr.bin is truncated: its index lists")
+    assert updates(done.stdout) == []

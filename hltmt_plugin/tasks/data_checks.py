@@ -1,7 +1,9 @@
 """The data folder, languages, dictionaries and split files the options name, checked before
 fairseq reads them, so a mistake is one clear line instead of a traceback."""
+import itertools
 import os
-from typing import List
+import struct
+from typing import List, Optional
 
 from fairseq import utils
 
@@ -104,3 +106,66 @@ def check_split(args, split: str, pairs: List[str]) -> None:
         if not any(os.path.isfile(os.path.join(folder, n)) or
                    os.path.isfile(os.path.join(folder, n[: -len(".idx")] + "0.idx")) for n in names):
             raise HltmtConfigError(f"{folder} has no {split} data for {pair} (looked for {names[0]} and {names[1]})")
+        for a, b in ((src, tgt), (tgt, src)):
+            for k in itertools.count():
+                prefix = os.path.join(folder, f"{split}{k or ''}.{a}-{b}.")
+                if not os.path.isfile(prefix + src + ".idx"):
+                    break
+                check_pair_files(prefix + src, prefix + tgt, f"{split}{k or ''} {pair}")
+
+
+MMAP_MAGIC = b"MMIDIDX\x00\x00"  # fairseq's --dataset-impl mmap index (fairseq-preprocess's default)
+MMAP_HEADER = 9 + 8 + 1 + 8  # magic, version, dtype code, number of sentences
+MMAP_DTYPE_SIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 8, 7: 8, 8: 2, 9: 4, 10: 8}
+
+
+def binarized_length(prefix: str) -> Optional[int]:
+    """The number of sentences of the binarized file pair ``prefix.idx`` / ``prefix.bin``, after
+    checking that neither is empty or truncated; None for a format other than fairseq's mmap
+    (the other formats are fairseq's to read)."""
+    idx, data = prefix + ".idx", prefix + ".bin"
+    again = "binarize the data again (scripts/prepare_data.py or fairseq-preprocess)"
+    size = os.path.getsize(idx)
+    if size == 0:
+        raise HltmtConfigError(f"{idx} is empty (0 bytes), not a fairseq index: {again}")
+    with open(idx, "rb") as f:
+        head = f.read(MMAP_HEADER)
+        if not head.startswith(MMAP_MAGIC[:8]):
+            return None
+        if len(head) < MMAP_HEADER:
+            raise HltmtConfigError(f"{idx} is truncated ({size} bytes, less than an index header): {again}")
+        (code,) = struct.unpack("<B", head[17:18])
+        (n,) = struct.unpack("<Q", head[18:26])
+        if code not in MMAP_DTYPE_SIZE:
+            raise HltmtConfigError(f"{idx} is not a fairseq index (unknown token type {code}): {again}")
+        want = MMAP_HEADER + 12 * n
+        if size != want:
+            raise HltmtConfigError(f"{idx} is {'truncated' if size < want else 'damaged'}: an index of {n} "
+                                   f"sentences has {want} bytes, this one {size}: {again}")
+        last = 0
+        if n:
+            f.seek(MMAP_HEADER + 4 * (n - 1))
+            (last_size,) = struct.unpack("<i", f.read(4))
+            f.seek(MMAP_HEADER + 4 * n + 8 * (n - 1))
+            (last_pointer,) = struct.unpack("<q", f.read(8))
+            last = last_pointer + last_size * MMAP_DTYPE_SIZE[code]
+    if not os.path.isfile(data):
+        raise HltmtConfigError(f"{data} is missing (its index {os.path.basename(idx)} is there): {again}")
+    have = os.path.getsize(data)
+    if have != last:
+        state = "empty" if have == 0 else "truncated" if have < last else "longer than its index says"
+        raise HltmtConfigError(f"{data} is {state}: its index lists {n} sentences in {last} bytes, the file "
+                               f"holds {have}: {again}")
+    return n
+
+
+def check_pair_files(src_prefix: str, tgt_prefix: str, what: str) -> None:
+    """Both sides of one binarized split of a pair are whole and hold as many sentences."""
+    n_src = binarized_length(src_prefix)
+    if not os.path.isfile(tgt_prefix + ".idx"):
+        raise HltmtConfigError(f"{tgt_prefix}.idx is missing ({os.path.basename(src_prefix)}.idx, the other side of "
+                               f"{what}, is there): binarize the data again")
+    n_tgt = binarized_length(tgt_prefix)
+    if n_src is not None and n_tgt is not None and n_src != n_tgt:
+        raise HltmtConfigError(f"{src_prefix}.idx holds {n_src} sentences and {tgt_prefix}.idx {n_tgt}: the two "
+                               f"sides of {what} do not match; binarize the data again")

@@ -23,6 +23,7 @@ from fairseq.data.multilingual.multilingual_data_manager import MultilingualData
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
+from hltmt_plugin.peft import check_trains_in_run
 from hltmt_plugin.tasks.collation import with_row_ids
 
 logger = logging.getLogger(__name__)
@@ -111,12 +112,22 @@ class StageSchedule:
             return HIGH if updates_done < self.args.high_stage_updates else ALL
         return self.args.hlt_stage or HIGH
 
+    def stages_ahead(self, updates_done: int) -> List[str]:
+        """The stages this run goes through from ``updates_done`` to ``--max-update``."""
+        now = self.stage(updates_done)
+        switch, end = self.args.high_stage_updates, getattr(self.args, "max_update", 0) or 0
+        if now == HIGH and switch > 0 and not 0 < end <= switch:
+            return [HIGH, ALL]
+        return [now]
+
     def pairs(self, stage: str) -> List[str]:
         return self.high_pairs if stage == HIGH else self.all_pairs
 
     def begin_epoch(self, model, epoch: int, updates_done: int) -> None:
         """Fix the routing map at the start of stage all; refuse a model that cannot run the stage."""
         slp = model.slp
+        check_trains_in_run(model, [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
+                            self.high, self.args, self.args.high_stage_updates)
         if self.stage(updates_done) == ALL:
             if not slp.map_is_fixed and int(slp.gate_steps) == 0:
                 raise HltmtConfigError(
