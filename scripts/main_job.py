@@ -39,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_decode import DecodeFailed, decode_all  # noqa: E402
+from launch import NOISE, QUIET_WARNINGS  # noqa: E402  (fairseq's own start-up noise, as launch.py keeps it out)
 
 
 def fairseq_cli(tool):
@@ -143,11 +144,16 @@ def run_logged(cmd, log_path, stdout_path=None):
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         out = open(stdout_path + ".partial", "w", encoding="utf-8") if stdout_path else None
+        env = dict(os.environ)
+        if not env.get("PYTHONWARNINGS"):  # fairseq's hydra / pin_memory / torch.cuda.amp warnings, not ours
+            env["PYTHONWARNINGS"] = QUIET_WARNINGS
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if out else subprocess.STDOUT,
-                                text=True, cwd=ROOT)
+                                text=True, cwd=ROOT, env=env)
 
         def pump(stream, sinks):
             for line in stream:
+                if any(noise in line for noise in NOISE):
+                    continue
                 for sink in sinks:
                     sink.write(line)
                 sys.stdout.flush()

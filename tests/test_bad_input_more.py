@@ -120,3 +120,133 @@ def test_a_truncated_training_file_is_one_line_before_the_first_update(data_bin,
                                                   "--max-update", "2")])
     assert_clear(done, "train.en-fr.fr.bin is truncated: its index lists")
     assert updates(done.stdout) == []
+
+
+# ---- 4. crafted checkpoints: one line --------------------------------------------------------
+def craft(ckpt, folder, kind):
+    """A copy of a real checkpoint with one of fairseq's records (or torch's) taken out."""
+    import zipfile
+
+    import torch
+
+    import hltmt_plugin  # noqa: F401  (allowlists argparse.Namespace for torch.load)
+
+    out = str(folder / f"{kind}.pt")
+    if kind == "no_version":  # the zip without torch's version records
+        with zipfile.ZipFile(ckpt) as zin, zipfile.ZipFile(out, "w") as zout:
+            for item in zin.infolist():
+                if item.filename.rsplit("/", 1)[-1] not in ("version", ".format_version"):
+                    zout.writestr(item, zin.read(item.filename))
+        return out
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    if kind == "no_model":
+        del state["model"]
+    elif kind == "model_none":
+        state["model"] = None
+    elif kind == "no_cfg":
+        state["cfg"] = state["args"] = None
+        del state["cfg"]
+    elif kind == "a_list":
+        state = [1, 2]
+    torch.save(state, out)
+    return out
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("no_version", "is truncated or not a checkpoint (its zip has no 'version' record)"),
+    ("no_model", "is not a fairseq checkpoint (no 'model' record)"),
+    ("model_none", "is not a fairseq checkpoint (its 'model' record is a NoneType, not the model's weights)"),
+    ("no_cfg", "is not a fairseq checkpoint (no 'cfg' or 'args' record: the options the model was trained with)"),
+    ("a_list", "is not a fairseq checkpoint (it holds a list, not fairseq's dict of records)"),
+])
+def test_crafted_checkpoints_are_one_line(data_bin, trained, tmp_path, kind, message):
+    path = craft(trained[0], tmp_path, kind)
+    done = run([cli("fairseq-generate"), data_bin, *GENERATE, "--path", path])
+    assert_clear(done, f"checkpoint {path} {message}")
+
+
+def test_a_crafted_checkpoint_to_restore_is_one_line(data_bin, trained, tmp_path):
+    path = craft(trained[0], tmp_path, "no_cfg")
+    done = run([cli("fairseq-train"), *train_args(data_bin, *TRAIN, "--save-dir", str(tmp_path / "s"),
+                                                  "--restore-file", path, "--max-update", "2")])
+    assert_clear(done, f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record")
+
+
+# ---- 5. a checkpoint without --user-dir: fairseq's message, documented with the workaround ------
+def docs(name):
+    with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_a_checkpoint_without_user_dir_is_documented_as_fairseq_says_it(data_bin, trained):
+    no_user_dir = [a for a in GENERATE if a not in ("--user-dir", PLUGIN)]
+    done = run([cli("fairseq-generate"), data_bin, *no_user_dir, "--path", trained[0]])
+    assert done.returncode == 2
+    said = "fairseq-generate: error: argument --task: invalid choice: 'hltmt_translation'"
+    assert said in done.stderr
+    parent = [a if a != "hltmt_translation" else "translation_multi_simple_epoch" for a in no_user_dir]
+    done = run([cli("fairseq-generate"), data_bin, *parent, "--path", trained[0]])
+    assert done.returncode == 1
+    weights_only = "WeightsUnpickler error: Unsupported global: GLOBAL argparse.Namespace was not an allowed global"
+    assert weights_only in done.stderr
+    table, readme = docs("docs/bad-input.md"), docs("README.md")
+    for text in (table, readme):
+        assert said in text and weights_only in text and "add `--user-dir" in text
+
+
+# ---- 6. a 3,000-word line at decoding: the other lines are translated, that one reported -------
+WORDS = " ".join(["house"] * 3000)
+LINES = ["The file is open.", WORDS, "Good morning.", "Thank you very much."]
+
+
+@pytest.mark.parametrize("buffer", [[], ["--buffer-size", "4", "--batch-size", "4"]])
+def test_interactive_translates_the_other_lines_and_reports_the_long_one(data_bin, trained, buffer):
+    spm = os.path.join(os.path.dirname(data_bin), "spm", "spm.model")
+    done = run([cli("fairseq-interactive"), data_bin, *GENERATE[:-4], "--beam", "1", "--path", trained[0],
+                "--bpe", "sentencepiece", "--sentencepiece-model", spm, *buffer],
+               input="\n".join(LINES) + "\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(int(m) for m in re.findall(r"^H-(\d+)\t", done.stdout, re.M)) == [0, 2, 3]
+    assert re.search(r"input line 2 \(S-1\) has \d+ tokens \(pieces and end of sentence\), more than the model's "
+                     r"\d+ source positions: not translated; split it into sentences", done.stderr), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_translate_script_translates_the_other_lines_and_reports_the_long_one(data_bin, trained):
+    import json
+
+    done = run([sys.executable, os.path.join(ROOT, "scripts", "translate.py"), "--checkpoint", trained[0],
+                "--src", "en", "--tgt", "de", "--beam", "1", "--json", "--no-progress"], input="\n".join(LINES) + "\n")
+    assert done.returncode == 1, done.stderr[-2000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(records) == 4 and [r.get("error") is None for r in records] == [True, False, True, True]
+    assert re.search(r"^translate: line 2: \d+ tokens .* more than the model's \d+ source positions", done.stderr, re.M)
+    assert "translate: 3 of 4 sentence(s) translated" in done.stderr
+
+
+# ---- 7. fairseq's own noise stays out of the plugin's scripts --------------------------------
+NOISE = ("tensorboardX", "UserWarning", "FutureWarning", "DeprecationWarning")
+
+
+def without_pythonwarnings(cmd, **kwargs):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # not the suite's PYTHONWARNINGS=ignore
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"),
+                          **kwargs)
+
+
+def test_prepare_data_keeps_fairseqs_noise_out(tmp_path):
+    done = without_pythonwarnings([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out",
+                                   str(tmp_path / "out"), "--langs", "de", "--max-train", "200", "--max-valid", "20",
+                                   "--max-test", "20", "--vocab-size", "500", "--workers", "1"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    for noise in NOISE:
+        assert noise not in done.stdout + done.stderr, noise
+
+
+def test_translate_keeps_fairseqs_noise_out_even_when_verbose(trained):
+    done = without_pythonwarnings([sys.executable, os.path.join(ROOT, "scripts", "translate.py"), "--checkpoint",
+                                   trained[0], "--src", "en", "--tgt", "de", "--beam", "1", "--no-progress",
+                                   "--verbose"], input="Good morning.\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    for noise in NOISE:
+        assert noise not in done.stdout + done.stderr, noise

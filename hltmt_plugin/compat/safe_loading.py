@@ -62,13 +62,45 @@ def weights_only_load(f, *args, **kwargs):
             f"code. If you trust the file, list its path in {TRUST_ENV}.") from None
 
 
-class _WeightsOnlyTorch:
-    """The ``torch`` module as fairseq's checkpoint code sees it: ``load`` is weights-only."""
+def check_fairseq_state(path: str, state) -> None:
+    """A fairseq checkpoint is a dict with a ``model`` record (the weights) and a ``cfg`` or
+    ``args`` record (the options they were trained with); anything else is refused by name here,
+    before fairseq's code reads it (where it would be a ``KeyError`` or ``TypeError`` from deep
+    inside fairseq)."""
+    if not isinstance(state, dict):
+        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (it holds a {type(state).__name__}, "
+                              "not fairseq's dict of records)")
+    if "model" not in state:
+        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (no 'model' record)")
+    if not isinstance(state["model"], dict):
+        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (its 'model' record is a "
+                              f"{type(state['model']).__name__}, not the model's weights)")
+    if state.get("cfg") is None and state.get("args") is None:
+        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record: the "
+                              "options the model was trained with)")
 
-    load = staticmethod(weights_only_load)
+
+def fairseq_checkpoint_load(f, *args, **kwargs):
+    """What fairseq's checkpoint code gets as ``torch.load``: weights-only, and only a fairseq
+    checkpoint (:func:`check_fairseq_state`)."""
+    state = weights_only_load(f, *args, **kwargs)
+    check_fairseq_state(_path_of(f), state)
+    return state
+
+
+class _WeightsOnlyTorch:
+    """The ``torch`` module as fairseq's checkpoint code sees it: ``load`` is weights-only and
+    returns only fairseq checkpoints."""
+
+    load = staticmethod(fairseq_checkpoint_load)
 
     def __getattr__(self, name):
         return getattr(torch, name)
+
+
+# torch's zip reader (PyTorchStreamReader, miniz) on a file that is not a whole torch.save zip
+ZIP_ERRORS = ("zip archive", "central directory", "file read failed", "PytorchStreamReader", "inline_container",
+              "not in a subdirectory")
 
 
 def guarded(path, load):
@@ -81,8 +113,14 @@ def guarded(path, load):
     except (EOFError, zipfile.BadZipFile, OSError) as error:
         raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
     except RuntimeError as error:
-        if "zip archive" in str(error) or "central directory" in str(error) or "file read failed" in str(error):
-            raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({error})") from None
+        text = str(error)
+        record = re.search(r'hasRecord\("([^"]+)"\)', text)
+        if record:  # torch's zip reader: a zip without one of the records torch.save writes
+            raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint (its zip has no "
+                                  f"'{record.group(1)}' record)") from None
+        if any(sign in text for sign in ZIP_ERRORS):
+            first = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", text.splitlines()[0]).split(". This is")[0]
+            raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({first.strip()})") from None
         raise
     except KeyError as error:  # a zip without the records torch / fairseq expect
         raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (no {error} record)") from None

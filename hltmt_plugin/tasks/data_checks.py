@@ -1,6 +1,7 @@
 """The data folder, languages, dictionaries and split files the options name, checked before
 fairseq reads them, so a mistake is one clear line instead of a traceback."""
 import itertools
+import logging
 import os
 import struct
 from typing import List, Optional
@@ -11,6 +12,8 @@ from hltmt_plugin.data_fingerprint import check_dictionaries as changed_dictiona
 from hltmt_plugin.data_fingerprint import dictionary_fingerprint
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list, unknown_languages
+
+logger = logging.getLogger(__name__)
 
 
 def task_languages(args) -> List[str]:
@@ -169,3 +172,26 @@ def check_pair_files(src_prefix: str, tgt_prefix: str, what: str) -> None:
     if n_src is not None and n_tgt is not None and n_src != n_tgt:
         raise HltmtConfigError(f"{src_prefix}.idx holds {n_src} sentences and {tgt_prefix}.idx {n_tgt}: the two "
                                f"sides of {what} do not match; binarize the data again")
+
+
+class OverlongInputs:
+    """fairseq-interactive's input lines longer than the model takes: each is reported (its line
+    number, counted over the whole input, and its length) and skipped, and the other lines of its
+    buffer are translated; fairseq 0.12 stops the whole run at the first such line unless
+    ``--skip-invalid-size-inputs-valid-test`` is given, which skips it with no line number."""
+
+    def __init__(self):
+        self.lines_before = 0  # input lines of the earlier datasets (fairseq-interactive's start_id)
+
+    def filter(self, indices, dataset, max_positions):
+        kept, skipped = dataset.filter_indices_by_size(indices, max_positions)
+        limit = max_positions[0] if isinstance(max_positions, (tuple, list)) else max_positions
+        for index in sorted(int(i) for i in skipped):
+            line = self.lines_before + index + 1
+            length = int(dataset.src_sizes[index]) if getattr(dataset, "src_sizes", None) is not None \
+                else dataset.size(index)
+            logger.warning(f"input line {line} (S-{line - 1}) has {length} tokens (pieces and end "
+                           f"of sentence), more than the model's {limit} source positions: not translated; split "
+                           f"it into sentences")
+        self.lines_before += len(dataset)
+        return kept

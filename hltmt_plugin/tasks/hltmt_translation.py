@@ -21,7 +21,7 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks import save_dir
-from hltmt_plugin.tasks.data_checks import check_data, check_split, record_or_check_dictionaries
+from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split, record_or_check_dictionaries
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
@@ -63,6 +63,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         self.train_stage = None  # the stage of the loaded training data
         self.idle_gradients = IdleGradients()
         self.stages = None  # HLT-MT's stage schedule; None: the parent task's training
+        self.overlong_inputs = OverlongInputs()
         if training and split_list(getattr(args, "high_resource_langs", None)):
             self.stages = StageSchedule(args, self.lang_pairs)
         elif training and (args.hlt_stage is not None or args.high_stage_updates):
@@ -150,6 +151,13 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             self.data_manager.pair_filter = None
         self.train_stage = stage
         logger.info(f"HLT-MT stage {stage}: training data holds {','.join(pairs)}")
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """fairseq-interactive's input (a dataset no split loaded): a line longer than the model
+        takes is reported and skipped, the other lines translated (:class:`OverlongInputs`)."""
+        if not self.training and max_positions is not None and all(dataset is not d for d in self.datasets.values()):
+            return self.overlong_inputs.filter(indices, dataset, max_positions)
+        return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
     def get_batch_iterator(self, dataset, **kwargs):
         train = dataset is self.datasets.get(getattr(self.args, "train_subset", "train"))
