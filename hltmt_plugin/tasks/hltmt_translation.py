@@ -21,7 +21,8 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks import save_dir
-from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split, record_or_check_dictionaries
+from hltmt_plugin.tasks.data_checks import (OverlongInputs, check_data, check_split, record_or_check_dictionaries,
+                                            running_fairseq_interactive)
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
@@ -155,7 +156,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq-interactive's input (a dataset no split loaded): a line longer than the model
         takes is reported and skipped, the other lines translated (:class:`OverlongInputs`)."""
-        if not self.training and max_positions is not None and all(dataset is not d for d in self.datasets.values()):
+        if (not self.training and max_positions is not None and running_fairseq_interactive()
+                and all(dataset is not d for d in self.datasets.values())):
             return self.overlong_inputs.filter(indices, dataset, max_positions)
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
