@@ -250,3 +250,4 @@ def test_translate_keeps_fairseqs_noise_out_even_when_verbose(trained):
     assert done.returncode == 0, done.stderr[-2000:]
     for noise in NOISE:
         assert noise not in done.stdout + done.stderr, noise
+    assert "NOT trained in this run" not in done.stdout + done.stderr  # a training warning, not for decoding

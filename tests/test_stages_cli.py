@@ -37,6 +37,9 @@ def numeric(line, key):
 def test_two_runs_high_then_all(data_bin, tmp_path):
     s1, s2 = tmp_path / "stage1", tmp_path / "stage2"
     log1 = train(data_bin, s1, "--hlt-stage", "high", "--max-update", "12")
+    # the pairs stage high leaves out are named once, when the training data is loaded
+    assert log1.count("HLT-MT stage high trains en-de,en-fr,de-en only; en-gu,en-hi,gu-en of "
+                      "--lang-pairs are NOT trained in this run") == 1, log1[-3000:]
     lines = progress(log1)
     assert len(lines) == 12
     assert all(not numeric(line, "loss_gu") and not numeric(line, "loss_hi") for line in lines.values())
@@ -58,6 +61,7 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
                  str(s1 / "checkpoint_last.pt"), "--reset-optimizer", "--reset-dataloader", "--reset-meters")
     printed = f"routing map fixed from the final stage-high gate: de->m{learned_map[0]}, fr->m{learned_map[1]}"
     assert printed in log2
+    assert "NOT trained in this run" not in log2
     lines2 = progress(log2)
     assert any(numeric(line, "loss_gu") or numeric(line, "loss_hi") for line in lines2.values())
     assert not any(numeric(line, "disparity") for line in lines2.values())

@@ -140,6 +140,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         if not self._is_train(split) or self.stages is None:
             check_split(self.args, split, self.lang_pairs)
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        self.stages.warn_dropped_pairs()
         stage = self.current_stage()
         pairs = self.stages.pairs(stage)
         check_split(self.args, split, pairs)

@@ -70,21 +70,27 @@ class StageSchedule:
             raise HltmtConfigError(
                 f"stage high has no direction to train: no pair of --lang-pairs has only high-resource "
                 f"({','.join(self.high)}) or pivot ({args.pivot_langs}) languages")
-        if self.uses_high():
-            dropped = [p for p in lang_pairs if p not in self.high_pairs]
-            if dropped:
-                logger.warning(
-                    f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs "
-                    + ("wait for stage all (after update " + str(args.high_stage_updates) + ")"
-                       if args.high_stage_updates > 0 else
-                       "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
-                       "checkpoint, or run both stages in one with --high-stage-updates N"))
+        self.dropped_warned = False
 
         # fairseq's trainer restarts its update count at 0 when it loads a checkpoint with
         # --reset-optimizer (or --finetune-from-model's first launch), but it still hands the
         # checkpoint's count to the model (Trainer.load_checkpoint -> model.set_num_updates).
         self.count_restarts = restarts_update_count(args)
         self.count_checked = False
+
+    def warn_dropped_pairs(self) -> None:
+        """Say once, when training data is first loaded (not when a model is only loaded to
+        translate), which pairs of --lang-pairs stage high leaves out, and when they train."""
+        dropped = [p for p in self.all_pairs if p not in self.high_pairs]
+        if self.dropped_warned or not dropped or not self.uses_high():
+            return
+        self.dropped_warned = True
+        logger.warning(
+            f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs "
+            + ("wait for stage all (after update " + str(self.args.high_stage_updates) + ")"
+               if self.args.high_stage_updates > 0 else
+               "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
+               "checkpoint, or run both stages in one with --high-stage-updates N"))
 
     def updates_done(self, model) -> int:
         """fairseq's own update count (the ``num_updates`` of its progress lines).
