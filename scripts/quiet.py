@@ -1,0 +1,29 @@
+"""fairseq's start-up noise, filtered in the plugin's own scripts (not in the library)."""
+import os
+
+# fairseq 0.12's own noise, not the plugin's: the notice it logs on import when tensorboardX is
+# missing (fairseq/tasks/text_to_speech.py), hydra's deprecation warnings when fairseq composes
+# its config, torch's pin_memory warning without a GPU. Kept out of the output of the scripts
+# that call quiet_fairseq() (not out of the library's) unless PYTHONWARNINGS is set.
+FAIRSEQ_NOISE_LOG = "Please install tensorboardX"
+FAIRSEQ_NOISE_WARNINGS = (
+    r"hydra\.experimental\.\w+\(\) is no longer experimental",
+    r"\s*The version_base parameter is not specified",
+    r"\s*'config' is validated against ConfigStore schema",
+    r"In 'config': Usage of deprecated keyword in package header",
+    r"\s*The strict flag in the compose API is deprecated",
+    r"'pin_memory' argument is set as true but no accelerator is found",
+)
+
+
+def quiet_fairseq():
+    """Filter fairseq's own noise (above) in this process, before fairseq is imported."""
+    if os.environ.get("PYTHONWARNINGS"):
+        return
+    import logging
+    import warnings
+
+    for message in FAIRSEQ_NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
+    logging.getLogger("fairseq.tasks.text_to_speech").addFilter(
+        lambda record: FAIRSEQ_NOISE_LOG not in record.getMessage())
