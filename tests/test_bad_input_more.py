@@ -251,3 +251,20 @@ def test_translate_keeps_fairseqs_noise_out_even_when_verbose(trained):
     for noise in NOISE:
         assert noise not in done.stdout + done.stderr, noise
     assert "NOT trained in this run" not in done.stdout + done.stderr  # a training warning, not for decoding
+
+
+def test_decoding_with_a_data_folder_whose_dictionaries_differ_from_the_checkpoints_is_one_line(
+        data_bin, trained, tmp_path):
+    """Another binarized folder (its own fingerprint in order) whose dictionaries are not the
+    ones the model was trained with: token ids would mean other words."""
+    from hltmt_plugin.data_fingerprint import write_fingerprint
+
+    folder = tmp_path / "bin"
+    shutil.copytree(data_bin, folder)
+    for lang in ("en", "de", "fr", "gu", "hi"):
+        lines = (folder / f"dict.{lang}.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+        lines[10], lines[11] = lines[11], lines[10]
+        (folder / f"dict.{lang}.txt").write_text("".join(lines), encoding="utf-8")
+    write_fingerprint(str(folder))
+    done = run([cli("fairseq-generate"), str(folder), *GENERATE, "--path", trained[0]])
+    assert_clear(done, "differ from the dictionaries the checkpoint was trained with")
