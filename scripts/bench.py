@@ -962,11 +962,10 @@ def plot_train(rows, path):
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
     import matplotlib
-  # the imports above leave the root logger at DEBUG
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 0.8 * len(rows) + 2.0))
+    fig, ax = plt.subplots(figsize=(9, 0.8 * len(rows) + 2.8))
     labels = [f"{r['system']}, {r['size']}" for r in rows]
     y = list(range(len(rows)))
     h = 0.27
@@ -988,7 +987,7 @@ def plot_train(rows, path):
     ax.set_xlabel("time ratio HLT-MT / plain transformer of the same size (= baseline words/s / HLT-MT words/s)\n"
                   "ticks: the single rounds (runs), or the two halves of the alternating updates", fontsize=8)
     ax.set_title("fairseq-train itself: the whole training step", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)  # below: the bars fill the axes
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
