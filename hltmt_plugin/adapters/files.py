@@ -230,15 +230,8 @@ def add_language(model, lang: str) -> None:
     plan.adapter_langs.append(lang)
 
 
-def import_language(model, path: str) -> str:
-    """Load a file of ``export_language`` into ``model`` (same base and sizes); returns its language.
-
-    The file is trusted for nothing: it must hold exactly its language's language and
-    invertible adapter tensors and its ``__xx__`` token rows, with the names, shapes and
-    dtype of this model's, finite and of plausible size (``MAX_ABS``); anything else (another
-    language's tensors, a base weight such as the gate, NaN, int64 or float16 tensors) is
-    refused with one HltmtInputError before the model is changed."""
-    blob = read_language_file(path)
+def _check_fits(model, path: str, blob) -> str:
+    """The file's language is one of the model's, its sizes and base are the model's; its language."""
     plan = _plan(model)
     lang = blob["lang"]
     if lang not in plan.langs:
@@ -254,6 +247,11 @@ def import_language(model, path: str) -> str:
         raise HltmtInputError(f"adapter file {path} ({lang}) was exported from another base model "
                               f"(fingerprint {blob['base'][:12]}, this model {base[:12]}): adapters only fit the "
                               "base they were trained on")
+    return lang
+
+
+def _check_adapter_tensors(model, path: str, lang: str, blob) -> Dict[str, tuple]:
+    """Exactly the language's adapter tensors, each of this model's shape and dtype, finite."""
     slots = _language_slots(model, lang)
     foreign = sorted(n for n in blob["tensors"] if n not in slots)
     if foreign:
@@ -267,6 +265,11 @@ def import_language(model, path: str) -> str:
                               f"tensors of {lang}, e.g. {missing[0]}")
     for name, t in blob["tensors"].items():
         _check_tensor(path, name, t, *slots[name])
+    return slots
+
+
+def _check_token_rows(model, path: str, lang: str, blob):
+    """The ``__xx__`` rows of this model's token tables, at this vocabulary's index; the tables."""
     tables = token_row_tables(model)
     if set(blob["token_rows"]) != set(tables):
         raise HltmtInputError(f"adapter file {path} ({lang}) has token rows for "
@@ -279,6 +282,21 @@ def import_language(model, path: str) -> str:
             raise HltmtInputError(f"adapter file {path}: __{lang}__ is row {row['index']} there and {index} here "
                                   "(another vocabulary)")
         _check_tensor(path, f"the __{lang}__ row of {name}", row["row"], (p.size(1),), p.dtype)
+    return tables
+
+
+def import_language(model, path: str) -> str:
+    """Load a file of ``export_language`` into ``model`` (same base and sizes); returns its language.
+
+    The file is trusted for nothing: it must hold exactly its language's language and
+    invertible adapter tensors and its ``__xx__`` token rows, with the names, shapes and
+    dtype of this model's, finite and of plausible size (``MAX_ABS``); anything else (another
+    language's tensors, a base weight such as the gate, NaN, int64 or float16 tensors) is
+    refused with one HltmtInputError before the model is changed."""
+    blob = read_language_file(path)
+    lang = _check_fits(model, path, blob)
+    slots = _check_adapter_tensors(model, path, lang, blob)
+    tables = _check_token_rows(model, path, lang, blob)
 
     add_language(model, lang)
     params = dict(model.named_parameters())
