@@ -20,7 +20,7 @@ from hltmt_plugin.adapters.config import check_pairs_have_adapters
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
-from hltmt_plugin.tasks import save_dir
+from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.data_checks import (OverlongInputs, check_data, check_split, record_or_check_dictionaries,
                                             running_fairseq_interactive)
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
@@ -50,9 +50,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                             help="comma-separated languages that are neither high- nor low-resource (the "
                                  "hub of an English-centric corpus); stage high trains the directions whose "
                                  "languages are all high-resource or pivots")
+        temperature.add_args(parser)
 
     @classmethod
     def setup_task(cls, args, **kwargs):
+        temperature.check(args)
         check_data(args)
         save_dir.prepare(args)
         return super().setup_task(args, **kwargs)
@@ -132,7 +134,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def has_sharded_data(self, split):
         stage_changed = (self._is_train(split) and self.train_stage is not None
                          and self.train_stage != self.current_stage())
-        return stage_changed or super().has_sharded_data(split)
+        new_temperature = self._is_train(split) and temperature.scheduled(self.args)  # reloaded every epoch
+        return stage_changed or new_temperature or super().has_sharded_data(split)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         if self._is_train(split) and self.model is not None:  # before the first update, for every stage

@@ -25,6 +25,7 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.peft import check_trains_in_run
 from hltmt_plugin.tasks.collation import with_row_ids
+from hltmt_plugin.tasks import temperature
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ HIGH, ALL = "high", "all"
 
 class StageDataManager(MultilingualDatasetManager):
     """fairseq's multilingual data manager, restricted to ``pair_filter`` when it is set; its
-    datasets carry each row's language ids (:mod:`hltmt_plugin.tasks.collation`)."""
+    datasets carry each row's language ids (:mod:`hltmt_plugin.tasks.collation`); its sampling
+    temperature follows the epoch when scheduled (:mod:`hltmt_plugin.tasks.temperature`)."""
 
     pair_filter: Optional[List[str]] = None
 
@@ -46,6 +48,12 @@ class StageDataManager(MultilingualDatasetManager):
 
     def load_langpair_dataset(self, *args, **kwargs):
         return with_row_ids(super().load_langpair_dataset(*args, **kwargs))
+
+    def get_train_sampling_ratios(self, data_param_list, datasets, epoch=1, shard_epoch=None):
+        if not temperature.scheduled(self.args):
+            return super().get_train_sampling_ratios(data_param_list, datasets, epoch, shard_epoch)
+        sizes = self.get_train_dataset_sizes(data_param_list, datasets, epoch, shard_epoch)
+        return temperature.sampling_ratios(self.args, sizes, epoch)
 
 
 class StageSchedule:
