@@ -54,8 +54,7 @@ def _read_checkpoint(path: str, data: Optional[str]):
             raise
         raise HltmtInputError(f"{path} is not a checkpoint fairseq can read ({type(error).__name__}: "
                               f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("model"), dict) or state.get("cfg") is None:
-        raise HltmtInputError(f"{path} is not a fairseq checkpoint (no model weights and options in it)")
+    # (a state without weights or options was refused by the loader: compat.safe_loading.check_fairseq_state)
     cfg = state["cfg"]
     task_name = _stored(cfg, "task", "_name") or _stored(cfg, "task", "task")
     arch = _stored(cfg, "model", "arch") or _stored(cfg, "model", "_name")
