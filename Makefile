@@ -8,7 +8,7 @@ setup:
 	bash scripts/setup.sh
 
 demo: setup
-	.venv/bin/python scripts/main_job.py --size $(SIZE)
+	.venv/bin/hltmt-main-job --size $(SIZE)
 
 test: setup
 	.venv/bin/python -m pytest -q --durations=30 tests

@@ -27,4 +27,13 @@ setup(
         "matplotlib",
     ],
     extras_require={"test": ["pytest>=7"]},
+    entry_points={"console_scripts": [
+        "hltmt-prepare-data = hltmt_plugin.cli.prepare_data:main",
+        "hltmt-translate = hltmt_plugin.cli.translate:main",
+        "hltmt-adapters = hltmt_plugin.cli.adapters:main",
+        "hltmt-train-language-adapter = hltmt_plugin.cli.train_language_adapter:main",
+        "hltmt-launch = hltmt_plugin.cli.launch:main",
+        "hltmt-main-job = hltmt_plugin.cli.main_job:main",
+        "hltmt-report = hltmt_plugin.cli.report:main",
+    ]},
 )

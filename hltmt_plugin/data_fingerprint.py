@@ -3,7 +3,7 @@
 Binarized data (``*.bin`` / ``*.idx``) holds token ids, and the ids mean something only with
 the ``dict.*.txt`` they were made with: a dictionary edited after binarization (one line
 removed, two lines swapped) shifts every id after the change, and fairseq trains on it
-without a word. ``scripts/prepare_data.py`` therefore writes ``dict_fingerprint.json`` into
+without a word. ``hltmt-prepare-data`` therefore writes ``dict_fingerprint.json`` into
 the folder it binarizes, next to the dictionaries:
 
     {"format": "hltmt_plugin.dict_fingerprint", "version": 1,

@@ -76,7 +76,7 @@ def pairs_of(args):
 
 
 def data_languages(data):
-    """The non-English languages of a binarized folder: its langs.txt (scripts/prepare_data.py
+    """The non-English languages of a binarized folder: its langs.txt (hltmt-prepare-data
     writes it), else every dict.XX.txt; English-centric data has train.en-XX.*.idx files."""
     path = os.path.join(data, "langs.txt")
     if os.path.isfile(path):
@@ -1011,7 +1011,7 @@ def main(argv=None):
     if argv[:1] == ["--profile-pair-child"]:
         return profile_pair_child(argv[1])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--data", required=True, help="binarized data from scripts/prepare_data.py")
+    p.add_argument("--data", required=True, help="binarized data from hltmt-prepare-data")
     p.add_argument("--langs", default=None,
                    help="non-English languages of the data (default: all of them, from its langs.txt or dict.XX.txt)")
     p.add_argument("--high", default=None,
@@ -1067,7 +1067,7 @@ def main(argv=None):
     if unknown:
         p.error(f"unknown system {','.join(unknown)}; choose from {','.join(SYSTEMS)}")
     if not os.path.exists(os.path.join(args.data, "dict.en.txt")):
-        p.error(f"--data {args.data}: no binarized data there (dict.en.txt missing); run scripts/prepare_data.py")
+        p.error(f"--data {args.data}: no binarized data there (dict.en.txt missing); run hltmt-prepare-data")
     for name in ("max_tokens", "batches", "rounds", "gen_sentences", "gen_len", "train_log_interval",
                  "profile_updates", "profile_top"):
         if getattr(args, name) < 1:

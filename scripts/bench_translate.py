@@ -25,7 +25,7 @@ then again) and each figure is the median over the rounds. The hypotheses of the
 are compared (mixed and per-direction must be identical; fairseq-interactive batches
 differently, so a float tie may rarely differ).
 
-Without ``--checkpoint``, ``--work`` gets a DebMT-10 model of its own: scripts/prepare_data.py
+Without ``--checkpoint``, ``--work`` gets a DebMT-10 model of its own: hltmt-prepare-data
 (all 10 languages, --max-train lines per pair), then HLT-MT ``hltmt_transformer_tiny`` trained
 for --train-updates (half stage high, half stage all) with the main job's optimiser settings.
 """
@@ -81,7 +81,7 @@ def prepare_model(args):
     data = os.path.join(work, "data")
     if not os.path.isdir(os.path.join(data, "bin")):
         log(f"preparing DebMT-10 ({len(args.langs)} languages, {args.max_train} training lines per pair)")
-        check_call([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out", data,
+        check_call([sys.executable, "-m", "hltmt_plugin.cli.prepare_data", "--out", data,
                     "--langs", ",".join(args.langs), "--max-train", str(args.max_train), "--max-valid", "50",
                     "--max-test", str(args.per_direction), "--vocab-size", str(args.vocab_size)],
                    os.path.join(work, "prepare.log"))

@@ -20,8 +20,8 @@ Steps, each timed (the budget counts from the start of scripts/gpu_run.sh):
    (``--slp-language-specific``, one module per target language); validation every N/8
    updates gives each a validation-loss curve; ``--stop-time-hours`` guards the budget;
 4. decode every direction of every system with beam 5 (fp16 on a GPU), several worker
-   processes at once, each decoding its directions in one Python (scripts/gpu_decode.py);
-5. score with sacreBLEU and write the report (scripts/report.py): machine, sizes, updates,
+   processes at once, each decoding its directions in one Python (hltmt_plugin/cli/decode.py);
+5. score with sacreBLEU and write the report (hltmt-report): machine, sizes, updates,
    tokens/s, convergence from the validation curves, BLEU tables high/low and En->X/X->En,
    the paper's WMT-10 deltas beside ours.
 
@@ -48,8 +48,9 @@ from typing import List
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from gpu_decode import DecodeFailed, decode_all  # noqa: E402
-from main_job import HIGH, LANGS, fairseq_cli, nproc  # noqa: E402
+from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
+from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
+from hltmt_plugin.cli.main_job import HIGH, LANGS, nproc  # noqa: E402
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
@@ -216,7 +217,7 @@ class GpuRun:
     # ---- 1. data ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        cmd = [sys.executable, os.path.join(HERE, "prepare_data.py"), "--raw", self.args.raw,
+        cmd = [*plugin_cli("prepare_data"), "--raw", self.args.raw,
                "--out", os.path.join(self.work, "data"), "--langs", ",".join(self.langs), "--vocab-size", str(s.vocab),
                "--workers", str(nproc()), "--threads", str(nproc())]
         for opt, n in (("--max-train", s.max_train), ("--max-valid", s.max_valid), ("--max-test", s.max_test)):
@@ -462,7 +463,7 @@ class GpuRun:
     # ---- 5. report ----------------------------------------------------------------------
     def report(self):
         seed = self.args.seed
-        cmd = [sys.executable, os.path.join(HERE, "report.py"), "--decode-dir", os.path.join(self.work, "decode"),
+        cmd = [*plugin_cli("report"), "--decode-dir", os.path.join(self.work, "decode"),
                "--out", os.path.join(self.work, "report"), "--high", ",".join(self.high), "--baseline", "mnmt",
                "--system", "hltmt", "--title", f"DebMT-10 GPU run (`{self.args.size}`)",
                "--gate-checkpoint", os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
@@ -480,7 +481,7 @@ class GpuRun:
 
     # ---- the whole run ------------------------------------------------------------------
     def describe(self):
-        from report import detect_machine
+        from hltmt_plugin.cli.report import detect_machine
 
         s = self.size
         self.fact("machine", detect_machine())

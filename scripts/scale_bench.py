@@ -15,7 +15,7 @@ Measured for each K, with the tiny architecture (``--arch transformer_hltmt_tiny
 ``hltmt_transformer_tiny``), each in its own process so that one measure's memory and
 caches do not leak into another's:
 
-- preparation: ``scripts/prepare_data.py`` itself (joint sentencepiece, encoding, fairseq's
+- preparation: ``hltmt-prepare-data`` itself (joint sentencepiece, encoding, fairseq's
   binarization of every pair in its one process; its phases timed from its own log lines) at
   the K of ``--prepare-script-ks``, and at every K the same steps called one by one in a
   measuring process, each phase timed (its output is compared byte for byte with the
@@ -160,11 +160,10 @@ def rss_mib():
 
 
 def child_prepare(spec):
-    """The preparation of scripts/prepare_data.py in one interpreter: the same reading,
+    """The preparation of hltmt-prepare-data in one interpreter: the same reading,
     sentencepiece model, encoding, and fairseq_cli.preprocess.main once per pair."""
     t = {"start": stamp()}
-    sys.path.insert(0, SCRIPTS)
-    import prepare_data as pd
+    import hltmt_plugin.cli.prepare_data as pd
     import fairseq_cli.preprocess  # noqa: F401 (imports timed here, not in the binarization)
 
     t["imports"] = stamp()
@@ -191,8 +190,7 @@ def child_prepare(spec):
         shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(bin_dir, f"dict.{lang}.txt"))
     with open(os.path.join(bin_dir, "langs.txt"), "w") as f:
         f.write("\n".join(["en"] + langs) + "\n")
-    if hasattr(pd, "load_fingerprint_module"):  # what prepare_data.py writes besides the data
-        pd.load_fingerprint_module().write_fingerprint(bin_dir)
+    pd.write_fingerprint(bin_dir)  # what hltmt-prepare-data writes besides the data
     t["binarize"] = stamp()
     keys = list(t)
     return {"spans": {k: span(t[p], t[k]) for p, k in zip(keys, keys[1:])}}
@@ -448,7 +446,7 @@ def import_everything():
 
     sys.path.insert(0, SCRIPTS)
     import bench  # noqa: F401
-    import prepare_data  # noqa: F401
+    import hltmt_plugin.cli.prepare_data  # noqa: F401
 
     return span(t, stamp())
 
@@ -458,11 +456,11 @@ def import_everything():
 
 
 def time_prepare_script(raw, out, langs, vocab, timeout):
-    """scripts/prepare_data.py itself: wall time of its phases from the times its log lines
+    """hltmt-prepare-data itself: wall time of its phases from the times its log lines
     arrive; CPU time of the whole (it and any processes it starts)."""
     import resource
 
-    cmd = [sys.executable, os.path.join(SCRIPTS, "prepare_data.py"), "--raw", raw, "--out", out, "--langs",
+    cmd = [sys.executable, "-m", "hltmt_plugin.cli.prepare_data", "--raw", raw, "--out", out, "--langs",
            ",".join(langs), "--vocab-size", str(vocab), "--workers", "1"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -481,7 +479,7 @@ def time_prepare_script(raw, out, langs, vocab, timeout):
             proc.kill()
     err = proc.stderr.read()
     if proc.wait() != 0:
-        raise ScaleError(f"scripts/prepare_data.py failed for K={len(langs)}:\n{err[-3000:]}")
+        raise ScaleError(f"hltmt-prepare-data failed for K={len(langs)}:\n{err[-3000:]}")
     end = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
@@ -524,7 +522,7 @@ def measure_k(args, k, work):
     with open(os.path.join(data, "dict.en.txt"), encoding="utf-8") as f:
         res["dictionary"] = sum(1 for _ in f)
     if k in args.prepare_script_ks:
-        log(f"K={k}: scripts/prepare_data.py")
+        log(f"K={k}: hltmt-prepare-data")
         out = os.path.join(kdir, "prep-script")
         res["prepare_script"] = time_prepare_script(raw, out, langs, args.vocab_size, args.timeout)
         res["prepare_script"]["same_output"] = digest(os.path.join(out, "bin")) == digest(data)
@@ -645,7 +643,7 @@ def rows_of(results, systems):
 
     cpu = "CPU s"
     row("pieces in the joint dictionary (before language tokens)", "", "", lambda r: r["dictionary"])
-    row("scripts/prepare_data.py", "", cpu, lambda r: r["prepare_script"]["total"]["cpu"])
+    row("hltmt-prepare-data", "", cpu, lambda r: r["prepare_script"]["total"]["cpu"])
     row("  the same, wall time", "", "s", lambda r: r["prepare_script"]["total"]["wall"])
     row("  of which binarization (wall)", "", "s", lambda r: r["prepare_script"]["binarize_wall_s"])
     row("preparation, phase by phase", "", cpu, lambda r: r["prepare_one_process"]["total"]["cpu"])
@@ -762,7 +760,7 @@ def plot(rows, results, path, title):
     ref = reference_k(results)
     gen = f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch"
     panels = [
-        ("preparation (CPU seconds)", ["scripts/prepare_data.py",
+        ("preparation (CPU seconds)", ["hltmt-prepare-data",
                                        "preparation, phase by phase",
                                        "  of which sentencepiece training",
                                        "  of which binarization (fairseq_cli.preprocess.main per pair)"], "ratio"),
@@ -832,7 +830,7 @@ def main(argv=None):
                    help="joint sentencepiece vocabulary (small enough that every K reaches it: the models of all K "
                         "then differ only by their language tokens and language-specific modules)")
     p.add_argument("--prepare-script-ks", default="auto",
-                   help="the K of --ks at which scripts/prepare_data.py itself is timed (in its own process, "
+                   help="the K of --ks at which hltmt-prepare-data itself is timed (in its own process, "
                         "the output compared with the phase-by-phase preparation's); auto: every K; '' for none")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems timed")
     p.add_argument("--max-tokens", type=int, default=4096)

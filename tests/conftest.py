@@ -33,7 +33,7 @@ def run(cmd, env_extra=None, **kwargs):
 @pytest.fixture(scope="session")
 def data_bin(tmp_path_factory):
     out = tmp_path_factory.mktemp("debmt10_slice")
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out", str(out),
+    done = run([cli("hltmt-prepare-data"), "--out", str(out),
                 "--langs", "de,fr,gu,hi", "--max-train", "1500", "--max-train-lang", "gu=400,hi=800", "--max-valid", "60", "--max-test", str(TEST_SIZE),
                 "--vocab-size", "2000"])
     assert done.returncode == 0, done.stdout + done.stderr

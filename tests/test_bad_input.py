@@ -8,7 +8,7 @@ import pytest
 
 from conftest import PAIRS, PLUGIN, ROOT, cli, run, train_args
 
-PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
+PREPARE = cli("hltmt-prepare-data")
 TRAIN_MIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "1"]
 
 
@@ -72,7 +72,7 @@ def raw(tmp_path):
 
 
 def prepare(raw, out, *extra):
-    return run([sys.executable, PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "60",
+    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "60",
                 *extra])
 
 
@@ -92,13 +92,13 @@ def test_empty_and_ten_thousand_token_training_lines_are_dropped(raw, tmp_path):
 def test_unusable_evaluation_lines_are_errors(raw, tmp_path, lines, message):
     write(raw, "test.en-de.en", lines)
     done = prepare(raw, tmp_path / "out")
-    assert_clear(done, message, prefix="prepare_data: error:")
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:")
     assert not (tmp_path / "out" / "bin").exists()
 
 
 def test_missing_sentencepiece_model(raw, tmp_path):
     done = prepare(raw, tmp_path / "out", "--spm-model", str(tmp_path / "none.model"))
-    assert_clear(done, "--spm-model", prefix="prepare_data: error:")
+    assert_clear(done, "--spm-model", prefix="hltmt-prepare-data: error:")
     assert not (tmp_path / "out" / "bin").exists()
 
 
@@ -110,7 +110,7 @@ def test_missing_sentencepiece_model(raw, tmp_path):
 ])
 def test_unusable_prepare_options_are_one_line(raw, tmp_path, extra, message):
     done = prepare(raw, tmp_path / "out", *extra)
-    assert_clear(done, message, prefix="prepare_data: error:")
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:")
     assert not (tmp_path / "out" / "bin").exists()
 
 
@@ -118,7 +118,7 @@ def test_an_unwritable_output_folder_is_one_line_before_any_work(raw, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")
     done = prepare(raw, blocker / "out")
-    assert_clear(done, f"cannot write to --out {blocker / 'out'}: Not a directory", prefix="prepare_data: error:")
+    assert_clear(done, f"cannot write to --out {blocker / 'out'}: Not a directory", prefix="hltmt-prepare-data: error:")
     assert "training a" not in done.stdout  # refused before the sentencepiece model
 
 
@@ -146,7 +146,7 @@ def test_a_fixed_dictionary_that_cannot_be_used_is_one_line(raw, tmp_path, spm_m
     path = tmp_path / "dict.txt"
     path.write_text(content, encoding="utf-8")
     done = prepare(raw, tmp_path / "out", "--spm-model", spm_model, "--dict", str(path))
-    assert_clear(done, message, prefix="prepare_data: error:")
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:")
     assert not (tmp_path / "out" / "bin").exists()
 
 
@@ -154,22 +154,22 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(raw, tmp_path):
     fake = tmp_path / "fake.model"
     fake.write_bytes(b"\x00not a model" * 10)
     done = prepare(raw, tmp_path / "out", "--spm-model", str(fake))
-    assert_clear(done, "is not a sentencepiece model", prefix="prepare_data: error:")
+    assert_clear(done, "is not a sentencepiece model", prefix="hltmt-prepare-data: error:")
 
 
 def test_launch_help_is_help_and_a_missing_separator_is_one_line():
-    launch = os.path.join(ROOT, "scripts", "launch.py")
-    done = run([sys.executable, launch, "--help"])
+    launch = cli("hltmt-launch")
+    done = run([launch, "--help"])
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert "usage: launch.py [options] -- FAIRSEQ_TRAIN_ARGUMENTS" in done.stdout and "(default: 2)" in done.stdout
-    done = run([sys.executable, launch, "--nproc", "2", "data-bin"])
-    assert_clear(done, "put the fairseq-train arguments after --", prefix="launch: error:")
+    assert "usage: hltmt-launch [options] -- FAIRSEQ_TRAIN_ARGUMENTS" in done.stdout and "(default: 2)" in done.stdout
+    done = run([launch, "--nproc", "2", "data-bin"])
+    assert_clear(done, "put the fairseq-train arguments after --", prefix="hltmt-launch: error:")
 
 
 def test_launch_keeps_fairseqs_start_up_noise_out_of_its_output(data_bin, tmp_path):
-    launch = os.path.join(ROOT, "scripts", "launch.py")
+    launch = cli("hltmt-launch")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # not the suite's PYTHONWARNINGS=ignore
-    done = subprocess.run([sys.executable, launch, "--nproc", "1", "--", *train_args(
+    done = subprocess.run([launch, "--nproc", "1", "--", *train_args(
         data_bin, *TRAIN_MIN, "--save-dir", str(tmp_path / "s"), "--criterion", "hltmt_cross_entropy")],
         capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

@@ -215,13 +215,13 @@ def test_interactive_translates_the_other_lines_and_reports_the_long_one(data_bi
 def test_translate_script_translates_the_other_lines_and_reports_the_long_one(data_bin, trained):
     import json
 
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "translate.py"), "--checkpoint", trained[0],
+    done = run([cli("hltmt-translate"), "--checkpoint", trained[0],
                 "--src", "en", "--tgt", "de", "--beam", "1", "--json", "--no-progress"], input="\n".join(LINES) + "\n")
     assert done.returncode == 1, done.stderr[-2000:]
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(records) == 4 and [r.get("error") is None for r in records] == [True, False, True, True]
-    assert re.search(r"^translate: line 2: \d+ tokens .* more than the model's \d+ source positions", done.stderr, re.M)
-    assert "translate: 3 of 4 sentence(s) translated" in done.stderr
+    assert re.search(r"^hltmt-translate: line 2: \d+ tokens .* more than the model's \d+ source positions", done.stderr, re.M)
+    assert "hltmt-translate: 3 of 4 sentence(s) translated" in done.stderr
 
 
 # ---- 7. fairseq's own noise stays out of the plugin's scripts --------------------------------
@@ -235,7 +235,7 @@ def without_pythonwarnings(cmd, **kwargs):
 
 
 def test_prepare_data_keeps_fairseqs_noise_out(tmp_path):
-    done = without_pythonwarnings([sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--out",
+    done = without_pythonwarnings([cli("hltmt-prepare-data"), "--out",
                                    str(tmp_path / "out"), "--langs", "de", "--max-train", "200", "--max-valid", "20",
                                    "--max-test", "20", "--vocab-size", "500", "--workers", "1"])
     assert done.returncode == 0, done.stderr[-2000:]
@@ -244,7 +244,7 @@ def test_prepare_data_keeps_fairseqs_noise_out(tmp_path):
 
 
 def test_translate_keeps_fairseqs_noise_out_even_when_verbose(trained):
-    done = without_pythonwarnings([sys.executable, os.path.join(ROOT, "scripts", "translate.py"), "--checkpoint",
+    done = without_pythonwarnings([cli("hltmt-translate"), "--checkpoint",
                                    trained[0], "--src", "en", "--tgt", "de", "--beam", "1", "--no-progress",
                                    "--verbose"], input="Good morning.\n")
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Two training processes on CPU (gloo) through scripts/launch.py: the same routing draws and
+"""Two training processes on CPU (gloo) through hltmt-launch: the same routing draws and
 the same parameters on both ranks, the stage switch, and the choices that cannot work."""
 import os
 import re
@@ -7,17 +7,17 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, build, make_sample, run, train_args
+from conftest import ROOT, build, cli, make_sample, run, train_args
 from hltmt_plugin.modules.language_pool import HARD
 
-LAUNCH = os.path.join(ROOT, "scripts", "launch.py")
+LAUNCH = cli("hltmt-launch")
 COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3",
           "--max-tokens", "1000", "--log-interval", "1", "--no-epoch-checkpoints", "--seed", "3"]
 
 
 def launch(data_bin, save, *extra, nproc=2):
     args = [a for a in train_args(data_bin, *COMMON, "--save-dir", str(save), *extra) if a != "--cpu"]
-    return run([sys.executable, LAUNCH, "--nproc", str(nproc), "--", *args],
+    return run([LAUNCH, "--nproc", str(nproc), "--", *args],
                env_extra={"OMP_NUM_THREADS": "1"})
 
 

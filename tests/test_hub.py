@@ -2,7 +2,7 @@
 hypotheses and scores fairseq-generate gives for the same checkpoint, direction and beam.
 
 Models: the session's HLT-MT checkpoint (gate map), an LS-MNMT model with MAD-X adapters (and
-a language whose adapters were imported with scripts/adapters.py) and an HLT-MT model with
+a language whose adapters were imported with hltmt-adapters) and an HLT-MT model with
 encoder skills and a custom skill matrix (a direction it names but training never saw). Each
 checkpoint's weights get seeded noise so that the untrained models write different text for
 different sentences and routes (a 30-update model writes nothing), which makes a wrong
@@ -216,7 +216,7 @@ def test_moved_data_folder_and_missing_files_are_one_line(hltmt, data_bin, tmp_p
 
 
 # ---------------------------------------------------------------------------------------
-# LS-MNMT with MAD-X adapters; a language imported with scripts/adapters.py
+# LS-MNMT with MAD-X adapters; a language imported with hltmt-adapters
 
 MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
 BASE_PAIRS = "en-de,en-fr,en-gu,de-en,gu-en"  # hi: no adapters until imported
@@ -243,7 +243,7 @@ def ls_mnmt(data_bin, tmp_path_factory):
 @pytest.fixture(scope="module")
 def ls_mnmt_hi(ls_mnmt, tmp_path_factory):
     """hi's adapters made for this base (added at identity, then given seeded values, as
-    training would) and imported with scripts/adapters.py."""
+    training would) and imported with hltmt-adapters."""
     from fairseq import checkpoint_utils
 
     from hltmt_plugin.adapters.files import add_language, export_language, language_parameters
@@ -258,7 +258,7 @@ def ls_mnmt_hi(ls_mnmt, tmp_path_factory):
             p.add_(torch.randn(p.shape, generator=g) * 0.3)
     export_language(model, "hi", str(folder / "hi.adapters.pt"))
     out = str(folder / "base_plus_hi.pt")
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", ls_mnmt,
+    done = run([cli("hltmt-adapters"), "import", "--path", ls_mnmt,
                 "--adapters", str(folder / "hi.adapters.pt"), "--out", out])
     assert done.returncode == 0, done.stderr[-3000:]
     return out
@@ -266,7 +266,7 @@ def ls_mnmt_hi(ls_mnmt, tmp_path_factory):
 
 def test_ls_mnmt_with_adapters_and_an_imported_language(ls_mnmt, ls_mnmt_hi, data_bin):
     base = HltmtTranslator.load(ls_mnmt, device="cpu")
-    with pytest.raises(HltmtInputError, match="no adapters for target language hi .*scripts/adapters.py"):
+    with pytest.raises(HltmtInputError, match="no adapters for target language hi .*hltmt-adapters"):
         base.translate(["Hello."], src="en", tgt="hi")
     kept = base.translate_batch([("en", "hi", "Hello."), ("hi", "en", "x"), ("en", "fr", "Hello.")],
                                 errors="keep", details=True, beam=BEAM, max_len=MAX_LEN)

@@ -6,16 +6,16 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, cli, run
 
-JOB = os.path.join(ROOT, "scripts", "main_job.py")
-PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
+JOB = cli("hltmt-main-job")
+PREPARE = cli("hltmt-prepare-data")
 
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     folder = tmp_path_factory.mktemp("job")
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
+    done = run([JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
                 "--hltmt-schedule", "two-run"])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return folder, done.stdout
@@ -50,7 +50,7 @@ def test_a_rerun_resumes_after_the_last_completed_step(job):
     os.remove(folder / ".done-report")
     os.remove(folder / "decode" / "hltmt" / "seed1" / "gu-en.gen")
     os.remove(folder / ".done-decode.seed1")
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
+    done = run([JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
                 "--hltmt-schedule", "two-run"])
     assert done.returncode == 0, done.stderr[-2000:]
     assert "step 2/6 train_mnmt.seed1: already done, skipped" in done.stdout
@@ -59,7 +59,7 @@ def test_a_rerun_resumes_after_the_last_completed_step(job):
 
 def test_one_run_schedule_trains_both_stages_in_one_fairseq_run(tmp_path):
     folder = tmp_path / "job"  # the default schedule
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
+    done = run([JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for n, step in enumerate(["prepare", "train_mnmt.seed1", "train_hltmt.seed1", "decode.seed1", "report"], 1):
         assert f"step {n}/5 {step}" in done.stdout
@@ -91,16 +91,16 @@ def raw(tmp_path):
 ])
 def test_bad_data_stops_before_any_training(raw, tmp_path, breakage, message):
     breakage(raw)
-    done = run([sys.executable, PREPARE, "--raw", str(raw), "--out", str(tmp_path / "out"), "--langs", "de"])
-    assert done.returncode != 0 and "prepare_data: error:" in done.stderr and message in done.stderr, done.stderr
+    done = run([PREPARE, "--raw", str(raw), "--out", str(tmp_path / "out"), "--langs", "de"])
+    assert done.returncode != 0 and "hltmt-prepare-data: error:" in done.stderr and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "out" / "bin").exists()
 
 
 def test_an_unknown_language_stops_the_job_before_any_training(raw, tmp_path):
-    done = run([sys.executable, JOB, "--size", "smoke", "--raw", str(raw), "--langs", "de,xx", "--run-dir",
+    done = run([JOB, "--size", "smoke", "--raw", str(raw), "--langs", "de,xx", "--run-dir",
                 str(tmp_path / "job")])
     assert done.returncode != 0
-    assert "no data for language(s) xx" in done.stderr and "main_job: error:" in done.stderr
+    assert "no data for language(s) xx" in done.stderr and "hltmt-main-job: error:" in done.stderr
     assert not (tmp_path / "job" / "models").exists()
 
 
@@ -116,8 +116,8 @@ def test_device_and_precision_mistakes_are_one_line_before_any_work(tmp_path, op
 
         if torch.cuda.is_available():
             pytest.skip("this machine has a GPU")
-    done = run([sys.executable, JOB, "--size", "smoke", "--langs", "de", "--run-dir", str(tmp_path / "job"), *options])
+    done = run([JOB, "--size", "smoke", "--langs", "de", "--run-dir", str(tmp_path / "job"), *options])
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("main_job: error:") and message in lines[0], done.stderr
+    assert len(lines) == 1 and lines[0].startswith("hltmt-main-job: error:") and message in lines[0], done.stderr
     assert not (tmp_path / "job").exists()

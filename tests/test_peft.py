@@ -150,13 +150,13 @@ def test_other_directions_give_identical_outputs_after_adding_a_language(task, b
 
 def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, base, with_hi, tmp_path):
     path = tmp_path / "hi.adapters.pt"
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "export", "--path", with_hi[0],
+    done = run([cli("hltmt-adapters"), "export", "--path", with_hi[0],
                 "--lang", "hi", "--out", str(path)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exported hi: 32 adapter tensors" in done.stdout
     assert os.path.getsize(path) < os.path.getsize(with_hi[0]) / 10  # a small file
     merged = tmp_path / "base_plus_hi.pt"
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", base[0],
+    done = run([cli("hltmt-adapters"), "import", "--path", base[0],
                 "--adapters", str(path), "--out", str(merged)])
     assert done.returncode == 0, done.stderr[-3000:]
     _, trained_hi = load(with_hi[0])
@@ -197,7 +197,7 @@ def test_an_adapter_file_for_a_model_without_adapters_fails_with_one_line(traine
     path = tmp_path / "hi.pt"
     _, model = load(with_hi[0])
     export_language(model, "hi", str(path))
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", trained[0],
+    done = run([cli("hltmt-adapters"), "import", "--path", trained[0],
                 "--adapters", str(path), "--out", str(tmp_path / "out.pt")])
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "hltmt_plugin: error: this model has no adapters" in done.stderr
@@ -280,9 +280,9 @@ def test_bad_train_only_options_are_refused(data_bin, extra, message):
 
 
 # ---------------------------------------------------------------------------------------
-# scripts/adapters.py import trusts nothing in the file, and never leaves a partial checkpoint
+# hltmt-adapters import trusts nothing in the file, and never leaves a partial checkpoint
 
-ADAPTERS = os.path.join(ROOT, "scripts", "adapters.py")
+ADAPTERS = cli("hltmt-adapters")
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +290,7 @@ def hi_file(with_hi, tmp_path_factory):
     path = tmp_path_factory.mktemp("hi_file") / "hi.adapters.pt"
     # without the suite's PYTHONWARNINGS=ignore: the script itself keeps fairseq's noise out
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    done = subprocess.run([sys.executable, ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)],
+    done = subprocess.run([ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)],
                           capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr and "tensorboardX" not in done.stderr, done.stderr[-3000:]
@@ -339,7 +339,7 @@ def test_import_refuses_a_tampered_adapter_file_with_one_line(base, hi_file, tmp
     bad = tmp_path / "bad.adapters.pt"
     torch.save(blob, bad)
     out = tmp_path / "out.pt"
-    done = run([sys.executable, ADAPTERS, "import", "--path", base[0], "--adapters", str(bad), "--out", str(out)])
+    done = run([ADAPTERS, "import", "--path", base[0], "--adapters", str(bad), "--out", str(out)])
     assert done.returncode != 0, done.stdout[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
@@ -365,7 +365,7 @@ def test_import_over_its_own_checkpoint_never_truncates_it(base, hi_file, tmp_pa
     ckpt = tmp_path / "checkpoint_last.pt"
     shutil.copy(base[0], ckpt)
     before = ckpt.read_bytes()
-    cmd = [sys.executable, ADAPTERS, "import", "--path", str(ckpt), "--adapters", str(hi_file), "--out", str(ckpt)]
+    cmd = [ADAPTERS, "import", "--path", str(ckpt), "--adapters", str(hi_file), "--out", str(ckpt)]
     done = run(cmd, preexec_fn=_limit_file_size(len(before) // 2))  # the disk fills halfway through the write
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"hltmt_plugin: error: could not write {ckpt} (File too large): it is unchanged" in done.stderr
@@ -385,7 +385,7 @@ def test_export_over_its_own_checkpoint_is_refused(with_hi, tmp_path):
     ckpt = tmp_path / "checkpoint_last.pt"
     shutil.copy(with_hi[0], ckpt)
     before = ckpt.read_bytes()
-    done = run([sys.executable, ADAPTERS, "export", "--path", str(ckpt), "--lang", "hi", "--out", str(ckpt)])
+    done = run([ADAPTERS, "export", "--path", str(ckpt), "--lang", "hi", "--out", str(ckpt)])
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"hltmt_plugin: error: export --out {ckpt} is the checkpoint --path itself" in done.stderr
     assert ckpt.read_bytes() == before

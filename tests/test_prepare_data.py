@@ -1,4 +1,4 @@
-"""scripts/prepare_data.py through its command line: --help, the dictionary fingerprint it
+"""hltmt-prepare-data through its command line: --help, the dictionary fingerprint it
 records with the binarized data, and binarizing with an existing sentencepiece model and a
 fixed dictionary (the XLM-R route)."""
 import json
@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from conftest import ROOT, run
+from conftest import ROOT, cli, run
 from hltmt_plugin.data_fingerprint import FINGERPRINT_FILE, check_dictionaries, dictionary_fingerprint
 
-PREPARE = os.path.join(ROOT, "scripts", "prepare_data.py")
+PREPARE = cli("hltmt-prepare-data")
 
 
 def write(folder, name, lines):
@@ -31,7 +31,7 @@ def raw(tmp_path_factory):
 
 
 def prepare(raw, out, *extra):
-    return run([sys.executable, PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de,fr", "--vocab-size", "80",
+    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de,fr", "--vocab-size", "80",
                 *extra])
 
 
@@ -44,7 +44,7 @@ def prepared(raw, tmp_path_factory):
 
 
 def test_help_shows_every_default():
-    done = run([sys.executable, PREPARE, "--help"])
+    done = run([PREPARE, "--help"])
     assert done.returncode == 0
     text = " ".join(done.stdout.split())
     for default in ("(default: 8000)", "(default: 250)", "(default: 1000)", "(default: 1)"):

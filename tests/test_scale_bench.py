@@ -46,7 +46,7 @@ def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):
                         "training words per CPU-second (same batches, interleaved)",
                         "checkpoint_last.pt (with the optimizer state)"):
             assert set(rows[(measure, system)]) == {"1", "10"} and min(rows[(measure, system)].values()) > 0
-    assert rows[("scripts/prepare_data.py", "")]["1"] > 0
+    assert rows[("hltmt-prepare-data", "")]["1"] > 0
     assert figures["results"][0]["prepare_script"]["same_output"]  # the one-process preparation = the script's
     assert rows[("resident memory after 2 epochs of data", "hltmt")]["10"] > 50
     # more languages, more language-specific parameters

@@ -1,4 +1,4 @@
-"""scripts/translate.py: mixed-direction lines in, fairseq-generate's translations out in input
+"""hltmt-translate: mixed-direction lines in, fairseq-generate's translations out in input
 order, streaming; --json with scores and routing; bad lines reported by number while the rest
 is translated; unusable checkpoints and options end with one line."""
 import json
@@ -15,7 +15,7 @@ import torch
 from conftest import LANGS, PAIRS, PLUGIN, ROOT, cli, run
 from test_hub import BEAM, DIRECTIONS, MAX_LEN, noisy_hltmt, reference, sentences, spm_of
 
-SCRIPT = os.path.join(ROOT, "scripts", "translate.py")
+SCRIPT = cli("hltmt-translate")
 K = 6  # sentences per direction
 
 
@@ -25,7 +25,7 @@ def hltmt(trained, tmp_path_factory):
 
 
 def translate(*args, input=None):
-    return run([sys.executable, SCRIPT, *args], input=input)
+    return run([SCRIPT, *args], input=input)
 
 
 def decode_options(ckpt):
@@ -35,7 +35,7 @@ def decode_options(ckpt):
 def assert_one_line(done, message):
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("translate: error: "), done.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("hltmt-translate: error: "), done.stderr[-2000:]
     assert message in lines[0], lines[0]
 
 
@@ -50,7 +50,7 @@ def test_a_mixed_file_comes_back_in_input_order_as_fairseq_generate_writes_it(hl
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:-1] == [ref[0] for *_, ref in items]
     assert f"{len(items)}/{len(items)}" in done.stderr  # the progress bar reached the end
-    assert f"translate: {len(items)} of {len(items)} sentence(s) translated in" in done.stderr
+    assert f"hltmt-translate: {len(items)} of {len(items)} sentence(s) translated in" in done.stderr
     assert "sentences/s" in done.stderr.strip().splitlines()[-1]
 
 
@@ -60,7 +60,7 @@ def test_plain_text_streams_from_stdin_and_json_carries_scores_and_routing(hltmt
     texts, refs = sentences("en", "de", K), reference(data_bin, hltmt, "en", "de")
     mapping = HltmtTranslator.load(hltmt, device="cpu").model.routing_map()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.Popen([sys.executable, SCRIPT, *decode_options(hltmt), "--src", "en", "--tgt", "de", "--json",
+    proc = subprocess.Popen([SCRIPT, *decode_options(hltmt), "--src", "en", "--tgt", "de", "--json",
                              "--buffer-size", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     try:
@@ -94,12 +94,12 @@ def test_bad_lines_are_reported_by_number_and_the_others_translated(hltmt, data_
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["line"] for r in records] == list(range(1, 8))
     assert [r["translation"] for r in records if "error" not in r] == [t for t, _ in refs[:3]]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("translate: line ")]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("hltmt-translate: line ")]
     assert [e.split(":")[1] for e in errors] == [" line 2", " line 3", " line 4", " line 6"]
     assert "unknown language 'xx'" in errors[0] and "empty line" in errors[1]
     assert "expected SRC<TAB>TGT<TAB>TEXT" in errors[2] and "source positions" in errors[3]
     assert "Traceback" not in done.stderr
-    assert "translate: 3 of 7 sentence(s) translated" in done.stderr
+    assert "hltmt-translate: 3 of 7 sentence(s) translated" in done.stderr
     plain = translate(*decode_options(hltmt), input="".join(line + "\n" for line in lines))
     assert plain.returncode == 1 and plain.stdout.split("\n")[:-1] == [
         refs[0][0], "", "", "", refs[1][0], "", refs[2][0]]

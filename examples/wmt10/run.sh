@@ -9,5 +9,5 @@ cd "$(dirname "$0")/../.."
 RUN=${RUN:-runs/wmt10}
 .venv/bin/python examples/wmt10/download.py --manifest examples/wmt10/manifest.tsv --out "$RUN/raw"
 .venv/bin/python examples/wmt10/clean.py --raw "$RUN/raw" --out "$RUN/clean"
-.venv/bin/python scripts/main_job.py --raw "$RUN/clean" --run-dir "$RUN/job" --size full \
+.venv/bin/hltmt-main-job --raw "$RUN/clean" --run-dir "$RUN/job" --size full \
     --high fr,cs,de,fi,lv,et --ls-mnmt --title "WMT-10" "$@"

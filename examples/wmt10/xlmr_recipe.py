@@ -8,7 +8,7 @@
 internet access; nothing here downloads). Steps, each announced, logged under RUN/logs/ and
 marked done (a rerun resumes after the last completed step):
 
-1. ``prepare``: ``scripts/prepare_data.py --spm-model XLMR/sentencepiece.bpe.model --dict
+1. ``prepare``: ``hltmt-prepare-data --spm-model XLMR/sentencepiece.bpe.model --dict
    XLMR/dict.txt``: every split encoded with XLM-R's own sentencepiece model and binarized
    with its fixed dictionary (the task appends the language tokens ``__xx__``).
 2. ``init_mnmt``: the MNMT baseline is fairseq's plain ``transformer`` of the same shape;
@@ -27,8 +27,8 @@ marked done (a rerun resumes after the last completed step):
    previous run's ``checkpoint_last.pt`` with its optimizer, learning rate, stage and map),
    and the last run trains on at the final temperature to ``--max-update``.
 4. ``decode``: every direction of every system, beam 5, ``--remove-bpe sentencepiece``
-   (fairseq-generate's own main, many directions per process: scripts/gpu_decode.py).
-5. ``report``: ``scripts/report.py`` (sacreBLEU BLEU and chrF, HLT-MT - MNMT, gate heatmap).
+   (fairseq-generate's own main, many directions per process: hltmt_plugin/cli/decode.py).
+5. ``report``: ``hltmt-report`` (sacreBLEU BLEU and chrF, HLT-MT - MNMT, gate heatmap).
 """
 import argparse
 import math
@@ -38,9 +38,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from gpu_decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
-from main_job import StepFailed, run_logged, say  # noqa: E402  (the main job's step runner)
+sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
+from hltmt_plugin.cli import plugin_cli  # noqa: E402
+from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
+from hltmt_plugin.cli.main_job import StepFailed, run_logged, say  # noqa: E402  (the main job's step runner)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 BIN = os.path.dirname(sys.executable)
@@ -131,7 +132,7 @@ class Recipe:
     # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         a = self.args
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--raw", a.raw,
+        cmd = [*plugin_cli("prepare_data"), "--raw", a.raw,
                "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
                "--spm-model", os.path.join(self.xlmr, "sentencepiece.bpe.model"),
                "--dict", os.path.join(self.xlmr, "dict.txt")]
@@ -169,7 +170,7 @@ class Recipe:
 
     def decode(self):
         """Every direction of every system with fairseq-generate's own main, many directions per
-        process (scripts/gpu_decode.py); a direction whose .gen exists is not decoded again. The
+        process (hltmt_plugin/cli/decode.py); a direction whose .gen exists is not decoded again. The
         MNMT checkpoint decodes under hltmt_translation too: fairseq 0.12's own task drops a last
         test batch smaller than --required-batch-size-multiple (fairseq issue 5036), this one keeps it."""
         jobs = []
@@ -191,7 +192,7 @@ class Recipe:
             raise StepFailed(str(error)) from None
 
     def report(self):
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "report.py"), "--decode-dir",
+        cmd = [*plugin_cli("report"), "--decode-dir",
                os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
                "--high", ",".join(self.high), "--baseline", "mnmt" if "mnmt" in self.systems else self.systems[0],
                "--system", "hltmt", "--title", self.args.title]

@@ -5,7 +5,7 @@ that records a fingerprint of the base model (every parameter that is not an ada
 language token row) and the adapter sizes; ``import_language`` puts them into a model of the
 same base and sizes, taking only that language's own tensors, with the model's names, shapes
 and dtype and finite values, and refuses anything else with one line. ``add_language`` gives
-a trained model a new language (identity-initialised adapters). ``scripts/adapters.py`` is
+a trained model a new language (identity-initialised adapters). ``hltmt-adapters`` is
 the command line for all three. Every file is written atomically (``atomic_save``).
 """
 import hashlib
@@ -149,13 +149,13 @@ def read_language_file(path: str) -> Dict[str, object]:
         raise HltmtInputError(f"adapter file {path} is not readable ({str(error).splitlines()[0]})") from None
     if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
         raise HltmtInputError(f"{path} is not an adapter file written by hltmt_plugin (export_language / "
-                              "scripts/adapters.py export)")
+                              "hltmt-adapters export)")
     if blob.get("version") != FILE_VERSION:
         raise HltmtInputError(f"adapter file {path} has version {blob.get('version')}; this plugin reads "
                               f"version {FILE_VERSION}")
     for key, kind in FILE_KEYS.items():
         if key not in blob:
-            raise HltmtInputError(f"adapter file {path} has no {key!r} entry (scripts/adapters.py export writes "
+            raise HltmtInputError(f"adapter file {path} has no {key!r} entry (hltmt-adapters export writes "
                                   f"{', '.join(FILE_KEYS)})")
         if not isinstance(blob[key], kind):
             raise HltmtInputError(f"adapter file {path}: {key!r} is a {type(blob[key]).__name__}, not a "

@@ -15,13 +15,23 @@ safe_loading           torch >= 2.4, any fairseq   torch >= 2.6 refusing fairseq
 atomic_copy            fairseq 0.12.x              ``save_checkpoint`` copying checkpoints
                                                    non-atomically (a kill leaves a truncated
                                                    ``checkpoint_last.pt``)
+quiet                  fairseq 0.12.x              fairseq's start-up noise (tensorboardX notice,
+                                                   hydra deprecation warnings) in the plugin's
+                                                   commands and Python use (``quiet.py``)
 excepthook             any                         an uncaught :class:`HltmtError` printing a
                                                    traceback from deep inside fairseq instead of
                                                    one line (``errors.install_excepthook``)
 =====================  ==========================  =============================================
 """
-import fairseq
-import torch
+import sys
+
+from hltmt_plugin.compat.quiet import quiet_fairseq
+
+if "fairseq" not in sys.modules:  # the plugin imports fairseq first: its start-up noise stays out
+    quiet_fairseq()
+
+import fairseq  # noqa: E402
+import torch  # noqa: E402
 
 from hltmt_plugin.errors import HltmtError, install_excepthook
 

@@ -29,14 +29,14 @@ def _find_spm(spm: Optional[str], data: str, checkpoint: str, stored: Optional[s
         return spm
     data = data.split(os.pathsep)[0]
     places = ([stored] if stored else []) + [
-        os.path.join(os.path.dirname(os.path.abspath(data)), "spm", "spm.model"),  # scripts/prepare_data.py
+        os.path.join(os.path.dirname(os.path.abspath(data)), "spm", "spm.model"),  # hltmt-prepare-data
         *(os.path.join(data, n) for n in SPM_NAMES),
         *(os.path.join(os.path.dirname(os.path.abspath(checkpoint)), n) for n in SPM_NAMES)]
     for path in places:
         if os.path.isfile(path):
             return path
     raise HltmtConfigError(f"no sentencepiece model found (looked for {', '.join(places)}): give it with "
-                           "spm=PATH / --spm PATH (scripts/prepare_data.py writes OUT/spm/spm.model)")
+                           "spm=PATH / --spm PATH (hltmt-prepare-data writes OUT/spm/spm.model)")
 
 
 def _read_checkpoint(path: str, data: Optional[str]):

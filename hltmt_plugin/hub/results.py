@@ -68,7 +68,7 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
             if needed and lang not in have:
                 raise HltmtInputError(
                     f"direction {src}-{tgt}: the model has no adapters for {side} language {lang} (adapters exist "
-                    f"for {','.join(have)}); train or import them (scripts/adapters.py)")
+                    f"for {','.join(have)}); train or import them (hltmt-adapters)")
         routing["adapters"] = {"encoder": src if by_source else None, "decoder": tgt if by_target else None,
                                "shared": bool(cfg.shared_adapters)}
 

@@ -12,7 +12,7 @@ The checkpoint gives everything it stores: the task's options (``--langs``, ``--
 ``--encoder-langtok`` ...), the model's (pool, adapters, skills) and the data folder whose
 ``dict.*.txt`` it was trained with (``data=`` overrides a folder that has moved). The
 sentencepiece model is not in the checkpoint: give it once (``spm=``) or keep it where
-``scripts/prepare_data.py`` writes it (``DATA/../spm/spm.model``), in the data folder or beside
+``hltmt-prepare-data`` writes it (``DATA/../spm/spm.model``), in the data folder or beside
 the checkpoint.
 
 Every sentence carries its own direction. Batches are built the way the task builds

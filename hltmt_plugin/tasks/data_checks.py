@@ -47,7 +47,7 @@ def check_data(args) -> None:
     paths = utils.split_paths(args.data) if getattr(args, "data", None) else []
     if not paths or not os.path.isdir(paths[0]):
         raise HltmtConfigError(f"data folder {paths[0] if paths else args.data!r} does not exist (the folder "
-                               "that fairseq-preprocess / scripts/prepare_data.py wrote)")
+                               "that fairseq-preprocess / hltmt-prepare-data wrote)")
     pairs = _directions(args)
     inference = args.source_lang is not None
     langs = task_languages(args)
@@ -74,7 +74,7 @@ SAVED_DICTS = "hltmt_dict_fingerprint"  # model args attribute: the training dat
 
 def check_dictionaries(args) -> None:
     """The data folder's dictionaries are the ones its binarized files were made with (the
-    fingerprint that scripts/prepare_data.py records)."""
+    fingerprint that hltmt-prepare-data records)."""
     folder = utils.split_paths(args.data)[0]
     try:
         problems = changed_dictionaries(folder)
@@ -82,7 +82,7 @@ def check_dictionaries(args) -> None:
         raise HltmtConfigError(str(error)) from None
     if problems:
         raise HltmtConfigError(f"{folder}: {'; '.join(problems)}: the token ids of its binarized files no longer "
-                               "mean what they meant; binarize again (scripts/prepare_data.py) or restore the "
+                               "mean what they meant; binarize again (hltmt-prepare-data) or restore the "
                                "dictionaries")
 
 
@@ -128,7 +128,7 @@ def binarized_length(prefix: str) -> Optional[int]:
     checking that neither is empty or truncated; None for a format other than fairseq's mmap
     (the other formats are fairseq's to read)."""
     idx, data = prefix + ".idx", prefix + ".bin"
-    again = "binarize the data again (scripts/prepare_data.py or fairseq-preprocess)"
+    again = "binarize the data again (hltmt-prepare-data or fairseq-preprocess)"
     size = os.path.getsize(idx)
     if size == 0:
         raise HltmtConfigError(f"{idx} is empty (0 bytes), not a fairseq index: {again}")

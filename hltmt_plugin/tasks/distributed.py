@@ -82,7 +82,7 @@ def check_ddp_backend(args) -> None:
         if getattr(args, "cpu", False):
             raise HltmtConfigError(
                 f"--ddp-backend {backend} does not work on CPU in fairseq 0.12 (it passes device_ids): use "
-                "--ddp-backend legacy_ddp (scripts/launch.py sets it)")
+                "--ddp-backend legacy_ddp (hltmt-launch sets it)")
         if not getattr(args, "find_unused_parameters", False):
             raise HltmtConfigError(
                 f"--ddp-backend {backend}: hard routing leaves pool modules, the universal layer or the gate "

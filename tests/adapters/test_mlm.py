@@ -2,7 +2,6 @@
 and invertible adapters trained by masked language modelling on Gujarati text of DebMT-10,
 everything else frozen, exported, imported into a MAD-X translation model trained with
 adapters for en, de and fr only, and gu -> en decoded from it (zero-shot transfer)."""
-import importlib.util
 import os
 import re
 import sys
@@ -18,20 +17,13 @@ from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.adapters.files import add_language, export_language, read_language_file
 from hltmt_plugin.peft import language_token_index
 
-SCRIPT = os.path.join(ROOT, "scripts", "train_language_adapter.py")
+SCRIPT = cli("hltmt-train-language-adapter")
 GU_TEXT = os.path.join(ROOT, "data", "debmt10", "train.en-gu.gu")
 MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
 STEPS, WINDOW = 100, 10
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("train_language_adapter", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tla = _script()
+import hltmt_plugin.cli.train_language_adapter as tla  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +153,7 @@ def test_the_file_imports_and_gu_translates_zero_shot(mlm, base, data_bin, tmp_p
     blob = read_language_file(path)
     assert blob["lang"] == "gu"
     out = str(tmp_path / "base_plus_gu.pt")
-    done = run([sys.executable, os.path.join(ROOT, "scripts", "adapters.py"), "import", "--path", base,
+    done = run([cli("hltmt-adapters"), "import", "--path", base,
                 "--adapters", path, "--out", out])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "adapter languages en,de,fr,gu" in done.stdout
@@ -235,7 +227,7 @@ def test_bad_input_is_one_line(case, message, base, gu_text, spm_model, tmp_path
 
 
 def test_bad_input_from_the_command_line(base, spm_model, tmp_path):
-    done = run([sys.executable, SCRIPT, "--path", base, "--lang", "gu", "--text", str(tmp_path / "none.gu"),
+    done = run([SCRIPT, "--path", base, "--lang", "gu", "--text", str(tmp_path / "none.gu"),
                 "--spm", spm_model, "--out", str(tmp_path / "o.pt")])
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: text file {tmp_path}/none.gu does not exist"

@@ -36,7 +36,7 @@ def main():
     import torch
 
     tmp = tempfile.mkdtemp()
-    sh([sys.executable, "scripts/prepare_data.py", "--out", tmp, "--langs", "de,fr,gu,hi", "--max-train", "300",
+    sh(["hltmt-prepare-data", "--out", tmp, "--langs", "de,fr,gu,hi", "--max-train", "300",
         "--max-valid", "10", "--max-test", "9", "--vocab-size", "600"])
     data = os.path.join(HERE, "bin")
     shutil.rmtree(data, ignore_errors=True)

@@ -2,8 +2,8 @@
 """Export one language's adapters from a checkpoint, or import them into another checkpoint
 of the same base model.
 
-    python scripts/adapters.py export --path ckpt_hi/checkpoint_last.pt --lang hi --out hi.adapters.pt
-    python scripts/adapters.py import --path base/checkpoint_last.pt --adapters hi.adapters.pt \\
+    hltmt-adapters export --path ckpt_hi/checkpoint_last.pt --lang hi --out hi.adapters.pt
+    hltmt-adapters import --path base/checkpoint_last.pt --adapters hi.adapters.pt \\
         --out base_plus_hi.pt
 
 The file holds the language's language and invertible adapters and its ``__xx__`` token rows,
@@ -25,8 +25,6 @@ import os
 import sys
 import warnings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 # fairseq's import-time noise (hydra, tensorboardX) says nothing about adapters
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -1,10 +1,12 @@
-"""fairseq's start-up noise, filtered in the plugin's own scripts (not in the library)."""
+"""fairseq's start-up noise, kept out when the plugin is what imports fairseq (the plugin's own
+commands, ``import hltmt_plugin`` in Python); fairseq's commands, which import fairseq before the
+plugin, print what they always print."""
 import os
 
 # fairseq 0.12's own noise, not the plugin's: the notice it logs on import when tensorboardX is
 # missing (fairseq/tasks/text_to_speech.py), hydra's deprecation warnings when fairseq composes
 # its config, torch's pin_memory warning without a GPU. Kept out of the output of the scripts
-# that call quiet_fairseq() (not out of the library's) unless PYTHONWARNINGS is set.
+# that import the plugin before fairseq, unless PYTHONWARNINGS is set.
 FAIRSEQ_NOISE_LOG = "Please install tensorboardX"
 FAIRSEQ_NOISE_WARNINGS = (
     r"hydra\.experimental\.\w+\(\) is no longer experimental",

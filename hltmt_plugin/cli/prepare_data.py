@@ -8,7 +8,7 @@ after another) into one folder with a
 shared dictionary (``dict.{lang}.txt`` for every language), ready for
 ``--task hltmt_translation --langs en,XX,...``.
 
-    python scripts/prepare_data.py --out runs/data --langs de,fr,gu --max-train 2000
+    hltmt-prepare-data --out runs/data --langs de,fr,gu --max-train 2000
 
 With ``--spm-model M --dict D`` (e.g. XLM-R's ``sentencepiece.bpe.model`` and ``dict.txt``)
 no sentencepiece model is trained: every split is encoded with M and binarized with the
@@ -18,18 +18,15 @@ fingerprint of its dictionaries (``bin/dict_fingerprint.json``, sha256 of every
 ``dict.*.txt``), so a dictionary changed after binarization can be refused.
 """
 import argparse
-import importlib.util
 import os
 import random
 import shutil
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quiet import quiet_fairseq  # noqa: E402
+from hltmt_plugin.cli import DEBMT10
+from hltmt_plugin.data_fingerprint import write_fingerprint
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 WMT10_LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
 SPLITS = ["train", "valid", "test"]
 
@@ -40,16 +37,6 @@ class DataError(Exception):
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """The module docstring as written, and every option's default in --help."""
-
-
-def load_fingerprint_module():
-    """hltmt_plugin/data_fingerprint.py, loaded by path: importing the package would import
-    fairseq and the whole plugin, which this script does not need."""
-    path = os.path.join(ROOT, "hltmt_plugin", "data_fingerprint.py")
-    spec = importlib.util.spec_from_file_location("hltmt_plugin_data_fingerprint", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def check_options(args):
@@ -219,7 +206,6 @@ def binarize(spm_dir, bin_dir, lang, workers):
 
 
 def main(argv=None):
-    quiet_fairseq()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
     p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
@@ -274,7 +260,7 @@ def main(argv=None):
                 raise DataError(f"no usable training pair for en-{lang}")
             data[("train", lang)] = (en, xx)
     except DataError as error:
-        print(f"prepare_data: error: {error}", file=sys.stderr)
+        print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
         return 2
 
     spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
@@ -309,7 +295,7 @@ def main(argv=None):
         else:
             write_dict(sp, os.path.join(spm_dir, "dict.txt"))
     except DataError as error:
-        print(f"prepare_data: error: {error}", file=sys.stderr)
+        print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
         return 2
 
     for i, ((split, lang), (en, xx)) in enumerate(data.items(), 1):
@@ -319,7 +305,7 @@ def main(argv=None):
             if split != "train":
                 longest = max(range(len(encoded)), key=lambda j: len(encoded[j]))
                 if len(encoded[longest]) > args.max_eval_pieces:
-                    print(f"prepare_data: error: {split}.en-{lang}.{side} line {longest + 1} has "
+                    print(f"hltmt-prepare-data: error: {split}.en-{lang}.{side} line {longest + 1} has "
                           f"{len(encoded[longest])} pieces, more than --max-eval-pieces {args.max_eval_pieces}",
                           file=sys.stderr)
                     return 2
@@ -333,13 +319,13 @@ def main(argv=None):
             binarize(spm_dir, tmp_bin, lang, args.workers)
         except DataError as error:
             shutil.rmtree(tmp_bin, ignore_errors=True)
-            print(f"prepare_data: error: {error}", file=sys.stderr)
+            print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
             return 1
     for lang in ["en"] + langs:
         shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))
     with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
         f.write("\n".join(["en"] + langs) + "\n")
-    load_fingerprint_module().write_fingerprint(tmp_bin)  # refuse training on a dictionary changed later
+    write_fingerprint(tmp_bin)  # refuse training on a dictionary changed later
     shutil.rmtree(bin_dir, ignore_errors=True)
     os.replace(tmp_bin, bin_dir)  # the folder appears only once it is complete
     log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
 """The main job: DebMT-10 end to end, offline, on the data carried in this repository.
 
-    python scripts/main_job.py --size quick      # (make demo) about 20 minutes on 2 CPU cores
-    python scripts/main_job.py --size full       # the benchmark: all data, 3 seeds
+    hltmt-main-job --size quick      # (make demo) about 20 minutes on 2 CPU cores
+    hltmt-main-job --size full       # the benchmark: all data, 3 seeds
 
 Steps: prepare (joint sentencepiece + binarize) -> for each seed: the plain fairseq
 ``transformer`` MNMT baseline, HLT-MT stage high then stage all (one fairseq-train run that
 switches stage at ``--high-stage-updates``; or two runs, the second from the first's
 checkpoint, with ``--hltmt-schedule two-run``), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
 per target language, no gate) -> decode all 20 directions of every system with beam 5
-(parallel worker processes, scripts/gpu_decode.py; fp16 on a GPU) ->
+(parallel worker processes, hltmt_plugin/cli/decode.py; fp16 on a GPU) ->
 sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
-``scripts/report.py``. All systems get the same data, batch size and number of updates.
+``hltmt-report``. All systems get the same data, batch size and number of updates.
 
 Each step announces itself and its place in the run, streams fairseq's own progress, keeps
 its log under RUN/logs/ and marks itself done; a rerun resumes after the last completed step
@@ -35,18 +35,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGIN = os.path.join(ROOT, "hltmt_plugin")
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_decode import DecodeFailed, decode_all  # noqa: E402
-from launch import NOISE, QUIET_WARNINGS  # noqa: E402  (fairseq's own start-up noise, as launch.py keeps it out)
-
-
-def fairseq_cli(tool):
-    """fairseq's command-line tool ``tool`` (train, generate, preprocess) run by this Python as a
-    module: works wherever ``import fairseq`` does (a venv, ``pip install --target`` +
-    PYTHONPATH), unlike looking for a ``fairseq-train`` script next to the interpreter."""
-    return [sys.executable, "-m", f"fairseq_cli.{tool}"]
+from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
+from hltmt_plugin.cli.decode import DecodeFailed, decode_all
+from hltmt_plugin.cli.launch import NOISE, QUIET_WARNINGS  # fairseq's own start-up noise, as hltmt-launch keeps it out
 
 
 def nproc():
@@ -148,7 +139,7 @@ def run_logged(cmd, log_path, stdout_path=None):
         if not env.get("PYTHONWARNINGS"):  # fairseq's hydra / pin_memory / torch.cuda.amp warnings, not ours
             env["PYTHONWARNINGS"] = QUIET_WARNINGS
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if out else subprocess.STDOUT,
-                                text=True, cwd=ROOT, env=env)
+                                text=True, cwd=CHECKOUT, env=env)
 
         def pump(stream, sinks):
             for line in stream:
@@ -179,7 +170,7 @@ class Job:
         self.args = args
         self.size = SIZES[args.size]
         self.seeds = args.seeds or self.size.seeds
-        self.run_dir = os.path.abspath(args.run_dir or os.path.join(ROOT, "runs", f"debmt10-{args.size}"))
+        self.run_dir = os.path.abspath(args.run_dir or os.path.join("runs", f"debmt10-{args.size}"))
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.logs = os.path.join(self.run_dir, "logs")
         self.langs = args.langs.split(",") if args.langs else LANGS
@@ -215,7 +206,7 @@ class Job:
     # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "prepare_data.py"), "--raw", self.args.raw,
+        cmd = [*plugin_cli("prepare_data"), "--raw", self.args.raw,
                "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
                "--vocab-size", str(s.vocab)]
         cmd += ["--max-train", str(s.max_train)] if s.max_train else []
@@ -293,7 +284,7 @@ class Job:
 
     def report(self):
         one_run = self.args.hltmt_schedule == "one-run"
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "report.py"), "--decode-dir",
+        cmd = [*plugin_cli("report"), "--decode-dir",
                os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
                "--high", ",".join(self.high), "--baseline", "mnmt", "--system", "hltmt",
                "--title", f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
@@ -345,7 +336,6 @@ class Job:
         say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(self.run_dir, 'report', 'results.md')}")
 
 
-DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 
 
 def main(argv=None):
@@ -380,7 +370,7 @@ def main(argv=None):
     try:
         Job(args).run()
     except OptionError as error:
-        print(f"main_job: error: {error}", file=sys.stderr)
+        print(f"hltmt-main-job: error: {error}", file=sys.stderr)
         return 2
     except StepFailed as error:
         print(f"\nmain_job: error: {error}", file=sys.stderr)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Multi-process fairseq-train: one process per rank, as fairseq 0.12 needs on CPU.
 
-    python scripts/launch.py --nproc 2 -- DATA --user-dir hltmt_plugin --task hltmt_translation ...
+    hltmt-launch --nproc 2 -- DATA --user-dir hltmt_plugin --task hltmt_translation ...
     # several machines: the same command on each, with --nnodes, --node-rank, --master-addr
-    python scripts/launch.py --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc 4 -- DATA ...
+    hltmt-launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc 4 -- DATA ...
 
 fairseq 0.12 on CPU does the wrong thing silently in the obvious ways (``--cpu
 --distributed-world-size 2`` spawns no worker and exits 0; ``torchrun`` without
@@ -64,7 +64,7 @@ def main(argv=None):
         if any(a in ("-h", "--help") for a in argv):
             p.print_help()
             return 0
-        print("launch: error: put the fairseq-train arguments after --, e.g. scripts/launch.py --nproc 2 -- DATA "
+        print("hltmt-launch: error: put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
               "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)", file=sys.stderr)
         return 2
     split = argv.index("--")
@@ -72,14 +72,14 @@ def main(argv=None):
     train = argv[split + 1:]
     clash = [o for o in OWN if any(a == o or a.startswith(o + "=") for a in train)]
     if clash:
-        print(f"launch: error: {', '.join(clash)} is set by the launcher; remove it from the fairseq-train "
+        print(f"hltmt-launch: error: {', '.join(clash)} is set by the launcher; remove it from the fairseq-train "
               "arguments", file=sys.stderr)
         return 2
     if args.nproc < 1 or args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
-        print("launch: error: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes", file=sys.stderr)
+        print("hltmt-launch: error: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes", file=sys.stderr)
         return 2
     if args.nnodes > 1 and args.master_port == 0:
-        print("launch: error: with several machines give the same --master-port on each", file=sys.stderr)
+        print("hltmt-launch: error: with several machines give the same --master-port on each", file=sys.stderr)
         return 2
     world = args.nproc * args.nnodes
     port = args.master_port or free_port()
@@ -106,7 +106,7 @@ def main(argv=None):
             env["PYTHONWARNINGS"] = QUIET_WARNINGS
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True, env=env))
-    print(f"launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
+    print(f"hltmt-launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
           f"tcp://{args.master_addr}:{port}, logs in {log_dir}/rank*.log", flush=True)
 
     def pump(i):
@@ -146,7 +146,7 @@ def main(argv=None):
             rank = args.node_rank * args.nproc + failed
             tail = open(os.path.join(log_dir, f"rank{rank}.log"), encoding="utf-8").read().splitlines()[-20:]
             print("\n".join(line[:300] for line in tail), file=sys.stderr)
-            print(f"launch: error: rank {rank} failed (exit {procs[failed].returncode}); the other ranks were "
+            print(f"hltmt-launch: error: rank {rank} failed (exit {procs[failed].returncode}); the other ranks were "
                   "stopped", file=sys.stderr)
         return 1
     return 0

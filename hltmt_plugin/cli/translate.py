@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Translate lines in any mix of directions with one loaded HLT-MT checkpoint.
 
-    python scripts/translate.py --checkpoint ckpt/checkpoint_best.pt --spm runs/data/spm/spm.model < in.tsv > out.txt
+    hltmt-translate --checkpoint ckpt/checkpoint_best.pt --spm runs/data/spm/spm.model < in.tsv > out.txt
 
 Input (a file given with --input, or stdin): one sentence per line, ``SRC<TAB>TGT<TAB>TEXT``
 (e.g. ``en<TAB>de<TAB>The file is open.``), or plain text with ``--src`` and ``--tgt``.
@@ -26,12 +26,8 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from quiet import quiet_fairseq  # noqa: E402
 
-PROG = "translate"
+PROG = "hltmt-translate"
 
 
 def parse_args(argv=None):
@@ -97,7 +93,6 @@ def chunks(stream, size):
 
 def main(argv=None):
     args = parse_args(argv)
-    quiet_fairseq()
     if not args.verbose:
         logging.disable(logging.WARNING)  # fairseq's INFO/WARNING lines; errors still end in one line
     try:

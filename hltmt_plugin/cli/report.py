@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build the results report from fairseq-generate outputs.
 
-    python scripts/report.py --decode-dir RUN/decode --out RUN/report --high fr,de,cs,tr,fi,et \
+    hltmt-report --decode-dir RUN/decode --out RUN/report --high fr,de,cs,tr,fi,et \
         --baseline mnmt --system hltmt [--gate-checkpoint STAGE1/checkpoint_last.pt]
 
 Reads ``DECODE/<system>/seed<N>/<src>-<tgt>.gen`` (fairseq-generate output with
@@ -37,7 +37,6 @@ import statistics
 import sys
 from collections import defaultdict
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
 PAPER_EN_X = {"mnmt": 22.0, "lsmnmt": 22.3, "hltmt": 23.1}
 PAPER_NAMES = {"mnmt": "MNMT", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
@@ -369,8 +368,6 @@ def gate_heatmap(path, checkpoint):
     import matplotlib.pyplot as plt
     import torch
 
-    if ROOT not in sys.path:  # the plugin of this repository, installed or not
-        sys.path.insert(0, ROOT)
     import hltmt_plugin  # noqa: F401  (registers the model, allowlists checkpoint types)
     from fairseq import checkpoint_utils
 
@@ -431,7 +428,7 @@ def main(argv=None):
             with open(args.run_info, encoding="utf-8") as f:
                 run_info = json.load(f)
     except (ValueError, OSError) as error:
-        print(f"report: error: {error}", file=sys.stderr)
+        print(f"hltmt-report: error: {error}", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
     systems = sorted({r["system"] for r in rows}, key=lambda s: (s != args.baseline, s != args.system, s))
@@ -468,7 +465,7 @@ def main(argv=None):
     if curves:
         plot_valid(os.path.join(args.out, "valid_loss.png"), curves, conv, args.title)
         written.append("valid_loss.png")
-    print(f"report: {len(rows)} scored outputs -> {args.out}/" + ", ".join(written))
+    print(f"hltmt-report: {len(rows)} scored outputs -> {args.out}/" + ", ".join(written))
     return 0
 
 

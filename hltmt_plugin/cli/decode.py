@@ -3,14 +3,14 @@
 (checkpoint, direction) job inside one Python process, so Python, torch, fairseq and CUDA start
 once per worker instead of once per direction; several workers run at the same time.
 
-    python scripts/gpu_decode.py --jobs JOBS.tsv -- DATA --user-dir ... --beam 5 ...
+    python hltmt_plugin/cli/decode.py --jobs JOBS.tsv -- DATA --user-dir ... --beam 5 ...
 
 JOBS.tsv: one job per line, ``label<TAB>checkpoint<TAB>src<TAB>tgt<TAB>output.gen``. Each job
 runs ``fairseq-generate <common options> --path CKPT -s SRC -t TGT`` and its output (the
 usual S-/T-/H-/D- lines) is written to ``output.gen`` (atomically: a ``.gen`` exists only
 when its direction is complete). A failed job stops the worker with one error line.
 
-``decode_all`` (used by scripts/main_job.py and scripts/gpu_run.py) splits jobs over
+``decode_all`` (used by hltmt-main-job and scripts/gpu_run.py) splits jobs over
 workers, balanced by the size of each direction's test set, and runs them concurrently.
 """
 import argparse
@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from hltmt_plugin.cli import CHECKOUT, plugin_cli
 
 
 class DecodeFailed(Exception):
@@ -116,10 +116,10 @@ def decode_all(jobs, common, data, workers, log_dir, env=None, echo=sys.stdout):
             f.writelines("\t".join(j) + "\n" for j in group)
         log_path = os.path.join(log_dir, f"decode_worker{w}.log")
         log = open(log_path, "w", encoding="utf-8")
-        cmd = [sys.executable, os.path.abspath(__file__), "--jobs", jobs_file, "--", *common]
+        cmd = [*plugin_cli("decode"), "--jobs", jobs_file, "--", *common]
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT, env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=CHECKOUT, env=env)
 
         def pump(stream=proc.stdout, sink=log):
             for line in stream:
@@ -148,7 +148,7 @@ def decode_all(jobs, common, data, workers, log_dir, env=None, echo=sys.stdout):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
-        print("gpu_decode: error: usage: gpu_decode.py --jobs JOBS.tsv -- DATA [fairseq-generate options]",
+        print("hltmt-decode: error: usage: gpu_decode.py --jobs JOBS.tsv -- DATA [fairseq-generate options]",
               file=sys.stderr)
         return 2
     cut = argv.index("--")
@@ -158,7 +158,7 @@ def main(argv=None):
     try:
         jobs = read_jobs(args.jobs)
     except (DecodeFailed, OSError) as error:
-        print(f"gpu_decode: error: {error}", flush=True)
+        print(f"hltmt-decode: error: {error}", flush=True)
         return 1
     try:
         run_jobs(jobs, argv[cut + 1:])
@@ -168,7 +168,7 @@ def main(argv=None):
         traceback.print_exc()
         what = f"exit {error.code} from fairseq's option parser (see the log)" if isinstance(error, SystemExit) \
             else f"{type(error).__name__}: {error}"
-        print(f"gpu_decode: error: {what}", flush=True)
+        print(f"hltmt-decode: error: {what}", flush=True)
         return 1
     return 0
 

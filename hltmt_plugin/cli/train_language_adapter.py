@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Train one language's encoder language adapters and invertible adapter by masked language
 modelling on plain text of that language, everything else frozen (MAD-X, Pfeiffer et al.
-2020), and write them as an adapter file in the format of ``scripts/adapters.py export``.
+2020), and write them as an adapter file in the format of ``hltmt-adapters export``.
 
-    python scripts/train_language_adapter.py --path ckpt/base/checkpoint_last.pt --lang hi \\
+    hltmt-train-language-adapter --path ckpt/base/checkpoint_last.pt --lang hi \\
         --text mono.hi --spm runs/data/spm/spm.model --out hi.mlm.adapters.pt --steps 2000
-    python scripts/adapters.py import --path ckpt/base/checkpoint_last.pt --adapters hi.mlm.adapters.pt \\
+    hltmt-adapters import --path ckpt/base/checkpoint_last.pt --adapters hi.mlm.adapters.pt \\
         --out ckpt/base_plus_hi.pt
 
 The checkpoint is a translation model with adapters (``--language-adapters`` and/or
@@ -15,7 +15,7 @@ encoded with the sentencepiece model the data was prepared with, masked with fai
 ``MaskTokensDataset`` and fed to the encoder as a sentence of that language; the loss is
 fairseq's ``masked_lm`` criterion over the tied output embedding (see
 ``hltmt_plugin/adapters/mlm.py``). Every other parameter stays bit-identical, so the file
-imports into every checkpoint of the same base (``scripts/adapters.py import``), where the
+imports into every checkpoint of the same base (``hltmt-adapters import``), where the
 language can then be translated from without parallel data (MAD-X's zero-shot transfer).
 Defaults follow MAD-X: Adam, learning rate 1e-4, 64 sentences per batch. The loss is logged
 in base 2 per masked token, as fairseq's ``masked_lm`` criterion reports it.
@@ -28,8 +28,6 @@ import sys
 import time
 import warnings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 # fairseq's import-time noise (hydra, tensorboardX) says nothing about adapters
 for _category in (UserWarning, DeprecationWarning, FutureWarning):
     warnings.filterwarnings("ignore", category=_category)

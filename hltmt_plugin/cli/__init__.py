@@ -1,0 +1,23 @@
+"""The plugin's commands, installed with the package (``hltmt-translate``, ``hltmt-prepare-data``,
+...; see ``setup.py``'s ``console_scripts``). Each module is one command: a ``main(argv)`` over
+functions a test can call. Shared here: where the plugin and its example data are, and how one
+command runs another or one of fairseq's (by this Python, ``python -m``), so that the commands
+work from a virtual environment, ``pip install --target`` and an editable checkout alike."""
+import os
+import sys
+
+PLUGIN = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder --user-dir names
+CHECKOUT = os.path.dirname(PLUGIN)  # a source checkout's root (editable install)
+DEBMT10 = os.path.join(CHECKOUT, "data", "debmt10")  # the example data a source checkout holds
+
+
+def fairseq_cli(tool):
+    """fairseq's command-line tool ``tool`` (train, generate, preprocess) run by this Python as a
+    module: works wherever ``import fairseq`` does (a venv, ``pip install --target`` +
+    PYTHONPATH), unlike looking for a ``fairseq-train`` script next to the interpreter."""
+    return [sys.executable, "-m", f"fairseq_cli.{tool}"]
+
+
+def plugin_cli(command):
+    """The plugin's own command ``command`` (a module of this folder) run by this Python."""
+    return [sys.executable, "-m", f"hltmt_plugin.cli.{command}"]
