@@ -17,7 +17,7 @@ from torch import Tensor
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerModel
-from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+from fairseq.tasks import TASK_REGISTRY
 
 from hltmt_plugin.adapters import feature as adapter_feature
 from hltmt_plugin.adapters.config import AdapterConfig, layout_adapters
@@ -61,9 +61,12 @@ class SlpConfig(OptionGroup):
 
 def validate(slp: SlpConfig, task) -> List[str]:
     """Check the SLP options against the task; return the high-resource languages."""
-    if not isinstance(task, TranslationMultiSimpleEpochTask):
-        raise HltmtConfigError(
-            f"--arch hltmt_transformer needs --task hltmt_translation (got {type(task).__name__})")
+    # Not the parent task either: it would decode with fairseq 0.12's first-direction language
+    # ids and drop the last partial batch (fairseq issue 5036), both fixed by hltmt_translation.
+    own_task = TASK_REGISTRY.get("hltmt_translation")  # looked up: the model does not import the task
+    if own_task is None or not isinstance(task, own_task):
+        name = next((n for n, c in TASK_REGISTRY.items() if c is type(task)), type(task).__name__)
+        raise HltmtConfigError(f"--arch hltmt_transformer needs --task hltmt_translation (got --task {name})")
     high = split_list(slp.high_resource_langs)
     if not high:
         raise HltmtConfigError("--high-resource-langs is required: the comma-separated target "

@@ -21,7 +21,8 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
-from hltmt_plugin.tasks.data_checks import (OverlongInputs, check_data, check_split, record_or_check_dictionaries,
+from hltmt_plugin.tasks.data_checks import (OverlongInputs, check_data, check_language_marking, check_split,
+                                            record_or_check_dictionaries, record_or_check_vocabulary,
                                             running_fairseq_interactive)
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
@@ -82,9 +83,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
 
     def build_model(self, args, from_checkpoint=False):
+        check_language_marking(args, self.args)  # a checkpoint's stored options against these
         model = super().build_model(args, from_checkpoint)
         if hasattr(model, "slp"):
             record_or_check_dictionaries(args, self.args.data)
+            record_or_check_vocabulary(args, self.source_dictionary, self.langs)
         if self.training and hasattr(model, "slp"):
             check_ddp_backend(args)
             check_precision(args)
