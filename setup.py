@@ -35,5 +35,6 @@ setup(
         "hltmt-launch = hltmt_plugin.cli.launch:main",
         "hltmt-main-job = hltmt_plugin.cli.main_job:main",
         "hltmt-report = hltmt_plugin.cli.report:main",
+        "hltmt-options = hltmt_plugin.cli.options:main",
     ]},
 )
