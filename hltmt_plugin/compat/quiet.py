@@ -6,7 +6,7 @@ import os
 # fairseq 0.12's own noise, not the plugin's: the notice it logs on import when tensorboardX is
 # missing (fairseq/tasks/text_to_speech.py), hydra's deprecation warnings when fairseq composes
 # its config, torch's pin_memory warning without a GPU. Kept out of the output of the scripts
-# that import the plugin before fairseq, unless PYTHONWARNINGS is set.
+# that import the plugin before fairseq (the warnings: unless PYTHONWARNINGS is set).
 FAIRSEQ_NOISE_LOG = "Please install tensorboardX"
 FAIRSEQ_NOISE_WARNINGS = (
     r"hydra\.experimental\.\w+\(\) is no longer experimental",
@@ -19,13 +19,14 @@ FAIRSEQ_NOISE_WARNINGS = (
 
 
 def quiet_fairseq():
-    """Filter fairseq's own noise (above) in this process, before fairseq is imported."""
-    if os.environ.get("PYTHONWARNINGS"):
-        return
+    """Filter fairseq's own noise (above) in this process, before fairseq is imported: the log
+    notice always, the warnings unless PYTHONWARNINGS says which warnings to show."""
     import logging
     import warnings
 
-    for message in FAIRSEQ_NOISE_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=UserWarning)
     logging.getLogger("fairseq.tasks.text_to_speech").addFilter(
         lambda record: FAIRSEQ_NOISE_LOG not in record.getMessage())
+    if os.environ.get("PYTHONWARNINGS"):
+        return
+    for message in FAIRSEQ_NOISE_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
