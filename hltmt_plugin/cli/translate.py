@@ -13,25 +13,54 @@ Lines are read in chunks of --buffer-size; the directions of a chunk are batched
 and its translations written (and flushed) before the next chunk is read, so the command
 streams. A file gets a progress bar on stderr; the rate (sentences/s) is printed at the end.
 
+Lines: a line ends at ``\n``, ``\r\n`` or a lone ``\r`` (files of every platform; the output
+always ends its lines with ``\n``); no other character ends a line (``\x0b``, ``\x0c``,
+``\x1c``-``\x1e``, ``\x85``, U+2028, U+2029 stay inside theirs; a translation holding one of them
+gets a space there, and with --json they are escaped). A UTF-8 byte order mark at the start of
+the input is dropped; a UTF-16 or UTF-32 one is refused (convert the file to UTF-8). The
+output has exactly one line per input line, in order.
+
 A line that cannot be translated (unknown language, a direction the model cannot serve,
-empty, longer than the model's source positions) is reported on stderr with its line number
-and written as an empty line (with --json: an object with "error"); the other lines are
-translated. Exit status: 0 all translated, 1 some lines failed, 2 nothing could start (bad
-checkpoint, options or files), with one line on stderr.
+empty, longer than the model's source positions, not valid UTF-8, holding a NUL byte) is
+reported on stderr with its line number and written as an empty line (with --json: an object
+with "error"); the other lines are translated. Exit status: 0 all translated, 1 some lines
+failed, 2 nothing could start (bad checkpoint, options or files), with one line on stderr.
+
+--output is written to a temporary file beside it and renamed over it only when every line
+is written: a failure or an interrupt leaves the old file as it was. An --output that is one
+of the files the command reads (--input, the checkpoint, the sentencepiece model, a file of the
+data folder) is refused.
 """
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
+
+from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs
 
 
 PROG = "hltmt-translate"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a wrong option reported in one line."""
+
+    def error(self, message):
+        self.exit(2, f"{PROG}: error: {message} (see --help)\n")
+
+
+def finite_float(text):
+    value = float(text)  # argparse turns a ValueError into "invalid finite_float value"
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", "--path", required=True, help="checkpoint of an hltmt_transformer model")
     p.add_argument("--spm", default=None, help="sentencepiece model (default: found beside the data folder "
                                                "(../spm/spm.model), in it, or beside the checkpoint)")
@@ -42,7 +71,7 @@ def parse_args(argv=None):
     p.add_argument("--src", default=None, help="source language of every line (plain-text input; with --tgt)")
     p.add_argument("--tgt", default=None, help="target language of every line (plain-text input; with --src)")
     p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty")
+    p.add_argument("--lenpen", type=finite_float, default=1.0, help="length penalty")
     p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
     p.add_argument("--max-tokens", type=int, default=4000, help="source tokens per batch")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: no limit)")
@@ -80,15 +109,79 @@ def split_line(text, args):
     return parts[0].strip(), parts[1].strip(), parts[2]
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # also the start of UTF-32's
+
+
+class InputError(Exception):
+    """An input the command cannot read at all (one line, exit 2)."""
+
+
+def raw_lines(stream):
+    """The lines of a binary stream as bytes, without their ends: a line ends at ``\n``,
+    ``\r\n`` or a lone ``\r``; a UTF-8 byte order mark at the start is dropped."""
+    first = True
+    for raw in stream:  # a binary stream splits at b"\n" only
+        body = raw[:-1] if raw.endswith(b"\n") else raw
+        if body.endswith(b"\r"):
+            body = body[:-1]
+        if first:
+            first = False
+            if body.startswith(UTF16_BOMS):
+                raise InputError("the input starts with a UTF-16 / UTF-32 byte order mark: convert it to UTF-8 "
+                                 "(e.g. iconv -f UTF-16 -t UTF-8)")
+            if body.startswith(UTF8_BOM):
+                body = body[len(UTF8_BOM):]
+        yield from body.split(b"\r")
+
+
+def decode(raw):
+    """(text, None) for a line of valid UTF-8 without NUL bytes, else (None, why)."""
+    if b"\x00" in raw:
+        return None, (f"holds a NUL byte at byte {raw.index(0) + 1} (binary data, or UTF-16 text?): not "
+                      "translated")
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as error:
+        return None, (f"is not valid UTF-8 (byte 0x{raw[error.start]:02x} at byte {error.start + 1}): not "
+                      "translated; convert the file to UTF-8")
+
+
 def chunks(stream, size):
     chunk = []
-    for line in stream:
-        chunk.append(line.rstrip("\r\n"))
+    for raw in raw_lines(stream):
+        chunk.append(decode(raw))
         if len(chunk) >= size:
             yield chunk
             chunk = []
     if chunk:
         yield chunk
+
+
+LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what some reader takes for a line end
+ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
+JSON_ESCAPES = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # json.dumps escapes the rest
+
+
+def output_line(result, as_json):
+    """One output line (with its \\n) that no reader splits in two."""
+    if not as_json:
+        return (result.text or "").translate(ONE_LINE) + "\n"
+    record = result.to_dict()
+    record["translation"] = record.pop("text")
+    line = json.dumps(record, ensure_ascii=False)
+    for char, escaped in JSON_ESCAPES.items():
+        line = line.replace(char, escaped)
+    return line + "\n"
+
+
+def same_as_stdin(path):
+    """Whether ``path`` is the file on stdin (``hltmt-translate -o F < F``)."""
+    try:
+        here, there = os.fstat(sys.stdin.fileno()), os.stat(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino) and os.path.isfile(path)
 
 
 def main(argv=None):
@@ -103,6 +196,25 @@ def main(argv=None):
 
     if args.input != "-" and not os.path.isfile(args.input):
         return fail(f"input file {args.input} does not exist")
+    sink = None
+    try:
+        if args.output != "-":
+            refuse_inputs("--output", args.output, {"the --input file": None if args.input == "-" else args.input,
+                                                    "the checkpoint": args.checkpoint, "the --spm model": args.spm})
+            if args.input == "-" and same_as_stdin(args.output):
+                raise OutputError(f"--output {args.output} is the file on stdin: writing there would replace it; "
+                                  "name another file")
+            sink = AtomicOutput(args.output, "--output")  # created now: an unwritable place fails before loading
+        status = translate_all(args, sink, HltmtTranslator, HltmtError)
+    except OutputError as error:
+        status = fail(error)
+    finally:
+        if sink is not None:
+            sink.discard()  # unless committed: the old file stays as it was
+    return status
+
+
+def translate_all(args, sink, HltmtTranslator, HltmtError):
     try:
         translator = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device=args.device,
                                           fp16=args.fp16, max_tokens=args.max_tokens, max_sentences=args.batch_size)
@@ -110,62 +222,71 @@ def main(argv=None):
         return fail(error)
     except Exception as error:  # noqa: BLE001 (whatever fairseq raises on a file it cannot use: one line)
         return fail(f"cannot load {args.checkpoint}: {type(error).__name__}: {str(error).strip()[:300]}")
+    if sink is not None:
+        refuse_inputs("--output", args.output, {"the sentencepiece model": translator.spm},
+                      {"the data folder": str(translator.task.args.data).split(os.pathsep)[0]})
     if args.src is not None:
         try:
             translator.routing(args.src, args.tgt)
         except HltmtError as error:
             return fail(error)
 
-    source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8", errors="replace")
-    sink = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+    out = sink.file if sink is not None else sys.stdout
+    if sink is None and hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(encoding="utf-8", newline="\n")
     size = args.buffer_size or (1 if args.input == "-" and sys.stdin.isatty() else 1024)
+    try:
+        source = sys.stdin.buffer if args.input == "-" else open(args.input, "rb")
+    except OSError as error:
+        return fail(f"cannot read --input {args.input}: {error.strerror or error}")
     bar = None
-    if args.input != "-" and not args.no_progress:
-        from tqdm import tqdm
-
-        with open(args.input, encoding="utf-8", errors="replace") as f:
-            total = sum(1 for _ in f)
-        bar = tqdm(total=total, unit="sent", file=sys.stderr, dynamic_ncols=True, desc=PROG)
-
     done = failed = 0
     start = time.perf_counter()
     try:
+        if args.input != "-" and not args.no_progress:
+            from tqdm import tqdm
+
+            with open(args.input, "rb") as f:
+                total = sum(1 for _ in raw_lines(f))
+            bar = tqdm(total=total, unit="sent", file=sys.stderr, dynamic_ncols=True, desc=PROG)
         for chunk in chunks(source, size):
-            items = [split_line(text, args) for text in chunk]
+            items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
             results = translator.translate_batch(
                 items, beam=args.beam, lenpen=args.lenpen, max_len=args.max_len, details=True, errors="keep",
                 first_line=done + 1, progress=bar.update if bar is not None else None)
-            for text, item, result in zip(chunk, items, results):
-                if item[2] is None:
+            for (text, unreadable), item, result in zip(chunk, items, results):
+                if unreadable is not None:
+                    result.error, result.src, result.tgt, result.source = unreadable, "", "", ""
+                elif item[2] is None:
                     result.error = "expected SRC<TAB>TGT<TAB>TEXT (or give --src and --tgt for plain text)"
                     result.src = result.tgt = ""
                     result.source = text
                 if result.error is not None:
                     failed += 1
-                    message = f"{PROG}: line {result.line}: {result.error}\n"
+                    message = f"{PROG}: line {result.line}: {result.error}"
                     if bar is not None:
-                        bar.write(message.rstrip("\n"), file=sys.stderr)
+                        bar.write(message, file=sys.stderr)
                     else:
-                        sys.stderr.write(message)
-                if args.json:
-                    record = result.to_dict()
-                    record["translation"] = record.pop("text")
-                    sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-                else:
-                    sink.write((result.text or "") + "\n")
-            sink.flush()
+                        sys.stderr.write(message + "\n")
+                out.write(output_line(result, args.json))
+            out.flush()
             done += len(chunk)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        return fail(f"interrupted after {done} line(s)", 130)
+        return fail(f"interrupted after {done} line(s)" + (f"; --output {args.output} left as it was" if sink else ""),
+                    130)
+    except InputError as error:
+        return fail(error)
     except HltmtError as error:
         return fail(error)
     finally:
         if bar is not None:
             bar.close()
-        if sink is not sys.stdout:
-            sink.close()
+        if source is not sys.stdin.buffer:
+            source.close()
+    if sink is not None:
+        sink.commit()  # every line written: the output replaces the old file now
     seconds = time.perf_counter() - start
     rate = (done - failed) / seconds if seconds > 0 else 0.0
     sys.stderr.write(f"{PROG}: {done - failed} of {done} sentence(s) translated in {seconds:.1f} s: "

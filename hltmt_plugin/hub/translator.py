@@ -31,6 +31,7 @@ reported with its line number; the others are still translated.
 """
 import logging
 import math
+import os
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,6 +42,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 logger = logging.getLogger(__name__)
 
+from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.loading import MODEL_NAME, _find_spm, _read_checkpoint, _stored
 from hltmt_plugin.hub.results import Translation, TranslationErrors, _routing_of
 
@@ -84,13 +86,18 @@ class HltmtTranslator:
         from fairseq import checkpoint_utils
         from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 
+        max_tokens = arguments.positive_int("max_tokens", max_tokens)
+        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
+        device = _device(device)
+        if not isinstance(checkpoint, (str, os.PathLike)):
+            raise HltmtConfigError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
+        checkpoint = os.fspath(checkpoint)
         state, folder = _read_checkpoint(checkpoint, data)
         spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
         model = models[0]
         if not hasattr(model, "routing_map"):
             raise HltmtInputError(f"checkpoint {checkpoint} did not build the plugin's {MODEL_NAME} model")
-        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
         if fp16:
             model.half()
@@ -104,7 +111,7 @@ class HltmtTranslator:
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
         """How the model routes ``src -> tgt`` (see :func:`_routing_of`); an error if it cannot."""
-        unknown = [lang for lang in (src, tgt) if lang not in self.langs]
+        unknown = [lang for lang in (src, tgt) if not isinstance(lang, str) or lang not in self.langs]
         if unknown:
             raise HltmtInputError(f"unknown language {unknown[0]!r} (this model knows {','.join(self.langs)})")
         key = (src, tgt)
@@ -126,6 +133,7 @@ class HltmtTranslator:
         if not isinstance(text, str):
             raise HltmtInputError(f"expected text, got {type(text).__name__}")
         routing = self.routing(src, tgt)
+        arguments.check_text(text)
         if not text.strip():
             raise HltmtInputError("empty line: nothing to translate")
         tokens = self.encode(text)
@@ -167,8 +175,10 @@ class HltmtTranslator:
 
         sizes = np.array([dataset.src_sizes[j] for _, dataset, j in entries], dtype=np.int64)
         order = np.argsort(sizes, kind="mergesort")
-        for batch in data_utils.batch_by_size(order, num_tokens_fn=None, num_tokens_vec=sizes[order],
-                                              max_tokens=max_tokens, max_sentences=max_sentences):
+        fits = sizes[order] <= max_tokens  # a sentence longer than the token budget is a batch of its own
+        batches = data_utils.batch_by_size(order[fits], num_tokens_fn=None, num_tokens_vec=sizes[order][fits],
+                                           max_tokens=max_tokens, max_sentences=max_sentences) if fits.any() else []
+        for batch in list(batches) + [[k] for k in order[~fits]]:
             samples = []
             for k in batch:
                 index, dataset, j = entries[k]
@@ -176,7 +186,8 @@ class HltmtTranslator:
             yield entries[batch[0]][1].collater(samples)
 
     def generator(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200):
-        key = (beam, lenpen, max_len)
+        key = arguments.generation(beam, lenpen, max_len)
+        beam, lenpen, max_len = key
         if key not in self._generators:
             from fairseq.dataclass.configs import GenerationConfig
 
@@ -189,6 +200,10 @@ class HltmtTranslator:
         """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
         if isinstance(texts, str):
             texts = [texts]
+        texts = arguments.as_list("texts", texts, "sentences (str)")
+        for name, lang in (("src", src), ("tgt", tgt)):
+            if not isinstance(lang, str):
+                raise HltmtInputError(f"{name} must be a language code (str), got {type(lang).__name__}")
         return self.translate_batch([(src, tgt, text) for text in texts], **kwargs)
 
     def translate_batch(self, items: Sequence[Tuple[str, str, str]], beam: int = 5, lenpen: float = 1.0,
@@ -208,8 +223,16 @@ class HltmtTranslator:
             first_line: the line number of the first item, for messages.
             progress: called with the number of sentences finished after each batch.
         """
-        if errors not in ("raise", "keep"):
-            raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r}")
+        if not isinstance(errors, str) or errors not in ("raise", "keep"):
+            raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
+        items = arguments.as_list("items", items, "(src, tgt, text) tuples")
+        beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
+        max_tokens = arguments.positive_int("max_tokens", max_tokens, optional=True)
+        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
+        if isinstance(first_line, bool) or not isinstance(first_line, int):
+            raise HltmtConfigError(f"first_line must be a whole number, got {first_line!r:.60}")
+        if progress is not None and not callable(progress):
+            raise HltmtConfigError(f"progress must be a function (or None), got {type(progress).__name__}")
         results: List[Translation] = []
         prepared = []
         for i, item in enumerate(items):
@@ -275,6 +298,23 @@ class HltmtTranslator:
                 best["tokens"].int().cpu(), extra_symbols_to_ignore=strip))
             result.score = float(best["score"]) / math.log(2)
             result.tokens = int(best["tokens"].numel())
+
+
+def _device(device: Optional[str]) -> torch.device:
+    """The device to translate on: ``device`` checked (one line, not torch's message), or cuda
+    when there is one."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise HltmtConfigError(f"device {device!r:.60} is not a torch device (cpu, cuda, cuda:1 ...): "
+                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+    if found.type == "cuda" and (not torch.cuda.is_available() or (found.index or 0) >= torch.cuda.device_count()):
+        raise HltmtConfigError(f"device {device} is not available here ({torch.cuda.device_count()} CUDA device(s))")
+    if found.type not in ("cpu", "cuda"):
+        raise HltmtConfigError(f"device {device}: translation runs on cpu or cuda")
+    return found
 
 
 def load(checkpoint: str, spm: Optional[str] = None, **kwargs) -> HltmtTranslator:

@@ -1,0 +1,62 @@
+"""The Python API's arguments, checked as the command line checks its options: each problem is
+one :class:`~hltmt_plugin.errors.HltmtConfigError` (an option) or
+:class:`~hltmt_plugin.errors.HltmtInputError` (the input) naming the argument, before any
+search runs."""
+import math
+import numbers
+from typing import Iterable, List, Optional
+
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+
+def positive_int(name: str, value, optional: bool = False) -> Optional[int]:
+    """``value`` as an int of at least 1 (None allowed when ``optional``)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise HltmtConfigError(f"{name} must be a whole number of at least 1, got {value!r:.60}")
+    if value < 1:
+        raise HltmtConfigError(f"{name} must be at least 1, got {value}")
+    return int(value)
+
+
+def finite_float(name: str, value) -> float:
+    """``value`` as a finite float (not NaN, not infinite)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise HltmtConfigError(f"{name} must be a number, got {value!r:.60}")
+    if not math.isfinite(float(value)):
+        raise HltmtConfigError(f"{name} must be a finite number, got {value}")
+    return float(value)
+
+
+def generation(beam, lenpen, max_len):
+    """(beam, lenpen, max_len) checked."""
+    return positive_int("beam", beam), finite_float("lenpen", lenpen), positive_int("max_len", max_len)
+
+
+def as_list(name: str, value, what: str) -> List:
+    """A list of the items of ``value``: a list, tuple or other iterable of items; None, a
+    single string or bytes, a mapping or a non-iterable is refused naming ``name``."""
+    if value is None:
+        raise HltmtInputError(f"{name} is None: give a list of {what}")
+    if isinstance(value, (str, bytes, bytearray)):
+        raise HltmtInputError(f"{name} is a single {type(value).__name__}: give a list of {what}")
+    if isinstance(value, dict) or not isinstance(value, Iterable):
+        raise HltmtInputError(f"{name} must be a list of {what}, got {type(value).__name__}")
+    return list(value)
+
+
+CONTROL = "\x00"  # never text: a NUL byte is binary data (or UTF-16 read as UTF-8)
+
+
+def check_text(text: str) -> None:
+    """A sentence the model can be given as it is: valid Unicode (no lone surrogate, which
+    UTF-8 cannot hold) and no NUL character."""
+    if CONTROL in text:
+        raise HltmtInputError(f"the text holds a NUL character at position {text.index(CONTROL) + 1} (binary data, or "
+                              "UTF-16 text read as UTF-8?): not translated")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise HltmtInputError(f"the text is not valid Unicode ({error.object[error.start]!r} at position {error.start + 1}, "
+                              "a lone surrogate): not translated") from None
