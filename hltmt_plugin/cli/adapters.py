@@ -49,12 +49,23 @@ def load(path, data):
     return model
 
 
+def refuse_inputs(option, out, inputs, data):
+    """An output that is one of the files the command reads: one line, nothing written."""
+    from hltmt_plugin.cli.output import OutputError, refuse_inputs as refuse
+
+    try:
+        refuse(option, out, inputs, {"the data folder --data": data})
+    except OutputError as error:
+        raise HltmtInputError(str(error)) from None
+
+
 def export(args):
     from hltmt_plugin.adapters.files import export_language
 
     if os.path.exists(args.out) and os.path.samefile(args.out, args.path):
         raise HltmtInputError(f"export --out {args.out} is the checkpoint --path itself: writing the adapter file "
                               "there would replace the checkpoint; name another file")
+    refuse_inputs("export --out", args.out, {}, args.data)
     model = load(args.path, args.data)
     blob = export_language(model, args.lang, args.out)
     n = sum(t.numel() for t in blob["tensors"].values())
@@ -67,6 +78,8 @@ def import_(args):
 
     from hltmt_plugin.adapters.files import atomic_save, import_language
 
+    # --out may be --path (the checkpoint is replaced whole, atomically), never the adapter file
+    refuse_inputs("import --out", args.out, {"the --adapters file": args.adapters}, args.data)
     model = load(args.path, args.data)
     lang = import_language(model, args.adapters)
     state = torch.load(args.path, map_location="cpu", weights_only=True)  # as written, plain types only

@@ -25,6 +25,7 @@ import sys
 import time
 
 from hltmt_plugin.cli import DEBMT10
+from hltmt_plugin.cli.output import inside, replace_folder
 from hltmt_plugin.data_fingerprint import write_fingerprint
 
 WMT10_LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
@@ -239,6 +240,10 @@ def main(argv=None):
             raise DataError("--langs lists the non-English languages; en is always included")
         if not os.path.isdir(args.raw):
             raise DataError(f"raw data folder {args.raw} does not exist")
+        for made in ("spm", "bin"):  # replaced whole at the end: the raw text must not lie in them
+            if inside(args.raw, os.path.join(args.out, made)):
+                raise DataError(f"--raw {args.raw} lies in {os.path.join(args.out, made)}, which this command "
+                                f"replaces with its {made} output: give another --out")
         known = sorted({f.split(".")[1].split("-")[1] for f in os.listdir(args.raw) if f.count(".") == 2 and "-" in f})
         unknown = [lang for lang in langs if lang not in known]
         if unknown:
@@ -263,9 +268,27 @@ def main(argv=None):
         print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
         return 2
 
-    spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
-    tmp_bin = bin_dir + ".partial"
     t0 = time.time()
+    spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
+    work_spm, tmp_bin = spm_dir + ".partial", bin_dir + ".partial"  # both replace spm/ and bin/ when complete
+    for folder in (work_spm, tmp_bin):
+        shutil.rmtree(folder, ignore_errors=True)
+    try:
+        status = build(args, data, langs, work_spm, tmp_bin)
+        if status == 0:
+            replace_folder(work_spm, spm_dir)
+            replace_folder(tmp_bin, bin_dir)  # the folders appear only once they are complete
+    finally:
+        for folder in (work_spm, tmp_bin):  # what a failed run wrote; the previous spm/ and bin/ stay
+            shutil.rmtree(folder, ignore_errors=True)
+    if status == 0:
+        log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")
+    return status
+
+
+def build(args, data, langs, spm_dir, tmp_bin):
+    """Sentencepiece model, dictionary and encoded splits into ``spm_dir``, the binarized data
+    into ``tmp_bin`` (both new folders); 0 when both are complete, else an exit status."""
     try:
         check_writable(spm_dir)
         if args.spm_model:
@@ -312,13 +335,11 @@ def main(argv=None):
             with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
                 f.writelines(" ".join(pieces) + "\n" for pieces in encoded)
 
-    shutil.rmtree(tmp_bin, ignore_errors=True)
     for i, lang in enumerate(langs, 1):
         log(f"[{i}/{len(langs)}] binarizing en-{lang}")
         try:
             binarize(spm_dir, tmp_bin, lang, args.workers)
         except DataError as error:
-            shutil.rmtree(tmp_bin, ignore_errors=True)
             print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
             return 1
     for lang in ["en"] + langs:
@@ -326,9 +347,6 @@ def main(argv=None):
     with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
         f.write("\n".join(["en"] + langs) + "\n")
     write_fingerprint(tmp_bin)  # refuse training on a dictionary changed later
-    shutil.rmtree(bin_dir, ignore_errors=True)
-    os.replace(tmp_bin, bin_dir)  # the folder appears only once it is complete
-    log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")
     return 0
 
 

@@ -37,6 +37,8 @@ import statistics
 import sys
 from collections import defaultdict
 
+from hltmt_plugin.cli.output import AtomicOutput
+
 # the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
 PAPER_EN_X = {"mnmt": 22.0, "lsmnmt": 22.3, "hltmt": 23.1}
 PAPER_NAMES = {"mnmt": "MNMT", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
@@ -78,9 +80,13 @@ def score_all(decode_dir):
 
     rows, signatures = [], {}
     for system in sorted(os.listdir(decode_dir)):
+        if not os.path.isdir(os.path.join(decode_dir, system)):
+            continue  # e.g. this report's own files, when --out is the --decode-dir
         for seed_dir in sorted(os.listdir(os.path.join(decode_dir, system))):
             seed = int(re.sub(r"\D", "", seed_dir) or 0)
             folder = os.path.join(decode_dir, system, seed_dir)
+            if not os.path.isdir(folder):
+                continue
             for name in sorted(os.listdir(folder)):
                 if not name.endswith(".gen"):
                     continue
@@ -241,6 +247,12 @@ def paper_lines(table, systems, baseline):
     return lines
 
 
+def save_figure(fig, path):
+    """The figure as a PNG, written whole or not at all (see :class:`AtomicOutput`)."""
+    with AtomicOutput(path, "--out", binary=True) as f:
+        fig.savefig(f, format="png", dpi=110)
+
+
 def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds, valid=None,
                    machine=None, run_info=None, conv=None):
     lines = [f"# {title}", "", f"Systems: {', '.join(systems)}; seeds: {seeds}. Test split, "
@@ -295,7 +307,7 @@ def write_markdown(path, table, systems, directions, baseline, system, signature
             lines.append("| " + " | ".join([name] + cells) + " |")
         if metric == "bleu":
             lines += paper_lines(table, systems, baseline)
-    with open(path, "w", encoding="utf-8") as f:
+    with AtomicOutput(path, "--out") as f:
         f.write("\n".join(lines) + "\n")
 
 
@@ -331,7 +343,7 @@ def plot_bleu(path, table, systems, directions, title, warning=None):
         fig.tight_layout(rect=(0, 0, 1, 0.93))
     else:
         fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -355,7 +367,7 @@ def plot_valid(path, curves, conv, title):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -394,7 +406,7 @@ def gate_heatmap(path, checkpoint):
                                                   if model.slp.map_is_fixed else "after stage 1"), fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
     return langs, chosen
 
@@ -430,12 +442,16 @@ def main(argv=None):
     except (ValueError, OSError) as error:
         print(f"hltmt-report: error: {error}", file=sys.stderr)
         return 2
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        print(f"hltmt-report: error: cannot write to --out {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
     systems = sorted({r["system"] for r in rows}, key=lambda s: (s != args.baseline, s != args.system, s))
     directions = sorted({r["direction"] for r in rows}, key=lambda d: (not d.startswith("en-"), d))
     seeds = sorted({r["seed"] for r in rows})
     table = summarise(rows, high)
-    with open(os.path.join(args.out, "results.csv"), "w", newline="", encoding="utf-8") as f:
+    with AtomicOutput(os.path.join(args.out, "results.csv"), "--out") as f:
         writer = csv.DictWriter(f, fieldnames=["system", "seed", "direction", "sentences", "bleu", "chrf"])
         writer.writeheader()
         writer.writerows({**r, "bleu": f"{r['bleu']:.2f}", "chrf": f"{r['chrf']:.2f}"} for r in rows)

@@ -127,6 +127,13 @@ def run(args):
         raise HltmtInputError("--steps, --batch-size and --log-interval must be positive")
     if not 0 < args.mask_prob < 1:
         raise HltmtInputError(f"--mask-prob {args.mask_prob} is not a share of the tokens (between 0 and 1)")
+    from hltmt_plugin.cli.output import OutputError, refuse_inputs
+
+    try:
+        refuse_inputs("--out", args.out, {"the checkpoint --path": args.path, "the --text file": args.text,
+                                          "the --spm model": args.spm}, {"the data folder --data": args.data})
+    except OutputError as error:
+        raise HltmtInputError(str(error)) from None
     torch.manual_seed(args.seed)
     model = load_model(args.path, args.data)
     add_language(model, args.lang)  # refuses a language outside --langs; keeps existing adapters
