@@ -1,0 +1,155 @@
+"""Output files, through the real commands: an output is never truncated before what replaces
+it is complete, and no combination of options loses a file the user already had (an output
+that is one of the command's inputs is refused; a failed or interrupted run leaves the old
+output as it was, and no temporary file)."""
+import hashlib
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, cli, run
+from test_hub import noisy_hltmt, sentences, spm_of
+
+
+def digest(path):
+    """sha256 of a file, or of every file of a folder (name -> digest)."""
+    if os.path.isdir(path):
+        return {name: digest(os.path.join(path, name)) for name in sorted(os.listdir(path))}
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def assert_refused(done, *parts, status=2):
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr[-2000:]
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def hltmt(trained, tmp_path_factory):
+    return noisy_hltmt(trained, tmp_path_factory)
+
+
+def translate(*args, input=None):
+    return run([cli("hltmt-translate"), *args], input=input)
+
+
+# ---- hltmt-translate ---------------------------------------------------------------------------------
+def test_an_output_that_is_a_file_the_command_reads_is_refused_and_kept(hltmt, data_bin, tmp_path):
+    text = tmp_path / "in.txt"
+    text.write_text("The file is open.\nGood morning.\n", encoding="utf-8")
+    before = {p: digest(p) for p in (str(text), hltmt, spm_of(data_bin), os.path.join(data_bin, "dict.en.txt"))}
+    common = ["--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu"]
+    assert_refused(translate(*common, "--input", str(text), "-o", str(text)),
+                   f"hltmt-translate: error: --output {text} is the --input file: writing there would replace it")
+    with open(text, "rb") as stdin:  # hltmt-translate -o F < F
+        done = subprocess.run([cli("hltmt-translate"), *common, "-o", str(text)], stdin=stdin, capture_output=True,
+                              text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert_refused(done, f"--output {text} is the file on stdin")
+    assert_refused(translate(*common, "--input", str(text), "-o", hltmt), f"--output {hltmt} is the checkpoint")
+    assert_refused(translate(*common, "--input", str(text), "-o", os.path.join(data_bin, "dict.en.txt")),
+                   "is a file of the data folder")
+    assert_refused(translate(*common, "--input", str(text), "-o", spm_of(data_bin)), "is the sentencepiece model")
+    assert_refused(translate(*common, "--input", str(text), "-o", str(tmp_path)), f"--output {tmp_path} is a folder")
+    assert_refused(translate(*common, "--input", str(text), "-o", str(tmp_path / "no" / "out.txt")),
+                   "cannot write --output", "No such file or directory")
+    assert before == {p: digest(p) for p in before}
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]  # no temporary file left
+
+
+def test_an_existing_output_is_replaced_only_when_complete(hltmt, tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("the user's earlier translations\n", encoding="utf-8")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen([cli("hltmt-translate"), "--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device",
+                             "cpu", "--beam", "2", "--max-len", "10", "--buffer-size", "1", "-o", str(out)],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    try:
+        proc.stdin.write("The file is open.\n")
+        proc.stdin.flush()
+        deadline = time.time() + 300
+        partial = []
+        while not partial:  # the first line is written, to the temporary file beside the output
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
+            partial = [p for p in tmp_path.iterdir() if p.name.endswith(".partial") and p.stat().st_size > 0]
+            time.sleep(0.2)
+        assert out.read_text(encoding="utf-8") == "the user's earlier translations\n"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+        assert "interrupted after 1 line(s); --output" in proc.stderr.read()
+    finally:
+        proc.kill()
+    assert out.read_text(encoding="utf-8") == "the user's earlier translations\n"
+    assert sorted(os.listdir(tmp_path)) == ["out.txt"]
+    done = translate("--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu", "--beam", "2",
+                     "--max-len", "10", "-o", str(out), input="".join(s + "\n" for s in sentences("en", "de", 3)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(out.read_text(encoding="utf-8").split("\n")) == 4 and sorted(os.listdir(tmp_path)) == ["out.txt"]
+
+
+# ---- hltmt-prepare-data ------------------------------------------------------------------------------
+PREPARE = ["--langs", "de", "--max-train", "300", "--max-valid", "10", "--max-test", "10", "--vocab-size", "500",
+           "--workers", "1", "--threads", "1"]
+
+
+def test_a_failed_rerun_of_prepare_data_keeps_the_earlier_model_and_data(tmp_path):
+    """The evaluation check fails after a new sentencepiece model is trained: the earlier
+    spm/ (the model bin/ was encoded with) and bin/ stay as they were."""
+    out = tmp_path / "out"
+    first = run([cli("hltmt-prepare-data"), "--out", str(out), *PREPARE])
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = digest(str(out))
+    again = run([cli("hltmt-prepare-data"), "--out", str(out), *PREPARE, "--vocab-size", "600",
+                 "--max-eval-pieces", "3"])
+    assert_refused(again, "more than --max-eval-pieces 3")
+    assert digest(str(out)) == before and sorted(os.listdir(out)) == ["bin", "spm"]
+
+
+def test_raw_text_inside_the_folders_prepare_data_replaces_is_refused(tmp_path):
+    raw = tmp_path / "out" / "spm"
+    raw.mkdir(parents=True)
+    for name in os.listdir(os.path.join(ROOT, "data", "debmt10")):
+        if ".en-de." in name:
+            (raw / name).write_bytes(open(os.path.join(ROOT, "data", "debmt10", name), "rb").read())
+    before = digest(str(raw))
+    done = run([cli("hltmt-prepare-data"), "--raw", str(raw), "--out", str(tmp_path / "out"), *PREPARE])
+    assert_refused(done, f"--raw {raw} lies in {raw}, which this command replaces with its spm output")
+    assert digest(str(raw)) == before
+
+
+# ---- hltmt-adapters, hltmt-train-language-adapter, hltmt-report --------------------------------------------
+def test_adapter_commands_refuse_an_output_that_is_one_of_their_inputs(trained, data_bin, tmp_path):
+    adapters = tmp_path / "hi.adapters.pt"
+    adapters.write_bytes(b"an adapter file of the user")
+    text = tmp_path / "mono.hi"
+    text.write_text("एक वाक्य\n", encoding="utf-8")
+    before = {p: digest(p) for p in (str(adapters), str(text), trained[0], spm_of(data_bin))}
+    done = run([cli("hltmt-adapters"), "import", "--path", trained[0], "--adapters", str(adapters),
+                "--out", str(adapters)])
+    assert_refused(done, f"import --out {adapters} is the --adapters file", status=1)
+    language = [cli("hltmt-train-language-adapter"), "--path", trained[0], "--lang", "hi", "--text", str(text),
+                "--spm", spm_of(data_bin)]
+    for out, what in ((text, "the --text file"), (trained[0], "the checkpoint --path"),
+                      (spm_of(data_bin), "the --spm model")):
+        assert_refused(run([*language, "--out", str(out)]), f"--out {out} is {what}", status=1)
+    assert before == {p: digest(p) for p in before}
+
+
+def test_report_writes_whole_files_and_reads_past_its_own(tmp_path):
+    folder = tmp_path / "decode" / "hltmt" / "seed1"
+    folder.mkdir(parents=True)
+    (folder / "en-de.gen").write_text("T-0\tDas ist gut.\nD-0\t-1.0\tDas ist gut.\n", encoding="utf-8")
+    report = [cli("hltmt-report"), "--decode-dir", str(tmp_path / "decode"), "--high", "de", "--machine", "test"]
+    for _ in range(2):  # the second run finds the first one's files in --decode-dir
+        done = run([*report, "--out", str(tmp_path / "decode")])
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert {"results.md", "results.csv", "bleu.png"} <= set(os.listdir(tmp_path / "decode"))
+    assert not [n for n in os.listdir(tmp_path / "decode") if n.endswith(".partial")]
+    (tmp_path / "a_file").write_text("kept\n")
+    assert_refused(run([*report, "--out", str(tmp_path / "a_file")]), "cannot write to --out")
+    assert (tmp_path / "a_file").read_text() == "kept\n"
