@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The GPU run: DebMT-10, the three systems, one GPU, report in under 8 minutes of wall time.
 
-    bash scripts/gpu_run.sh                      # on the GPU machine (installs the bundle first)
+    bash scripts/gpu_run.sh                      # on the GPU machine (installs the wheel bundle first)
     bash scripts/gpu_run.sh --size tiny          # the smallest size: a few minutes on a CPU
-    python scripts/gpu_run.py --size small --budget-s 420 --out DIR
+    bash scripts/gpu_run.sh --gpu --dry-run      # print every command it would run, run nothing
+    bash scripts/gpu_run.sh --gpu --ngpu 8 --size base --budget-s 3600
 
 Steps, each timed (the budget counts from the start of scripts/gpu_run.sh):
 
@@ -28,8 +29,22 @@ Steps, each timed (the budget counts from the start of scripts/gpu_run.sh):
 At most 8 files go to the output folder (``--out``, default ``$OUT``): results.md,
 results.csv, bleu.png, valid_loss.png, gate_heatmap.png, run.json, gpu_run.log and
 logs.tar.gz (every training, calibration, preparation and decoding log and the decoded
-test sets). Mixed precision is ``--amp`` by default on a GPU (``--precision fp16`` is
-fairseq's fp16 optimizer); fairseq 0.12's ``--bf16`` is TPU training and is not offered.
+test sets).
+
+On a GPU, training runs with ``--amp`` by default (float16 autocast over float32 weights);
+``--precision fp16`` is ``--fp16 --fp16-no-flatten-grads``, fairseq's fp16 optimizer with one
+float32 copy per parameter (a bare ``--fp16`` steps one flat copy of all weights, which would
+move the pool modules and the gate that an update did not use). Each fairseq-train run gets
+``--distributed-world-size --ngpu`` (default 1: fairseq would otherwise use every GPU it
+sees; the three systems share them), and with several GPUs ``--ddp-backend legacy_ddp``,
+which all-reduces every gradient so the task can leave the modules no worker used out of
+the update. fairseq 0.12's ``--bf16`` is its TPU path and is not offered.
+
+``--dry-run`` prints every command the run would start (hltmt-prepare-data, the calibration
+and training fairseq-train runs, one fairseq-generate line per decoded direction,
+hltmt-report), one per line as a shell would run it, notes as ``#`` lines, and runs and writes
+nothing; ``--gpu`` is then taken as given. The number of updates comes from the calibration,
+so the training lines show ``--updates`` when given, else the size's minimum (a note says so).
 """
 import argparse
 import json
@@ -50,7 +65,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
-from hltmt_plugin.cli.main_job import HIGH, LANGS, nproc  # noqa: E402
+from hltmt_plugin.cli.main_job import (BF16_REFUSED, HIGH, LANGS, NGPU_HELP, PRECISION_FLAGS,  # noqa: E402
+                                       PRECISION_HELP, gpu_flags, nproc, print_command)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
@@ -185,12 +201,24 @@ class GpuRun:
         self.info = {"facts": {}, "systems": {s: {} for s in SYSTEMS}, "phases_s": {}}
         self.procs = []
         self.fell_back = False
-        import torch
+        self.dry_run = args.dry_run
+        if args.gpu and args.cpu:
+            raise RunFailed("--gpu and --cpu exclude each other")
+        if args.gpu and args.dry_run:
+            self.cuda = True  # a dry run takes --gpu as given
+        elif args.cpu:
+            self.cuda = False
+        else:
+            import torch
 
-        self.cuda = torch.cuda.is_available() and not args.cpu
+            self.cuda = torch.cuda.is_available()
+            if args.gpu and not self.cuda:
+                raise RunFailed("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
         self.precision = args.precision if args.precision != "auto" else ("amp" if self.cuda else "fp32")
         if self.precision == "fp16" and not self.cuda:
             raise RunFailed("--precision fp16 needs a GPU")
+        if args.ngpu > 1 and not self.cuda:
+            raise RunFailed(f"--ngpu {args.ngpu} needs a GPU")
 
     # ---- bookkeeping --------------------------------------------------------------------
     def elapsed(self):
@@ -222,6 +250,9 @@ class GpuRun:
                "--workers", str(nproc()), "--threads", str(nproc())]
         for opt, n in (("--max-train", s.max_train), ("--max-valid", s.max_valid), ("--max-test", s.max_test)):
             cmd += [opt, str(n)] if n else []
+        if self.dry_run:
+            print_command(cmd)
+            return
         stamp = os.path.join(self.work, "data", ".gpu_run-prepared")
         want = " ".join(cmd[2:])
         if os.path.isdir(self.data) and os.path.exists(stamp) and open(stamp).read() == want:
@@ -276,7 +307,7 @@ class GpuRun:
         return cmd
 
     def precision_flags(self):
-        return {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}[self.precision]
+        return gpu_flags(self.precision, self.args.ngpu) if self.cuda else PRECISION_FLAGS[self.precision]
 
     def launch(self, system, cmd, log):
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -421,26 +452,34 @@ class GpuRun:
                 self.fact("HLT-MT stage switch", switch.group(0)[:300])
 
     # ---- 4. decoding --------------------------------------------------------------------
-    def decode(self):
+    def decode_plan(self):
+        """The decoding jobs (label, checkpoint, src, tgt, output), fairseq-generate's common
+        options, and the number of worker processes."""
         jobs = []
         for system in SYSTEMS:
             ckpt = os.path.join(self.work, "models", system, "checkpoint_last.pt")
             out_dir = os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
-            shutil.rmtree(out_dir, ignore_errors=True)
-            os.makedirs(out_dir)
-            for i, d in enumerate(self.directions):
+            for d in self.directions:
                 src, tgt = d.split("-")
                 jobs.append((f"decode {system} {d}", ckpt, src, tgt, os.path.join(out_dir, f"{d}.gen")))
         workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
         workers = max(1, min(workers, len(jobs)))
-        env = dict(os.environ, PYTHONWARNINGS="ignore",
-                   OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers)))
         common = [self.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
                   "--langs", ",".join(["en"] + self.langs), "--lang-pairs", ",".join(self.directions),
                   "--encoder-langtok", "tgt", "--gen-subset", "test", "--beam", "5",
                   "--max-tokens", "24000" if self.cuda else "8000", "--max-len-a", str(self.size.max_len[0]),
-                  "--max-len-b", str(self.size.max_len[1]), "--remove-bpe", "sentencepiece", *(["--fp16"] if self.cuda and self.precision != "fp32" else []),
-                  *([] if self.cuda else ["--cpu"])]
+                  "--max-len-b", str(self.size.max_len[1]), "--remove-bpe", "sentencepiece",
+                  *(["--fp16"] if self.cuda and self.precision != "fp32" else []), *([] if self.cuda else ["--cpu"])]
+        return jobs, common, workers
+
+    def decode(self):
+        jobs, common, workers = self.decode_plan()
+        for system in SYSTEMS:
+            out_dir = os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
+            shutil.rmtree(out_dir, ignore_errors=True)
+            os.makedirs(out_dir)
+        env = dict(os.environ, PYTHONWARNINGS="ignore",
+                   OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers)))
         self.fact("decoding", f"beam 5, {len(jobs)} directions x systems over {workers} worker processes"
                               + (", fp16" if "--fp16" in common else ", fp32"))
         try:
@@ -461,7 +500,7 @@ class GpuRun:
                 raise RunFailed(str(error2))
 
     # ---- 5. report ----------------------------------------------------------------------
-    def report(self):
+    def report_cmd(self):
         seed = self.args.seed
         cmd = [*plugin_cli("report"), "--decode-dir", os.path.join(self.work, "decode"),
                "--out", os.path.join(self.work, "report"), "--high", ",".join(self.high), "--baseline", "mnmt",
@@ -472,6 +511,10 @@ class GpuRun:
             cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed{seed}.log"]
         if self.size.notes:
             cmd += ["--note", f"Size `{self.args.size}`: {self.size.notes}."]
+        return cmd
+
+    def report(self):
+        cmd = self.report_cmd()
         log = os.path.join(self.logs, "report.log")
         with open(log, "w") as f:
             done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
@@ -494,6 +537,38 @@ class GpuRun:
         self.fact("batch", f"{s.max_tokens} tokens, lr {s.lr} inverse_sqrt, temperature-5 sampling, seed "
                            f"{self.args.seed}")
         self.fact("budget (s)", self.budget)
+
+    def print_plan(self):
+        """--dry-run: every command of the run, one per line, in order; notes as # lines."""
+        s = self.size
+        self.describe()
+        gpus = f"{self.args.ngpu} GPU(s) shared by the three systems" if self.cuda else "CPU"
+        print(f"# gpu run: size {self.args.size}, {len(self.directions)} directions, {gpus}, {self.precision}, "
+              f"budget {self.budget}s, work {self.work}")
+        print("# 1. prepare")
+        self.prepare()
+        if self.args.updates:
+            updates = self.args.updates - self.args.updates % 2
+        else:
+            print(f"# 2. calibrate: the three start together, run until each has logged {s.calib_lines + 1} "
+                  "progress lines, and are stopped")
+            for system in SYSTEMS:
+                print_command(self.train_cmd(system, 10 ** 7, os.path.join(self.work, "calibrate", system), True))
+            updates = s.min_updates
+            print(f"# the calibration sizes the number of updates N to the budget; shown here with N = {updates} "
+                  "(the size's minimum; --updates N fixes it)")
+        self.train_window = max(30.0, self.budget - s.decode_reserve_s - 20)
+        print(f"# 3. train: the three at once, {updates} updates each")
+        for system in SYSTEMS:
+            print_command(self.train_cmd(system, updates, os.path.join(self.work, "models", system), False))
+        jobs, common, workers = self.decode_plan()
+        print(f"# 4. decode: {len(jobs)} directions over {workers} worker processes, each running these "
+              f"fairseq-generate lines in one Python; output to {self.work}/decode/SYSTEM/seed{self.args.seed}/"
+              "SRC-TGT.gen")
+        for _, ckpt, src, tgt, _ in jobs:
+            print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
+        print("# 5. report")
+        print_command(self.report_cmd())
 
     def run(self):
         os.makedirs(self.work, exist_ok=True)
@@ -563,9 +638,15 @@ def main(argv=None):
     p.add_argument("--raw", default=DEBMT10, help="raw data in the DebMT-10 layout (default: DebMT-10)")
     p.add_argument("--langs", default=None, help="non-English languages (default: the size's)")
     p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's)")
-    p.add_argument("--precision", choices=["auto", "amp", "fp16", "fp32"], default="auto",
-                   help="training precision (default: amp on a GPU, fp32 on the CPU)")
+    p.add_argument("--precision", choices=["auto", *PRECISION_FLAGS], default="auto", help=PRECISION_HELP)
+    p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP + "; the three systems share them")
+    p.add_argument("--gpu", action="store_true", help="run on the GPU; stop if torch sees none (default: the GPU "
+                                                      "when torch sees one)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even where a GPU is")
+    p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every command the run would start, one per line, and run and write nothing "
+                        "(--gpu is then assumed, not looked for)")
     p.add_argument("--decode-workers", type=int, default=0, help="default: min(12, cores) on a GPU, cores on CPU")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--status-every", type=float, default=15.0, help="seconds between training status lines")
@@ -574,8 +655,20 @@ def main(argv=None):
     for name in ("budget_s", "updates", "decode_workers"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
+    if args.bf16:
+        print(f"gpu_run: error: {BF16_REFUSED}", file=sys.stderr)
+        return 2
+    if args.ngpu < 1:
+        p.error("--ngpu must be >= 1")
     if args.out is None:
         args.out = os.path.join(os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}")), "out")
+    if args.dry_run:
+        try:
+            GpuRun(args, t0).print_plan()
+        except RunFailed as error:
+            print(f"gpu_run: error: {error}", file=sys.stderr)
+            return 2
+        return 0
     os.makedirs(args.out, exist_ok=True)
     sys.stdout = Tee(os.path.join(args.out, "gpu_run.log"))
     run = None

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The GPU run in one command: install the carry bundle where fairseq is missing (no network:
-# pip --no-index from gpu_bundle/, made by scripts/gpu_bundle.py), then scripts/gpu_run.py
-# with every argument given here (--size, --budget-s, --out, ...; --help lists them).
+# The GPU run in one command, for a GPU machine without network access: where fairseq does
+# not import, install the wheel bundle (pip --no-index from gpu_bundle/, made on a machine with
+# network access by scripts/gpu_bundle.py), then run scripts/gpu_run.py with every argument
+# given here (--size, --budget-s, --out, --ngpu, --precision, ...; --help lists them).
 #
 #   bash scripts/gpu_run.sh                     # on the GPU machine: the `small` size, $OUT
+#   bash scripts/gpu_run.sh --gpu --ngpu 8 --dry-run   # print every command it would run; installs nothing
 #   PYTHON=python3.12 bash scripts/gpu_run.sh --size tiny --out /tmp/out   # smallest, on a CPU
 #
 # PYTHON: the interpreter (default python3); GPU_BUNDLE: the wheels (default gpu_bundle/);
@@ -12,6 +14,12 @@ set -euo pipefail
 export GPU_RUN_T0="${GPU_RUN_T0:-$(date +%s.%N)}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
+for arg in "$@"; do  # a dry run prints the commands only: no bundle is installed
+  if [ "$arg" = "--dry-run" ]; then
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+    exec "$PY" "$ROOT/scripts/gpu_run.py" "$@"
+  fi
+done
 SITE="${GPU_SITE:-/tmp/hltmt-site}"
 BUNDLE="${GPU_BUNDLE:-$ROOT/gpu_bundle}"
 has_fairseq() { "$PY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('fairseq') is None)" >/dev/null 2>&1; }
@@ -19,7 +27,7 @@ if has_fairseq; then
   echo "[gpu_run.sh] fairseq already imports in $PY: no bundle needed"
 else
   if ! ls "$BUNDLE"/*.whl >/dev/null 2>&1; then
-    echo "gpu_run.sh: error: fairseq does not import in $PY and $BUNDLE has no wheels (make them with python scripts/gpu_bundle.py and carry gpu_bundle/)" >&2
+    echo "gpu_run.sh: error: fairseq does not import in $PY and $BUNDLE has no wheels (make them with python scripts/gpu_bundle.py on a machine with network access and copy gpu_bundle/ here)" >&2
     exit 2
   fi
   t=$(date +%s.%N)

@@ -1,7 +1,7 @@
 """The GPU run's smallest size on the CPU (scripts/gpu_run.sh --size tiny): every step of the
 device script for real (prepare, the three systems calibrated and trained at once, parallel
-decoding, sacreBLEU, report), at most 8 files out; its bad input; and the carry bundle's
-wheel slimming (RECORD rebuilt and checked), without the network."""
+decoding, sacreBLEU, report), at most 8 files out; its bad input; and the wheel bundle's
+slimming (RECORD rebuilt and checked), without the network."""
 import csv
 import json
 import os
@@ -150,6 +150,7 @@ def test_sizing_fits_the_budget():
     class Args:
         size, langs, high, work, out, budget_s, cpu, precision, seed = "small", None, None, "/tmp/w", "/tmp/o", 420, \
             True, "auto", 1
+        gpu, ngpu, dry_run = False, 1, False
 
     r = gpu_run.GpuRun(Args, t0=0)
     r.t0 = time.time() - 60  # prepare took a minute

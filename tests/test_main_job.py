@@ -105,7 +105,7 @@ def test_an_unknown_language_stops_the_job_before_any_training(raw, tmp_path):
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--bf16"], "--bf16 in fairseq 0.12 trains on a TPU"),
+    (["--bf16"], "--bf16 is not offered: fairseq 0.12's --bf16 is its TPU path"),
     (["--gpu"], "--gpu: torch sees no CUDA device"),
     (["--gpu", "--cpu"], "--gpu and --cpu exclude each other"),
     (["--precision", "fp16", "--cpu"], "--precision fp16 needs a GPU"),

@@ -2,34 +2,54 @@
 # The HLT-MT paper's headline setting on WMT-10: HLT-MT, MNMT and LS-MNMT all initialised from
 # XLM-R base, data encoded with XLM-R's own sentencepiece model and dictionary, the authors'
 # optimiser and the temperature rising from 1 to 5 over the first 5 epochs
-# (examples/wmt10/xlmr_recipe.py says how each step is done).
-#   bash examples/wmt10/run_xlmr.sh --gpu --ngpu 8 --fp16 [xlmr_recipe.py options...]
-# Needs internet access for the corpora and for XLM-R base, unless given:
+# (examples/wmt10/xlmr_recipe.py says how each step is done; examples/wmt10/README.md how long
+# it takes, how much disk, and which BLEU to expect).
+#
+#   bash examples/wmt10/run_xlmr.sh --gpu --ngpu 8 --dry-run   # print every command; download and run nothing
+#   bash examples/wmt10/run_xlmr.sh --gpu --ngpu 8             # --amp (float16 autocast, float32 weights)
+#   bash examples/wmt10/run_xlmr.sh --gpu --ngpu 8 --fp16      # the authors' fp16 (--fp16 --fp16-no-flatten-grads)
+#
+# Every argument goes to xlmr_recipe.py (--help lists them). Needs internet access for the
+# corpora and for XLM-R base, unless given:
 #   RAW=folder of cleaned {split}.en-XX.{en,XX} files (skips download.py and clean.py)
 #   XLMR=folder holding model.pt, dict.txt and sentencepiece.bpe.model (skips the XLM-R download)
+# RUN: where everything goes (default runs/wmt10 in this folder's checkout); PY: the Python that
+# has the package installed (default: .venv/bin/python if there, else python3).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
 RUN=${RUN:-runs/wmt10}
-PY=${PY:-.venv/bin/python}
+case "$RUN" in /*) ;; *) RUN="$ROOT/$RUN" ;; esac
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=$ROOT/.venv/bin/python; else PY=python3; fi
+fi
+DRY=
+for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY=1; done
+step() {  # run a command, or with --dry-run print it as a shell would run it
+  if [ -n "$DRY" ]; then "$PY" -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@"; else "$@"; fi
+}
 if [ -z "${RAW:-}" ]; then
-  "$PY" examples/wmt10/download.py --manifest examples/wmt10/manifest.tsv --out "$RUN/raw"
-  "$PY" examples/wmt10/clean.py --raw "$RUN/raw" --out "$RUN/clean"
+  step "$PY" "$ROOT/examples/wmt10/download.py" --manifest "$ROOT/examples/wmt10/manifest.tsv" --out "$RUN/raw"
+  step "$PY" "$ROOT/examples/wmt10/clean.py" --raw "$RUN/raw" --out "$RUN/clean"
   RAW=$RUN/clean
 fi
+XLMR_URL=https://dl.fbaipublicfiles.com/fairseq/models/xlmr.base.tar.gz
 if [ -z "${XLMR:-}" ]; then
   XLMR=$RUN/xlmr.base
-  if [ ! -f "$XLMR/model.pt" ]; then  # fairseq's XLM-R base release (1 GB): model.pt, dict.txt, sentencepiece.bpe.model
-    "$PY" - "$RUN" <<'PY'
+  if [ -n "$DRY" ]; then
+    echo "# fetch $XLMR_URL (about 1 GB) and unpack it into $XLMR"
+  elif [ ! -f "$XLMR/model.pt" ]; then  # fairseq's XLM-R base release: model.pt, dict.txt, sentencepiece.bpe.model
+    "$PY" - "$RUN" "$XLMR_URL" <<'PY'
 import os, sys, tarfile, urllib.request
-run = sys.argv[1]
+run, url = sys.argv[1], sys.argv[2]
 os.makedirs(run, exist_ok=True)
 archive = os.path.join(run, "xlmr.base.tar.gz")
 if not os.path.exists(archive):
-    urllib.request.urlretrieve("https://dl.fbaipublicfiles.com/fairseq/models/xlmr.base.tar.gz", archive + ".partial")
+    urllib.request.urlretrieve(url, archive + ".partial")
     os.replace(archive + ".partial", archive)
 with tarfile.open(archive) as tar:
     tar.extractall(run, filter="data")  # -> RUN/xlmr.base/
 PY
   fi
 fi
-"$PY" examples/wmt10/xlmr_recipe.py --raw "$RAW" --xlmr "$XLMR" --run-dir "$RUN/xlmr" "$@"
+"$PY" "$ROOT/examples/wmt10/xlmr_recipe.py" --raw "$RAW" --xlmr "$XLMR" --run-dir "$RUN/xlmr" "$@"

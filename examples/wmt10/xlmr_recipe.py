@@ -2,6 +2,21 @@
 """The HLT-MT paper's headline setting: every system initialised from XLM-R.
 
     python examples/wmt10/xlmr_recipe.py --raw RUN/clean --xlmr xlmr.base --run-dir RUN/xlmr --gpu --ngpu 8
+    python examples/wmt10/xlmr_recipe.py --raw RUN/clean --xlmr xlmr.base --gpu --ngpu 8 --dry-run
+
+``--dry-run`` prints every command the recipe would run (hltmt-prepare-data, xlmr_init.py, each
+fairseq-train run, one fairseq-generate line per decoded direction, hltmt-report), one per line
+as a shell would run it, notes as ``#`` lines, and runs nothing (``--raw`` and ``--xlmr`` need
+not exist yet; ``--gpu`` is taken as given).
+
+On GPUs every fairseq-train run gets ``--distributed-world-size --ngpu`` (fairseq would
+otherwise use every GPU it sees) and, with more than one GPU, ``--ddp-backend legacy_ddp``,
+which all-reduces every gradient so that the task can leave the modules no worker used
+(pool modules, the gate on hard steps) out of the update. Mixed precision is ``--amp`` by
+default (float16 autocast over float32 weights); ``--fp16`` (the authors' V100 setting) is
+``--fp16 --fp16-no-flatten-grads``: fairseq's fp16 optimizer with one float32 copy per
+parameter, since a bare ``--fp16`` steps one flat copy of all weights and would move the idle
+modules. fairseq 0.12's ``--bf16`` is its TPU path and is not offered.
 
 ``--xlmr`` is fairseq's XLM-R base release folder (``model.pt``, ``dict.txt``,
 ``sentencepiece.bpe.model``; ``examples/wmt10/run_xlmr.sh`` fetches it on a machine with
@@ -26,8 +41,8 @@ marked done (a rerun resumes after the last completed step):
    epochs is one fairseq-train run (``--max-epoch k``, temperature T_k, resuming from the
    previous run's ``checkpoint_last.pt`` with its optimizer, learning rate, stage and map),
    and the last run trains on at the final temperature to ``--max-update``.
-4. ``decode``: every direction of every system, beam 5, ``--remove-bpe sentencepiece``
-   (fairseq-generate's own main, many directions per process: hltmt_plugin/cli/decode.py).
+4. ``decode``: every direction of every system, beam 5, ``--remove-bpe sentencepiece``, fp16
+   on a GPU unless ``--precision fp32`` (fairseq-generate's own main, many directions per process: hltmt_plugin/cli/decode.py).
 5. ``report``: ``hltmt-report`` (sacreBLEU BLEU and chrF, HLT-MT - MNMT, gate heatmap).
 """
 import argparse
@@ -39,12 +54,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
-from hltmt_plugin.cli import plugin_cli  # noqa: E402
+from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
-from hltmt_plugin.cli.main_job import StepFailed, run_logged, say  # noqa: E402  (the main job's step runner)
+from hltmt_plugin.cli.main_job import (BF16_REFUSED, NGPU_HELP, PRECISION_FLAGS, PRECISION_HELP,  # noqa: E402
+                                       StepFailed, gpu_flags, print_command, run_logged, say)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
-BIN = os.path.dirname(sys.executable)
 WMT10_LANGS = "fr,cs,de,fi,lv,et,ro,hi,tr,gu"
 WMT10_HIGH = "fr,cs,de,fi,lv,et"  # the paper's high-resource split
 SYSTEMS = ("mnmt", "lsmnmt", "hltmt")
@@ -73,6 +88,15 @@ class Recipe:
         self.xlmr = os.path.abspath(args.xlmr)
         self.pretrained = os.path.join(self.xlmr, "model.pt")
         self.update_freq = args.update_freq or max(1, math.ceil(64 / args.ngpu))
+        self.precision = args.precision if args.precision != "auto" else ("amp" if args.gpu else "fp32")
+        self.dry_run = args.dry_run
+
+    def execute(self, cmd, log_path):
+        """Run one command of a step (or print it, with --dry-run)."""
+        if self.dry_run:
+            print_command(cmd)
+        else:
+            run_logged(cmd, log_path)
 
     # ---- fairseq command lines ----------------------------------------------------------
     def data_args(self, task):
@@ -102,7 +126,7 @@ class Recipe:
 
     def optimiser(self, seed):
         a = self.args
-        fp = (["--bf16"] if a.bf16 else ["--fp16"] if a.fp16 else []) if a.gpu else []
+        fp = gpu_flags(self.precision, a.ngpu) if a.gpu else PRECISION_FLAGS[self.precision]
         return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(a.lr),
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup), "--dropout", "0.1",
                 "--label-smoothing", "0.1", "--max-tokens", str(a.max_tokens), "--update-freq", str(self.update_freq),
@@ -139,7 +163,7 @@ class Recipe:
         for option, value in (("--max-train", a.max_train), ("--max-train-lang", a.max_train_lang),
                               ("--max-valid", a.max_valid), ("--max-test", a.max_test)):
             cmd += [option, str(value)] if value else []
-        run_logged(cmd, os.path.join(self.logs, "prepare.log"))
+        self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def init_mnmt(self):
         a = self.args  # the model and task of the baseline; the optimizer it saves is never used (fine-tuning resets it)
@@ -148,21 +172,21 @@ class Recipe:
                 "--lr", str(a.lr), "--max-tokens", str(a.max_tokens), "--seed", str(a.seed)]
         init = [x for x in init if x != "--cpu"]  # xlmr_init.py builds on the CPU itself
         decoder = ["--decoder"] if self.args.pretrained_decoder else []
-        run_logged([sys.executable, os.path.join(HERE, "xlmr_init.py"), "--pretrained", self.pretrained,
-                    "--out", self.init_path(), *decoder, "--", *init], os.path.join(self.logs, "init_mnmt.log"))
+        self.execute([sys.executable, os.path.join(HERE, "xlmr_init.py"), "--pretrained", self.pretrained,
+                      "--out", self.init_path(), *decoder, "--", *init], os.path.join(self.logs, "init_mnmt.log"))
 
     def train(self, system, k, temperature, last):
         """Epoch k of the temperature schedule (the last one trains on to --max-update)."""
         previous = os.path.join(self.logs, f"train_{system}.t{k - 1}.log")
-        if k > 1 and os.path.exists(previous) and STOPPED_AT_MAX_UPDATE in open(previous, encoding="utf-8").read():
+        if not self.dry_run and k > 1 and os.path.exists(previous) and STOPPED_AT_MAX_UPDATE in open(previous, encoding="utf-8").read():
             say(f"{system}: --max-update was reached in epoch {k - 1}; nothing left to train")
             open(os.path.join(self.logs, f"train_{system}.t{k}.log"), "w").write(STOPPED_AT_MAX_UPDATE + " (earlier)\n")
             return
         epochs = [] if last else ["--max-epoch", str(k)]
-        run_logged([os.path.join(BIN, "fairseq-train"), *self.system_args(system), *self.optimiser(self.args.seed),
-                    "--sampling-temperature", f"{temperature:g}", *epochs, "--save-dir", self.save_dir(system)],
-                   os.path.join(self.logs, f"train_{system}.t{k}.log"))
-        if last:  # one log per system for the report's last validation
+        self.execute([*fairseq_cli("train"), *self.system_args(system), *self.optimiser(self.args.seed),
+                      "--sampling-temperature", f"{temperature:g}", *epochs, "--save-dir", self.save_dir(system)],
+                     os.path.join(self.logs, f"train_{system}.t{k}.log"))
+        if last and not self.dry_run:  # one log per system for the report's last validation
             with open(os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log"), "w",
                       encoding="utf-8") as out:
                 for j in range(1, k + 1):
@@ -176,7 +200,6 @@ class Recipe:
         jobs = []
         for system in self.systems:
             out_dir = os.path.join(self.run_dir, "decode", system, f"seed{self.args.seed}")
-            os.makedirs(out_dir, exist_ok=True)
             ckpt = os.path.join(self.save_dir(system), "checkpoint_last.pt")
             for direction in self.directions:
                 out = os.path.join(out_dir, f"{direction}.gen")
@@ -185,7 +208,16 @@ class Recipe:
         common = [*self.data_args("hltmt_translation"), "--gen-subset", "test", "--beam", "5",
                   "--max-tokens", str(self.args.decode_max_tokens), "--max-len-a", f"{self.args.max_len_a:g}",
                   "--max-len-b", str(self.args.max_len_b),
-                  "--remove-bpe", "sentencepiece"]
+                  "--remove-bpe", "sentencepiece", *(["--fp16"] if self.args.gpu and self.precision != "fp32" else [])]
+        if self.dry_run:
+            print(f"# decode: {len(jobs)} directions over {self.args.decode_workers} worker processes, each running "
+                  f"these fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/"
+                  f"seed{self.args.seed}/SRC-TGT.gen")
+            for _, ckpt, src, tgt, _ in jobs:
+                print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
+            return
+        for *_, out in jobs:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
         try:
             decode_all(jobs, common, self.data, self.args.decode_workers, os.path.join(self.logs, "decode"))
         except DecodeFailed as error:
@@ -203,8 +235,9 @@ class Recipe:
         if not self.args.gpu:
             cmd += ["--note", "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
                               "not the quality of the method."]
-        run_logged(cmd, os.path.join(self.logs, "report.log"))
-        print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
+        self.execute(cmd, os.path.join(self.logs, "report.log"))
+        if not self.dry_run:
+            print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
 
     def steps(self):
         a = self.args
@@ -218,15 +251,23 @@ class Recipe:
         return steps + [("decode", self.decode, ()), ("report", self.report, ())]
 
     def run(self):
-        os.makedirs(self.run_dir, exist_ok=True)
-        if not os.environ.get("PYTHONWARNINGS"):
-            os.environ["PYTHONWARNINGS"] = QUIET
         a = self.args
         steps = self.steps()
-        print(f"xlmr recipe: systems {','.join(self.systems)}, {len(self.directions)} directions, high "
+        gpus = f"{a.ngpu} GPU(s), {self.precision}" if a.gpu else f"CPU, {self.precision}"
+        print(f"{'# ' if self.dry_run else ''}xlmr recipe: {gpus}; systems {','.join(self.systems)}, {len(self.directions)} directions, high "
               f"{','.join(self.high)}; temperature {', '.join(f'{t:g}' for t in temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs))} "
               f"over the first epochs; lr {a.lr}, {a.max_tokens} tokens x update-freq {self.update_freq}; run folder "
               f"{self.run_dir}", flush=True)
+        if self.dry_run:
+            for n, (name, fn, fn_args) in enumerate(steps, 1):
+                done = os.path.exists(os.path.join(self.run_dir, f".done-{name}"))
+                print(f"# step {n}/{len(steps)} {name}" + (": already done, a run skips it" if done else ""))
+                if not done:
+                    fn(*fn_args)
+            return
+        os.makedirs(self.run_dir, exist_ok=True)
+        if not os.environ.get("PYTHONWARNINGS"):
+            os.environ["PYTHONWARNINGS"] = QUIET
         t_start = time.time()
         for n, (name, fn, fn_args) in enumerate(steps, 1):
             marker = os.path.join(self.run_dir, f".done-{name}")
@@ -246,12 +287,25 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def check(args):
-    if not os.path.isdir(args.raw):
-        return f"--raw {args.raw} is not a folder"
-    for name in ("model.pt", "dict.txt", "sentencepiece.bpe.model"):
-        if not os.path.isfile(os.path.join(args.xlmr, name)):
-            return f"--xlmr {args.xlmr} has no {name} (fairseq's XLM-R release folder holds model.pt, dict.txt, " \
-                   "sentencepiece.bpe.model)"
+    if args.bf16:
+        return BF16_REFUSED
+    if args.gpu and args.cpu:
+        return "--gpu and --cpu exclude each other"
+    if args.fp16 and args.precision not in ("auto", "fp16"):
+        return f"--fp16 and --precision {args.precision} say different things: give one"
+    if args.fp16:
+        args.precision = "fp16"
+    if not args.gpu and args.precision == "fp16":
+        return "--fp16 needs --gpu"
+    if not args.gpu and args.ngpu > 1:
+        return f"--ngpu {args.ngpu} needs --gpu"
+    if not args.dry_run:  # a dry run may come before the data and XLM-R are there
+        if not os.path.isdir(args.raw):
+            return f"--raw {args.raw} is not a folder"
+        for name in ("model.pt", "dict.txt", "sentencepiece.bpe.model"):
+            if not os.path.isfile(os.path.join(args.xlmr, name)):
+                return f"--xlmr {args.xlmr} has no {name} (fairseq's XLM-R release folder holds model.pt, " \
+                       "dict.txt, sentencepiece.bpe.model)"
     unknown = [s for s in args.systems.split(",") if s and s not in SYSTEMS]
     if unknown:
         return f"--systems: unknown {','.join(unknown)} (choose from {','.join(SYSTEMS)})"
@@ -279,7 +333,7 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (paper: 5e-4; authors' code: 3e-4)")
     p.add_argument("--warmup", type=int, default=4000, help="inverse_sqrt warm-up updates")
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens per GPU batch")
-    p.add_argument("--ngpu", type=int, default=1, help="GPUs fairseq-train uses (sets --update-freq 64/ngpu)")
+    p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP + "; sets --update-freq 64 / --ngpu")
     p.add_argument("--update-freq", type=int, default=None, help="override the 64/--ngpu accumulation")
     p.add_argument("--temperature-start", type=float, default=1.0)
     p.add_argument("--temperature-end", type=float, default=5.0)
@@ -302,8 +356,12 @@ def main(argv=None):
     p.add_argument("--log-interval", type=int, default=100)
     p.add_argument("--title", default="WMT-10, all systems from XLM-R")
     p.add_argument("--gpu", action="store_true", help="train and decode on GPUs (default: CPU)")
-    p.add_argument("--fp16", action="store_true", help="with --gpu: fp16 training (the authors' V100s)")
-    p.add_argument("--bf16", action="store_true", help="with --gpu: bf16 training")
+    p.add_argument("--cpu", action="store_true", help="train and decode on the CPU (the default)")
+    p.add_argument("--precision", choices=["auto", *PRECISION_FLAGS], default="auto", help=PRECISION_HELP)
+    p.add_argument("--fp16", action="store_true", help="--precision fp16 (the authors' V100s)")
+    p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every command the recipe would run, one per line, and run nothing")
     args = p.parse_args(argv)
     problem = check(args)
     if problem:

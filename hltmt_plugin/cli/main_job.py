@@ -1,33 +1,53 @@
 #!/usr/bin/env python3
-"""The main job: DebMT-10 end to end, offline, on the data carried in this repository.
+"""The main job: train, decode and score MNMT, HLT-MT (and LS-MNMT) on one data set, end to end.
 
-    hltmt-main-job --size quick      # (make demo) about 20 minutes on 2 CPU cores
-    hltmt-main-job --size full       # the benchmark: all data, 3 seeds
+    hltmt-main-job --size quick                       # DebMT-10 on the CPU: about 20 minutes on 2 cores
+    hltmt-main-job --size full                        # DebMT-10 on the CPU: all data, 3 seeds
+    hltmt-main-job --size base --gpu --ngpu 8 --raw RUN/clean --high fr,cs,de,fi,lv,et --ls-mnmt
+                                                      # the paper's setting (examples/wmt10/run.sh)
+    hltmt-main-job --size base --gpu --ngpu 8 --dry-run   # print every command, run nothing
+
+Sizes: ``smoke``, ``quick`` and ``full`` are CPU sizes (the tiny model, a few hundred updates:
+they show the pipeline and the mechanics, not the quality of the method); ``base`` is the
+paper's size for GPUs: transformer-base, 4,096 tokens per GPU and ``--update-freq``
+64 / ``--ngpu`` (the paper's batch: 4,096 tokens on each of 64 GPUs), 50,000 updates of stage
+high then 50,000 of stage all.
 
 Steps: prepare (joint sentencepiece + binarize) -> for each seed: the plain fairseq
 ``transformer`` MNMT baseline, HLT-MT stage high then stage all (one fairseq-train run that
 switches stage at ``--high-stage-updates``; or two runs, the second from the first's
 checkpoint, with ``--hltmt-schedule two-run``), and with ``--ls-mnmt`` the LS-MNMT baseline (one module
-per target language, no gate) -> decode all 20 directions of every system with beam 5
-(parallel worker processes, hltmt_plugin/cli/decode.py; fp16 on a GPU) ->
-sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
+per target language, no gate) -> decode all directions of every system with beam 5
+(parallel worker processes, each running fairseq-generate's own main for its directions;
+fp16 on a GPU) -> sacreBLEU (BLEU, chrF) -> report (Markdown, CSV, PNG chart, gate heatmap) by
 ``hltmt-report``. All systems get the same data, batch size and number of updates.
 
 Each step announces itself and its place in the run, streams fairseq's own progress, keeps
 its log under RUN/logs/ and marks itself done; a rerun resumes after the last completed step
 (a decode resumes at the first direction without output). A failed step stops the run with
 the tail of its log. ``--raw`` runs the same recipe on other data in the same layout (the
-WMT-10 recipe in examples/wmt10 does).
+WMT-10 recipe in examples/wmt10 does). ``--dry-run`` prints every command the job would run
+(hltmt-prepare-data, each fairseq-train, one fairseq-generate line per decoded direction,
+hltmt-report), one per line as a shell would run it, notes as ``#`` lines, and runs nothing:
+steps already done in the run folder are left out, as a rerun would skip them.
 
-On 2 CPU cores the models are far from converged: the CPU runs show the pipeline and the
-mechanics (routing, the map, scores per direction), not the quality of the method. fairseq
-runs as ``python -m fairseq_cli.*`` of this Python (a ``pip install --target`` works); the GPU
-is used when torch sees one (``--cpu`` to refuse it), with ``--amp`` unless ``--precision``
-says otherwise; ``--bf16`` (TPU training in fairseq 0.12) is refused without a TPU. The
-budgeted GPU run of the three systems is scripts/gpu_run.sh.
+Device and precision: the GPU when torch sees one (``--gpu`` to insist, ``--cpu`` to refuse
+it; with ``--dry-run``, ``--gpu`` is assumed without looking for one). On a GPU, training runs
+with ``--amp`` unless ``--precision`` says otherwise, and ``--precision fp16`` is fairseq's
+fp16 optimizer with one float32 copy per parameter (``--fp16 --fp16-no-flatten-grads``): a
+bare ``--fp16`` steps one flat float32 copy of all weights, so pool modules, the gate and
+adapters that an update did not use would move; with one copy per parameter the task leaves
+them out of the step. Every GPU run passes ``--distributed-world-size --ngpu`` (fairseq would
+otherwise take every GPU it sees); with several GPUs also ``--ddp-backend legacy_ddp``, which
+all-reduces every gradient after the backward pass, so the task can drop the gradients that
+no worker produced (PyTorch DDP would need ``--find-unused-parameters`` and checks every
+update for unused parameters). fairseq 0.12's ``--bf16`` is its TPU path and is not offered.
+fairseq runs as ``python -m fairseq_cli.*`` of this Python (a ``pip install --target``
+works). The budgeted one-GPU run of the three systems is scripts/gpu_run.sh.
 """
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -44,39 +64,72 @@ def nproc():
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def tpu_present():
-    import importlib.util
-
-    return importlib.util.find_spec("torch_xla") is not None
-
-
 class OptionError(Exception):
     pass
 
 
-def resolve_device(args):
-    """'cuda' or 'cpu' from --gpu / --cpu (default: the GPU when torch sees one), and the
-    training precision flags. --bf16 is fairseq 0.12's TPU path: refused without a TPU."""
+# Training precision on a GPU -> fairseq-train's flags. The idle-gradient rule (a module that no
+# worker used in an update stays out of the optimizer step) holds for all three: --amp keeps
+# float32 weights and autocasts to float16; --fp16-no-flatten-grads gives fairseq's fp16
+# optimizer one float32 copy per parameter, whose gradient the task can drop (a bare --fp16
+# keeps one flat copy of all weights and steps it whole).
+PRECISION_FLAGS = {"fp32": [], "amp": ["--amp"], "fp16": ["--fp16", "--fp16-no-flatten-grads"]}
+PRECISION_HELP = ("training precision (default: amp on a GPU, fp32 on the CPU): amp is --amp (float16 "
+                  "autocast, float32 weights); fp16 is --fp16 --fp16-no-flatten-grads (fairseq's fp16 optimizer "
+                  "with one float32 copy per parameter, so modules an update did not use stay still; a bare "
+                  "--fp16 would step them)")
+NGPU_HELP = ("GPUs each fairseq-train run uses (--distributed-world-size; with more than one also --ddp-backend "
+             "legacy_ddp, which all-reduces every gradient so the task can leave modules that no worker used "
+             "out of the update)")
+BF16_REFUSED = ("--bf16 is not offered: fairseq 0.12's --bf16 is its TPU path and stops on a GPU or CPU; use "
+                "--precision amp (float16 autocast over float32 weights) or --precision fp16")
+
+
+def gpu_flags(precision: str, ngpu: int) -> List[str]:
+    """fairseq-train's flags for ``ngpu`` GPUs at ``precision``: always the world size (fairseq
+    would otherwise use every GPU it sees), and with several GPUs the DDP backend that keeps
+    idle modules still."""
+    flags = [*PRECISION_FLAGS[precision], "--distributed-world-size", str(ngpu)]
+    return flags + (["--ddp-backend", "legacy_ddp"] if ngpu > 1 else [])
+
+
+def resolve_device(args, dry_run=False):
+    """'cuda' or 'cpu' from --gpu / --cpu (default: the GPU when torch sees one), the training
+    precision, and fairseq-train's device flags. With ``dry_run``, --gpu is taken as given
+    (no device is looked for)."""
+    if args.bf16:
+        raise OptionError(BF16_REFUSED)
     if args.gpu and args.cpu:
         raise OptionError("--gpu and --cpu exclude each other")
-    if args.bf16 and not tpu_present():
-        raise OptionError("--bf16 in fairseq 0.12 trains on a TPU (torch_xla) and dies on a GPU or CPU; "
-                          "use --precision amp (the default on a GPU) or --precision fp16")
-    import torch
+    if args.ngpu < 1:
+        raise OptionError(f"--ngpu must be at least 1, got {args.ngpu}")
+    if args.gpu and dry_run:
+        cuda = True
+    elif args.cpu:
+        cuda = False
+    else:
+        import torch
 
-    cuda = torch.cuda.is_available()
-    if args.gpu and not cuda:
-        raise OptionError("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
-    device = "cpu" if args.cpu or (not cuda and not args.bf16) else ("cuda" if cuda else "tpu")
+        cuda = torch.cuda.is_available()
+        if args.gpu and not cuda:
+            raise OptionError("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
+    device = "cuda" if cuda else "cpu"
     precision = args.precision
     if precision == "auto":
         precision = "amp" if device == "cuda" else "fp32"
     if device == "cpu" and precision == "fp16":
         raise OptionError("--precision fp16 needs a GPU; on the CPU use fp32 (or amp, which is then fp32)")
-    flags = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}[precision]
-    if args.bf16:
-        flags, precision = ["--bf16", "--tpu"], "bf16"
+    if device == "cpu" and args.ngpu > 1:
+        raise OptionError(f"--ngpu {args.ngpu} needs a GPU (--gpu); for several processes on the CPU see hltmt-launch")
+    flags = gpu_flags(precision, args.ngpu) if device == "cuda" else PRECISION_FLAGS[precision]
     return device, precision, flags
+
+
+def print_command(cmd) -> None:
+    """One command line, quoted as a shell would need it (``--dry-run``)."""
+    print(shlex.join(cmd), flush=True)
+
+
 LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
 HIGH = ["fr", "de", "cs", "tr", "fi", "et"]  # DebMT-10's high-resource languages (data/debmt10/README.md)
 
@@ -96,6 +149,8 @@ class Size:
     warmup: int = 200
     max_valid: int = 0  # lines per pair (0: all)
     gen_len: tuple = (1.5, 10)  # decoding length cap: a * source length + b
+    batch_gpus: int = 0  # the batch of this many GPUs (max_tokens each): --update-freq batch_gpus / --ngpu (0: 1)
+    device: str = "cpu"  # what the size is made for: "cpu" (the pipeline and mechanics) or "gpu"
 
 
 SIZES: Dict[str, Size] = {
@@ -112,11 +167,13 @@ SIZES: Dict[str, Size] = {
     "full": Size(max_train=0, max_test=500, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
                  baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400, max_tokens=4096,
                  seeds=[1, 2, 3]),
-    # for a GPU (examples/wmt10): transformer-base sizes, the paper's optimiser settings
-    # transformer-base with the paper's optimiser settings: HOURS on one GPU (50k + 50k updates);
-    # the budgeted H200 run (minutes, three systems at once) is scripts/gpu_run.sh
+    # the paper's size, for GPUs (examples/wmt10/run.sh): transformer-base, the paper's optimiser
+    # (Adam 0.9/0.98, lr 5e-4 as its text says, 4,000 warm-up updates) and batch (4,096 tokens on
+    # each of 64 GPUs: --update-freq 64 / --ngpu); the paper gives no number of updates: 50k of
+    # stage high, then 50k of stage all (days on one GPU; see examples/wmt10/README.md)
     "base": Size(max_train=0, max_test=0, vocab=64000, hltmt_arch="hltmt_transformer", baseline_arch="transformer",
-                 high_updates=50000, all_updates=50000, max_tokens=8192, seeds=[1], lr=3e-4, warmup=4000),
+                 high_updates=50000, all_updates=50000, max_tokens=4096, seeds=[1], lr=5e-4, warmup=4000,
+                 batch_gpus=64, device="gpu"),
 }
 
 
@@ -177,7 +234,16 @@ class Job:
         self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
         self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
-        self.device, self.precision, self.precision_flags = resolve_device(args)
+        self.dry_run = args.dry_run
+        self.device, self.precision, self.device_flags = resolve_device(args, dry_run=args.dry_run)
+        self.update_freq = args.update_freq or max(1, -(-self.size.batch_gpus // args.ngpu))
+
+    def execute(self, cmd, log_path, stdout_path=None):
+        """Run one command of a step (or print it, with --dry-run)."""
+        if self.dry_run:
+            print_command(cmd)
+        else:
+            run_logged(cmd, log_path, stdout_path)
 
     # ---- fairseq command lines ----------------------------------------------------------
     def task_args(self, task="hltmt_translation"):
@@ -187,14 +253,14 @@ class Job:
 
     def train_args(self, seed, updates, save):
         s = self.size
-        fp = self.precision_flags
+        freq = ["--update-freq", str(self.update_freq)] if self.update_freq > 1 else []
         return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                 "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
-                "--max-tokens", str(s.max_tokens), "--max-update", str(updates),
+                "--max-tokens", str(s.max_tokens), *freq, "--max-update", str(updates),
                 "--sampling-method", "temperature", "--sampling-temperature", "5",
                 "--save-dir", save, "--no-epoch-checkpoints", "--log-interval", "50",
-                "--seed", str(seed), *fp]
+                "--seed", str(seed), *self.device_flags]
 
     def hltmt_args(self, langs, pool_size):
         return ["--arch", self.size.hltmt_arch, "--high-resource-langs", ",".join(langs),
@@ -212,21 +278,20 @@ class Job:
         cmd += ["--max-train", str(s.max_train)] if s.max_train else []
         cmd += ["--max-test", str(s.max_test)] if s.max_test else []
         cmd += ["--max-valid", str(s.max_valid)] if s.max_valid else []
-        run_logged(cmd, os.path.join(self.logs, "prepare.log"))
+        self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def train_mnmt(self, seed):
         s = self.size
         save = self.save_dir("mnmt", seed)
-        run_logged([*fairseq_cli("train"), self.data, *self.task_args("translation_multi_simple_epoch"),
-                    "--arch", s.baseline_arch,
-                    *self.train_args(seed, s.high_updates + s.all_updates, save)],
-                   os.path.join(self.logs, f"train_mnmt.seed{seed}.log"))
+        self.execute([*fairseq_cli("train"), self.data, *self.task_args("translation_multi_simple_epoch"),
+                      "--arch", s.baseline_arch, *self.train_args(seed, s.high_updates + s.all_updates, save)],
+                     os.path.join(self.logs, f"train_mnmt.seed{seed}.log"))
 
     def train_hltmt(self, seed, log, updates, save, *stage):
         """One fairseq-train run of HLT-MT (the pool over the high-resource languages)."""
-        run_logged([*fairseq_cli("train"), self.data, *self.task_args(),
-                    *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
-                    "--criterion", "hltmt_cross_entropy", *stage], os.path.join(self.logs, f"{log}.seed{seed}.log"))
+        self.execute([*fairseq_cli("train"), self.data, *self.task_args(),
+                      *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
+                      "--criterion", "hltmt_cross_entropy", *stage], os.path.join(self.logs, f"{log}.seed{seed}.log"))
 
     def train_hltmt_high(self, seed):
         self.train_hltmt(seed, "train_hltmt_high", self.size.high_updates, self.save_dir("hltmt", seed, "-high"),
@@ -249,10 +314,10 @@ class Job:
     def train_lsmnmt(self, seed):
         s = self.size
         targets = ["en"] + self.langs
-        run_logged([*fairseq_cli("train"), self.data, *self.task_args(),
-                    *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
-                    *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))],
-                   os.path.join(self.logs, f"train_lsmnmt.seed{seed}.log"))
+        self.execute([*fairseq_cli("train"), self.data, *self.task_args(),
+                      *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
+                      *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))],
+                     os.path.join(self.logs, f"train_lsmnmt.seed{seed}.log"))
 
     def decode(self, seed):
         """Every direction of every system, beam 5, over --decode-workers concurrent processes
@@ -264,19 +329,27 @@ class Job:
             target = os.path.join(out_dir, f"{direction}.gen")
             if os.path.exists(target):
                 continue
-            os.makedirs(out_dir, exist_ok=True)
             src, tgt = direction.split("-")
             ckpt = os.path.join(self.save_dir(system, seed), "checkpoint_last.pt")
             todo.append((f"decode seed {seed} [{i}/{len(jobs)}] {system} {direction}", ckpt, src, tgt, target))
         workers = self.args.decode_workers or (min(8, nproc()) if self.device == "cuda" else nproc())
         workers = max(1, min(workers, len(todo) or 1))
-        say(f"decode seed {seed}: {len(todo)} of {len(jobs)} directions to go, {workers} worker(s)")
+        if not self.dry_run:
+            say(f"decode seed {seed}: {len(todo)} of {len(jobs)} directions to go, {workers} worker(s)")
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
         common = [self.data, *self.task_args(), "--gen-subset", "test", "--beam", "5",
                   "--max-tokens", "20000" if self.device == "cuda" else "8000", "--max-len-a", str(self.size.gen_len[0]),
                   "--max-len-b", str(self.size.gen_len[1]), "--remove-bpe", "sentencepiece",
                   *(["--fp16"] if self.device == "cuda" and self.precision != "fp32" else [])]
+        if self.dry_run:
+            print(f"# decode seed {seed}: {len(todo)} directions over {workers} worker processes, each running these "
+                  f"fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/seed{seed}/SRC-TGT.gen")
+            for _, ckpt, src, tgt, _ in todo:
+                print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
+            return
+        for *_, target in todo:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
         try:
             decode_all(todo, common, self.data, workers, os.path.join(self.logs, f"decode_seed{seed}"), env=env)
         except DecodeFailed as error:
@@ -298,8 +371,9 @@ class Job:
             cmd += ["--note", f"Trained on CPU ({self.size.high_updates} + {self.size.all_updates} updates of "
                               f"{self.size.hltmt_arch}): these models are far from converged, so the figures show "
                               "that the pipeline works end to end, not the quality of the method."]
-        run_logged(cmd, os.path.join(self.logs, "report.log"))
-        print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
+        self.execute(cmd, os.path.join(self.logs, "report.log"))
+        if not self.dry_run:
+            print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
 
     def steps(self):
         steps = [("prepare", self.prepare, ())]
@@ -316,11 +390,20 @@ class Job:
         return steps + [("report", self.report, ())]
 
     def run(self):
-        os.makedirs(self.run_dir, exist_ok=True)
         steps = self.steps()
-        print(f"main job: size={self.args.size}, seeds={self.seeds}, systems={','.join(self.systems)}, "
-              f"{len(self.directions)} directions, device {self.device} ({self.precision}), "
-              f"run folder {self.run_dir}", flush=True)
+        gpus = f" x {self.args.ngpu}" if self.device == "cuda" else ""
+        print(f"{'# ' if self.dry_run else ''}main job: size={self.args.size} (made for the {self.size.device}), "
+              f"seeds={self.seeds}, systems={','.join(self.systems)}, {len(self.directions)} directions, device "
+              f"{self.device}{gpus} ({self.precision}), update-freq {self.update_freq}, run folder {self.run_dir}",
+              flush=True)
+        if self.dry_run:
+            for n, (name, fn, fn_args) in enumerate(steps, 1):
+                done = os.path.exists(os.path.join(self.run_dir, f".done-{name}"))
+                print(f"# step {n}/{len(steps)} {name}" + (": already done, a run skips it" if done else ""))
+                if not done:
+                    fn(*fn_args)
+            return
+        os.makedirs(self.run_dir, exist_ok=True)
         t_start = time.time()
         for n, (name, fn, fn_args) in enumerate(steps, 1):
             marker = os.path.join(self.run_dir, f".done-{name}")
@@ -336,11 +419,12 @@ class Job:
         say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(self.run_dir, 'report', 'results.md')}")
 
 
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", choices=sorted(SIZES), default="quick")
+    p.add_argument("--size", choices=sorted(SIZES), default="quick",
+                   help="smoke, quick, full: CPU sizes (the tiny model, a few hundred updates: the pipeline, not "
+                        "the method's quality); base: the paper's size for GPUs (transformer-base, 50k + 50k "
+                        "updates, the batch of 64 GPUs of 4,096 tokens)")
     p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
     p.add_argument("--langs", default=None, help="non-English languages (default: the ten WMT-10 languages)")
     p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et)")
@@ -358,15 +442,20 @@ def main(argv=None):
                                                       "sees one, else the CPU)")
     p.add_argument("--cpu", action="store_true", help="train and decode on the CPU even when a GPU is there")
     p.add_argument("--precision", choices=["auto", "fp32", "fp16", "amp"], default="auto",
-                   help="training precision (default: amp on a GPU, fp32 on the CPU); decoding runs in fp16 on "
-                        "a GPU unless fp32")
-    p.add_argument("--bf16", action="store_true", help="fairseq 0.12's --bf16 is TPU training: refused unless "
-                                                       "torch_xla is installed")
+                   help=PRECISION_HELP + "; decoding runs in fp16 on a GPU unless fp32")
+    p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP)
+    p.add_argument("--update-freq", type=int, default=0,
+                   help="batches per update (default: the size's: 64 / --ngpu for base, else 1)")
+    p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line: BF16_REFUSED
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every command the job would run (hltmt-prepare-data, fairseq-train, one "
+                        "fairseq-generate line per direction, hltmt-report), one per line, and run nothing; "
+                        "--gpu is then assumed, not looked for")
     p.add_argument("--decode-workers", type=int, default=0,
                    help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)")
     args = p.parse_args(argv)
-    if args.decode_workers < 0:
-        p.error("--decode-workers must be >= 0")
+    if args.decode_workers < 0 or args.update_freq < 0:
+        p.error("--decode-workers and --update-freq must be >= 0")
     try:
         Job(args).run()
     except OptionError as error:
