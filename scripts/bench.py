@@ -55,7 +55,7 @@ SYSTEMS = {
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
 RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)",
             "size": "size: system / baseline"}
-TARGET = 1.06  # issue 7's limit for HLT-MT's time ratios (1.10 for its training memory)
+TARGET = 1.06  # the target for HLT-MT's time ratios (1.10 for its training memory)
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 ARCHS = {"tiny": ("transformer_hltmt_tiny", "hltmt_transformer_tiny"),
          "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
@@ -412,7 +412,7 @@ def plot(figures, path, title):
     ax.scatter([p for _, p in pred], [i for i, _ in pred], color="#dd8452", zorder=3, label="predicted (arithmetic)")
     ax.axvline(1.0, color="black", lw=0.8)
     ax.axvline(TARGET, color="grey", ls="--", lw=0.8,
-               label=f"{TARGET}: issue 7's limit for HLT-MT's time ratios (none for adapters, skills)")
+               label=f"{TARGET}: the target for HLT-MT's time ratios (none for adapters, skills)")
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ratio to the plain fairseq transformer of the same size: time (system time / baseline time = "
@@ -425,7 +425,7 @@ def plot(figures, path, title):
 
 
 # ---------------------------------------------------------------------------------------
-# the real training step: fairseq-train itself (issue 17)
+# the real training step: fairseq-train itself
 
 # name -> (HLT-MT?, criterion); every run trains the stage-high directions (each high-resource
 # language with English, both ways) on the same batches; HLT-MT routes hard at every update
@@ -1040,7 +1040,7 @@ def main(argv=None):
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--png", default=None, help="also draw the ratios here")
-    g = p.add_argument_group("the real training step (issue 17): fairseq-train itself, instead of the measures above")
+    g = p.add_argument_group("the real training step: fairseq-train itself, instead of the measures above")
     g.add_argument("--fairseq-train", action="store_true",
                    help="time fairseq-train runs of the plain transformer and HLT-MT of the same sizes (words/s from "
                         "its --log-format json log; the stage-high directions, hard routing at every update), "

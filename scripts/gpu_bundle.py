@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Build the carry bundle for the GPU machine: the wheels it lacks, one version of each.
+"""Build the wheel bundle for a GPU machine without network access: the wheels it lacks, one
+version of each.
 
     python scripts/gpu_bundle.py                 # -> gpu_bundle/ (ignored by git)
     python scripts/gpu_bundle.py --check         # also list what is in it, with sizes
@@ -19,8 +20,8 @@ that, for CPython 3.12 on manylinux x86-64, downloaded with ``--no-deps``:
   wheel is built here);
 - ``bitarray`` (cp312 manylinux wheel; fairseq.data imports it).
 
-Our own plugin travels as the working tree (``PYTHONPATH=<repo>``), not as a wheel. On the
-device: ``python3 -m pip install --no-index --no-deps --target DIR gpu_bundle/*.whl`` and
+The plugin itself runs from the checkout (``PYTHONPATH=<repo>``), not as a wheel. On the
+GPU machine: ``python3 -m pip install --no-index --no-deps --target DIR gpu_bundle/*.whl`` and
 ``PYTHONPATH=DIR:<repo>`` (scripts/gpu_run.sh does it). Run from a clean clone: needs pip
 and the package index, nothing else.
 """

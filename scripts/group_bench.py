@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What many languages in one batch cost the per-row adapters, and whether one grouped
-matmul would do better than one matmul per language (issue 17).
+matmul would do better than one matmul per language.
 
     python scripts/group_bench.py --groups 1,2,8,28,60,100
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How the cost of multilingual training grows with the number of languages (issue 17).
+"""How the cost of multilingual training grows with the number of languages.
 
     python scripts/scale_bench.py --work runs/scale --json docs/scale.json --png docs/scale.png
 
