@@ -5,7 +5,7 @@ import os
 
 # fairseq 0.12's own noise, not the plugin's: the notice it logs on import when tensorboardX is
 # missing (fairseq/tasks/text_to_speech.py), hydra's deprecation warnings when fairseq composes
-# its config, torch's pin_memory warning without a GPU. Kept out of the output of the scripts
+# its config, torch's pin_memory warning without a GPU. Kept out of the output of the commands
 # that import the plugin before fairseq (the warnings: unless PYTHONWARNINGS is set).
 FAIRSEQ_NOISE_LOG = "Please install tensorboardX"
 FAIRSEQ_NOISE_WARNINGS = (
