@@ -12,9 +12,14 @@ patch                  applies to                  works around
 safe_loading           torch >= 2.4, any fairseq   torch >= 2.6 refusing fairseq 0.12 checkpoints
                                                    (``argparse.Namespace``); fairseq main passing
                                                    ``weights_only=False`` (fairseq issue 5610)
+safe_eval              fairseq 0.12.x              fairseq evaluating option strings with ``eval``
+                                                   (``utils.eval_str_list`` / ``eval_bool`` ...), also
+                                                   those stored in a checkpoint: literals only
 atomic_copy            fairseq 0.12.x              ``save_checkpoint`` copying checkpoints
                                                    non-atomically (a kill leaves a truncated
-                                                   ``checkpoint_last.pt``)
+                                                   ``checkpoint_last.pt``); a failed write (a full
+                                                   disk) retried, logged as tracebacks, and its
+                                                   ``.tmp`` file left behind
 quiet                  fairseq 0.12.x              fairseq's start-up noise (tensorboardX notice,
                                                    hydra deprecation warnings) in the plugin's
                                                    commands and Python use (``quiet.py``)
@@ -46,12 +51,13 @@ def install() -> None:
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from hltmt_plugin.compat import atomic_copy, safe_loading
+    from hltmt_plugin.compat import atomic_copy, safe_eval, safe_loading
 
     if not hasattr(torch.serialization, "add_safe_globals"):
         raise HltmtError(f"hltmt_plugin needs torch >= {TORCH_FLOOR} (safe checkpoint loading with an "
                          f"allowlist); this is torch {torch.__version__}")
     safe_loading.install(checkpoint_utils)
     if _version(fairseq.__version__)[:2] == (0, 12):
-        atomic_copy.install(PathManager)
+        safe_eval.install()
+        atomic_copy.install(PathManager, checkpoint_utils)
     install_excepthook()

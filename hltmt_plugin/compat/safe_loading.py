@@ -22,6 +22,7 @@ import zipfile
 
 import torch
 
+from hltmt_plugin.compat.safe_eval import check_stored_options
 from hltmt_plugin.errors import HltmtInputError
 
 logger = logging.getLogger(__name__)
@@ -66,7 +67,8 @@ def check_fairseq_state(path: str, state) -> None:
     """A fairseq checkpoint is a dict with a ``model`` record (the weights) and a ``cfg`` or
     ``args`` record (the options they were trained with); anything else is refused by name here,
     before fairseq's code reads it (where it would be a ``KeyError`` or ``TypeError`` from deep
-    inside fairseq)."""
+    inside fairseq). Stored options that fairseq evaluates as Python must be literals
+    (:func:`hltmt_plugin.compat.safe_eval.check_stored_options`)."""
     if not isinstance(state, dict):
         raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (it holds a {type(state).__name__}, "
                               "not fairseq's dict of records)")
@@ -78,6 +80,7 @@ def check_fairseq_state(path: str, state) -> None:
     if state.get("cfg") is None and state.get("args") is None:
         raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record: the "
                               "options the model was trained with)")
+    check_stored_options(path, state)
 
 
 def fairseq_checkpoint_load(f, *args, **kwargs):
