@@ -26,8 +26,9 @@ task's own generator and ``inference_step``, so a sentence gets the translation
 ``fairseq-generate`` gives it for the same checkpoint, direction and beam.
 
 A sentence that cannot be translated (unknown language, a direction the model cannot serve,
-an empty line, a line longer than the model's source positions: refused, not cut) is
-reported with its line number; the others are still translated.
+an empty line, a line longer than the model's source positions: refused, not cut; a NUL
+character or a lone surrogate) is reported with its line number; the others are still
+translated. A sentence longer than the token budget is a batch of its own.
 """
 import logging
 import math
@@ -222,6 +223,11 @@ class HltmtTranslator:
                 ``"keep"``: return them as ``None`` (or a Translation with ``error``).
             first_line: the line number of the first item, for messages.
             progress: called with the number of sentences finished after each batch.
+
+        Every argument is checked first, as the command line checks its options
+        (:mod:`hltmt_plugin.hub.arguments`): a bad one is one :class:`HltmtConfigError` or
+        :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
+        holding a NUL character or a lone surrogate fails alone, like an empty one.
         """
         if not isinstance(errors, str) or errors not in ("raise", "keep"):
             raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
