@@ -58,17 +58,19 @@ class AtomicOutput:
 
     def __init__(self, path: str, option: str = "output", binary: bool = False):
         self.path, self.option, self.finished = path, option, False
-        folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(path):
             raise OutputError(f"{option} {path} is a folder: name a file")
+        self.target = os.path.realpath(path)  # a symbolic link keeps pointing at the new file
+        folder = os.path.dirname(self.target)
         try:
-            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial", dir=folder)
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.target)}.", suffix=".partial",
+                                             dir=folder)
         except OSError as error:
             raise OutputError(f"cannot write {option} {path}: {error.strerror or error}") from None
         try:
             umask = os.umask(0)
             os.umask(umask)
-            mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~umask
+            mode = os.stat(self.target).st_mode & 0o7777 if os.path.exists(self.target) else 0o666 & ~umask
             os.fchmod(fd, mode)
         except OSError:
             pass
@@ -91,7 +93,7 @@ class AtomicOutput:
             self.file.flush()
             os.fsync(self.file.fileno())
             self.file.close()
-            os.replace(self.tmp, self.path)
+            os.replace(self.tmp, self.target)
         except OSError as error:
             self.discard()
             kept = "it is unchanged" if os.path.exists(self.path) else "nothing was written"
