@@ -36,5 +36,6 @@ setup(
         "hltmt-main-job = hltmt_plugin.cli.main_job:main",
         "hltmt-report = hltmt_plugin.cli.report:main",
         "hltmt-options = hltmt_plugin.cli.options:main",
+        "hltmt-average-checkpoints = hltmt_plugin.cli.average_checkpoints:main",
     ]},
 )
