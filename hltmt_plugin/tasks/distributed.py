@@ -64,7 +64,7 @@ def check_precision(args) -> None:
     """Mixed-precision options that break the idle-gradient rule or do not run."""
     if getattr(args, "bf16", False) and importlib.util.find_spec("torch_xla") is None:  # fairseq sets --tpu itself
         raise HltmtConfigError("--bf16 in fairseq 0.12 is the TPU path (it fails without one): on a GPU use --amp "
-                               "(bfloat16 or float16 autocast, float32 weights) or --fp16 --fp16-no-flatten-grads")
+                               "(float16 autocast, float32 weights) or --fp16 --fp16-no-flatten-grads")
     if (getattr(args, "fp16", False) and not getattr(args, "memory_efficient_fp16", False)
             and not getattr(args, "fp16_no_flatten_grads", False)):
         raise HltmtConfigError(
