@@ -646,7 +646,7 @@ def main(argv=None):
     p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line
     p.add_argument("--dry-run", action="store_true",
                    help="print every command the run would start, one per line, and run and write nothing "
-                        "(--gpu is then assumed, not looked for)")
+                        "(with --gpu, no GPU needs to be there)")
     p.add_argument("--decode-workers", type=int, default=0, help="default: min(12, cores) on a GPU, cores on CPU")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--status-every", type=float, default=15.0, help="seconds between training status lines")

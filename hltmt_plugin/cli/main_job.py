@@ -450,7 +450,7 @@ def main(argv=None):
     p.add_argument("--dry-run", action="store_true",
                    help="print every command the job would run (hltmt-prepare-data, fairseq-train, one "
                         "fairseq-generate line per direction, hltmt-report), one per line, and run nothing; "
-                        "--gpu is then assumed, not looked for")
+                        "with --gpu, no GPU needs to be there")
     p.add_argument("--decode-workers", type=int, default=0,
                    help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)")
     args = p.parse_args(argv)
@@ -462,7 +462,7 @@ def main(argv=None):
         print(f"hltmt-main-job: error: {error}", file=sys.stderr)
         return 2
     except StepFailed as error:
-        print(f"\nmain_job: error: {error}", file=sys.stderr)
+        print(f"\nhltmt-main-job: error: {error}", file=sys.stderr)
         return 1
     return 0
 
