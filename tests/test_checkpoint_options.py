@@ -20,7 +20,8 @@ def generate(data_bin, ckpt, *extra, langs=LANGS, high=HIGH):
 
 def with_fixed_map(trained, tmp_path, mapping):
     state = torch.load(trained[0], map_location="cpu", weights_only=True)
-    state["model"]["decoder.slp.fixed_map"] = mapping
+    state["model"]["decoder.slp.fixed_map"] = mapping  # the older stored form: module indices
+    del state["model"]["decoder.slp.fixed_map_onehot"]
     path = tmp_path / "fixed.pt"
     torch.save(state, path)
     return path

@@ -7,6 +7,7 @@ import torch
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 from conftest import cli, run, train_args
+from hltmt_plugin.modules.language_pool import decode_map
 
 COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
           "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "5", "--max-tokens", "1500",
@@ -21,7 +22,10 @@ def train(data_bin, save, *extra):
 
 
 def state(path):
-    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+    model = torch.load(path, map_location="cpu", weights_only=True)["model"]
+    onehot = model["decoder.slp.fixed_map_onehot"]  # the stored map, as module indices (-1: open)
+    model["decoder.slp.fixed_map"] = decode_map(onehot, onehot.shape[1] - 1)
+    return model
 
 
 def progress(log):

@@ -34,14 +34,20 @@ def _os_error(error: BaseException):
     return None
 
 
-def _state_bytes(obj) -> int:
-    """The bytes of the tensors in a checkpoint's state (about the size of its file)."""
+def _state_bytes(obj, seen=None) -> int:
+    """The bytes of the tensor storages in a checkpoint's state, each once (tied weights share
+    one): about the size of its file."""
+    seen = set() if seen is None else seen
     if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
+        storage = obj.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
     if isinstance(obj, dict):
-        return sum(_state_bytes(v) for v in obj.values())
+        return sum(_state_bytes(v, seen) for v in obj.values())
     if isinstance(obj, (list, tuple)):
-        return sum(_state_bytes(v) for v in obj)
+        return sum(_state_bytes(v, seen) for v in obj)
     return 0
 
 

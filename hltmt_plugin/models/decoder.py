@@ -107,6 +107,6 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         if sorted(saved) != sorted(ours):
             raise HltmtInputError(f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these "
                                   f"options name {','.join(ours)}: pass the training run's --high-resource-langs")
-        mapping = prefix + "slp.fixed_map"
-        if mapping in state_dict:
-            state_dict[mapping] = state_dict[mapping].index_select(0, torch.tensor([saved.index(x) for x in ours]))
+        for mapping in (prefix + "slp.fixed_map_onehot", prefix + "slp.fixed_map"):  # (fixed_map: older checkpoints)
+            if mapping in state_dict:
+                state_dict[mapping] = state_dict[mapping].index_select(0, torch.tensor([saved.index(x) for x in ours]))

@@ -73,9 +73,13 @@ class SelectiveLanguagePool(nn.Module):
         self.pool = nn.ModuleList(LanguageModule(dim, hidden, **module_kwargs) for _ in range(pool_size))
         self.universal = LanguageModule(dim, hidden, **module_kwargs)
         self.gate = nn.Linear(dim, pool_size)
-        # g(l): the module of each high-resource language once fixed (-1 while the gate learns).
-        # Stored in the checkpoint with the weights.
-        self.register_buffer("fixed_map", torch.full((num_high,), -1, dtype=torch.long))
+        # g(l) as checkpoints store it: one row per high-resource language, one-hot over T + 1
+        # columns: a 1 at the language's pool module, or at column T while the gate learns.
+        # Averaging or mixing checkpoints keeps a row one-hot only where they all agree; any
+        # other mix is no map and is refused on load (check_map_onehot).
+        self.register_buffer("fixed_map_onehot", encode_map(torch.full((num_high,), -1, dtype=torch.long), pool_size))
+        # g(l) as module indices (-1 while the gate learns), derived from the one-hot; not stored.
+        self.register_buffer("fixed_map", torch.full((num_high,), -1, dtype=torch.long), persistent=False)
         # Training forward passes the gate has seen while learning (stage high); stage all
         # refuses a model whose gate never learned.
         self.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
@@ -98,10 +102,19 @@ class SelectiveLanguagePool(nn.Module):
         return self._map_fixed
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        mapping = state_dict.get(prefix + "fixed_map")
-        if mapping is not None:
-            check_fixed_map(mapping, self.pool_size, self.fixed_map.numel())
+        key = prefix + "fixed_map_onehot"
+        legacy = state_dict.pop(prefix + "fixed_map", None)  # checkpoints before the one-hot form: indices
+        if legacy is not None:
+            check_fixed_map(legacy, self.pool_size, self.fixed_map.numel())
+            if key in state_dict and not torch.equal(state_dict[key], encode_map(legacy, self.pool_size)):
+                raise HltmtInputError(f"the checkpoint holds two routing maps that differ ({prefix}fixed_map "
+                                      f"{legacy.tolist()} and {key}): it was not written by fairseq-train")
+            state_dict[key] = encode_map(legacy, self.pool_size)
+        if key in state_dict:
+            check_map_onehot(state_dict[key], self.pool_size, getattr(self, "high", None) or
+                             [f"row {i}" for i in range(self.fixed_map.numel())], key)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.fixed_map.copy_(decode_map(self.fixed_map_onehot, self.pool_size))
         self._map_fixed = bool((self.fixed_map >= 0).all())
 
     def routing_map(self, high_lang_embeddings: Tensor) -> Dict[str, int]:
@@ -134,6 +147,7 @@ class SelectiveLanguagePool(nn.Module):
         """Fix a given map (e.g. the identity: one module per language, LS-MNMT)."""
         check_fixed_map(mapping, self.pool_size, self.fixed_map.numel())
         self.fixed_map.copy_(mapping)
+        self.fixed_map_onehot.copy_(encode_map(self.fixed_map, self.pool_size))
         self._map_fixed = True
         self.gate.requires_grad_(False)
 
@@ -193,6 +207,39 @@ def check_fixed_map(mapping: Tensor, pool_size: int, num_high: int) -> None:
         raise HltmtInputError(f"the checkpoint's routing map (decoder.slp.fixed_map) {values} is out of range: each "
                              f"high-resource language needs a pool module in 0..{pool_size - 1} (or -1 while the "
                              "gate learns)")
+
+
+def encode_map(mapping: Tensor, pool_size: int) -> Tensor:
+    """Module indices (-1: open) -> the stored one-hot rows (column ``pool_size``: open)."""
+    return F.one_hot(torch.where(mapping < 0, torch.full_like(mapping, pool_size), mapping), pool_size + 1)
+
+
+def decode_map(onehot: Tensor, pool_size: int) -> Tensor:
+    """The stored one-hot rows -> module indices (-1: open)."""
+    mapping = onehot.argmax(dim=-1)
+    return torch.where(mapping == pool_size, torch.full_like(mapping, -1), mapping)
+
+
+def check_map_onehot(onehot: Tensor, pool_size: int, high: Sequence[str], name: str) -> None:
+    """A stored routing map is one row per high-resource language, each a single 1 among 0s over
+    the ``pool_size`` modules and the open column, all open or all fixed: what a stage wrote."""
+    if onehot.shape != (len(high), pool_size + 1) or onehot.is_complex() or onehot.dtype == torch.bool:
+        raise HltmtInputError(f"the checkpoint's routing map ({name}) must hold {len(high)} x {pool_size + 1} "
+                              f"integers, got {tuple(onehot.shape)} of {onehot.dtype}")
+    for lang, row in zip(high, onehot.tolist()):
+        if sorted(row) != [0] * pool_size + [1]:  # (a float 0. / 1. compares equal: the values count)
+            raise HltmtInputError(
+                f"the checkpoint's routing map ({name}) is no map a training stage wrote: the row of {lang} is {row}, "
+                f"not a single 1 (one of pool modules 0..{pool_size - 1}, or the last column while the gate learns); "
+                "were checkpoints with different maps averaged (e.g. from both sides of the stage switch)? Average "
+                "checkpoints of one stage and one map (hltmt-average-checkpoints checks this)")
+    open_rows = onehot[:, pool_size].tolist()
+    if 0 < sum(open_rows) < len(open_rows):
+        raise HltmtInputError(
+            f"the checkpoint's routing map ({name}) fixes "
+            f"{','.join(lang for lang, o in zip(high, open_rows) if not o)} and leaves "
+            f"{','.join(lang for lang, o in zip(high, open_rows) if o)} open: a stage fixes every language at once, "
+            "so this is no map a training stage wrote (checkpoints of both stages mixed?)")
 
 
 def disparity(probs: Tensor) -> Tensor:

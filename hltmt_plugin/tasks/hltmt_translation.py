@@ -194,4 +194,4 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             num_shards=kwargs.get("num_shards", 1), shard_id=kwargs.get("shard_id", 0),
             num_workers=kwargs.get("num_workers", 0), epoch=epoch,
             switch_update=self.args.high_stage_updates, batches_per_update=per_update,
-            count_updates=self.updates_done)
+            count_updates=self.updates_done, map_fixed=lambda: self.model.slp.map_is_fixed)

@@ -143,6 +143,8 @@ class StageSchedule:
         check_trains_in_run(model, [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
                             self.high, self.args, self.args.high_stage_updates)
         if self.stage(updates_done) == ALL:
+            if not slp.map_is_fixed and 0 < self.args.high_stage_updates < updates_done:
+                raise stage_high_passed(updates_done, self.args.high_stage_updates)
             if not slp.map_is_fixed and int(slp.gate_steps) == 0:
                 raise HltmtConfigError(
                     "stage all needs the routing map learned in stage high, and this model's gate was never "
@@ -155,12 +157,26 @@ class StageSchedule:
                         f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: "
                         + ", ".join(f"{lang}->m{k}" for lang, k in mapping.items()))
         else:
+            if slp.map_is_fixed and self.args.high_stage_updates > 0:
+                raise HltmtConfigError(
+                    f"the checkpoint is past the stage switch (its routing map is fixed; this run goes on from update "
+                    f"{updates_done}), and --high-stage-updates {self.args.high_stage_updates} asks for stage high until update "
+                    f"{self.args.high_stage_updates}: resume with the --high-stage-updates of the run that wrote it "
+                    f"(or any value up to {updates_done}: the switch is behind)")
             if slp.map_is_fixed:
                 raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
                                        "checkpoint): the gate can no longer learn; use --hlt-stage all")
             logger.info(f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
                         f"{','.join(self.high_pairs)}; the gate learns (current map: "
                         + ", ".join(f"{lang}->m{k}" for lang, k in model.routing_map().items()) + ")")
+
+
+def stage_high_passed(updates_done: int, switch: int) -> HltmtConfigError:
+    """A checkpoint of stage high resumed with a --high-stage-updates it has passed already."""
+    return HltmtConfigError(
+        f"the checkpoint was saved at update {updates_done}, in stage high (its routing map is not fixed yet), and "
+        f"--high-stage-updates {switch} would have ended stage high before that: resume with the "
+        "--high-stage-updates of the run that wrote it, or a larger one")
 
 
 def restarts_update_count(args) -> Optional[str]:
@@ -179,11 +195,14 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
     """Ends the training epoch in which update ``switch_update`` falls exactly there.
 
     ``start_update`` (the update count when the epoch began) is part of the iterator's
-    state, so a resumed run rebuilds the same cut epoch.
+    state, so a resumed run rebuilds the same cut epoch. Only an epoch of stage high is cut
+    (``map_fixed()`` false): a run resumed after the switch with another
+    ``--high-stage-updates`` goes on as the run that switched.
     """
 
-    def __init__(self, *args, switch_update: int, batches_per_update: int, count_updates, **kwargs):
+    def __init__(self, *args, switch_update: int, batches_per_update: int, count_updates, map_fixed, **kwargs):
         self.switch_update, self.batches_per_update, self.count_updates = switch_update, batches_per_update, count_updates
+        self.map_fixed = map_fixed
         self.start_update = None
         super().__init__(*args, **kwargs)
 
@@ -194,7 +213,7 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
                 self.start_update = self.count_updates()
             batches = tuple(self.batch_sampler(self.dataset, self.epoch))
             left = self.switch_update - self.start_update
-            if 0 < left and left * self.batches_per_update < len(batches):
+            if 0 < left and left * self.batches_per_update < len(batches) and not self.map_fixed():
                 batches = batches[: left * self.batches_per_update]
                 logger.info(f"HLT-MT: epoch {self.epoch} ends at update {self.switch_update} "
                             f"(end of stage high) after {len(batches)} batches")
@@ -214,4 +233,7 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
     def load_state_dict(self, state_dict):
         self.start_update = state_dict.get("hltmt_start_update")
         self._frozen_batches = None  # rebuild with the recorded start
+        self.epoch, done = state_dict["epoch"], state_dict.get("iterations_in_epoch", 0)
+        if done > 0 and done >= len(self.frozen_batches):  # fairseq: "dataloader mismatch"
+            raise stage_high_passed(self.count_updates(), self.switch_update)
         super().load_state_dict(state_dict)

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.modules.language_pool import HARD, SOFT, LanguageModule, SelectiveLanguagePool
 
 
@@ -121,3 +122,60 @@ def test_the_gate_and_the_disparity_stay_float32_under_mixed_precision():
     torch.testing.assert_close(mixed, full, rtol=0, atol=0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert slp.gate(emb).dtype == torch.bfloat16  # what the gate would be without the guard
+
+
+# ---- the stored routing map: one-hot rows, so that no average of checkpoints is another map
+def with_map(mapping, T=3):
+    slp = pool(T=T, H=len(mapping))
+    if any(v >= 0 for v in mapping):
+        slp.fix_map_to(torch.tensor(mapping))
+    return slp.state_dict()
+
+
+def averaged(states, integer_division=True):
+    """fairseq's scripts/average_checkpoints.py on the pool's tensors: the sum over checkpoints,
+    then ``//`` for integer tensors (its current form) or ``/`` (float: older forms, other tools)."""
+    total = {k: sum(s[k] for s in states) for k in states[0]}
+    return {k: (v // len(states) if integer_division else v / len(states)) if not v.is_floating_point()
+            else v / len(states) for k, v in total.items()}
+
+
+@pytest.mark.parametrize("maps", [
+    [[-1, -1, -1, -1], [1, 1, 1, 1]],  # both sides of the stage switch: once [0, 0, 0, 0] with integer indices
+    [[0, 1, 2, 0], [2, 1, 0, 0]],  # two stage-all runs with different maps
+    [[0, 1, 2, 0], [0, 1, 2, 0], [0, 1, 2, 1]],
+    [[-1, -1, -1, -1], [-1, -1, -1, -1], [2, 2, 2, 2]],
+])
+@pytest.mark.parametrize("integer_division", [True, False])
+def test_an_average_of_checkpoints_with_different_maps_is_refused_on_load(maps, integer_division):
+    state = averaged([with_map(m) for m in maps], integer_division)
+    with pytest.raises(HltmtInputError, match=r"routing map \(fixed_map_onehot\) is no map a training stage wrote: "
+                                              r"the row of h\d is \[[0-9., ]+\], not a single 1"):
+        pool().load_state_dict(state)
+
+
+@pytest.mark.parametrize("mapping", [[-1, -1, -1, -1], [0, 1, 2, 0], [2, 2, 2, 2]])
+@pytest.mark.parametrize("integer_division", [True, False])
+def test_an_average_of_checkpoints_with_one_map_keeps_it(mapping, integer_division):
+    slp = pool()
+    slp.load_state_dict(averaged([with_map(mapping)] * 3, integer_division))
+    assert slp.fixed_map.tolist() == mapping and slp.map_is_fixed == (mapping[0] >= 0)
+
+
+def test_a_map_fixed_for_some_languages_only_is_refused():
+    state = with_map([0, 1, 2, 0])
+    state["fixed_map_onehot"][1] = torch.tensor([0, 0, 0, 1])
+    with pytest.raises(HltmtInputError, match=r"fixes h0,h2,h3 and leaves h1 open: a stage fixes every language"):
+        pool().load_state_dict(state)
+
+
+def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
+    state = with_map([2, 0, 1, 1])
+    del state["fixed_map_onehot"]
+    for mapping, fixed in (([2, 0, 1, 1], True), ([-1, -1, -1, -1], False)):
+        slp = pool()
+        slp.load_state_dict({**state, "fixed_map": torch.tensor(mapping)})
+        assert slp.fixed_map.tolist() == mapping and slp.map_is_fixed == fixed
+        assert "fixed_map" not in slp.state_dict() and slp.state_dict()["fixed_map_onehot"].shape == (4, 4)
+    with pytest.raises(HltmtInputError, match=r"fixed_map\) \[0, 5, 0, 0\] is out of range"):
+        pool().load_state_dict({**state, "fixed_map": torch.tensor([0, 5, 0, 0])})
