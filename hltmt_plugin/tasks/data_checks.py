@@ -118,7 +118,11 @@ def language_marking(args) -> List[Tuple[str, object]]:
     """Every option of fairseq's multilingual data manager that changes the token sequence a
     model sees (where the language tokens go, how they are written, which ones the dictionary
     holds), as (option, value). ``--langs`` / ``--lang-dict`` and the dictionaries are checked
-    where they are loaded (the language table, :func:`record_or_check_vocabulary`)."""
+    where they are loaded (the language table, :func:`record_or_check_vocabulary`). Not marking
+    options: ``--left-pad-source`` / ``--left-pad-target`` (the model reads either padding),
+    ``--truncate-source`` (cuts only over-long input), ``--keep-inference-langtok`` (output
+    only), ``--enable-lang-ids`` (a model that needs the ids says so per batch),
+    ``--enable-reservsed-directions-shared-datasets`` (memory only)."""
     src, tgt = _main_langtoks(args)
     extra = getattr(args, "extra_data", None)
     return [("--encoder-langtok", src or "none"), ("--decoder-langtok", {None: "off", "tgt": "on"}.get(tgt, tgt)),
