@@ -66,7 +66,7 @@ sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
 from hltmt_plugin.cli.main_job import (BF16_REFUSED, HIGH, LANGS, NGPU_HELP, PRECISION_FLAGS,  # noqa: E402
-                                       PRECISION_HELP, gpu_flags, nproc, print_command)
+                                       PRECISION_HELP, gpu_flags, nproc, print_command, reader_gone)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
@@ -668,6 +668,8 @@ def main(argv=None):
         except RunFailed as error:
             print(f"gpu_run: error: {error}", file=sys.stderr)
             return 2
+        except BrokenPipeError:
+            return reader_gone()
         return 0
     os.makedirs(args.out, exist_ok=True)
     sys.stdout = Tee(os.path.join(args.out, "gpu_run.log"))

@@ -57,7 +57,7 @@ sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
 from hltmt_plugin.cli.main_job import (BF16_REFUSED, NGPU_HELP, PRECISION_FLAGS, PRECISION_HELP,  # noqa: E402
-                                       StepFailed, gpu_flags, print_command, run_logged, say)
+                                       StepFailed, gpu_flags, print_command, reader_gone, run_logged, say)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 WMT10_LANGS = "fr,cs,de,fi,lv,et,ro,hi,tr,gu"
@@ -372,6 +372,8 @@ def main(argv=None):
     except StepFailed as error:
         print(f"\nxlmr_recipe: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return reader_gone()
     return 0
 
 

@@ -130,6 +130,12 @@ def print_command(cmd) -> None:
     print(shlex.join(cmd), flush=True)
 
 
+def reader_gone() -> int:
+    """stdout closed by its reader (``--dry-run | head``): stop quietly, without a traceback."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
+
+
 LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
 HIGH = ["fr", "de", "cs", "tr", "fi", "et"]  # DebMT-10's high-resource languages (data/debmt10/README.md)
 
@@ -464,6 +470,8 @@ def main(argv=None):
     except StepFailed as error:
         print(f"\nhltmt-main-job: error: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        return reader_gone()
     return 0
 
 
