@@ -3,7 +3,8 @@ loads a checkpoint: each kind of option fairseq evaluates (``utils.eval_bool``,
 ``eval_str_list``, ``eval_str_dict``, ``eval`` in the optimizer, a legacy ``args`` record),
 crafted into the ``trained`` fixture's checkpoint, through fairseq-generate,
 fairseq-interactive, fairseq-train --restore-file / --finetune-from-model, the Python API,
-hltmt-translate and hltmt-adapters export: one line naming the file and the option, a non-zero
+hltmt-translate, hltmt-adapters export, hltmt-train-language-adapter and hltmt-report's gate
+heatmap: one line naming the file and the option, a non-zero
 exit, and the marker file the code would create is not there."""
 import argparse
 import os
@@ -48,7 +49,21 @@ ROUTES = {
                                                  "--tgt", "de"], "hello\n"),
     "hltmt-adapters export": lambda data, ckpt, tmp: ([cli("hltmt-adapters"), "export", "--path", ckpt, "--lang", "de",
                                                        "--out", str(tmp / "de.adapters.pt")], None),
+    "hltmt-train-language-adapter": lambda data, ckpt, tmp: (
+        [cli("hltmt-train-language-adapter"), "--path", ckpt, "--lang", "de", "--text", write(tmp / "mono.de", "Hallo.\n"),
+         "--spm", os.path.join(os.path.dirname(data), "spm", "spm.model"), "--out", str(tmp / "de.adapters.pt")], None),
+    "hltmt-report --gate-checkpoint": lambda data, ckpt, tmp: (
+        [cli("hltmt-report"), "--decode-dir", write(tmp / "decode" / "hltmt" / "seed1" / "en-de.gen",
+                                                    "T-0\tDas ist gut.\nD-0\t-1.0\tDas ist gut.\n", folder=tmp / "decode"),
+         "--high", "de", "--machine", "test", "--out", str(tmp / "report"), "--gate-checkpoint", ckpt], None),
 }
+
+
+def write(path, text, folder=None):
+    """Write a small input file of a route; returns its path (or ``folder``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(folder or path)
 
 
 def craft(trained_ckpt, tmp_path, kind):
@@ -83,8 +98,7 @@ def test_code_in_a_stored_option_is_refused_and_never_runs(data_bin, trained, tm
     assert "Traceback" not in out, out[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
     assert len(errors) == 1, out[-2000:]
-    assert errors[0].split(": error: ", 1)[0] in ("hltmt_plugin", "hltmt-translate", "hltmt-adapters"), errors[0]
-    assert errors[0].split(": error: ", 1)[1].startswith(
+    assert errors[0].split("error: ", 1)[1].startswith(
         f"refused to load checkpoint {ckpt}: its stored option {option} = \"__import__('os').system("), errors[0]
     assert errors[0].endswith("is not a literal, and fairseq evaluates that option as Python when it builds the model "
                               "or task, so loading it could run code (nothing was run)"), errors[0]
@@ -205,3 +219,15 @@ def test_averaging_a_checkpoint_holding_code_runs_none_of_it(trained, two_stages
     line = one_error(average_cmd("--inputs", ckpt, ckpt, "--output", tmp_path / "a.pt"))
     assert line.startswith(f"hltmt_plugin: error: refused to load checkpoint {ckpt}: its stored option {option}"), line
     assert not marker.exists() and not (tmp_path / "a.pt").exists()
+
+
+def test_averaging_checkpoints_trained_with_other_options_is_refused(two_stages, tmp_path):
+    state = torch.load(two_stages / "checkpoint_2_6.pt", map_location="cpu", weights_only=True)
+    state["cfg"]["model"].high_resource_langs = "fr,de"  # the same weights would mean the other language
+    other = tmp_path / "other.pt"
+    torch.save(state, other)
+    line = one_error(average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", other, "--output", tmp_path / "a.pt"))
+    assert line == (f"hltmt_plugin: error: cannot average {two_stages / 'checkpoint_2_8.pt'} and {other}: they were "
+                    "trained with other --high-resource-langs (de,fr and fr,de), so the same weight means something "
+                    "else in each"), line
+    assert sorted(os.listdir(tmp_path)) == ["other.pt"]

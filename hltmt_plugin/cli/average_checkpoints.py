@@ -26,6 +26,8 @@ import re
 import sys
 from argparse import Namespace
 
+import torch
+
 import hltmt_plugin  # noqa: F401  (safe loading, one-line errors)
 from hltmt_plugin.compat.atomic_copy import save_checkpoint_file
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
@@ -109,9 +111,8 @@ def _why_not_averaged(key: str, x, y) -> str:
 
 
 def average(paths):
-    """The first checkpoint's state with the float weights averaged over ``paths``."""
-    import torch
-
+    """The first checkpoint's state with the float weights averaged over ``paths`` (weights that
+    share one tensor there, as tied embeddings do, share their average)."""
     first, first_state, total = paths[0], None, None
     for path in paths:
         state = load_state(path)
@@ -127,9 +128,13 @@ def average(paths):
         _compare(first, first_state, path, state)
         for key in total:
             total[key] += state["model"][key].double()
-    model = dict(first_state["model"])
+    model, shared = dict(first_state["model"]), {}
     for key, value in total.items():
-        model[key] = (value / len(paths)).to(first_state["model"][key].dtype)
+        weight = first_state["model"][key]
+        place = (weight.untyped_storage().data_ptr(), weight.storage_offset(), tuple(weight.shape), weight.stride())
+        if place not in shared:
+            shared[place] = (value / len(paths)).to(weight.dtype)
+        model[key] = shared[place]
     first_state["model"] = model
     return first_state
 

@@ -157,12 +157,13 @@ class StageSchedule:
                         f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: "
                         + ", ".join(f"{lang}->m{k}" for lang, k in mapping.items()))
         else:
-            if slp.map_is_fixed and self.args.high_stage_updates > 0:
+            switch = self.args.high_stage_updates
+            if slp.map_is_fixed and switch > 0:
                 raise HltmtConfigError(
                     f"the checkpoint is past the stage switch (its routing map is fixed; this run goes on from update "
-                    f"{updates_done}), and --high-stage-updates {self.args.high_stage_updates} asks for stage high until update "
-                    f"{self.args.high_stage_updates}: resume with the --high-stage-updates of the run that wrote it "
-                    f"(or any value up to {updates_done}: the switch is behind)")
+                    f"{updates_done}), and --high-stage-updates {switch} asks for stage high until update {switch}: "
+                    f"resume with the --high-stage-updates of the run that wrote it (or any value up to "
+                    f"{updates_done}: the switch is behind)")
             if slp.map_is_fixed:
                 raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
                                        "checkpoint): the gate can no longer learn; use --hlt-stage all")
