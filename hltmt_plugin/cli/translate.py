@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Translate lines in any mix of directions with one loaded HLT-MT checkpoint.
+r"""Translate lines in any mix of directions with one loaded HLT-MT checkpoint.
 
     hltmt-translate --checkpoint ckpt/checkpoint_best.pt --spm runs/data/spm/spm.model < in.tsv > out.txt
 
