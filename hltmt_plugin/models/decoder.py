@@ -2,6 +2,7 @@
 before the output projection, routed by each row's target language from the record in
 ``encoder_out``. In a beam search the route plans (SLP, target-language adapters) are made at
 the first step and kept with the beams (:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
+import logging
 from typing import Dict, List, Optional
 
 import torch
@@ -17,6 +18,8 @@ from hltmt_plugin.languages import ROWS, TGT, PassRows, names_of, names_tensor, 
 from hltmt_plugin.models.layers import Layouts, decoder_layer
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
 from hltmt_plugin.modules.routing import SearchPlans
+
+logger = logging.getLogger(__name__)
 
 SLP_IDS = "slp"  # PassRows ids: each row's SLP module under hard routing
 
@@ -92,8 +95,33 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
         fill_missing_weights(self, state_dict, name)
+        self._start_pool_from_dense(state_dict, f"{name}." if name else "")
         self._map_by_language(state_dict, f"{name}." if name else "")
         return state_dict
+
+    def _start_pool_from_dense(self, state_dict, prefix: str) -> None:
+        """A checkpoint of fairseq's plain ``transformer`` (no pool) loads with the pool added as
+        the identity on top of its decoder: each pool module and the universal layer start with
+        ``fc2`` at zero (the residual passes the top layer's output through) and, post-norm,
+        with the top layer's final layer norm as their own; ``fc1`` and the gate keep their
+        fresh initialisation. Pre-norm, the decoder's final layer norm becomes the one above the pool."""
+        if any(key.startswith(prefix + "slp.") for key in state_dict):
+            return
+        top = f"{prefix}layers.{len(self.layers) - 1}.final_layer_norm."
+        for key, value in self.state_dict().items():
+            if key.startswith("slp.") and prefix + key not in state_dict:
+                fresh = value.detach().clone()
+                if key.endswith(".fc2.weight") or key.endswith(".fc2.bias"):
+                    fresh.zero_()
+                elif ".layer_norm." in key and self.slp_output_norm is None and top + key.rsplit(".", 1)[1] in state_dict:
+                    fresh = state_dict[top + key.rsplit(".", 1)[1]].clone()
+                state_dict[prefix + key] = fresh
+        if self.slp_output_norm is not None:
+            for suffix in ("weight", "bias"):
+                if prefix + "layer_norm." + suffix in state_dict:
+                    state_dict[prefix + "slp_output_norm." + suffix] = state_dict.pop(prefix + "layer_norm." + suffix)
+        logger.info("HLT-MT: the checkpoint has no pool (a plain transformer): the pool modules and the universal "
+                    "layer start as the identity on its top decoder layer (fc2 at zero), the gate fresh")
 
     def _map_by_language(self, state_dict, prefix: str) -> None:
         """The checkpoint's routing map, reordered to this model's --high-resource-langs (the

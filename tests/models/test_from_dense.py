@@ -1,0 +1,110 @@
+"""HLT-MT, LS-MNMT, adapters and skills started from a plain fairseq ``transformer`` checkpoint
+trained with ``translation_multi_simple_epoch``: fairseq-train's own --finetune-from-model,
+every dense tensor copied bit for bit, and the converted model's loss before its first
+update against the dense model's on the same batch."""
+import pytest
+import torch
+
+from fairseq import checkpoint_utils
+
+from tests.conftest import LANGS, MADX, PAIRS, PLUGIN, build, cli, make_sample, run, with_lang_ids
+
+DIRECTIONS = ["en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"] * 4
+OPTIM = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+         "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1500",
+         "--no-epoch-checkpoints", "--log-interval", "1", "--seed", "3", "--cpu"]
+DENSE = ["--user-dir", PLUGIN, "--task", "translation_multi_simple_epoch", "--arch", "transformer_hltmt_tiny",
+         "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt"]
+
+
+@pytest.fixture(scope="module")
+def dense(data_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("dense")
+    done = run([cli("fairseq-train"), data_bin, *DENSE, *OPTIM, "--max-update", "30", "--save-dir", str(save)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return str(save / "checkpoint_last.pt")
+
+
+def converted(data_bin, dense_path, *options):
+    """The hltmt_transformer that these options build, loaded from the dense checkpoint the way
+    fairseq-train's --finetune-from-model loads it (model.load_state_dict, strict)."""
+    args, task, model = build(data_bin, *options)
+    state = checkpoint_utils.load_checkpoint_to_cpu(dense_path)
+    model.load_state_dict(state["model"], strict=True, model_cfg=args)
+    return task, model, state["model"]
+
+
+def nll(model, sample) -> float:
+    model.eval()
+    with torch.no_grad():
+        out = model(**sample["net_input"])
+        lprobs = model.get_normalized_probs(out, log_probs=True)
+    target = sample["target"]
+    mask = target.ne(1)
+    return float(-lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)[mask].mean())
+
+
+CASES = {
+    "hlt-mt": [],
+    "ls-mnmt": ["--slp-language-specific"],
+    "hlt-mt+adapters": MADX,
+    "hlt-mt+skills": ["--skill-ffn", "--skill-attention", "--enable-lang-ids"],
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_dense_weights_copied_and_loss_close(data_bin, dense, case):
+    options = CASES[case]
+    task, model, dense_state = converted(data_bin, dense, *options)
+    ours = model.state_dict()
+    for key, value in dense_state.items():
+        if key.endswith("_float_tensor") or key.endswith(".version"):
+            continue
+        assert key in ours, key
+        assert torch.equal(ours[key], value), key  # bit for bit
+    plain, _ = checkpoint_utils.load_model_ensemble([dense])
+    sample = make_sample(task, DIRECTIONS, max_len=9)
+    dense_loss = nll(plain[0], sample)  # (fairseq's transformer takes no src_lang_id)
+    converted_loss = nll(model, with_lang_ids(task, sample, DIRECTIONS))
+    print(f"{case}: dense {dense_loss:.4f} converted {converted_loss:.4f}")
+    assert abs(converted_loss - dense_loss) < 0.05 * dense_loss
+
+
+def test_stated_initialisation_is_the_closest(data_bin, dense):
+    """The pool's stated start (fc2 at zero, the top layer's final layer norm) against the
+    alternatives: the modules fully fresh, or fc2 at zero with a fresh layer norm."""
+    task, model, dense_state = converted(data_bin, dense)
+    plain, _ = checkpoint_utils.load_model_ensemble([dense])
+    sample = make_sample(task, DIRECTIONS, max_len=9)
+    dense_loss, stated = nll(plain[0], sample), nll(model, sample)
+    modules = list(model.slp.pool) + [model.slp.universal]
+    for module in modules:
+        module.layer_norm.reset_parameters()
+    zero_fc2_fresh_norm = nll(model, sample)
+    torch.manual_seed(0)
+    for module in modules:
+        module.fc2.reset_parameters()
+    fresh = nll(model, sample)
+    print(f"dense {dense_loss:.4f}; stated start {stated:.4f}; fc2 at zero, fresh layer norm "
+          f"{zero_fc2_fresh_norm:.4f}; fresh modules {fresh:.4f}")
+    assert abs(stated - dense_loss) < abs(zero_fc2_fresh_norm - dense_loss)
+    assert abs(stated - dense_loss) < abs(fresh - dense_loss)
+
+
+def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path):
+    """fairseq-train --finetune-from-model from the dense checkpoint into hltmt_transformer_tiny:
+    stage high learns the gate on the converted model, then stage all."""
+    save = tmp_path / "hltmt"
+    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS,
+                "--encoder-langtok", "tgt", "--high-resource-langs", "de,fr", "--slp-pool-size", "2",
+                *OPTIM, "--finetune-from-model", dense, "--high-stage-updates", "3", "--max-update", "6",
+                "--save-dir", str(save)])
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    assert "the checkpoint has no pool (a plain transformer)" in log
+    assert "stage high" in log and "stage all" in log, log[-3000:]
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))
+    assert state["optimizer_history"][-1]["num_updates"] == 6
+    assert int(state["model"]["decoder.slp.gate_steps"]) > 0  # the gate learned in stage high
+    assert state["model"]["decoder.slp.fixed_map_onehot"][:, -1].sum() == 0  # and the map is fixed
