@@ -49,7 +49,6 @@ import argparse
 import math
 import os
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,7 +56,7 @@ sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
 from hltmt_plugin.cli.main_job import (BF16_REFUSED, NGPU_HELP, PRECISION_FLAGS, PRECISION_HELP,  # noqa: E402
-                                       StepFailed, gpu_flags, print_command, reader_gone, run_logged, say)
+                                       StepFailed, gpu_flags, print_command, reader_gone, run_logged, run_steps, say)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 WMT10_LANGS = "fr,cs,de,fi,lv,et,ro,hi,tr,gu"
@@ -258,28 +257,9 @@ class Recipe:
               f"{','.join(self.high)}; temperature {', '.join(f'{t:g}' for t in temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs))} "
               f"over the first epochs; lr {a.lr}, {a.max_tokens} tokens x update-freq {self.update_freq}; run folder "
               f"{self.run_dir}", flush=True)
-        if self.dry_run:
-            for n, (name, fn, fn_args) in enumerate(steps, 1):
-                done = os.path.exists(os.path.join(self.run_dir, f".done-{name}"))
-                print(f"# step {n}/{len(steps)} {name}" + (": already done, a run skips it" if done else ""))
-                if not done:
-                    fn(*fn_args)
-            return
-        os.makedirs(self.run_dir, exist_ok=True)
-        if not os.environ.get("PYTHONWARNINGS"):
+        if not self.dry_run and not os.environ.get("PYTHONWARNINGS"):
             os.environ["PYTHONWARNINGS"] = QUIET
-        t_start = time.time()
-        for n, (name, fn, fn_args) in enumerate(steps, 1):
-            marker = os.path.join(self.run_dir, f".done-{name}")
-            if os.path.exists(marker):
-                say(f"step {n}/{len(steps)} {name}: already done, skipped")
-                continue
-            say(f"step {n}/{len(steps)} {name} (run time so far {time.time() - t_start:.0f}s)")
-            t0 = time.time()
-            fn(*fn_args)
-            with open(marker, "w") as f:
-                f.write(f"{time.time() - t0:.0f}s\n")
-        say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(self.run_dir, 'report', 'results.md')}")
+        run_steps(steps, self.run_dir, self.dry_run)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -191,6 +191,33 @@ class StepFailed(Exception):
     pass
 
 
+def run_steps(steps, run_dir, dry_run=False):
+    """Run ``steps`` ((name, fn, args) each) in order, each marked done in ``run_dir`` when it
+    ends, so that a rerun resumes after the last completed step. ``dry_run``: each step that
+    is not done prints its commands instead of running them."""
+    if dry_run:
+        for n, (name, fn, fn_args) in enumerate(steps, 1):
+            done = os.path.exists(os.path.join(run_dir, f".done-{name}"))
+            print(f"# step {n}/{len(steps)} {name}" + (": already done, a run skips it" if done else ""))
+            if not done:
+                fn(*fn_args)
+        return
+    os.makedirs(run_dir, exist_ok=True)
+    t_start = time.time()
+    for n, (name, fn, fn_args) in enumerate(steps, 1):
+        marker = os.path.join(run_dir, f".done-{name}")
+        if os.path.exists(marker):
+            say(f"step {n}/{len(steps)} {name}: already done, skipped")
+            continue
+        say(f"step {n}/{len(steps)} {name} (run time so far {time.time() - t_start:.0f}s)")
+        t0 = time.time()
+        fn(*fn_args)
+        with open(marker, "w") as f:
+            f.write(f"{time.time() - t0:.0f}s\n")
+        say(f"step {n}/{len(steps)} {name} done in {time.time() - t0:.0f}s")
+    say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(run_dir, 'report', 'results.md')}")
+
+
 def run_logged(cmd, log_path, stdout_path=None):
     """Run cmd, streaming its log to the console and to log_path; with stdout_path, stdout
     goes there instead (written as .partial, renamed when the command succeeds)."""
@@ -402,27 +429,7 @@ class Job:
               f"seeds={self.seeds}, systems={','.join(self.systems)}, {len(self.directions)} directions, device "
               f"{self.device}{gpus} ({self.precision}), update-freq {self.update_freq}, run folder {self.run_dir}",
               flush=True)
-        if self.dry_run:
-            for n, (name, fn, fn_args) in enumerate(steps, 1):
-                done = os.path.exists(os.path.join(self.run_dir, f".done-{name}"))
-                print(f"# step {n}/{len(steps)} {name}" + (": already done, a run skips it" if done else ""))
-                if not done:
-                    fn(*fn_args)
-            return
-        os.makedirs(self.run_dir, exist_ok=True)
-        t_start = time.time()
-        for n, (name, fn, fn_args) in enumerate(steps, 1):
-            marker = os.path.join(self.run_dir, f".done-{name}")
-            if os.path.exists(marker):
-                say(f"step {n}/{len(steps)} {name}: already done, skipped")
-                continue
-            say(f"step {n}/{len(steps)} {name} (run time so far {time.time() - t_start:.0f}s)")
-            t0 = time.time()
-            fn(*fn_args)
-            with open(marker, "w") as f:
-                f.write(f"{time.time() - t0:.0f}s\n")
-            say(f"step {n}/{len(steps)} {name} done in {time.time() - t0:.0f}s")
-        say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(self.run_dir, 'report', 'results.md')}")
+        run_steps(steps, self.run_dir, self.dry_run)
 
 
 def main(argv=None):

@@ -183,8 +183,6 @@ def binarize(spm_dir, bin_dir, lang, workers):
     (``fairseq_cli.preprocess.main``, as ``fairseq-preprocess`` runs it) in this process: a
     process per pair cost ~5 s of start-up each, which grew to most of the preparation at 100+
     languages (docs/benchmarks.md, "Scale in languages")."""
-    import logging
-
     from fairseq import options
     import fairseq_cli.preprocess as preprocess
 
