@@ -10,5 +10,7 @@ setup:
 demo: setup
 	.venv/bin/hltmt-main-job --size $(SIZE)
 
+# two workers (one per core), whole test files to each, so that a file's fixtures are built once
+JOBS ?= 2
 test: setup
-	.venv/bin/python -m pytest -q --durations=30 tests
+	.venv/bin/python -m pytest -q --durations=30 -n $(JOBS) --dist loadfile tests

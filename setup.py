@@ -26,7 +26,7 @@ setup(
         "sacremoses",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3"]},
     entry_points={"console_scripts": [
         "hltmt-prepare-data = hltmt_plugin.cli.prepare_data:main",
         "hltmt-translate = hltmt_plugin.cli.translate:main",

@@ -15,5 +15,5 @@ echo "[setup] creating .venv (torch: $TORCH_SPEC; fairseq builds its C extension
 .venv/bin/python -m pip install -q --upgrade pip wheel setuptools
 .venv/bin/python -m pip install -q "$TORCH_SPEC"
 .venv/bin/python -m pip install -q -e ".[test]"
-.venv/bin/python -c "import torch, fairseq, hltmt_plugin; print('[setup] ok: torch', torch.__version__, '| fairseq', fairseq.__version__)"
+.venv/bin/python -c "import hltmt_plugin, torch, fairseq; print('[setup] ok: torch', torch.__version__, '| fairseq', fairseq.__version__)"
 echo "$want" > "$stamp"
