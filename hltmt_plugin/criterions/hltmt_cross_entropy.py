@@ -104,12 +104,13 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs))
         for i, name in enumerate(self.langs):
             log[LANG_LOSS + name], log[LANG_TOKENS + name] = lang_loss[i], lang_tokens[i]
-        if self.n_modules is None:  # once: the pool size does not change during training
-            self.n_modules = model_pool_size(model) + 1
-        n_modules = self.n_modules
-        counts = torch.bincount(extra["slp_module"], minlength=n_modules)
-        for k in range(n_modules):
-            log[ROUTE + route_name(k, n_modules)] = counts[k]
+        if "slp_module" in extra:  # (a model without a pool routes nothing)
+            if self.n_modules is None:  # once: the pool size does not change during training
+                self.n_modules = model_pool_size(model) + 1
+            n_modules = self.n_modules
+            counts = torch.bincount(extra["slp_module"], minlength=n_modules)
+            for k in range(n_modules):
+                log[ROUTE + route_name(k, n_modules)] = counts[k]
 
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)

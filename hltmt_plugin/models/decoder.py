@@ -35,13 +35,15 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         if normalize_before and self.project_out_dim is not None:
             raise HltmtConfigError("a pre-norm decoder with --decoder-output-dim different from "
                                    "--decoder-embed-dim is not supported by the SLP")
+        self.slp = self.slp_output_norm = None
+        if num_high == 0:  # no --high-resource-langs: no pool, fairseq's own decoder top
+            return
         self.slp = SelectiveLanguagePool(
             self.output_embed_dim, slp_cfg.slp_hidden_dim or cfg.decoder.ffn_embed_dim, slp_cfg.slp_pool_size,
             num_high, hard_prob=slp_cfg.slp_hard_prob, seed=seed, activation_fn=cfg.activation_fn,
             dropout=cfg.dropout, activation_dropout=cfg.activation_dropout, normalize_before=normalize_before)
         # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
         # projection still sees normalised features.
-        self.slp_output_norm = None
         if normalize_before and self.layer_norm is not None:
             self.slp_output_norm, self.layer_norm = self.layer_norm, None
         self.rows.define(SLP_IDS, self.slp_module_ids)
@@ -53,6 +55,8 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
     def set_languages(self, langs: List[str], high: List[str], lang_tok_style: str):
+        if self.slp is None:
+            return
         self.slp.set_languages(langs, high)
         self.register_buffer("high_tokens", torch.tensor(
             [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high], dtype=torch.long),
@@ -80,7 +84,10 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         with self.rows.use(record, self.search_plans(incremental_state)):
             x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
                                                 full_context_alignment, alignment_layer, alignment_heads)
-            if self.slp.use_soft_routing():
+            routing = {}
+            if self.slp is None:
+                pass
+            elif self.slp.use_soft_routing():
                 x, routing = self.slp(x, record[:, TGT], self.high_lang_embeddings())
             else:  # hard: one plan per forward pass, or per beam search
                 x, routing = self.slp(x, None, None, self.rows.plan(SLP_IDS))
@@ -95,6 +102,11 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
         fill_missing_weights(self, state_dict, name)
+        if self.slp is None:
+            if any(key.startswith(f"{name}.slp." if name else "slp.") for key in state_dict):
+                raise HltmtInputError("the checkpoint has an HLT-MT pool and these options build none: pass the "
+                                      "training run's --high-resource-langs")
+            return state_dict
         self._start_pool_from_dense(state_dict, f"{name}." if name else "")
         self._map_by_language(state_dict, f"{name}." if name else "")
         return state_dict

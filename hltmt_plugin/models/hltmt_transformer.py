@@ -42,7 +42,9 @@ class SlpConfig(OptionGroup):
         default=None,
         metadata={"help": "comma-separated target languages routed into the selective "
                           "language-specific pool; every other target language goes through "
-                          "the universal layer (e.g. fr,cs,de,fi,et,tr)"},
+                          "the universal layer (e.g. fr,cs,de,fi,et,tr); without it the model has no pool "
+                          "(the decoder top is fairseq's own: adapters and/or skills alone) and "
+                          "every direction trains from the start"},
     )
     slp_pool_size: int = field(
         default=3, metadata={"help": "T, the number of modules in the pool (1 <= T <= number of "
@@ -69,8 +71,11 @@ def validate(slp: SlpConfig, task) -> List[str]:
         raise HltmtConfigError(f"--arch hltmt_transformer needs --task hltmt_translation (got --task {name})")
     high = split_list(slp.high_resource_langs)
     if not high:
-        raise HltmtConfigError("--high-resource-langs is required: the comma-separated target "
-                               "languages that the pool serves, e.g. --high-resource-langs fr,de,cs")
+        if slp.slp_language_specific:
+            raise HltmtConfigError("--slp-language-specific gives each language of --high-resource-langs its own "
+                                   "pool module: name them, e.g. --high-resource-langs fr,de,cs")
+        check_language_tokens(task)
+        return high  # no pool: the decoder top is fairseq's own
     check_known(high, task.langs, "--high-resource-langs")
     if not 1 <= slp.slp_pool_size <= len(high):
         raise HltmtConfigError(f"--slp-pool-size must lie in [1, {len(high)}] (the number of "
@@ -82,13 +87,17 @@ def validate(slp: SlpConfig, task) -> List[str]:
                                f"--high-resource-langs its own module: set --slp-pool-size {len(high)}")
     if not 0.0 <= slp.slp_hard_prob <= 1.0:
         raise HltmtConfigError(f"--slp-hard-prob must lie in [0, 1], got {slp.slp_hard_prob}")
+    check_language_tokens(task)
+    return high
+
+
+def check_language_tokens(task) -> None:
     encoder_langtok = getattr(task.args, "encoder_langtok", None)
     if encoder_langtok != "tgt":
         raise HltmtConfigError(
             "HLT-MT routes each sentence by its target language, read from the target-language "
             "token that --encoder-langtok tgt puts on the source; "
             f"add --encoder-langtok tgt (got --encoder-langtok {encoder_langtok})")
-    return high
 
 
 # The optional features, in the order they are planned and installed: (field of Layouts,
@@ -132,10 +141,14 @@ class HltmtTransformerModel(TransformerModel):
         model.encoder.languages = LanguageTable.from_task(task, model.encoder.dictionary)
         model.decoder.set_languages(task.langs, high, task.args.lang_tok_style)
         model.high_resource_langs = high
-        if slp.slp_language_specific:
+        if not high:
+            logger.info("hltmt_transformer: no --high-resource-langs, so no HLT-MT pool: the decoder top is "
+                        "fairseq's own and every direction trains from the start")
+        elif slp.slp_language_specific:
             model.decoder.slp.fix_map_to(torch.arange(len(high)))
-        logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
-                    f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
+        if high:
+            logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
+                        f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
         for name, _, install in FEATURES:
             install(model, getattr(layouts, name))
         apply_train_only(model, PeftConfig.from_namespace(args), task, args)
@@ -173,7 +186,7 @@ class HltmtTransformerModel(TransformerModel):
             details = " ".join(str(error).split())
             raise HltmtInputError("the checkpoint does not fit the model its options build (another "
                                   f"architecture, language list or version?): {details[:600]}") from None
-        if self.slp.map_is_fixed:
+        if self.slp is not None and self.slp.map_is_fixed:
             universal = [lang for lang in self.slp.langs if lang not in self.high_resource_langs]
             logger.info("HLT-MT routing map (fixed, from the checkpoint): " + ", ".join(
                 f"{lang}->m{k}" for lang, k in self.routing_map().items()) +
@@ -181,11 +194,15 @@ class HltmtTransformerModel(TransformerModel):
         return result
 
     @property
-    def slp(self) -> SelectiveLanguagePool:
+    def slp(self) -> Optional[SelectiveLanguagePool]:
+        """The pool, or None for a model without one (no --high-resource-langs)."""
         return self.decoder.slp
 
     def routing_map(self) -> Dict[str, int]:
-        """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now."""
+        """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now
+        (empty without a pool)."""
+        if self.slp is None:
+            return {}
         return self.slp.routing_map(self.decoder.high_lang_embeddings())
 
     def fix_routing_map(self) -> Dict[str, int]:

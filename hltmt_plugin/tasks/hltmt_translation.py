@@ -75,7 +75,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                         "--high-resource-langs: every direction of --lang-pairs trains")
 
     def updates_done(self) -> int:
-        if self.model is None or not hasattr(self.model, "slp"):
+        if self.model is None or getattr(self.model, "slp", None) is None:
             return 0
         return self.stages.updates_done(self.model) if self.stages is not None else self.model.slp.num_updates
 
@@ -94,7 +94,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
             load_pretrained(model, args.pretrained_xlmr_checkpoint, self.source_dictionary,
                             getattr(args, "pretrained_xlmr_decoder", False))
-        if self.stages is not None and not hasattr(model, "slp"):
+        if self.stages is not None and getattr(model, "slp", None) is None:
             raise HltmtConfigError("--high-resource-langs and the HLT-MT stages need --arch hltmt_transformer*")
         self.model = model
         return model
@@ -123,7 +123,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def optimizer_step(self, optimizer, model, update_num):
         self.idle_gradients.drop(self.model, optimizer)
         super().optimizer_step(optimizer, model, update_num)
-        if hasattr(self.model, "slp"):
+        if getattr(self.model, "slp", None) is not None:
             self.model.slp.num_updates = update_num + 1  # the count after this update, for stage decisions
         interval = getattr(self.args, "hlt_param_digest_interval", 0)
         if interval and (update_num + 1) % interval == 0:
