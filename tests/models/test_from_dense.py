@@ -110,3 +110,22 @@ def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path):
     assert state["optimizer_history"][-1]["num_updates"] == 6
     assert int(state["model"]["decoder.slp.gate_steps"]) > 0  # the gate learned in stage high
     assert state["model"]["decoder.slp.fixed_map_onehot"][:, -1].sum() == 0  # and the map is fixed
+
+
+@pytest.mark.parametrize("extra", [MADX, ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]],
+                         ids=["adapters alone", "skills alone"])
+def test_capacity_alone_from_dense_is_the_dense_model(data_bin, dense, extra):
+    """Without a pool, adapters (at identity) and skills (copies of the dense FFN) added to the
+    dense checkpoint give exactly its loss before the first update."""
+    from fairseq import options, tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny",
+        "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt", "--cpu", "--dropout", "0", *extra])
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(dense)["model"], strict=True, model_cfg=args)
+    plain, _ = checkpoint_utils.load_model_ensemble([dense])
+    sample = make_sample(task, DIRECTIONS, max_len=9)
+    dense_loss = nll(plain[0], sample)
+    assert nll(model, with_lang_ids(task, sample, DIRECTIONS)) == pytest.approx(dense_loss, abs=1e-5)
