@@ -114,9 +114,16 @@ def test_unusable_checkpoints_and_options_end_with_one_line(hltmt, data_bin, tmp
                 "--save-dir", str(tmp_path / "plain")])
     assert done.returncode == 0, done.stderr[-3000:]
     os.replace(tmp_path / "plain" / "checkpoint_last.pt", tmp_path / "plain.pt")
-    assert_one_line(translate("--checkpoint", str(tmp_path / "plain.pt"), "--src", "en", "--tgt", "de", input=""),
-                    "holds a transformer_hltmt_tiny model of task translation_multi_simple_epoch, not the plugin's "
-                    "hltmt_transformer")
+    # served (a model without routing), but a checkpoint of a one-direction task is not
+    done = translate("--checkpoint", str(tmp_path / "plain.pt"), "--data", data_bin, "--spm", spm_of(data_bin),
+                     "--src", "en", "--tgt", "de", "--beam", "1", "--max-len", "3", input="Hello.\n")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
+    state = torch.load(tmp_path / "plain.pt", map_location="cpu", weights_only=True)
+    state["cfg"]["task"]._name = "translation"
+    torch.save(state, tmp_path / "bilingual.pt")
+    assert_one_line(translate("--checkpoint", str(tmp_path / "bilingual.pt"), "--src", "en", "--tgt", "de", input=""),
+                    "holds a transformer_hltmt_tiny model of task translation, not a multilingual model of --task "
+                    "hltmt_translation / translation_multi_simple_epoch")
     (tmp_path / "cut.pt").write_bytes(open(hltmt, "rb").read()[:5000])
     assert_one_line(translate("--checkpoint", str(tmp_path / "cut.pt"), input=""), "truncated or not a checkpoint")
     assert_one_line(translate(*decode_options(hltmt), "--src", "xx", "--tgt", "de", input="Hello\n"),

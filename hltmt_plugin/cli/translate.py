@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-r"""Translate lines in any mix of directions with one loaded HLT-MT checkpoint.
+r"""Translate lines in any mix of directions with one loaded multilingual checkpoint (HLT-MT, or any
+fairseq translation_multi_simple_epoch model).
 
     hltmt-translate --checkpoint ckpt/checkpoint_best.pt --spm runs/data/spm/spm.model < in.tsv > out.txt
 
@@ -61,7 +62,9 @@ def finite_float(text):
 
 def parse_args(argv=None):
     p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", "--path", required=True, help="checkpoint of an hltmt_transformer model")
+    p.add_argument("--checkpoint", "--path", required=True,
+                   help="checkpoint of --task hltmt_translation or translation_multi_simple_epoch "
+                        "(any of their models, fairseq's transformer included)")
     p.add_argument("--spm", default=None, help="sentencepiece model (default: found beside the data folder "
                                                "(../spm/spm.model), in it, or beside the checkpoint)")
     p.add_argument("--data", default=None, help="binarized data folder with the dict.*.txt (default: the one "

@@ -10,6 +10,9 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 
 TASK_NAME, MODEL_NAME = "hltmt_translation", "hltmt_transformer"
+# the multilingual tasks whose checkpoints the translator serves (any model of theirs; the plugin's
+# model only with its own task)
+TASK_NAMES = (TASK_NAME, "translation_multi_simple_epoch")
 
 SPM_NAMES = ("spm.model", "sentencepiece.bpe.model")
 
@@ -59,15 +62,15 @@ def _read_checkpoint(path: str, data: Optional[str]):
     task_name = _stored(cfg, "task", "_name") or _stored(cfg, "task", "task")
     arch = _stored(cfg, "model", "arch") or _stored(cfg, "model", "_name")
     model_name = ARCH_MODEL_NAME_REGISTRY.get(arch, arch)
-    if task_name != TASK_NAME or model_name != MODEL_NAME:
+    routes = model_name == MODEL_NAME
+    if task_name not in TASK_NAMES or (routes and task_name != TASK_NAME):
         raise HltmtInputError(
-            f"checkpoint {path} holds a {arch or 'unknown'} model of task {task_name or 'unknown'}, not the plugin's "
-            f"{MODEL_NAME} (--task {TASK_NAME} --arch hltmt_transformer*); translate it with fairseq-generate / "
+            f"checkpoint {path} holds a {arch or 'unknown'} model of task {task_name or 'unknown'}, not a multilingual "
+            f"model of --task {' / '.join(TASK_NAMES)}; translate it with fairseq-generate / "
             "fairseq-interactive -s SRC -t TGT")
-    for option in ("decoder_langtok", "lang_tok_replacing_bos_eos"):
-        if _stored(cfg, "task", option):
-            raise HltmtConfigError(f"checkpoint {path} was trained with --{option.replace('_', '-')}, which puts the "
-                                   "language on the target side; hltmt_plugin.hub serves --encoder-langtok tgt models")
+    if _stored(cfg, "task", "lang_tok_replacing_bos_eos"):
+        raise HltmtConfigError(f"checkpoint {path} was trained with --lang-tok-replacing-bos-eos; the translator "
+                               "serves models trained without it (translate this one with fairseq-generate)")
     stored_data = _stored(cfg, "task", "data")
     folder = data or stored_data
     first = str(folder or "").split(os.pathsep)[0]
@@ -75,7 +78,9 @@ def _read_checkpoint(path: str, data: Optional[str]):
         raise HltmtConfigError(
             f"the data folder {'given' if data else 'stored in the checkpoint'} ({first or 'none'}) does not exist: "
             "give data=DIR / --data DIR, the binarized folder with the dict.*.txt the model was trained with")
-    overrides = {"data": folder, "distributed_world_size": 1, "enable_lang_ids": True}
+    overrides = {"data": folder, "distributed_world_size": 1}
+    if routes:  # the plugin's adapters and skills read each row's source-language id
+        overrides["enable_lang_ids"] = True
     overwrite_args_by_name(cfg, overrides)
     if state.get("args") is not None:  # a legacy checkpoint: fairseq rebuilds cfg from these
         for key, value in overrides.items():

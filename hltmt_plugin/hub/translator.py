@@ -1,4 +1,5 @@
-"""One loaded model, any direction: translate mixed-direction input with an HLT-MT checkpoint.
+"""One loaded model, any direction: translate mixed-direction input with an HLT-MT checkpoint
+or any fairseq ``translation_multi_simple_epoch`` checkpoint (fairseq's ``transformer`` too).
 
 ::
 
@@ -17,13 +18,15 @@ the checkpoint.
 
 Every sentence carries its own direction. Batches are built the way the task builds
 ``fairseq-generate``'s: the sentencepiece pieces of the line, binarized with the shared
-dictionary plus end of sentence, the target-language token that ``--encoder-langtok tgt``
-prepends (the task's data manager), each row's source-language id (``--enable-lang-ids``,
-which the adapters and skills read; other models ignore it), collated by fairseq's
+dictionary plus end of sentence, the language token the checkpoint's ``--encoder-langtok``
+puts on the source (the task's data manager), for the plugin's models each row's
+source-language id (``--enable-lang-ids``, which the adapters and skills read), collated by fairseq's
 ``LanguagePairDataset`` (left-padded sources). Sentences of all directions are sorted by
 length and batched by tokens together; results come back in input order. Beam search is the
 task's own generator and ``inference_step``, so a sentence gets the translation
-``fairseq-generate`` gives it for the same checkpoint, direction and beam.
+``fairseq-generate`` gives it for the same checkpoint, direction and beam; with
+``--decoder-langtok`` each row's translation starts with its own target-language token,
+forced as fairseq-generate forces it (``prefix_tokens``) and left out of the text.
 
 A sentence that cannot be translated (unknown language, a direction the model cannot serve,
 an empty line, a line longer than the model's source positions: refused, not cut; a NUL
@@ -44,12 +47,12 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 logger = logging.getLogger(__name__)
 
 from hltmt_plugin.hub import arguments
-from hltmt_plugin.hub.loading import MODEL_NAME, _find_spm, _read_checkpoint, _stored
+from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored
 from hltmt_plugin.hub.results import Translation, TranslationErrors, _routing_of
 
 
 class HltmtTranslator:
-    """A loaded HLT-MT checkpoint that translates any of its directions, mixed in one call."""
+    """A loaded multilingual checkpoint that translates any of its directions, mixed in one call."""
 
     def __init__(self, task, model, cfg, bpe, device, max_tokens: int = 4000, max_sentences: Optional[int] = None,
                  checkpoint: str = "", spm: str = ""):
@@ -77,7 +80,8 @@ class HltmtTranslator:
         """Load ``checkpoint`` once.
 
         Args:
-            checkpoint: a checkpoint written by fairseq-train for ``--arch hltmt_transformer*``.
+            checkpoint: a checkpoint written by fairseq-train for ``--task hltmt_translation`` or
+                ``translation_multi_simple_epoch`` (any of their models).
             spm: the sentencepiece model of the data (default: found, see the module docstring).
             data: the binarized data folder (default: the one stored in the checkpoint).
             device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ... (default: cuda if available).
@@ -97,8 +101,6 @@ class HltmtTranslator:
         spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
         model = models[0]
-        if not hasattr(model, "routing_map"):
-            raise HltmtInputError(f"checkpoint {checkpoint} did not build the plugin's {MODEL_NAME} model")
         model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
         if fp16:
             model.half()
@@ -116,6 +118,8 @@ class HltmtTranslator:
         if unknown:
             raise HltmtInputError(f"unknown language {unknown[0]!r} (this model knows {','.join(self.langs)})")
         key = (src, tgt)
+        if not hasattr(self.model, "routing_map"):  # a model without routing (fairseq's transformer)
+            return {}
         if key not in self._routes:
             try:
                 self._routes[key] = _routing_of(self.model, self.task, src, tgt)
@@ -154,6 +158,7 @@ class HltmtTranslator:
         from hltmt_plugin.tasks.collation import with_row_ids  # the task's datasets: language ids per row
 
         args, dm = self.task.args, self.task.data_manager
+        with_ids = bool(getattr(args, "enable_lang_ids", False))
         spec = args.langtoks["main"][0]
         by_direction: Dict[Tuple[str, str], List[Tuple[int, torch.Tensor]]] = {}
         for index, src, tgt, tokens in prepared:
@@ -165,8 +170,8 @@ class HltmtTranslator:
                                                   spec)
             dataset = with_row_ids(LanguagePairDataset(
                 source, source.sizes, self.dictionary, left_pad_source=args.left_pad_source,
-                left_pad_target=args.left_pad_target, src_lang_id=dm.lang_dict.index(src),
-                tgt_lang_id=dm.lang_dict.index(tgt)))
+                left_pad_target=args.left_pad_target, src_lang_id=dm.lang_dict.index(src) if with_ids else None,
+                tgt_lang_id=dm.lang_dict.index(tgt) if with_ids else None))
             entries.extend((index, dataset, j) for j, (index, _) in enumerate(rows))
         return entries
 
@@ -193,7 +198,15 @@ class HltmtTranslator:
             from fairseq.dataclass.configs import GenerationConfig
 
             args = GenerationConfig(beam=beam, lenpen=lenpen, max_len_a=0, max_len_b=max_len)
-            self._generators[key] = self.task.build_generator([self.model], args)
+            task_args = self.task.args
+            unset = getattr(task_args, "target_lang", None) is None
+            if unset:  # fairseq's generator looks up one target-language token; each row brings its own (_run)
+                task_args.target_lang = self.langs[0]
+            try:
+                self._generators[key] = self.task.build_generator([self.model], args)
+            finally:
+                if unset:
+                    task_args.target_lang = None
         return self._generators[key]
 
     # ---- translation -------------------------------------------------------------------
@@ -282,10 +295,16 @@ class HltmtTranslator:
         that only the sentences at fault fail."""
         from fairseq import utils
 
+        sample = utils.move_to_cuda(sample, self.device) if self.device.type == "cuda" else sample
+        tgt_spec = self.task.args.langtoks["main"][1]
         try:
             with torch.no_grad():
-                hypos = self.task.inference_step(generator, [self.model], utils.move_to_cuda(
-                    sample, self.device) if self.device.type == "cuda" else sample)
+                if tgt_spec:  # --decoder-langtok: each row's translation starts with its target-language token
+                    prefix = torch.tensor([[self.task.data_manager.get_decoder_langtok(results[i].tgt, tgt_spec)]
+                                           for i in sample["id"].tolist()]).to(sample["net_input"]["src_tokens"])
+                    hypos = generator.generate([self.model], sample, prefix_tokens=prefix)
+                else:
+                    hypos = self.task.inference_step(generator, [self.model], sample)
         except HltmtInputError as error:
             ids = sample["id"].tolist()
             if len(ids) == 1:
@@ -296,7 +315,9 @@ class HltmtTranslator:
                 dataset, j = by_index[index]
                 self._run(generator, dataset.collater([dict(dataset[j], id=index)]), results, entries)
             return
-        strip = getattr(generator, "symbols_to_strip_from_output", {generator.eos})
+        strip = set(getattr(generator, "symbols_to_strip_from_output", {generator.eos}))
+        if tgt_spec:  # the target-language token that starts each translation
+            strip |= {self.task.data_manager.get_decoder_langtok(lang, tgt_spec) for lang in self.langs}
         for index, nbest in zip(sample["id"].tolist(), hypos):
             best = nbest[0]
             result = results[index]
