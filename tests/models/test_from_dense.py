@@ -32,8 +32,8 @@ def converted(data_bin, dense_path, *options):
     fairseq-train's --finetune-from-model loads it (model.load_state_dict, strict)."""
     args, task, model = build(data_bin, *options)
     state = checkpoint_utils.load_checkpoint_to_cpu(dense_path)
-    model.load_state_dict(state["model"], strict=True, model_cfg=args)
-    return task, model, state["model"]
+    model.load_state_dict(state["model"], strict=True, model_cfg=args)  # (upgrades state["model"] in place)
+    return task, model, checkpoint_utils.load_checkpoint_to_cpu(dense_path)["model"]
 
 
 def nll(model, sample) -> float:
@@ -62,8 +62,12 @@ def test_dense_weights_copied_and_loss_close(data_bin, dense, case):
     for key, value in dense_state.items():
         if key.endswith("_float_tensor") or key.endswith(".version"):
             continue
-        assert key in ours, key
-        assert torch.equal(ours[key], value), key  # bit for bit
+        # the same name, or (skills) one copy per skill / language: <layer>.<...>.fc1.weight
+        parent, tail = key.rsplit(".", 2)[0], ".".join(key.rsplit(".", 2)[1:])
+        copies = [key] if key in ours else [k for k in ours if k.startswith(parent + ".") and k.endswith("." + tail)]
+        assert copies, key
+        for name in copies:
+            assert torch.equal(ours[name], value), name  # bit for bit
     plain, _ = checkpoint_utils.load_model_ensemble([dense])
     sample = make_sample(task, DIRECTIONS, max_len=9)
     dense_loss = nll(plain[0], sample)  # (fairseq's transformer takes no src_lang_id)
@@ -129,3 +133,20 @@ def test_capacity_alone_from_dense_is_the_dense_model(data_bin, dense, extra):
     sample = make_sample(task, DIRECTIONS, max_len=9)
     dense_loss = nll(plain[0], sample)
     assert nll(model, with_lang_ids(task, sample, DIRECTIONS)) == pytest.approx(dense_loss, abs=1e-5)
+
+
+def test_pre_norm_pool_from_dense_is_exact(data_bin, tmp_path):
+    """Pre-norm, the pool and the universal layer start as the exact identity and the decoder's
+    final layer norm moves above them: the converted model's loss is the dense model's."""
+    prenorm = ["--encoder-normalize-before", "--decoder-normalize-before"]
+    done = run([cli("fairseq-train"), data_bin, *DENSE, *prenorm, *OPTIM, "--max-update", "10",
+                "--save-dir", str(tmp_path)])
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    path = str(tmp_path / "checkpoint_last.pt")
+    task, model, dense_state = converted(data_bin, path, *prenorm)
+    ours = model.state_dict()
+    for key in ("weight", "bias"):
+        assert torch.equal(ours["decoder.slp_output_norm." + key], dense_state["decoder.layer_norm." + key])
+    plain, _ = checkpoint_utils.load_model_ensemble([path])
+    sample = make_sample(task, DIRECTIONS, max_len=9)
+    assert nll(model, sample) == pytest.approx(nll(plain[0], sample), abs=1e-5)
