@@ -97,14 +97,20 @@ def test_stated_initialisation_is_the_closest(data_bin, dense):
     assert abs(stated - dense_loss) < abs(fresh - dense_loss)
 
 
-def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path):
-    """fairseq-train --finetune-from-model from the dense checkpoint into hltmt_transformer_tiny:
-    stage high learns the gate on the converted model, then stage all."""
+RESTORE = ["--reset-optimizer", "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler"]
+
+
+@pytest.mark.parametrize("how", ["--finetune-from-model", "--restore-file"])
+def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path, how):
+    """fairseq-train --finetune-from-model (or --restore-file with every --reset-*) from the dense
+    checkpoint into hltmt_transformer_tiny: stage high learns the gate on the converted model,
+    then stage all."""
     save = tmp_path / "hltmt"
+    start = [how, dense] + (RESTORE if how == "--restore-file" else [])
     done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
                 "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS,
                 "--encoder-langtok", "tgt", "--high-resource-langs", "de,fr", "--slp-pool-size", "2",
-                *OPTIM, "--finetune-from-model", dense, "--high-stage-updates", "3", "--max-update", "6",
+                *OPTIM, *start, "--high-stage-updates", "3", "--max-update", "6",
                 "--save-dir", str(save)])
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
