@@ -16,7 +16,13 @@ One owner, one record, one key:
   pass the layers reach it through :class:`PassRows`, which also makes each consumer's
   :class:`~hltmt_plugin.modules.routing.RoutePlan` once per pass (or once per beam search).
 
-The path of a target language: ``__xx__`` in ``src_tokens`` -> ``record[:, TGT]``
+With ``--encoder-langtok src --decoder-langtok`` (fairseq's examples/multilingual) the token on
+the source is the source language's and each row's target comes from its ``tgt_lang_id``
+(``net_input``, :mod:`hltmt_plugin.tasks.collation`; ``-t`` when decoding one direction):
+the encoder still makes the record before the decoder runs, for a full forward pass and a
+beam search alike.
+
+The path of a target language: ``__xx__`` in ``src_tokens`` (or ``tgt_lang_id``) -> ``record[:, TGT]``
 (:meth:`LanguageTable.record`) -> the SLP's module table (``SelectiveLanguagePool.module_ids``).
 """
 import contextlib
@@ -80,10 +86,14 @@ class LanguageTable(nn.Module):
         langtok_at_end: the language token replaces the final eos (``--lang-tok-replacing-bos-eos``).
         lang_dict: fairseq's language dictionary, whose indices ``--enable-lang-ids`` puts in batches.
         default_source: the source language of a batch without ids (a task with one source).
+        target_on_source: the language token on the source is the target's (``--encoder-langtok
+            tgt``); otherwise it is the source's (``--encoder-langtok src --decoder-langtok``) and
+            each row's target comes from its ``tgt_lang_id`` (or ``default_target``, ``-t``).
     """
 
     def __init__(self, langs: Sequence[str], dictionary, lang_tok_style: str, langtok_at_end: bool = False,
-                 lang_dict=None, default_source: Optional[str] = None):
+                 lang_dict=None, default_source: Optional[str] = None, target_on_source: bool = True,
+                 default_target: Optional[str] = None):
         super().__init__()
         self.langs = list(langs)
         self.dictionary = dictionary
@@ -102,12 +112,16 @@ class LanguageTable(nn.Module):
         # language-token rows mean these languages (checked when it is loaded)
         self.register_buffer("lang_names", names_tensor(self.langs))
         self.default_source = self.langs.index(default_source) if default_source in self.langs else None
+        self.target_on_source = target_on_source
+        self.default_target = self.langs.index(default_target) if default_target in self.langs else None
 
     @classmethod
     def from_task(cls, task, dictionary) -> "LanguageTable":
         args = task.args
-        return cls(task.langs, dictionary, args.lang_tok_style, bool(getattr(args, "lang_tok_replacing_bos_eos", False)),
-                   task.data_manager.lang_dict, single_source_language(task))
+        on_source = getattr(args, "encoder_langtok", None) == "tgt"
+        at_end = bool(getattr(args, "lang_tok_replacing_bos_eos", False))
+        return cls(task.langs, dictionary, args.lang_tok_style, at_end, task.data_manager.lang_dict,
+                   single_source_language(task), on_source, None if on_source else getattr(args, "target_lang", None))
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Refuse a checkpoint trained with another language list (order, style, dictionary);
@@ -123,8 +137,8 @@ class LanguageTable(nn.Module):
     def index(self, lang: str) -> int:
         return self.langs.index(lang)
 
-    def targets(self, src_tokens: Tensor) -> Tensor:
-        """(B,) each row's target language, read from its ``__xx__`` token; error if a row has none."""
+    def token_languages(self, src_tokens: Tensor, side: str) -> Tensor:
+        """(B,) the language of each row's ``__xx__`` token on the source; error if a row has none."""
         not_pad = src_tokens.ne(self.dictionary.pad()).long()
         if self.langtok_at_end:  # the token replaces the final eos
             pos = src_tokens.size(1) - 1 - not_pad.flip(1).argmax(dim=1)
@@ -135,22 +149,43 @@ class LanguageTable(nn.Module):
         if not valid_rows(self, langs >= 0):
             bad = tokens[langs < 0]
             raise HltmtInputError(
-                f"{bad.numel()} of {tokens.numel()} sentences in this batch carry no target-language "
+                f"{bad.numel()} of {tokens.numel()} sentences in this batch carry no {side}-language "
                 f"token (found {self.dictionary[int(bad[0])]!r} where __xx__ should be): train and "
-                "decode with --encoder-langtok tgt, and list every language in --langs / --lang-dict")
+                f"decode with --encoder-langtok {'tgt' if side == 'target' else 'src'} (as the model was trained), "
+                "and list every language in --langs / --lang-dict")
         return langs
 
+    def of_ids(self, ids: Tensor, rows: int, name: str) -> Tensor:
+        """(B,) languages from fairseq's language ids (``src_lang_id`` / ``tgt_lang_id``)."""
+        ids = ids.reshape(-1).long()
+        langs = torch.full_like(ids, UNKNOWN)
+        known = (ids >= 0) & (ids < self.lang_of_lang_id.numel())
+        langs[known] = self.lang_of_lang_id[ids[known]]
+        if ids.numel() != rows or not valid_rows(self, langs >= 0):
+            raise HltmtInputError(f"{name} {ids.tolist()} does not give a language of --langs "
+                                  f"({','.join(self.langs)}) for every sentence of the batch")
+        return langs
+
+    def targets(self, src_tokens: Tensor, tgt_lang_id: Optional[Tensor] = None) -> Tensor:
+        """(B,) each row's target language: its ``__tgt__`` token (``--encoder-langtok tgt``) or
+        its ``tgt_lang_id`` (``--encoder-langtok src --decoder-langtok``); error if a row has none."""
+        if self.target_on_source:
+            return self.token_languages(src_tokens, "target")
+        if tgt_lang_id is not None:
+            return self.of_ids(tgt_lang_id, src_tokens.size(0), "tgt_lang_id")
+        if self.default_target is not None:
+            return torch.full((src_tokens.size(0),), self.default_target, dtype=torch.long, device=src_tokens.device)
+        raise HltmtInputError(
+            "with --encoder-langtok src --decoder-langtok the model reads each sentence's target language from "
+            "its language id, and this batch carries none: train and decode with --enable-lang-ids (or give -t)")
+
     def sources(self, src_tokens: Tensor, src_lang_id: Optional[Tensor]) -> Tensor:
-        """(B,) each row's source language, from fairseq's ``src_lang_id`` or the task's single source."""
+        """(B,) each row's source language: its ``__src__`` token (``--encoder-langtok src``), fairseq's
+        ``src_lang_id`` or the task's single source."""
+        if not self.target_on_source:
+            return self.token_languages(src_tokens, "source")
         if src_lang_id is not None:
-            ids = src_lang_id.reshape(-1).long()
-            langs = torch.full_like(ids, UNKNOWN)
-            known = (ids >= 0) & (ids < self.lang_of_lang_id.numel())
-            langs[known] = self.lang_of_lang_id[ids[known]]
-            if ids.numel() != src_tokens.size(0) or not valid_rows(self, langs >= 0):
-                raise HltmtInputError(f"src_lang_id {ids.tolist()} does not give a language of --langs "
-                                      f"({','.join(self.langs)}) for every sentence of the batch")
-            return langs
+            return self.of_ids(src_lang_id, src_tokens.size(0), "src_lang_id")
         if self.default_source is not None:
             return torch.full((src_tokens.size(0),), self.default_source, dtype=torch.long, device=src_tokens.device)
         raise HltmtInputError(
@@ -158,9 +193,10 @@ class LanguageTable(nn.Module):
             "batch carries none: train and decode with --enable-lang-ids (or give -s when decoding a single source "
             "language)")
 
-    def record(self, src_tokens: Tensor, src_lang_id: Optional[Tensor] = None) -> Tensor:
+    def record(self, src_tokens: Tensor, src_lang_id: Optional[Tensor] = None,
+               tgt_lang_id: Optional[Tensor] = None) -> Tensor:
         """The per-row record ``(B, 2)``: source (``-1`` unless needed) and target language."""
-        tgt = self.targets(src_tokens)
+        tgt = self.targets(src_tokens, tgt_lang_id)
         src = self.sources(src_tokens, src_lang_id) if self.need_source else torch.full_like(tgt, UNKNOWN)
         return torch.stack([src, tgt], dim=1)
 

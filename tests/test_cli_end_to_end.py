@@ -62,7 +62,7 @@ def test_training_log_reports_the_pool(trained):
     (["--high-resource-langs", "de,xx"], "--high-resource-langs names xx, not in the language list"),
     (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
     (["--slp-pool-size", "5"], "--slp-pool-size must lie in [1, 2]"),
-    (["--encoder-langtok", "src"], "add --encoder-langtok tgt"),
+    (["--encoder-langtok", "src"], "--encoder-langtok tgt or from --encoder-langtok src --decoder-langtok"),
 ])
 def test_bad_options_fail_with_one_clear_line(data_bin, tmp_path, extra, message):
     done = run([cli("fairseq-train"), *train_args(data_bin, "--max-update", "1", "--save-dir", str(tmp_path),

@@ -36,9 +36,10 @@ class HltmtTransformerEncoder(TransformerEncoderBase):
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
     def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None, **unused):
-        # src_lang_id: fairseq's --enable-lang-ids adds it (and tgt_lang_id) to net_input.
-        record = self.languages.record(src_tokens, src_lang_id)
+                token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None,
+                tgt_lang_id: Optional[Tensor] = None, **unused):
+        # src_lang_id / tgt_lang_id: --enable-lang-ids puts them in net_input (tasks.collation).
+        record = self.languages.record(src_tokens, src_lang_id, tgt_lang_id)
         with self.rows.use(record):
             out = super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out[ROWS] = [record]

@@ -92,12 +92,22 @@ def validate(slp: SlpConfig, task) -> List[str]:
 
 
 def check_language_tokens(task) -> None:
-    encoder_langtok = getattr(task.args, "encoder_langtok", None)
-    if encoder_langtok != "tgt":
-        raise HltmtConfigError(
-            "HLT-MT routes each sentence by its target language, read from the target-language "
-            "token that --encoder-langtok tgt puts on the source; "
-            f"add --encoder-langtok tgt (got --encoder-langtok {encoder_langtok})")
+    args = task.args
+    encoder_langtok = getattr(args, "encoder_langtok", None)
+    if encoder_langtok == "tgt":
+        return
+    if encoder_langtok == "src" and getattr(args, "decoder_langtok", False) and \
+            not getattr(args, "lang_tok_replacing_bos_eos", False):
+        # the target language of each row: its target-language id (the task's batches), or -t
+        if not getattr(args, "enable_lang_ids", False) and not getattr(args, "target_lang", None):
+            raise HltmtConfigError("with --encoder-langtok src --decoder-langtok the model reads each sentence's "
+                                   "target language from its language id: add --enable-lang-ids")
+        return
+    raise HltmtConfigError(
+        "the model reads each sentence's languages from --encoder-langtok tgt or from --encoder-langtok src "
+        f"--decoder-langtok (got --encoder-langtok {encoder_langtok}"
+        f"{' --decoder-langtok' if getattr(args, 'decoder_langtok', False) else ''}"
+        f"{' --lang-tok-replacing-bos-eos' if getattr(args, 'lang_tok_replacing_bos_eos', False) else ''})")
 
 
 # The optional features, in the order they are planned and installed: (field of Layouts,
@@ -170,11 +180,12 @@ class HltmtTransformerModel(TransformerModel):
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
                 features_only: bool = False, alignment_layer: Optional[int] = None,
-                alignment_heads: Optional[int] = None, src_lang_id: Optional[Tensor] = None, **unused):
-        # src_lang_id: fairseq's --enable-lang-ids adds it (and tgt_lang_id) to net_input; the
-        # encoder reads each row's source language from it. TransformerModel.forward, plus that.
+                alignment_heads: Optional[int] = None, src_lang_id: Optional[Tensor] = None,
+                tgt_lang_id: Optional[Tensor] = None, **unused):
+        # src_lang_id / tgt_lang_id: --enable-lang-ids adds them to net_input (tasks.collation); the
+        # encoder reads each row's languages from them. TransformerModel.forward, plus that.
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-                                   src_lang_id=src_lang_id)
+                                   src_lang_id=src_lang_id, tgt_lang_id=tgt_lang_id)
         return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
                             alignment_layer=alignment_layer, alignment_heads=alignment_heads,
                             src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)

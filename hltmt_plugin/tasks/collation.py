@@ -43,9 +43,10 @@ class RowLanguageIdDataset(LanguagePairDataset):
         src_tokens = batch["net_input"]["src_tokens"]
         for key in keys:
             ids = torch.tensor([int(s[key]) for s in samples], dtype=torch.long).index_select(0, order).view(-1, 1)
-            if key == "src_lang_id":  # fairseq puts the source id in net_input, the target id at the top
-                batch["net_input"][key] = ids.to(src_tokens)
-            else:
+            # fairseq puts the source id in net_input, the target id at the top; the target id
+            # goes to net_input too, where the encoder reads it (--encoder-langtok src --decoder-langtok)
+            batch["net_input"][key] = ids.to(src_tokens)
+            if key == "tgt_lang_id":
                 batch[key] = ids.to(src_tokens)
         return batch
 

@@ -214,7 +214,7 @@ def test_a_row_without_target_language_token_is_an_error(built):
     (["--high-resource-langs", "de,xx"], "names xx, not in the language list"),
     (["--slp-pool-size", "0"], r"must lie in \[1, 2\]"),
     (["--slp-pool-size", "3"], r"must lie in \[1, 2\]"),
-    (["--encoder-langtok", "src"], "add --encoder-langtok tgt"),
+    (["--encoder-langtok", "src"], "--encoder-langtok tgt or from --encoder-langtok src --decoder-langtok"),
     (["--slp-hard-prob", "1.5"], "slp-hard-prob"),
 ])
 def test_bad_options_are_refused_before_training(data_bin, extra, message):
