@@ -386,6 +386,8 @@ def gate_heatmap(path, checkpoint):
 
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([checkpoint])
     model = models[0]
+    if getattr(model, "slp", None) is None:
+        raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
     with torch.no_grad():
         probs = model.slp.gate_probs(model.decoder.high_lang_embeddings()).numpy()
     langs = model.high_resource_langs
@@ -463,6 +465,8 @@ def main(argv=None):
             langs, chosen = gate_heatmap(os.path.join(args.out, "gate_heatmap.png"), args.gate_checkpoint)
         except ImportError as error:
             note = (note + " " if note else "") + f"No gate heatmap: {error} (torch and fairseq must import)."
+        except LookupError as error:
+            note = (note + " " if note else "") + f"No gate heatmap: {error}."
         else:
             mapping = ", ".join(f"{lang}->m{k}" for lang, k in zip(langs, chosen))
             note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."

@@ -46,8 +46,8 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
     """How ``model`` routes a sentence ``src -> tgt``, or :class:`HltmtInputError` naming why
     it cannot serve that direction.
 
-    Returns ``{"slp": "m<k>" | "universal", "adapters": {...}, "skills": {...}}`` (the last two
-    only when the model has adapters / skills). Relies on: ``model.routing_map()`` (high-resource
+    Returns ``{"slp": "m<k>" | "universal", "adapters": {...}, "skills": {...}}`` (each only
+    when the model has a pool / adapters / skills). Relies on: ``model.routing_map()`` (high-resource
     language -> pool module; every other target goes through the universal layer);
     ``model.encoder.adapter_layout`` (None without adapters; ``.cfg`` flags ``language_adapters``,
     ``shared_adapters``, ``decoder_adapters``, ``invertible_adapters``; ``.adapter_langs``, which
@@ -56,8 +56,9 @@ def _routing_of(model, task, src: str, tgt: str) -> Dict[str, object]:
     ``task`` is not needed today.
     """
     routing: Dict[str, object] = {}
-    mapping = model.routing_map()
-    routing["slp"] = f"m{int(mapping[tgt])}" if tgt in mapping else "universal"
+    if model.slp is not None:  # without a pool the decoder top is fairseq's own: nothing to name
+        mapping = model.routing_map()
+        routing["slp"] = f"m{int(mapping[tgt])}" if tgt in mapping else "universal"
 
     plan = getattr(model.encoder, "adapter_layout", None)
     if plan is not None:

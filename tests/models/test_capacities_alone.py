@@ -39,6 +39,10 @@ def test_capacity_trains_and_translates(data_bin, tmp_path, case):
     if not has_pool:
         assert "no HLT-MT pool" in log and "stage high" not in log, log[-3000:]
         assert "route_" not in log
+        from hltmt_plugin.cli.report import gate_heatmap
+
+        with pytest.raises(LookupError, match="without an HLT-MT pool"):  # hltmt-report notes it, draws nothing
+            gate_heatmap(str(tmp_path / "gate.png"), str(save / "checkpoint_last.pt"))
     lang_ids = ["--enable-lang-ids"] if "--enable-lang-ids" in options else []
     for src, tgt in (("en", "de"), ("de", "en"), ("en", "gu")):
         gen = run([cli("fairseq-generate"), data_bin, *BASE, *lang_ids, "-s", src, "-t", tgt,
@@ -60,6 +64,10 @@ def test_no_pool_is_fairseqs_own_decoder_top(data_bin):
     model = build_model(data_bin, "--shared-adapters")
     pooled = build_model(data_bin, "--shared-adapters", *POOL)
     assert model.slp is None and model.routing_map() == {}
+    from hltmt_plugin.hub.results import _routing_of
+
+    assert "slp" not in _routing_of(model, None, "en", "de") and "adapters" in _routing_of(model, None, "en", "de")
+    assert _routing_of(pooled, None, "en", "gu")["slp"] == "universal"
     ours = {k for k in model.state_dict() if "adapter" not in k}
     assert ours == {k for k in pooled.state_dict() if "adapter" not in k and not k.startswith("decoder.slp")
                     and k != "decoder.high_langs"}
