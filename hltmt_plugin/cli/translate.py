@@ -68,7 +68,8 @@ def parse_args(argv=None):
     p.add_argument("--spm", default=None, help="sentencepiece model (default: found beside the data folder "
                                                "(../spm/spm.model), in it, or beside the checkpoint)")
     p.add_argument("--data", default=None, help="binarized data folder with the dict.*.txt (default: the one "
-                                                "stored in the checkpoint)")
+                                                "stored in the checkpoint, or the checkpoint's own folder when "
+                                                "that one is gone and the dictionaries lie beside the checkpoint)")
     p.add_argument("--input", "-i", default="-", help="input file (default: stdin)")
     p.add_argument("--output", "-o", default="-", help="output file (default: stdout)")
     p.add_argument("--src", default=None, help="source language of every line (plain-text input; with --tgt)")

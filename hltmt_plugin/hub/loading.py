@@ -1,5 +1,6 @@
 """Loading a checkpoint for the translator: the options and data folder it stores, and where
 its sentencepiece model lies."""
+import glob
 import os
 from argparse import Namespace
 from typing import Optional
@@ -73,6 +74,10 @@ def _read_checkpoint(path: str, data: Optional[str]):
                                "serves models trained without it (translate this one with fairseq-generate)")
     stored_data = _stored(cfg, "task", "data")
     folder = data or stored_data
+    beside = os.path.dirname(os.path.abspath(path))
+    if not data and not os.path.isdir(str(stored_data or "").split(os.pathsep)[0]) and \
+            glob.glob(os.path.join(glob.escape(beside), "dict.*.txt")):
+        folder = beside  # a model shipped with its dictionaries beside it (e.g. the study's models)
     first = str(folder or "").split(os.pathsep)[0]
     if not first or not os.path.isdir(first):
         raise HltmtConfigError(

@@ -83,7 +83,8 @@ class HltmtTranslator:
             checkpoint: a checkpoint written by fairseq-train for ``--task hltmt_translation`` or
                 ``translation_multi_simple_epoch`` (any of their models).
             spm: the sentencepiece model of the data (default: found, see the module docstring).
-            data: the binarized data folder (default: the one stored in the checkpoint).
+            data: the binarized data folder (default: the one stored in the checkpoint, or the
+                checkpoint's own folder when that one is gone and holds the dict.*.txt).
             device: ``"cpu"``, ``"cuda"``, ``"cuda:1"`` ... (default: cuda if available).
             fp16: run the model in half precision (GPU).
             max_tokens / max_sentences: batch size limits (source tokens / sentences per batch).

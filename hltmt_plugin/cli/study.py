@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""The quality study: does HLT-MT translate better than the plain MNMT, on two CPU cores?
+
+    hltmt-study                         # everything, resuming where a previous call stopped
+    hltmt-study --runs mnmt:1,hltmt:1   # only these system:seed runs (the rest later)
+    hltmt-study --report-only           # rebuild the report from the finished runs
+    hltmt-study --dry-run               # print every command, run nothing
+
+One-to-many En->X over DebMT-10's ten target languages, on the segments a tiny model can
+learn within hours on a CPU: at most 12 English and 16 target words, in every split (the
+valid and test sets are cut the same way; ``select``). One joint sentencepiece model, the
+tiny model size (d 128, 2+2 layers) for every system, the same data, batch, learning-rate
+schedule and number of updates for all. The systems:
+
+- ``mnmt``: fairseq's plain ``transformer`` of the same size, every direction from the start;
+- ``hltmt``: HLT-MT (pool of 3 modules over the six high-resource targets, the universal
+  layer for the four others), stage high for the first ``--high-updates``, then stage all;
+- ``lsmnmt``: LS-MNMT, one module per target language, no gate;
+- ``mnmt-staged``: the plain MNMT with HLT-MT's data schedule (the high-resource directions
+  only for the same first updates, then all): what the stages alone do, without the pool.
+
+Each system and seed trains (fairseq-train, one thread), then decodes the test set of every
+direction (fairseq-generate, beam 5) and is scored (sacreBLEU BLEU and chrF); ``--parallel``
+runs go on at once (one per core). What a finished run leaves in ``--results`` (the
+hypotheses, the training log, the scores) marks it done: a later call skips it, and an
+unfinished run continues from its last fairseq checkpoint (every ``--valid-interval``
+updates), so the study can be stopped at any point. The report (``hltmt-study-report``, run at
+the end of every call) is built from the results folder alone.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import List, Tuple
+
+from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
+from hltmt_plugin.cli.decode import DecodeFailed, decode_all
+from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command, run_logged
+from hltmt_plugin.cli.report import read_gen
+
+SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
+# seed 1 of every system first (a first comparison, and the models a user can try), then seeds
+DEFAULT_RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2,mnmt:3,hltmt:3"
+
+
+@dataclass
+class Setting:
+    """What every system of the study shares."""
+    max_en_words: int = 12  # a segment pair is kept when its English has at most this many words ...
+    max_xx_words: int = 16  # ... and its target at most this many
+    vocab: int = 8000  # joint sentencepiece vocabulary
+    hltmt_arch: str = "hltmt_transformer_tiny"
+    baseline_arch: str = "transformer_hltmt_tiny"  # fairseq's plain transformer of the same sizes
+    pool_size: int = 3  # T, HLT-MT's modules
+    updates: int = 6000  # every system
+    high_updates: int = 2000  # HLT-MT's stage high; mnmt-staged's high-resource-only updates
+    lr: float = 3e-3
+    warmup: int = 200
+    max_tokens: int = 4096
+    temperature: float = 5.0
+    valid_interval: int = 500  # validation and checkpoint every this many updates
+    beam: int = 5
+    gen_len: Tuple[float, int] = (1.5, 10)  # decoding length cap: a * source length + b
+
+
+def say(msg):
+    print(f"==> [study {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def word_count(line: str) -> int:
+    return len(line.split())
+
+
+def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: int = 0) -> dict:
+    """Write the study's subset of ``raw`` (every split, every pair) to ``out``: the pairs whose
+    English has at most ``max_en_words`` words and whose target at most ``max_xx_words``.
+    Returns {split: {lang: kept pairs}}."""
+    os.makedirs(out, exist_ok=True)
+    kept = {}
+    for split in ("train", "valid", "test"):
+        for lang in langs:
+            prefix = os.path.join(raw, f"{split}.en-{lang}")
+            with open(f"{prefix}.en", encoding="utf-8") as f_en, open(f"{prefix}.{lang}", encoding="utf-8") as f_xx:
+                pairs = [(en, xx) for en, xx in zip(f_en, f_xx)
+                         if 0 < word_count(en) <= setting.max_en_words and 0 < word_count(xx) <= setting.max_xx_words]
+            if split == "train" and max_train:
+                pairs = pairs[:max_train]
+            for side, index in (("en", 0), (lang, 1)):
+                path = os.path.join(out, f"{split}.en-{lang}.{side}")
+                with open(path + ".partial", "w", encoding="utf-8") as f:
+                    f.writelines(p[index] for p in pairs)
+                os.replace(path + ".partial", path)
+            kept.setdefault(split, {})[lang] = len(pairs)
+    return kept
+
+
+class Study:
+    """The study's runs over one data folder (``run_dir``) and one results folder."""
+
+    def __init__(self, args, setting: Setting):
+        self.args, self.s = args, setting
+        self.run_dir = os.path.abspath(args.run_dir)
+        self.results = os.path.abspath(args.results)
+        self.data = os.path.join(self.run_dir, "data", "bin")
+        self.langs = args.langs.split(",") if args.langs else LANGS
+        self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
+        self.pairs = [f"en-{x}" for x in self.langs]
+        self.high_pairs = [f"en-{x}" for x in self.langs if x in self.high]
+        self.dry_run = args.dry_run
+
+    # ---- fairseq command lines ------------------------------------------------------------
+    def task_args(self, task, pairs):
+        return ["--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
+                "--lang-pairs", ",".join(pairs), "--encoder-langtok", "tgt", "--cpu"]
+
+    def train_args(self, seed, updates, save, criterion="label_smoothed_cross_entropy"):
+        s = self.s
+        return [self.data, "--criterion", criterion, "--label-smoothing", "0.1",
+                "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
+                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
+                "--max-tokens", str(s.max_tokens), "--max-update", str(updates),
+                "--sampling-method", "temperature", "--sampling-temperature", str(s.temperature),
+                "--save-dir", save, "--no-epoch-checkpoints", "--save-interval-updates", str(s.valid_interval),
+                "--validate-interval-updates", str(s.valid_interval),
+                "--log-format", "simple", "--log-interval", "100", "--num-workers", "0", "--seed", str(seed)]
+
+    def train_commands(self, system, seed):
+        """[(name, command)] of one system and seed, in order: one fairseq-train run, two for
+        mnmt-staged (the high-resource directions, then all from its checkpoint: the same
+        optimizer state and learning-rate schedule, only the data reloaded)."""
+        s, save = self.s, self.save_dir(system, seed)
+        if system == "mnmt":
+            return [("train", [*fairseq_cli("train"), *self.task_args("translation_multi_simple_epoch", self.pairs),
+                               "--arch", s.baseline_arch, *self.train_args(seed, s.updates, save)])]
+        if system == "mnmt-staged":
+            first = save + "-high"
+            plain = [*fairseq_cli("train"), "--arch", s.baseline_arch]
+            resume = [] if os.path.exists(os.path.join(save, "checkpoint_last.pt")) else \
+                ["--restore-file", os.path.join(first, "checkpoint_last.pt"), "--reset-dataloader"]
+            return [("train-high", [*plain, *self.task_args("translation_multi_simple_epoch", self.high_pairs),
+                                    *self.train_args(seed, s.high_updates, first)]),
+                    ("train", [*plain, *self.task_args("translation_multi_simple_epoch", self.pairs),
+                               *self.train_args(seed, s.updates, save), *resume])]
+        pool = ["--arch", s.hltmt_arch]
+        if system == "hltmt":
+            capacity = ["--high-resource-langs", ",".join(self.high), "--slp-pool-size", str(min(s.pool_size, len(self.high))),
+                        "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
+                        "--disparity-weight", "1.0"]
+        else:  # lsmnmt: a module per target language, every direction from the start
+            capacity = ["--high-resource-langs", ",".join(self.langs), "--slp-pool-size", str(len(self.langs)),
+                        "--slp-language-specific", "--hlt-stage", "all"]
+        cmd = [*fairseq_cli("train"), *self.task_args("hltmt_translation", self.pairs),
+               *self.train_args(seed, s.updates, save, "hltmt_cross_entropy"), *pool, *capacity]
+        return [("train", cmd)]
+
+    def save_dir(self, system, seed):
+        return os.path.join(self.run_dir, "models", f"{system}.seed{seed}")
+
+    def decode_dir(self, system, seed):
+        return os.path.join(self.run_dir, "decode", f"{system}.seed{seed}.{self.s.updates}")
+
+    def out_dir(self, system, seed):
+        return os.path.join(self.results, "runs", f"{system}.seed{seed}")
+
+    def is_done(self, system, seed):
+        """Whether the run is finished at this setting's number of updates (a run finished
+        at fewer continues from its last checkpoint, when the checkpoints are still there)."""
+        path = os.path.join(self.out_dir(system, seed), "scores.json")
+        if not os.path.exists(path):
+            return False
+        return json.load(open(path, encoding="utf-8"))["setting"]["updates"] == self.s.updates
+
+    # ---- one run: train, decode, score -----------------------------------------------------
+    def log_path(self, system, seed, name):
+        return os.path.join(self.run_dir, "logs", f"{system}.seed{seed}.{name}.log")
+
+    def run(self, system, seed):
+        """Train, decode and score one system and seed (each part resumes where it stopped)."""
+        t0 = time.time()
+        for name, cmd in self.train_commands(system, seed):
+            if self.dry_run:
+                print_command(cmd)
+                continue
+            updates = str(self.s.high_updates if name == "train-high" else self.s.updates)
+            done = os.path.join(self.save_dir(system, seed) + ("-high" if name == "train-high" else ""),
+                                ".finished")
+            if not os.path.exists(done) or open(done).read() != updates:
+                run_quiet(cmd, self.log_path(system, seed, name))
+                with open(done, "w") as f:
+                    f.write(updates)
+        if self.dry_run:
+            return self.decode(system, seed)
+        train_seconds = time.time() - t0
+        self.decode(system, seed)
+        self.score(system, seed, train_seconds)
+
+    def decode(self, system, seed):
+        """The test set of every direction, beam 5."""
+        self.decode_to(self.decode_dir(system, seed),
+                       os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"), system, "test")
+
+    def decode_to(self, folder, ckpt, system, subset):
+        """Every direction of ``subset`` by ``ckpt`` into ``folder``/<pair>.gen, one
+        fairseq-generate after another in one process, at one thread."""
+        s = self.s
+        todo = [(f"{system} {pair}", ckpt, "en", pair[3:], os.path.join(folder, f"{pair}.gen"))
+                for pair in self.pairs if not os.path.exists(os.path.join(folder, f"{pair}.gen"))]
+        # every model decodes under hltmt_translation (fairseq's plain transformer too): fairseq 0.12's
+        # translation_multi_simple_epoch drops the last partial batch of a test set (fairseq issue 5036)
+        common = [self.data, *self.task_args("hltmt_translation", self.pairs), "--gen-subset", subset, "--beam", str(s.beam),
+                  "--max-tokens", "8000", "--max-len-a", str(s.gen_len[0]), "--max-len-b", str(s.gen_len[1]),
+                  "--remove-bpe", "sentencepiece"]
+        if self.dry_run:
+            for _, ckpt, src, tgt, _ in todo:
+                print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
+            return
+        os.makedirs(folder, exist_ok=True)
+        try:
+            decode_all(todo, common, self.data, 1, folder + ".logs", env=one_thread_env(), echo=None)
+        except DecodeFailed as error:
+            raise StepFailed(str(error))
+
+    def score(self, system, seed, train_seconds):
+        """Hypotheses and references as text, sacreBLEU's BLEU and chrF per direction, the
+        training logs and (HLT-MT) the gate: written to the results folder, scores.json last."""
+        from sacrebleu.metrics import BLEU, CHRF
+
+        out = self.out_dir(system, seed)
+        os.makedirs(out, exist_ok=True)
+        scores = {}
+        for pair in self.pairs:
+            hyps, _ = read_gen(os.path.join(self.decode_dir(system, seed), f"{pair}.gen"))
+            refs = read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.{pair[3:]}"))  # not the pieces' text
+            if len(hyps) != len(refs):
+                raise StepFailed(f"{system}:{seed} {pair}: {len(hyps)} hypotheses for {len(refs)} references")
+            write_lines(os.path.join(out, f"{pair}.hyp"), hyps)
+            write_reference(os.path.join(self.results, "refs", f"{pair}.ref"), refs)
+            write_reference(os.path.join(self.results, "refs", f"{pair}.en"),
+                            read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.en")))
+            scores[pair] = {"bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2),
+                            "chrf": round(CHRF().corpus_score(hyps, [refs]).score, 2), "sentences": len(refs)}
+        for name, _ in self.train_commands(system, seed):
+            log = self.log_path(system, seed, name)
+            if os.path.exists(log):
+                write_lines(os.path.join(out, f"{name}.log"), open(log, encoding="utf-8").read().splitlines())
+        if system == "hltmt":
+            write_gate(os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"), os.path.join(out, "gate.json"))
+        if seed == 1:
+            export_model(os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"), self.data,
+                         os.path.join(self.results, "models"), system)
+        summary = {"system": system, "seed": seed, "high": self.high, "scores": scores, "setting": asdict(self.s),
+                   "wall_seconds": round(train_seconds)}
+        write_lines(os.path.join(out, "scores.json"), [json.dumps(summary, indent=1)])
+
+
+def calibrate(study: Study, runs, every: int):
+    """Validation BLEU of the runs' checkpoints every ``every`` updates (beam 5, every
+    direction), to results/calibration.csv: how the models learn, measured on the validation
+    split only (the test split is scored once, at the end of each run)."""
+    from sacrebleu.metrics import BLEU
+
+    path = os.path.join(study.results, "calibration.csv")
+    rows = [line.split(",") for line in open(path, encoding="utf-8").read().split("\n")[1:-1]] \
+        if os.path.exists(path) else []
+    seen = {(r[0], r[1], r[2]) for r in rows}
+    for system, seed in runs:
+        folder = study.save_dir(system, seed)
+        found = sorted(int(m.group(1)) for m in map(re.compile(r"checkpoint_\d+_(\d+)\.pt$").search,
+                                                    os.listdir(folder) if os.path.isdir(folder) else []) if m)
+        for updates in [u for u in found if u % every == 0 and (system, str(seed), str(u)) not in seen]:
+            ckpt = next(p for p in os.listdir(folder) if p.endswith(f"_{updates}.pt"))
+            gen = os.path.join(study.run_dir, "calibration", f"{system}.seed{seed}.{updates}")
+            study.decode_to(gen, os.path.join(folder, ckpt), system, "valid")
+            for pair in study.pairs:
+                hyps, _ = read_gen(os.path.join(gen, f"{pair}.gen"))
+                refs = read_raw(os.path.join(study.run_dir, "raw", f"valid.{pair}.{pair[3:]}"))
+                rows.append([system, str(seed), str(updates), pair, f"{BLEU().corpus_score(hyps, [refs]).score:.2f}"])
+            say(f"calibration: {system}:{seed} at {updates} updates decoded (validation split)")
+            write_lines(path, ["system,seed,updates,direction,valid_bleu"] + [",".join(r) for r in rows])
+
+
+def export_model(checkpoint, data, out, name):
+    """``checkpoint``'s weights in half precision, with its stored options and no optimizer
+    state, as ``out/name.pt``, beside the data's dictionaries and sentencepiece model (once):
+    what hltmt-translate, the Python API and fairseq-generate need, a few MB."""
+    import shutil
+
+    import torch
+
+    from hltmt_plugin.checkpoints import load_state
+
+    state = load_state(checkpoint)
+    weights = {k: (v.half() if v.is_floating_point() else v) for k, v in state["model"].items()}
+    slim = {"cfg": state["cfg"], "args": state.get("args"), "model": weights,
+            "optimizer_history": state.get("optimizer_history", []), "extra_state": {}}
+    os.makedirs(out, exist_ok=True)
+    for name_ in sorted(os.listdir(data)):
+        if name_.startswith("dict.") or name_ == "dict_fingerprint.json":
+            shutil.copyfile(os.path.join(data, name_), os.path.join(out, name_))
+    shutil.copyfile(os.path.join(os.path.dirname(data), "spm", "spm.model"), os.path.join(out, "spm.model"))
+    target = os.path.join(out, f"{name}.pt")
+    torch.save(slim, target + ".partial")
+    os.replace(target + ".partial", target)
+    return target
+
+
+def one_thread_env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def write_lines(path, lines):
+    """``lines`` to ``path``, one per line, written whole or not at all."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".partial", "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(path + ".partial", path)
+
+
+def read_raw(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+def write_reference(path, refs):
+    """The references of one direction: written once, the same for every run after that."""
+    if os.path.exists(path):
+        if open(path, encoding="utf-8").read().splitlines() != refs:
+            raise StepFailed(f"{path}: this run's references differ from the study's (another data selection?)")
+        return
+    write_lines(path, refs)
+
+
+def write_gate(checkpoint, path):
+    """The HLT-MT gate p(module | language) and the routing map of ``checkpoint``, as JSON."""
+    import torch
+
+    import hltmt_plugin  # noqa: F401  (registers the model and its safe checkpoint types)
+    from fairseq import checkpoint_utils
+
+    model = checkpoint_utils.load_model_ensemble_and_task([checkpoint])[0][0]
+    with torch.no_grad():
+        probs = model.slp.gate_probs(model.decoder.high_lang_embeddings())
+    gate = {"langs": list(model.high_resource_langs), "probs": [[round(float(p), 4) for p in row] for row in probs],
+            "map": model.slp.fixed_map.tolist() if model.slp.map_is_fixed else probs.argmax(dim=1).tolist()}
+    write_lines(path, [json.dumps(gate)])
+
+
+UPDATES = re.compile(r"num_updates[= ](\d+)")
+VALID = re.compile(r"valid on 'valid' subset \| loss ([\d.]+)")
+
+
+def run_quiet(cmd, log_path):
+    """Run ``cmd`` at one thread, its output to ``log_path`` only; a failure raises StepFailed
+    with the log's tail."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=CHECKOUT, env=one_thread_env()).returncode
+    if code != 0:
+        tail = [line[:300] for line in open(log_path, encoding="utf-8", errors="replace").read().splitlines()[-15:]]
+        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
+
+
+def progress(log_path):
+    """(updates, last validation loss) read from a training log so far."""
+    updates, loss = 0, None
+    if os.path.exists(log_path):
+        for line in open(log_path, encoding="utf-8", errors="replace"):
+            m = UPDATES.search(line)
+            if m:
+                updates = max(updates, int(m.group(1)))
+            v = VALID.search(line)
+            if v:
+                loss = float(v.group(1))
+    return updates, loss
+
+
+def prepare(study: Study):
+    """select + hltmt-prepare-data (joint sentencepiece, binarized), once."""
+    raw, data = os.path.join(study.run_dir, "raw"), os.path.join(study.run_dir, "data")
+    cmd = [*plugin_cli("prepare_data"), "--raw", raw, "--out", data, "--langs", ",".join(study.langs),
+           "--vocab-size", str(study.s.vocab)]
+    if study.dry_run:
+        print(f"# select: segments of at most {study.s.max_en_words} English and {study.s.max_xx_words} target "
+              f"words from {study.args.raw} into {raw}")
+        print_command(cmd)
+        return
+    marker = os.path.join(study.run_dir, ".done-prepare")
+    if os.path.exists(marker):
+        return
+    kept = select(study.args.raw, raw, study.langs, study.s, study.args.max_train)
+    say("selected: " + ", ".join(f"{split} {sum(n.values())} pairs" for split, n in kept.items()))
+    run_quiet(cmd, os.path.join(study.run_dir, "logs", "prepare.log"))
+    write_lines(os.path.join(study.results, "data.json"), [json.dumps(kept, indent=1)])
+    open(marker, "w").close()
+
+
+def parse_runs(text: str) -> List[Tuple[str, int]]:
+    runs = []
+    for item in filter(None, text.split(",")):
+        system, _, seed = item.partition(":")
+        if system not in SYSTEMS or not seed.isdigit():
+            raise ValueError(f"--runs {item!r}: expected SYSTEM:SEED with SYSTEM one of {', '.join(SYSTEMS)}")
+        runs.append((system, int(seed)))
+    return runs
+
+
+def watch(study: Study, active: dict, stop: threading.Event, every: float):
+    """Every ``every`` seconds, one line per running run: updates so far and the last validation loss."""
+    while not stop.wait(every):
+        parts = []
+        for (system, seed), name in sorted(active.items()):
+            updates, loss = progress(study.log_path(system, seed, name)) if name != "decode" else (None, None)
+            parts.append(f"{system}:{seed} " + ("decoding" if name == "decode" else
+                                                f"{updates}/{study.s.updates} updates"
+                                                + (f", valid loss {loss:.3f}" if loss else "")))
+        if parts:
+            say("; ".join(parts))
+
+
+def run_all(study: Study, runs, parallel: int, every: float):
+    """The runs, ``parallel`` at a time; returns the failures [(run, message)]."""
+    active, failures = {}, []
+
+    def one(system, seed):
+        if study.is_done(system, seed):
+            say(f"{system}:{seed} already finished ({study.out_dir(system, seed)})")
+            return
+        say(f"{system}:{seed} starts")
+        active[(system, seed)] = "train"
+        try:
+            for name, _ in study.train_commands(system, seed):
+                active[(system, seed)] = name
+            study.run(system, seed)
+            say(f"{system}:{seed} finished: " + summary_line(study, system, seed))
+        except StepFailed as error:
+            failures.append(((system, seed), str(error)))
+            say(f"{system}:{seed} failed: {error}")
+        finally:
+            active.pop((system, seed), None)
+
+    stop = threading.Event()
+    watcher = threading.Thread(target=watch, args=(study, active, stop, every), daemon=True)
+    watcher.start()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        list(pool.map(lambda run: one(*run), runs))
+    stop.set()
+    return failures
+
+
+def summary_line(study, system, seed):
+    scores = json.load(open(os.path.join(study.out_dir(system, seed), "scores.json")))["scores"]
+    high = [v["bleu"] for k, v in scores.items() if k[3:] in study.high]
+    low = [v["bleu"] for k, v in scores.items() if k[3:] not in study.high]
+    return f"BLEU high-resource mean {sum(high) / len(high):.1f}, low-resource mean {sum(low) / len(low):.1f}"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
+    p.add_argument("--run-dir", default=os.path.join("runs", "cpu-study"),
+                   help="data, checkpoints and logs (default: runs/cpu-study)")
+    p.add_argument("--results", default=os.path.join(CHECKOUT, "docs", "results", "cpu-study"),
+                   help="scores, hypotheses, logs, report and the seed-1 models (default: docs/results/cpu-study)")
+    p.add_argument("--langs", default=None, help="target languages (default: the ten of DebMT-10)")
+    p.add_argument("--high", default=None, help="high-resource targets (default: DebMT-10's fr,de,cs,tr,fi,et)")
+    p.add_argument("--vocab", type=int, default=None, help=f"joint sentencepiece vocabulary (default {Setting.vocab})")
+    p.add_argument("--max-train", type=int, default=0,
+                   help="at most N selected training pairs per language (default: all; a quick look at the pipeline)")
+    p.add_argument("--runs", default=DEFAULT_RUNS, help=f"SYSTEM:SEED runs in order (default: {DEFAULT_RUNS})")
+    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each (default: 2)")
+    p.add_argument("--progress", type=float, default=120, help="seconds between progress lines (default: 120)")
+    p.add_argument("--updates", type=int, default=None, help=f"updates of every run (default {Setting.updates})")
+    p.add_argument("--high-updates", type=int, default=None,
+                   help=f"HLT-MT's stage high, mnmt-staged's high-resource-only updates (default {Setting.high_updates})")
+    p.add_argument("--calibrate", type=int, default=0, metavar="N",
+                   help="only decode the validation split with the runs' checkpoints of every N updates so far "
+                        "(results/calibration.csv), then stop")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from the results folder")
+    p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
+    args = p.parse_args(argv)
+    try:
+        runs = parse_runs(args.runs)
+    except ValueError as error:
+        p.error(str(error))
+    if args.parallel < 1:
+        p.error("--parallel must be at least 1")
+    setting = Setting(**{k: v for k, v in (("updates", args.updates), ("high_updates", args.high_updates),
+                                           ("vocab", args.vocab)) if v is not None})
+    study = Study(args, setting)
+    if args.dry_run:
+        prepare(study)
+        for run in runs:
+            print(f"# {run[0]} seed {run[1]}")
+            study.run(*run)
+        return 0
+    if args.calibrate:
+        calibrate(study, runs, args.calibrate)
+        return 0
+    failures = []
+    if not args.report_only:
+        try:
+            prepare(study)
+        except StepFailed as error:
+            print(f"hltmt-study: error: {error}", file=sys.stderr)
+            return 1
+        failures = run_all(study, runs, args.parallel, args.progress)
+    from hltmt_plugin.cli.study_report import build_report
+
+    build_report(study.results)
+    for (system, seed), message in failures:
+        print(f"hltmt-study: error: {system}:{seed}: {message}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""hltmt-study at a tiny size (two targets, a few updates): every system trains, decodes and
+is scored through the real commands; the report is recomputed from the results folder; the
+seed-1 models translate from their own folder; a stopped study continues where it stopped."""
+import csv
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import ROOT, cli, run
+
+STUDY = cli("hltmt-study")
+RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2"
+
+
+def study(folder, *extra):
+    return run([STUDY, "--langs", "de,gu", "--high", "de", "--vocab", "600", "--max-train", "300",
+                "--updates", "8", "--high-updates", "4", "--run-dir", str(folder / "run"),
+                "--results", str(folder / "results"), "--runs", RUNS, "--progress", "5", *extra])
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("study")
+    result = study(folder)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return folder, result.stdout
+
+
+def test_every_system_and_seed_is_scored_from_its_text(done):
+    from sacrebleu.metrics import BLEU
+
+    folder, out = done
+    results = folder / "results"
+    rows = list(csv.DictReader(open(results / "results.csv")))
+    assert {(r["system"], r["seed"], r["direction"]) for r in rows} == {
+        (s, seed, d) for s, seed in (x.split(":") for x in RUNS.split(",")) for d in ("en-de", "en-gu")}
+    row = next(r for r in rows if (r["system"], r["seed"], r["direction"]) == ("hltmt", "2", "en-gu"))
+    hyps = open(results / "runs" / "hltmt.seed2" / "en-gu.hyp").read().split("\n")[:-1]
+    refs = open(results / "refs" / "en-gu.ref").read().split("\n")[:-1]
+    assert len(hyps) == len(refs) > 0
+    assert float(row["bleu"]) == round(BLEU().corpus_score(hyps, [refs]).score, 2)
+    # the selection: no reference longer than 16 words, no training run over 8 updates
+    assert max(len(r.split()) for r in refs) <= 16
+    assert "num_updates 8" in open(results / "runs" / "mnmt.seed1" / "train.log").read()
+    staged = open(results / "runs" / "mnmt-staged.seed1" / "train-high.log").read()
+    assert "--lang-pairs en-de " in staged and "num_updates 4" in staged
+
+
+def test_significance_and_report(done):
+    folder, _ = done
+    results = folder / "results"
+    sig = list(csv.DictReader(open(results / "significance.csv")))
+    assert {(r["baseline"], r["seed"], r["direction"]) for r in sig} == {
+        ("mnmt", "1", "en-de"), ("mnmt", "1", "en-gu"), ("mnmt", "1", "all"), ("mnmt", "2", "en-de"),
+        ("mnmt", "2", "en-gu"), ("mnmt", "2", "all"), ("lsmnmt", "1", "en-de"), ("lsmnmt", "1", "en-gu"),
+        ("lsmnmt", "1", "all")}
+    assert all(0 <= float(r["bleu_p"]) <= 1 and 0 <= float(r["chrf_p"]) <= 1 for r in sig)
+    md = open(results / "report.md").read()
+    for text in ("## The regime the models reached", "has NOT reached the regime", "HLT-MT − MNMT (total)",
+                 "MNMT staged − MNMT (the stage schedule alone)", "| the paper, WMT-10 one-to-many",
+                 "HLT-MT vs MNMT, seed 2", "- seed 1: de->m"):
+        assert text in md, text
+    for png in ("bleu.png", "valid_loss.png", "gate_seed1.png", "gate_seed2.png"):
+        assert open(results / png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    gate = json.load(open(results / "runs" / "hltmt.seed1" / "gate.json"))
+    assert gate["langs"] == ["de"] and len(gate["map"]) == 1
+
+
+def test_seed_one_models_translate_from_their_own_folder(done, tmp_path):
+    folder, _ = done
+    models = folder / "results" / "models"
+    assert sorted(os.listdir(models)) == sorted(
+        ["dict.en.txt", "dict.de.txt", "dict.gu.txt", "dict_fingerprint.json", "spm.model",
+         "hltmt.pt", "lsmnmt.pt", "mnmt.pt", "mnmt-staged.pt"])
+    copy = tmp_path / "models"
+    shutil.copytree(models, copy)
+    shutil.rmtree(folder / "run" / "data" / "bin", ignore_errors=False)  # the stored data folder is gone
+    try:
+        for name in ("hltmt", "mnmt"):
+            (tmp_path / "in.tsv").write_text("en\tde\tThe file is open.\nen\tgu\tSave the file.\n")
+            out = run([cli("hltmt-translate"), "--checkpoint", str(copy / f"{name}.pt"), "--input",
+                       str(tmp_path / "in.tsv"), "--no-progress", "--device", "cpu"])
+            assert out.returncode == 0, out.stderr[-2000:]
+            assert len(out.stdout.split("\n")) == 3
+    finally:
+        shutil.rmtree(folder / "run" / "data" / "bin", ignore_errors=True)
+
+
+def test_a_stopped_study_continues_where_it_stopped(done):
+    folder, _ = done
+    os.remove(folder / "results" / "runs" / "hltmt.seed2" / "scores.json")  # stopped before its scores
+    again = study(folder, "--report-only")
+    assert again.returncode == 0 and "HLT-MT vs MNMT, seed 2" not in open(folder / "results" / "report.md").read()
+    again = study(folder)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "mnmt:1 already finished" in again.stdout and "hltmt:2 starts" in again.stdout
+    assert "HLT-MT vs MNMT, seed 2" in open(folder / "results" / "report.md").read()
+    log = open(folder / "run" / "logs" / "hltmt.seed2.train.log").read()
+    assert log.count("$ ") == 1  # not trained again
+
+
+def test_bad_runs_are_refused_in_one_line(tmp_path):
+    bad = run([STUDY, "--runs", "transformer:1", "--run-dir", str(tmp_path)])
+    assert bad.returncode == 2 and "expected SYSTEM:SEED" in bad.stderr and "Traceback" not in bad.stderr
