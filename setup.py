@@ -37,5 +37,6 @@ setup(
         "hltmt-report = hltmt_plugin.cli.report:main",
         "hltmt-options = hltmt_plugin.cli.options:main",
         "hltmt-average-checkpoints = hltmt_plugin.cli.average_checkpoints:main",
+        "hltmt-study = hltmt_plugin.cli.study:main",
     ]},
 )

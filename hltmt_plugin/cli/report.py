@@ -133,6 +133,20 @@ VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")
 VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
 
 
+def valid_points(path):
+    """Every validation of one fairseq-train log: [{key: value}] with VALID_KEYS."""
+    points = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = VALID_LINE.search(line)
+            if not m:
+                continue
+            fields = dict(x.strip().split(" ", 1) for x in m.group(1).split("|") if " " in x.strip())
+            if all(k in fields for k in VALID_KEYS):
+                points.append(fields)
+    return points
+
+
 def read_valid_logs(specs):
     """({system: [(seed, loss, nll_loss, ppl, updates)]} from the last validation line of each
     fairseq-train log, {system: {seed: [(updates, loss)]}} every validation of it);
@@ -148,15 +162,7 @@ def read_valid_logs(specs):
             seed = re.search(r"seed(\d+)", os.path.basename(path))
             if not seed:
                 continue
-            points = []
-            with open(path, encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    m = VALID_LINE.search(line)
-                    if not m:
-                        continue
-                    fields = dict(x.strip().split(" ", 1) for x in m.group(1).split("|") if " " in x.strip())
-                    if all(k in fields for k in VALID_KEYS):
-                        points.append(fields)
+            points = valid_points(path)
             if not points:
                 continue
             last = points[-1]
@@ -372,13 +378,9 @@ def plot_valid(path, curves, conv, title):
     plt.close(fig)
 
 
-def gate_heatmap(path, checkpoint):
-    """The gate P (languages x modules) and the routing map, as a picture; returns the
-    languages and each one's module (the fixed map, or the argmax after stage 1)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def gate_of(checkpoint):
+    """(gate P as languages x modules, the high-resource languages, each one's module, whether
+    the map is fixed) of an HLT-MT checkpoint: the fixed map, or the argmax after stage 1."""
     import torch
 
     import hltmt_plugin  # noqa: F401  (registers the model, allowlists checkpoint types)
@@ -390,27 +392,44 @@ def gate_heatmap(path, checkpoint):
         raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
     with torch.no_grad():
         probs = model.slp.gate_probs(model.decoder.high_lang_embeddings()).numpy()
-    langs = model.high_resource_langs
     # a checkpoint from stage all holds the map fixed after stage 1; its gate is frozen, but the
     # language embeddings it reads kept training, so the argmax may have moved since
-    chosen = model.slp.fixed_map.tolist() if model.slp.map_is_fixed else probs.argmax(axis=1).tolist()
-    fig, ax = plt.subplots(figsize=(2.6 + 0.9 * probs.shape[1], 1.2 + 0.5 * len(langs)))
+    fixed = model.slp.map_is_fixed
+    chosen = model.slp.fixed_map.tolist() if fixed else probs.argmax(axis=1).tolist()
+    return probs.tolist(), list(model.high_resource_langs), chosen, fixed
+
+
+def draw_gate(path, probs, langs, chosen, title):
+    """The gate P (languages x modules) as a heatmap, each language's module in bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2.6 + 0.9 * len(probs[0]), 1.2 + 0.5 * len(langs)))
     im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
     for i in range(len(langs)):
-        for t in range(probs.shape[1]):
-            ax.text(t, i, f"{probs[i, t]:.2f}", ha="center", va="center",
-                    color="white" if probs[i, t] < 0.6 else "black", fontsize=9,
+        for t in range(len(probs[0])):
+            ax.text(t, i, f"{probs[i][t]:.2f}", ha="center", va="center",
+                    color="white" if probs[i][t] < 0.6 else "black", fontsize=9,
                     fontweight="bold" if t == chosen[i] else "normal")
-    ax.set_xticks(range(probs.shape[1]))
-    ax.set_xticklabels([f"m{t}" for t in range(probs.shape[1])])
+    ax.set_xticks(range(len(probs[0])))
+    ax.set_xticklabels([f"m{t}" for t in range(len(probs[0]))])
     ax.set_yticks(range(len(langs)))
     ax.set_yticklabels(langs)
-    ax.set_title("gate p(module | language) " + ("at the end of training\n(bold: the map fixed after stage 1)"
-                                                  if model.slp.map_is_fixed else "after stage 1"), fontsize=9)
+    ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.05)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
+
+
+def gate_heatmap(path, checkpoint):
+    """The gate P (languages x modules) and the routing map, as a picture; returns the
+    languages and each one's module (the fixed map, or the argmax after stage 1)."""
+    probs, langs, chosen, fixed = gate_of(checkpoint)
+    draw_gate(path, probs, langs, chosen, "gate p(module | language) " + (
+        "at the end of training\n(bold: the map fixed after stage 1)" if fixed else "after stage 1"))
     return langs, chosen
 
 

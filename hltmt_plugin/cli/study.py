@@ -24,8 +24,8 @@ direction (fairseq-generate, beam 5) and is scored (sacreBLEU BLEU and chrF); ``
 runs go on at once (one per core). What a finished run leaves in ``--results`` (the
 hypotheses, the training log, the scores) marks it done: a later call skips it, and an
 unfinished run continues from its last fairseq checkpoint (every ``--valid-interval``
-updates), so the study can be stopped at any point. The report (``hltmt-study-report``, run at
-the end of every call) is built from the results folder alone.
+updates), so the study can be stopped at any point. The report (written at the end of every call,
+rebuilt alone by ``--report-only``) is built from the results folder alone.
 """
 import argparse
 import json
@@ -41,8 +41,9 @@ from typing import List, Tuple
 
 from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
-from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command, run_logged
-from hltmt_plugin.cli.report import read_gen
+from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command
+from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.cli.report import gate_of, read_gen
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 # seed 1 of every system first (a first comparison, and the models a user can try), then seeds
@@ -291,8 +292,7 @@ def export_model(checkpoint, data, out, name):
     what hltmt-translate, the Python API and fairseq-generate need, a few MB."""
     import shutil
 
-    import torch
-
+    from hltmt_plugin.adapters.files import atomic_save
     from hltmt_plugin.checkpoints import load_state
 
     state = load_state(checkpoint)
@@ -305,8 +305,7 @@ def export_model(checkpoint, data, out, name):
             shutil.copyfile(os.path.join(data, name_), os.path.join(out, name_))
     shutil.copyfile(os.path.join(os.path.dirname(data), "spm", "spm.model"), os.path.join(out, "spm.model"))
     target = os.path.join(out, f"{name}.pt")
-    torch.save(slim, target + ".partial")
-    os.replace(target + ".partial", target)
+    atomic_save(slim, target)
     return target
 
 
@@ -319,9 +318,8 @@ def one_thread_env():
 def write_lines(path, lines):
     """``lines`` to ``path``, one per line, written whole or not at all."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".partial", "w", encoding="utf-8") as f:
+    with AtomicOutput(path) as f:
         f.writelines(line + "\n" for line in lines)
-    os.replace(path + ".partial", path)
 
 
 def read_raw(path):
@@ -340,17 +338,9 @@ def write_reference(path, refs):
 
 def write_gate(checkpoint, path):
     """The HLT-MT gate p(module | language) and the routing map of ``checkpoint``, as JSON."""
-    import torch
-
-    import hltmt_plugin  # noqa: F401  (registers the model and its safe checkpoint types)
-    from fairseq import checkpoint_utils
-
-    model = checkpoint_utils.load_model_ensemble_and_task([checkpoint])[0][0]
-    with torch.no_grad():
-        probs = model.slp.gate_probs(model.decoder.high_lang_embeddings())
-    gate = {"langs": list(model.high_resource_langs), "probs": [[round(float(p), 4) for p in row] for row in probs],
-            "map": model.slp.fixed_map.tolist() if model.slp.map_is_fixed else probs.argmax(dim=1).tolist()}
-    write_lines(path, [json.dumps(gate)])
+    probs, langs, chosen, _ = gate_of(checkpoint)
+    write_lines(path, [json.dumps({"langs": langs, "probs": [[round(p, 4) for p in row] for row in probs],
+                                   "map": chosen})])
 
 
 UPDATES = re.compile(r"num_updates[= ](\d+)")

@@ -18,13 +18,14 @@ figure is recomputed from the committed text), the runs' training logs and HLT-M
 import csv
 import glob
 import json
+import logging
 import os
 import re
 import statistics
 from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
-from hltmt_plugin.cli.report import VALID_LINE, convergence, save_figure
+from hltmt_plugin.cli.report import convergence, draw_gate, save_figure, valid_points
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
 NAMES = {"mnmt": "MNMT", "mnmt-staged": "MNMT, staged data", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
@@ -95,6 +96,7 @@ def significance(runs, refs):
     from sacrebleu.metrics import BLEU, CHRF
     from sacrebleu.significance import PairedTest
 
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # a line per test otherwise
     rows = []
     for baseline in ("mnmt", "lsmnmt"):
         for (system, seed), hyps in sorted(runs.items()):
@@ -108,10 +110,10 @@ def significance(runs, refs):
                 named = [(baseline, [h for p in chosen for h in base[p]]), ("hltmt", [h for p in chosen for h in hyps[p]])]
                 _, scores = PairedTest(named, {"BLEU": BLEU(), "chrF": CHRF()}, [ref], test_type="bs")()
                 row = {"system": "hltmt", "baseline": baseline, "seed": seed, "direction": pair}
-                for metric in ("BLEU", "chrF"):
-                    b, s = scores[metric]
-                    row.update({f"{metric.lower()}_baseline": round(b.score, 2), f"{metric.lower()}_hltmt": round(s.score, 2),
-                                f"{metric.lower()}_p": s.p_value})
+                per_metric = [v for k, v in scores.items() if k != "System"]  # [baseline, hltmt] of each metric, in the order asked
+                for metric, (b, s) in zip(("bleu", "chrf"), per_metric):
+                    row.update({f"{metric}_baseline": round(b.score, 2), f"{metric}_hltmt": round(s.score, 2),
+                                f"{metric}_p": s.p_value})
                 rows.append(row)
     return rows
 
@@ -128,25 +130,30 @@ def valid_curves(results):
     curves = defaultdict(dict)
     for folder in sorted(glob.glob(os.path.join(results, "runs", "*.seed*"))):
         system, seed = re.match(r"(.+)\.seed(\d+)$", os.path.basename(folder)).groups()
-        points = {}
-        for log in sorted(glob.glob(os.path.join(folder, "train*.log"))):
-            for line in open(log, encoding="utf-8", errors="replace"):
-                m = VALID_LINE.search(line)
-                if m:
-                    fields = dict(x.strip().split(" ", 1) for x in m.group(1).split("|") if " " in x.strip())
-                    points[int(fields["num_updates"])] = float(fields["loss"])
+        points = {int(p["num_updates"]): float(p["loss"])
+                  for log in sorted(glob.glob(os.path.join(folder, "train*.log"))) for p in valid_points(log)}
         if points:
             curves[system][int(seed)] = sorted(points.items())
     return curves
 
 
 def pyplot():
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its start-up and font search otherwise, under fairseq's logging
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def finish(plt, fig, ax, path, legend_size, grid="both"):
+    """Grid, legend, layout, the PNG written whole, the figure closed."""
+    ax.grid(axis=grid, alpha=0.3)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 def plot_bleu(path, rows, high):
@@ -167,11 +174,7 @@ def plot_bleu(path, rows, high):
     ax.set_xticklabels([p + (" (high)" if p[3:] in high else "") for p in pairs], rotation=30, fontsize=8)
     ax.set_ylabel("test BLEU (mean over seeds; bars: min-max)")
     ax.set_title("DebMT-10 one-to-many En->X, short segments, tiny models on a CPU", fontsize=10)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish(plt, fig, ax, path, 8, grid="y")
 
 
 def plot_valid(path, curves, high_updates):
@@ -188,31 +191,12 @@ def plot_valid(path, curves, high_updates):
     ax.set_ylabel("validation loss (label-smoothed, base 2)")
     ax.set_title("validation loss of every run (staged runs: the high-resource directions only before the line)",
                  fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    finish(plt, fig, ax, path, 7)
 
 
 def plot_gate(path, gate, seed):
-    plt = pyplot()
-    probs, langs, chosen = gate["probs"], gate["langs"], gate["map"]
-    fig, ax = plt.subplots(figsize=(2.6 + 0.9 * len(probs[0]), 1.2 + 0.5 * len(langs)))
-    im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
-    for i in range(len(langs)):
-        for t in range(len(probs[0])):
-            ax.text(t, i, f"{probs[i][t]:.2f}", ha="center", va="center", fontsize=9,
-                    color="white" if probs[i][t] < 0.6 else "black", fontweight="bold" if t == chosen[i] else "normal")
-    ax.set_xticks(range(len(probs[0])))
-    ax.set_xticklabels([f"m{t}" for t in range(len(probs[0]))])
-    ax.set_yticks(range(len(langs)))
-    ax.set_yticklabels(langs)
-    ax.set_title(f"HLT-MT seed {seed}: gate p(module | language)\nat the end (bold: the routing map)", fontsize=9)
-    fig.colorbar(im, ax=ax, fraction=0.05)
-    fig.tight_layout()
-    save_figure(fig, path)
-    plt.close(fig)
+    draw_gate(path, gate["probs"], gate["langs"], gate["map"],
+              f"HLT-MT seed {seed}: gate p(module | language)\nat the end (bold: the routing map)")
 
 
 def per_system(means, system, group):
@@ -247,7 +231,7 @@ def tables(rows, means, high, systems):
             cells = [mean_sd([r[metric] for r in rows if r["system"] == s and r["direction"] == p]) for s in systems]
             out.append(f"| {p}{' (high)' if p[3:] in high else ''} | " + " | ".join(cells) + " |")
         prefix = "" if metric == "bleu" else "chrf "
-        for group, label in (("high", "high-resource mean"), ("low", "low-resource mean"), ("all", "all ten")):
+        for group, label in (("high", "high-resource mean"), ("low", "low-resource mean"), ("all", f"mean of all {len(pairs)}")):
             cells = [mean_sd(per_system(means, s, prefix + group)) for s in systems]
             out.append(f"| **{label}** | " + " | ".join(cells) + " |")
     return out
@@ -260,7 +244,7 @@ def differences(means, systems):
         values = per_system(means, system, group)
         return statistics.mean(values) if values else None
 
-    out = ["", "| difference (BLEU) | high-resource | low-resource | all ten |", "|---|---|---|---|"]
+    out = ["", "| difference (BLEU) | high-resource | low-resource | all directions |", "|---|---|---|---|"]
     for a, b, what in (("hltmt", "mnmt", "HLT-MT − MNMT (total)"),
                        ("mnmt-staged", "mnmt", "MNMT staged − MNMT (the stage schedule alone)"),
                        ("hltmt", "mnmt-staged", "HLT-MT − MNMT staged (the pool, same schedule)"),
@@ -293,7 +277,7 @@ def paper_lines(means, systems):
     out = ["", "| | MNMT | LS-MNMT | HLT-MT |", "|---|---|---|---|",
            "| the paper, WMT-10 one-to-many, En->X average BLEU | 22.0 | 22.3 | 23.2 |"]
     cells = [mean_sd(per_system(means, s, "all")) if s in systems else "not run" for s in ("mnmt", "lsmnmt", "hltmt")]
-    out.append("| this study, DebMT-10 short segments, average of the ten En->X | " + " | ".join(cells) + " |")
+    out.append("| this study, DebMT-10 short segments, average of its En->X directions | " + " | ".join(cells) + " |")
     return out
 
 

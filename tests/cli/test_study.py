@@ -76,7 +76,8 @@ def test_seed_one_models_translate_from_their_own_folder(done, tmp_path):
          "hltmt.pt", "lsmnmt.pt", "mnmt.pt", "mnmt-staged.pt"])
     copy = tmp_path / "models"
     shutil.copytree(models, copy)
-    shutil.rmtree(folder / "run" / "data" / "bin", ignore_errors=False)  # the stored data folder is gone
+    stored, away = folder / "run" / "data" / "bin", folder / "run" / "data" / "bin.away"
+    os.rename(stored, away)  # the data folder the checkpoints name is gone
     try:
         for name in ("hltmt", "mnmt"):
             (tmp_path / "in.tsv").write_text("en\tde\tThe file is open.\nen\tgu\tSave the file.\n")
@@ -85,7 +86,7 @@ def test_seed_one_models_translate_from_their_own_folder(done, tmp_path):
             assert out.returncode == 0, out.stderr[-2000:]
             assert len(out.stdout.split("\n")) == 3
     finally:
-        shutil.rmtree(folder / "run" / "data" / "bin", ignore_errors=True)
+        os.rename(away, stored)
 
 
 def test_a_stopped_study_continues_where_it_stopped(done):
