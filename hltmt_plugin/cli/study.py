@@ -59,7 +59,7 @@ class Setting:
     hltmt_arch: str = "hltmt_transformer_tiny"
     baseline_arch: str = "transformer_hltmt_tiny"  # fairseq's plain transformer of the same sizes
     pool_size: int = 3  # T, HLT-MT's modules
-    updates: int = 6000  # every system
+    updates: int = 5000  # every system
     high_updates: int = 2000  # HLT-MT's stage high; mnmt-staged's high-resource-only updates
     lr: float = 3e-3
     warmup: int = 200
