@@ -93,10 +93,7 @@ def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: in
             if split == "train" and max_train:
                 pairs = pairs[:max_train]
             for side, index in (("en", 0), (lang, 1)):
-                path = os.path.join(out, f"{split}.en-{lang}.{side}")
-                with open(path + ".partial", "w", encoding="utf-8") as f:
-                    f.writelines(p[index] for p in pairs)
-                os.replace(path + ".partial", path)
+                write_lines(os.path.join(out, f"{split}.en-{lang}.{side}"), [p[index].rstrip("\n") for p in pairs])
             kept.setdefault(split, {})[lang] = len(pairs)
     return kept
 
