@@ -235,6 +235,26 @@ def test_the_wrappers_pass_the_dry_run_on_and_download_nothing(dicts, tmp_path):
     assert check_lines(lines, dicts, 8, "fp16") == {"train (xlmr_init.py)": 1, "train": 6, "generate": 60}
 
 
+def test_the_demo_trains_both_systems_side_by_side_on_the_short_segments(dicts, tmp_path, capsys):
+    """make demo (--size quick): one-to-many En->X over the segments of at most 12 English and 16
+    target words, MNMT and HLT-MT trained at once, a core each."""
+    from hltmt_plugin.cli.main_job import main
+
+    assert main(["--dry-run", "--size", "quick", "--cpu", "--run-dir", str(tmp_path / "q")]) == 0
+    out = capsys.readouterr().out
+    lines = command_lines(out)
+    assert check_lines(lines, dicts, 0, "fp32") == {"train": 2, "generate": 20}  # 10 En->X directions of 2 systems
+    prepare = next(x for x in lines if x[2] == "hltmt_plugin.cli.prepare_data")
+    assert prepare[prepare.index("--segment-words") + 1] == "12,16"
+    assert all(x[x.index("-s") + 1] == "en" for x in lines if fairseq_tool(x) == "generate")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cores >= 2:
+        assert "# these 2 fairseq-train runs go side by side in 2 lanes (2 at a time" in out
+    assert main(["--dry-run", "--size", "quick", "--gpu", "--train-jobs", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--train-jobs 2 is for the CPU" in err[0], err
+
+
 @pytest.mark.parametrize("cmd, prefix", [
     ([*MAIN_JOB, "--size", "smoke", "--gpu"], "hltmt-main-job: error:"),
     ([*GPU_RUN, "--size", "tiny"], "gpu_run: error:"),

@@ -57,16 +57,27 @@ def test_a_rerun_resumes_after_the_last_completed_step(job):
     assert "decode seed 1 [8/8] hltmt gu-en" in done.stdout and "[1/8]" not in done.stdout
 
 
-def test_one_run_schedule_trains_both_stages_in_one_fairseq_run(tmp_path):
-    folder = tmp_path / "job"  # the default schedule
-    done = run([JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder)])
+def test_one_run_schedule_side_by_side_trains_both_stages_in_one_fairseq_run(tmp_path):
+    folder = tmp_path / "job"  # the default schedule, the two systems' runs at once (what quick does)
+    job = [JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder), "--train-jobs", "2"]
+    done = run(job)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    for n, step in enumerate(["prepare", "train_mnmt.seed1", "train_hltmt.seed1", "decode.seed1", "report"], 1):
-        assert f"step {n}/5 {step}" in done.stdout
+    for n, step in enumerate(["prepare", "train.seed1", "decode.seed1", "report"], 1):
+        assert f"step {n}/4 {step}" in done.stdout
+    assert "2 training run(s) at once" in done.stdout
+    assert "[train_mnmt.seed1] " in done.stdout and "[train_hltmt.seed1] " in done.stdout  # each line says whose
     log = open(folder / "logs" / "train_hltmt.seed1.log").read()
     assert "routing map fixed from the final stage-high gate: de->m0" in log
+    assert "[train_" not in log and "num_updates 12" in open(folder / "logs" / "train_mnmt.seed1.log").read()
     md = open(folder / "report" / "results.md").read()
     assert "| mnmt | 12 |" in md and "| hltmt | 12 |" in md and "Routing map after stage 1: de->m0" in md
+    # stopped while MNMT trained: a rerun trains MNMT only, then decodes again
+    for marker in (".done-train.seed1", ".done-train_mnmt.seed1", ".done-decode.seed1", ".done-report"):
+        os.remove(folder / marker)
+    os.remove(folder / "decode" / "mnmt" / "seed1" / "en-de.gen")
+    again = run(job)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[train_mnmt.seed1] " in again.stdout and "[train_hltmt.seed1] " not in again.stdout
 
 
 def write_pair(folder, split, lang, en, xx):

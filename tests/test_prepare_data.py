@@ -1,5 +1,5 @@
 """hltmt-prepare-data through its command line: --help, the dictionary fingerprint it
-records with the binarized data, and binarizing with an existing sentencepiece model and a
+records with the binarized data, the short-segment selection (--segment-words), and binarizing with an existing sentencepiece model and a
 fixed dictionary (the XLM-R route)."""
 import json
 import os
@@ -112,3 +112,33 @@ def test_an_existing_model_and_a_fixed_dictionary_give_the_dictionary_ids(raw, p
     assert got == want
     assert any("<unk>" in line for line in got)
     assert json.load(open(out / "bin" / FINGERPRINT_FILE))["dicts"] == dictionary_fingerprint(str(out / "bin"))
+
+
+def test_segment_words_keeps_the_short_pairs_of_every_split_before_the_line_limits(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    en = [" ".join(["word"] * n) for n in (3, 5, 4, 2, 6, 1)]  # 6 English lines, 1 to 6 words
+    de = [" ".join(["Wort"] * n) for n in (3, 3, 8, 2, 3, 2)]  # the third's German is too long
+    for split in ("train", "valid", "test"):
+        write(raw, f"{split}.en-de.en", en)
+        write(raw, f"{split}.en-de.de", de)
+    out = tmp_path / "out"
+    done = run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "12",
+                "--segment-words", "5,4", "--max-test", "2"])
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    kept = {"train": 4, "valid": 4, "test": 2}  # lines 1, 2, 4, 6 (English <= 5 words, German <= 4); test: the first 2
+    for split, n in kept.items():
+        lines = (out / "spm" / f"{split}.en-de.de").read_text(encoding="utf-8").splitlines()
+        assert len(lines) == n, (split, lines)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("12", "--segment-words '12': expected EN,XX"), ("0,4", "expected EN,XX"),
+    ("1,1", "split train of en-de has no segment pair of at most 1 English and 1 de words"),
+])
+def test_a_bad_or_empty_segment_selection_is_one_line(raw, tmp_path, value, message):
+    done = run([PREPARE, "--raw", str(raw), "--out", str(tmp_path / "out"), "--langs", "de", "--segment-words", value])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hltmt-prepare-data: error:") and message in lines[0], lines
+    assert not (tmp_path / "out" / "bin").exists()

@@ -50,8 +50,8 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -157,6 +157,9 @@ class Size:
     gen_len: tuple = (1.5, 10)  # decoding length cap: a * source length + b
     batch_gpus: int = 0  # the batch of this many GPUs (max_tokens each): --update-freq batch_gpus / --ngpu (0: 1)
     device: str = "cpu"  # what the size is made for: "cpu" (the pipeline and mechanics) or "gpu"
+    segment_words: tuple = ()  # (EN, XX): only segment pairs of at most EN English and XX other words, every split
+    to_english: bool = True  # the X->En directions too (else one-to-many En->X only)
+    train_jobs: int = 1  # on the CPU, a seed's fairseq-train runs side by side, this many at once (a core each)
 
 
 SIZES: Dict[str, Size] = {
@@ -165,9 +168,12 @@ SIZES: Dict[str, Size] = {
     "smoke": Size(max_train=300, max_test=12, vocab=1000, hltmt_arch="hltmt_transformer_tiny",
                   baseline_arch="transformer_hltmt_tiny", high_updates=6, all_updates=6,
                   max_tokens=2048, warmup=4, max_valid=40, gen_len=(0, 16)),
-    "quick": Size(max_train=4000, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
-                  baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400,
-                  max_tokens=4096),
+    # the quality study's setting (docs/quality-study.md: one-to-many En->X over the segments of
+    # at most 12 English and 16 target words), cut to what 30 minutes of two cores train: MNMT
+    # and HLT-MT side by side at one thread each
+    "quick": Size(max_train=0, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
+                  baseline_arch="transformer_hltmt_tiny", high_updates=600, all_updates=800,
+                  max_tokens=4096, segment_words=(12, 16), to_english=False, train_jobs=2),
     # all training data, 3 seeds; sized so the whole job fits in about 2 hours on 2 CPU cores
     # (a larger model would not fit: see docs/results/debmt10-full/README.md)
     "full": Size(max_train=0, max_test=500, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
@@ -191,13 +197,22 @@ class StepFailed(Exception):
     pass
 
 
+def is_done(run_dir, name):
+    return os.path.exists(os.path.join(run_dir, f".done-{name}"))
+
+
+def mark_done(run_dir, name, seconds):
+    with open(os.path.join(run_dir, f".done-{name}"), "w") as f:
+        f.write(f"{seconds:.0f}s\n")
+
+
 def run_steps(steps, run_dir, dry_run=False):
     """Run ``steps`` ((name, fn, args) each) in order, each marked done in ``run_dir`` when it
     ends, so that a rerun resumes after the last completed step. ``dry_run``: each step that
     is not done prints its commands instead of running them."""
     if dry_run:
         for n, (name, fn, fn_args) in enumerate(steps, 1):
-            done = os.path.exists(os.path.join(run_dir, f".done-{name}"))
+            done = is_done(run_dir, name)
             print(f"# step {n}/{len(steps)} {name}" + (": already done, a run skips it" if done else ""))
             if not done:
                 fn(*fn_args)
@@ -205,54 +220,38 @@ def run_steps(steps, run_dir, dry_run=False):
     os.makedirs(run_dir, exist_ok=True)
     t_start = time.time()
     for n, (name, fn, fn_args) in enumerate(steps, 1):
-        marker = os.path.join(run_dir, f".done-{name}")
-        if os.path.exists(marker):
+        if is_done(run_dir, name):
             say(f"step {n}/{len(steps)} {name}: already done, skipped")
             continue
         say(f"step {n}/{len(steps)} {name} (run time so far {time.time() - t_start:.0f}s)")
         t0 = time.time()
         fn(*fn_args)
-        with open(marker, "w") as f:
-            f.write(f"{time.time() - t0:.0f}s\n")
+        mark_done(run_dir, name, time.time() - t0)
         say(f"step {n}/{len(steps)} {name} done in {time.time() - t0:.0f}s")
     say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(run_dir, 'report', 'results.md')}")
 
 
-def run_logged(cmd, log_path, stdout_path=None):
-    """Run cmd, streaming its log to the console and to log_path; with stdout_path, stdout
-    goes there instead (written as .partial, renamed when the command succeeds)."""
+def run_logged(cmd, log_path, prefix="", env=None):
+    """Run cmd, streaming its output to the console (each line after ``prefix``) and to
+    ``log_path``; ``env``: its environment (default: this one's)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    env = dict(env or os.environ)
+    if not env.get("PYTHONWARNINGS"):  # fairseq's hydra / pin_memory / torch.cuda.amp warnings, not ours
+        env["PYTHONWARNINGS"] = QUIET_WARNINGS
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
-        out = open(stdout_path + ".partial", "w", encoding="utf-8") if stdout_path else None
-        env = dict(os.environ)
-        if not env.get("PYTHONWARNINGS"):  # fairseq's hydra / pin_memory / torch.cuda.amp warnings, not ours
-            env["PYTHONWARNINGS"] = QUIET_WARNINGS
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE if out else subprocess.STDOUT,
-                                text=True, cwd=CHECKOUT, env=env)
-
-        def pump(stream, sinks):
-            for line in stream:
-                if any(noise in line for noise in NOISE):
-                    continue
-                for sink in sinks:
-                    sink.write(line)
-                sys.stdout.flush()
-
-        threads = [threading.Thread(target=pump, args=(proc.stderr, [log, sys.stdout]))] if out else []
-        for t in threads:
-            t.start()
-        pump(proc.stdout, [out] if out else [log, sys.stdout])
-        for t in threads:
-            t.join()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=CHECKOUT,
+                                env=env)
+        for line in proc.stdout:
+            if any(noise in line for noise in NOISE):
+                continue
+            log.write(line)
+            sys.stdout.write(prefix + line)
+            sys.stdout.flush()
         code = proc.wait()
-        if out:
-            out.close()
     if code != 0:
         tail = [line[:300] for line in open(log_path, encoding="utf-8").read().splitlines()[-25:]]
         raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
-    if stdout_path:
-        os.replace(stdout_path + ".partial", stdout_path)
 
 
 class Job:
@@ -265,18 +264,22 @@ class Job:
         self.logs = os.path.join(self.run_dir, "logs")
         self.langs = args.langs.split(",") if args.langs else LANGS
         self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
-        self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
+        self.directions = [f"en-{x}" for x in self.langs] + ([f"{x}-en" for x in self.langs]
+                                                            if self.size.to_english else [])
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
         self.dry_run = args.dry_run
         self.device, self.precision, self.device_flags = resolve_device(args, dry_run=args.dry_run)
         self.update_freq = args.update_freq or max(1, -(-self.size.batch_gpus // args.ngpu))
+        if args.train_jobs > 1 and self.device == "cuda":
+            raise OptionError(f"--train-jobs {args.train_jobs} is for the CPU: on a GPU the runs go one after another")
+        self.train_jobs = 1 if self.device == "cuda" else min(args.train_jobs or self.size.train_jobs, nproc())
 
-    def execute(self, cmd, log_path, stdout_path=None):
+    def execute(self, cmd, log_path, prefix="", env=None):
         """Run one command of a step (or print it, with --dry-run)."""
         if self.dry_run:
             print_command(cmd)
         else:
-            run_logged(cmd, log_path, stdout_path)
+            run_logged(cmd, log_path, prefix, env)
 
     # ---- fairseq command lines ----------------------------------------------------------
     def task_args(self, task="hltmt_translation"):
@@ -308,49 +311,87 @@ class Job:
         cmd = [*plugin_cli("prepare_data"), "--raw", self.args.raw,
                "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
                "--vocab-size", str(s.vocab)]
+        cmd += ["--segment-words", ",".join(map(str, s.segment_words))] if s.segment_words else []
         cmd += ["--max-train", str(s.max_train)] if s.max_train else []
         cmd += ["--max-test", str(s.max_test)] if s.max_test else []
         cmd += ["--max-valid", str(s.max_valid)] if s.max_valid else []
         self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def train_mnmt(self, seed):
+        """The plain fairseq transformer: (log name, command)."""
         s = self.size
-        save = self.save_dir("mnmt", seed)
-        self.execute([*fairseq_cli("train"), self.data, *self.task_args("translation_multi_simple_epoch"),
-                      "--arch", s.baseline_arch, *self.train_args(seed, s.high_updates + s.all_updates, save)],
-                     os.path.join(self.logs, f"train_mnmt.seed{seed}.log"))
+        return "train_mnmt", [*fairseq_cli("train"), self.data, *self.task_args("translation_multi_simple_epoch"),
+                              "--arch", s.baseline_arch,
+                              *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("mnmt", seed))]
 
-    def train_hltmt(self, seed, log, updates, save, *stage):
+    def train_hltmt(self, seed, updates, save, *stage):
         """One fairseq-train run of HLT-MT (the pool over the high-resource languages)."""
-        self.execute([*fairseq_cli("train"), self.data, *self.task_args(),
-                      *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
-                      "--criterion", "hltmt_cross_entropy", *stage], os.path.join(self.logs, f"{log}.seed{seed}.log"))
+        return [*fairseq_cli("train"), self.data, *self.task_args(),
+                *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
+                "--criterion", "hltmt_cross_entropy", *stage]
 
     def train_hltmt_high(self, seed):
-        self.train_hltmt(seed, "train_hltmt_high", self.size.high_updates, self.save_dir("hltmt", seed, "-high"),
-                         "--hlt-stage", "high", "--disparity-weight", "1.0")
+        return "train_hltmt_high", self.train_hltmt(seed, self.size.high_updates, self.save_dir("hltmt", seed, "-high"),
+                                                    "--hlt-stage", "high", "--disparity-weight", "1.0")
 
     def train_hltmt_all(self, seed):
         stage1 = os.path.join(self.save_dir("hltmt", seed, "-high"), "checkpoint_last.pt")
-        self.train_hltmt(seed, "train_hltmt_all", self.size.all_updates, self.save_dir("hltmt", seed),
-                         "--hlt-stage", "all", "--restore-file", stage1,
-                         "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+        return "train_hltmt_all", self.train_hltmt(seed, self.size.all_updates, self.save_dir("hltmt", seed),
+                                                   "--hlt-stage", "all", "--restore-file", stage1,
+                                                   "--reset-optimizer", "--reset-dataloader", "--reset-meters")
 
     def train_hltmt_one_run(self, seed):
         """Both stages in one fairseq-train run (--high-stage-updates): one optimizer state and
         one learning-rate schedule across the switch, as the authors meant their schedule."""
         s = self.size
-        self.train_hltmt(seed, "train_hltmt", s.high_updates + s.all_updates, self.save_dir("hltmt", seed),
-                         "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
-                         "--disparity-weight", "1.0")
+        return "train_hltmt", self.train_hltmt(seed, s.high_updates + s.all_updates, self.save_dir("hltmt", seed),
+                                               "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
+                                               "--disparity-weight", "1.0")
 
     def train_lsmnmt(self, seed):
         s = self.size
         targets = ["en"] + self.langs
-        self.execute([*fairseq_cli("train"), self.data, *self.task_args(),
-                      *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
-                      *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))],
-                     os.path.join(self.logs, f"train_lsmnmt.seed{seed}.log"))
+        return "train_lsmnmt", [*fairseq_cli("train"), self.data, *self.task_args(),
+                                *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
+                                *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))]
+
+    def training_lanes(self, seed):
+        """A seed's fairseq-train runs, one lane a system (a lane's runs go in order):
+        [[(name, command)]], the name that of the step and of its log."""
+        hltmt = [self.train_hltmt_one_run] if self.args.hltmt_schedule == "one-run" else \
+            [self.train_hltmt_high, self.train_hltmt_all]
+        systems = [[self.train_mnmt], hltmt] + ([[self.train_lsmnmt]] if self.args.ls_mnmt else [])
+        return [[(f"{log}.seed{seed}", cmd) for log, cmd in (run(seed) for run in lane)] for lane in systems]
+
+    def train(self, log, cmd):
+        """One fairseq-train run, its output streamed."""
+        self.execute(cmd, os.path.join(self.logs, f"{log}.log"))
+
+    def train_side_by_side(self, lanes):
+        """The lanes at once, ``train_jobs`` at a time, each fairseq-train at its share of the
+        cores, its lines prefixed with its log name; a run marks itself done, so that a rerun
+        after a stop skips the runs that finished."""
+        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, nproc() // self.train_jobs))  # the user's, if set
+        env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+        if self.dry_run:
+            print(f"# these {sum(map(len, lanes))} fairseq-train runs go side by side in {len(lanes)} lanes "
+                  f"({self.train_jobs} at a time, OMP_NUM_THREADS={threads}), a lane's runs in order")
+            for i, runs in enumerate(lanes, 1):
+                print(f"# lane {i}: {', '.join(name for name, _ in runs)}")
+                for _, cmd in runs:
+                    print_command(cmd)
+            return
+
+        def lane(runs):
+            for name, cmd in runs:
+                if not is_done(self.run_dir, name):
+                    t0 = time.time()
+                    self.execute(cmd, os.path.join(self.logs, f"{name}.log"), prefix=f"[{name}] ", env=env)
+                    mark_done(self.run_dir, name, time.time() - t0)
+
+        with ThreadPoolExecutor(max_workers=self.train_jobs) as pool:
+            for result in [pool.submit(lane, runs) for runs in lanes]:
+                result.result()  # a failed run's StepFailed, after the other lanes ended
 
     def decode(self, seed):
         """Every direction of every system, beam 5, over --decode-workers concurrent processes
@@ -401,24 +442,30 @@ class Job:
         if self.args.ls_mnmt:
             cmd += ["--valid-log", f"lsmnmt={self.logs}/train_lsmnmt.seed*.log"]
         if self.device == "cpu":
-            cmd += ["--note", f"Trained on CPU ({self.size.high_updates} + {self.size.all_updates} updates of "
-                              f"{self.size.hltmt_arch}): these models are far from converged, so the figures show "
-                              "that the pipeline works end to end, not the quality of the method."]
+            cmd += ["--note", self.cpu_note()]
         self.execute(cmd, os.path.join(self.logs, "report.log"))
         if not self.dry_run:
             print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
 
+    def cpu_note(self):
+        s = self.size
+        trained = f"Trained on CPU ({s.high_updates} + {s.all_updates} updates of {s.hltmt_arch}"
+        if not s.segment_words:
+            return (trained + "): these models are far from converged, so the figures show that the pipeline works "
+                              "end to end, not the quality of the method.")
+        return (trained + f", on the segment pairs of at most {s.segment_words[0]} English and {s.segment_words[1]} "
+                          "target words): these models are far from converged (the validation loss is still "
+                          "falling), so the figures are an early point of training, not the quality of the method; "
+                          "the quality study (docs/quality-study.md) trains this setting for 5,000 updates.")
+
     def steps(self):
         steps = [("prepare", self.prepare, ())]
         for seed in self.seeds:
-            steps.append((f"train_mnmt.seed{seed}", self.train_mnmt, (seed,)))
-            if self.args.hltmt_schedule == "one-run":
-                steps.append((f"train_hltmt.seed{seed}", self.train_hltmt_one_run, (seed,)))
+            lanes = self.training_lanes(seed)
+            if self.train_jobs > 1:
+                steps.append((f"train.seed{seed}", self.train_side_by_side, (lanes,)))
             else:
-                steps += [(f"train_hltmt_high.seed{seed}", self.train_hltmt_high, (seed,)),
-                          (f"train_hltmt_all.seed{seed}", self.train_hltmt_all, (seed,))]
-            if self.args.ls_mnmt:
-                steps.append((f"train_lsmnmt.seed{seed}", self.train_lsmnmt, (seed,)))
+                steps += [(name, self.train, (name, cmd)) for lane in lanes for name, cmd in lane]
             steps.append((f"decode.seed{seed}", self.decode, (seed,)))
         return steps + [("report", self.report, ())]
 
@@ -427,7 +474,8 @@ class Job:
         gpus = f" x {self.args.ngpu}" if self.device == "cuda" else ""
         print(f"{'# ' if self.dry_run else ''}main job: size={self.args.size} (made for the {self.size.device}), "
               f"seeds={self.seeds}, systems={','.join(self.systems)}, {len(self.directions)} directions, device "
-              f"{self.device}{gpus} ({self.precision}), update-freq {self.update_freq}, run folder {self.run_dir}",
+              f"{self.device}{gpus} ({self.precision}), update-freq {self.update_freq}, "
+              f"{self.train_jobs} training run(s) at once, run folder {self.run_dir}",
               flush=True)
         run_steps(steps, self.run_dir, self.dry_run)
 
@@ -464,11 +512,14 @@ def main(argv=None):
                    help="print every command the job would run (hltmt-prepare-data, fairseq-train, one "
                         "fairseq-generate line per direction, hltmt-report), one per line, and run nothing; "
                         "with --gpu, no GPU needs to be there")
+    p.add_argument("--train-jobs", type=int, default=0,
+                   help="on the CPU, a seed's fairseq-train runs (one per system) go side by side, this many at "
+                        "once, each at its share of the cores (default: the size's: 2 for quick, else 1)")
     p.add_argument("--decode-workers", type=int, default=0,
                    help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)")
     args = p.parse_args(argv)
-    if args.decode_workers < 0 or args.update_freq < 0:
-        p.error("--decode-workers and --update-freq must be >= 0")
+    if args.decode_workers < 0 or args.update_freq < 0 or args.train_jobs < 0:
+        p.error("--decode-workers, --update-freq and --train-jobs must be >= 0")
     try:
         Job(args).run()
     except OptionError as error:

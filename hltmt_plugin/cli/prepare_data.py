@@ -9,6 +9,7 @@ shared dictionary (``dict.{lang}.txt`` for every language), ready for
 ``--task hltmt_translation --langs en,XX,...``.
 
     hltmt-prepare-data --out runs/data --langs de,fr,gu --max-train 2000
+    hltmt-prepare-data --out runs/short --segment-words 12,16   # only short segments, in every split
 
 With ``--spm-model M --dict D`` (e.g. XLM-R's ``sentencepiece.bpe.model`` and ``dict.txt``)
 no sentencepiece model is trained: every split is encoded with M and binarized with the
@@ -49,6 +50,7 @@ def check_options(args):
                              ("--max-eval-pieces", args.max_eval_pieces, 1)):
         if value is not None and value < low:
             raise DataError(f"{name} must be at least {low}, got {value}")
+    parse_segment_words(args.segment_words)
     if args.dict and not args.spm_model:
         raise DataError("--dict needs --spm-model: the sentencepiece model the dictionary was made for")
     for option, path in (("--spm-model", args.spm_model), ("--dict", args.dict)):
@@ -109,8 +111,25 @@ def read_lines(path, limit=None):
     return lines
 
 
-def load_pair(raw, split, lang, limit):
-    """Both sides of en-XX for a split; every problem is a DataError naming the file."""
+def short_pair(en: str, xx: str, max_en: int, max_xx: int) -> bool:
+    """Whether a segment pair is short: its English has 1 to ``max_en`` words and its other
+    side 1 to ``max_xx`` (``--segment-words``; the quality study's selection)."""
+    return 0 < len(en.split()) <= max_en and 0 < len(xx.split()) <= max_xx
+
+
+def parse_segment_words(text):
+    """``--segment-words EN,XX`` -> (EN, XX), or None when not given."""
+    if not text:
+        return None
+    en, _, xx = text.partition(",")
+    if not (en.isdigit() and xx.isdigit() and int(en) > 0 and int(xx) > 0):
+        raise DataError(f"--segment-words {text!r}: expected EN,XX, two word counts of at least 1 (e.g. 12,16)")
+    return int(en), int(xx)
+
+
+def load_pair(raw, split, lang, limit, segment_words=None):
+    """Both sides of en-XX for a split (with ``segment_words``, its short pairs only); every
+    problem is a DataError naming the file."""
     paths = [os.path.join(raw, f"{split}.en-{lang}.{side}") for side in ("en", lang)]
     for path in paths:
         if not os.path.isfile(path):
@@ -123,6 +142,12 @@ def load_pair(raw, split, lang, limit):
         raise DataError(f"{paths[0]} has {len(en)} lines but {paths[1]} has {len(xx)}: the sides are misaligned")
     if not en:
         raise DataError(f"split {split} of en-{lang} is empty ({paths[0]})")
+    if segment_words:
+        kept = [(e, x) for e, x in zip(en, xx) if short_pair(e, x, *segment_words)]
+        if not kept:
+            raise DataError(f"split {split} of en-{lang} has no segment pair of at most {segment_words[0]} English "
+                            f"and {segment_words[1]} {lang} words (--segment-words)")
+        en, xx = [e for e, _ in kept], [x for _, x in kept]
     en, xx = en[:limit], xx[:limit]
     if split != "train":  # evaluation sets must stay whole: refuse what cannot be translated
         for path, lines in zip(paths, (en, xx)):
@@ -209,6 +234,10 @@ def main(argv=None):
     p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
     p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
     p.add_argument("--langs", default=",".join(WMT10_LANGS), help="non-English languages, comma-separated")
+    p.add_argument("--segment-words", default=None, metavar="EN,XX",
+                   help="keep only the segment pairs whose English has at most EN words and whose other side at "
+                        "most XX, in every split (train, valid and test), before the --max-* limits: the short "
+                        "segments a small model learns first")
     p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair")
     p.add_argument("--max-train-lang", default="", metavar="XX=N,...",
                    help="per-language override of --max-train, e.g. gu=500,hi=800")
@@ -247,13 +276,15 @@ def main(argv=None):
         if unknown:
             raise DataError(f"no data for language(s) {','.join(unknown)} in {args.raw} (it has {','.join(known)})")
         limits = {"train": args.max_train, "valid": args.max_valid, "test": args.max_test}
+        segment_words = parse_segment_words(args.segment_words)
         per_lang = {}
         for item in filter(None, args.max_train_lang.split(",")):
             lang, _, n = item.partition("=")
             if lang not in langs or not n.isdigit():
                 raise DataError(f"--max-train-lang: {item!r} is not LANG=N for a language of --langs")
             per_lang[lang] = int(n)
-        data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s])
+        data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s],
+                                     segment_words)
                 for s in SPLITS for lang in langs}
         for lang in langs:
             en, xx, dropped = drop_unusable(*data[("train", lang)], args.max_words)

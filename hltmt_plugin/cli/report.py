@@ -237,6 +237,11 @@ def run_info_lines(info):
     return lines
 
 
+def groups_present(table, systems):
+    """The averages that have directions in this run (a one-to-many run has no X->En rows)."""
+    return [g for g in GROUPS if any(table[(s, "bleu")].get(g) for s in systems)]
+
+
 def paper_lines(table, systems, baseline):
     """Our En->X averages beside the paper's WMT-10 En->X figures, as deltas to the baseline."""
     ours = {s: mean_std(table[(s, "bleu")].get("En->X", []))[0] for s in systems if s in PAPER_EN_X}
@@ -305,7 +310,7 @@ def write_markdown(path, table, systems, directions, baseline, system, signature
         diff = baseline in systems and system in systems
         header = ["direction"] + systems + ([f"{system} − {baseline}"] if diff else [])
         lines += ["", f"## {label}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for key in directions + GROUPS:
+        for key in directions + groups_present(table, systems):
             cells = [fmt(table[(s, metric)].get(key, [])) for s in systems]
             if diff:
                 a, b = table[(system, metric)].get(key, []), table[(baseline, metric)].get(key, [])
@@ -328,7 +333,7 @@ def plot_bleu(path, table, systems, directions, title, warning=None):
 
     fig, axes = plt.subplots(1, 2, figsize=(16, 5.6), gridspec_kw={"width_ratios": [3, 1.2]})
     top = 0.0
-    for ax, keys in ((axes[0], directions), (axes[1], GROUPS)):
+    for ax, keys in ((axes[0], directions), (axes[1], groups_present(table, systems))):
         width = 0.8 / len(systems)
         for i, s in enumerate(systems):
             stats = [mean_std(table[(s, "bleu")].get(k, [])) for k in keys]

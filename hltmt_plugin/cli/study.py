@@ -43,6 +43,7 @@ from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.cli.prepare_data import short_pair
 from hltmt_plugin.cli.report import gate_of, read_gen
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
@@ -74,10 +75,6 @@ def say(msg):
     print(f"==> [study {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def word_count(line: str) -> int:
-    return len(line.split())
-
-
 def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: int = 0) -> dict:
     """Write the study's subset of ``raw`` (every split, every pair) to ``out``: the pairs whose
     English has at most ``max_en_words`` words and whose target at most ``max_xx_words``.
@@ -89,7 +86,7 @@ def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: in
             prefix = os.path.join(raw, f"{split}.en-{lang}")
             with open(f"{prefix}.en", encoding="utf-8") as f_en, open(f"{prefix}.{lang}", encoding="utf-8") as f_xx:
                 pairs = [(en, xx) for en, xx in zip(f_en, f_xx)
-                         if 0 < word_count(en) <= setting.max_en_words and 0 < word_count(xx) <= setting.max_xx_words]
+                         if short_pair(en, xx, setting.max_en_words, setting.max_xx_words)]
             if split == "train" and max_train:
                 pairs = pairs[:max_train]
             for side, index in (("en", 0), (lang, 1)):
