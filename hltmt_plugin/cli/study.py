@@ -175,10 +175,13 @@ class Study:
     def log_path(self, system, seed, name):
         return os.path.join(self.run_dir, "logs", f"{system}.seed{seed}.{name}.log")
 
-    def run(self, system, seed):
-        """Train, decode and score one system and seed (each part resumes where it stopped)."""
+    def run(self, system, seed, on_step=lambda name: None):
+        """Train, decode and score one system and seed (each part resumes where it stopped);
+        ``on_step(name)`` is told of each part as it starts (a training command's name, then
+        "decode")."""
         t0 = time.time()
         for name, cmd in self.train_commands(system, seed):
+            on_step(name)
             if self.dry_run:
                 print_command(cmd)
                 continue
@@ -192,6 +195,7 @@ class Study:
         if self.dry_run:
             return self.decode(system, seed)
         train_seconds = time.time() - t0
+        on_step("decode")
         self.decode(system, seed)
         self.score(system, seed, train_seconds)
 
@@ -403,10 +407,14 @@ def watch(study: Study, active: dict, stop: threading.Event, every: float):
     while not stop.wait(every):
         parts = []
         for (system, seed), name in sorted(active.items()):
-            updates, loss = progress(study.log_path(system, seed, name)) if name != "decode" else (None, None)
-            parts.append(f"{system}:{seed} " + ("decoding" if name == "decode" else
-                                                f"{updates}/{study.s.updates} updates"
-                                                + (f", valid loss {loss:.3f}" if loss else "")))
+            if name == "decode":
+                parts.append(f"{system}:{seed} decoding")
+                continue
+            updates, loss = progress(study.log_path(system, seed, name))
+            high = name == "train-high"
+            parts.append(f"{system}:{seed} {updates}/{study.s.high_updates if high else study.s.updates} updates"
+                         + (" (high-resource directions only)" if high else "")
+                         + (f", valid loss {loss:.3f}" if loss else ""))
         if parts:
             say("; ".join(parts))
 
@@ -420,11 +428,8 @@ def run_all(study: Study, runs, parallel: int, every: float):
             say(f"{system}:{seed} already finished ({study.out_dir(system, seed)})")
             return
         say(f"{system}:{seed} starts")
-        active[(system, seed)] = "train"
         try:
-            for name, _ in study.train_commands(system, seed):
-                active[(system, seed)] = name
-            study.run(system, seed)
+            study.run(system, seed, on_step=lambda name: active.__setitem__((system, seed), name))
             say(f"{system}:{seed} finished: " + summary_line(study, system, seed))
         except StepFailed as error:
             failures.append(((system, seed), str(error)))

@@ -105,3 +105,27 @@ def test_a_stopped_study_continues_where_it_stopped(done):
 def test_bad_runs_are_refused_in_one_line(tmp_path):
     bad = run([STUDY, "--runs", "transformer:1", "--run-dir", str(tmp_path)])
     assert bad.returncode == 2 and "expected SYSTEM:SEED" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_progress_line_follows_the_part_that_runs(tmp_path, capsys):
+    """mnmt-staged's first run (the high-resource directions) is reported as itself, not as
+    the second run's 0 updates."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from hltmt_plugin.cli.study import Setting, watch
+
+    logs = {name: tmp_path / f"{name}.log" for name in ("train-high", "train")}
+    logs["train-high"].write_text("epoch 001:    300 / 501 loss=8.9, num_updates=300, lr=0.002\n"
+                                  "valid on 'valid' subset | loss 8.123 | nll_loss 7.4\n")
+    fake = SimpleNamespace(s=Setting(), log_path=lambda system, seed, name: str(logs[name]))
+    active, stop = {("mnmt-staged", 1): "train-high", ("hltmt", 1): "decode"}, threading.Event()
+    watcher = threading.Thread(target=watch, args=(fake, active, stop, 0.05))
+    watcher.start()
+    time.sleep(0.3)
+    stop.set()
+    watcher.join()
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "hltmt:1 decoding" in line
+    assert "mnmt-staged:1 300/2000 updates (high-resource directions only), valid loss 8.123" in line
