@@ -137,6 +137,22 @@ class LanguageTable(nn.Module):
     def index(self, lang: str) -> int:
         return self.langs.index(lang)
 
+    def token_index(self, lang: str, dictionary=None) -> int:
+        """The index of ``__lang__`` in the source dictionary, or in ``dictionary`` (the
+        decoder's, when it is another)."""
+        hits = (self.lang_of_token == self.index(lang)).nonzero().view(-1)
+        if hits.numel() != 1:
+            raise HltmtInputError(f"the encoder dictionary has no single token for language {lang!r}")
+        index = int(hits[0])
+        return index if dictionary is None else dictionary.index(self.dictionary[index])
+
+    def lang_id(self, lang: str) -> int:
+        """fairseq's language id of ``lang`` (what ``--enable-lang-ids`` puts in ``src_lang_id``)."""
+        hits = (self.lang_of_lang_id == self.index(lang)).nonzero().view(-1)
+        if hits.numel() != 1:
+            raise HltmtInputError(f"the model's language dictionary has no single id for {lang!r}")
+        return int(hits[0])
+
     def token_languages(self, src_tokens: Tensor, side: str) -> Tensor:
         """(B,) the language of each row's ``__xx__`` token on the source; error if a row has none."""
         not_pad = src_tokens.ne(self.dictionary.pad()).long()

@@ -1,5 +1,4 @@
-"""Parameter-efficient training: train chosen parameter groups only, move one language's
-adapters between checkpoints of the same base, and add a language to a trained model.
+"""Parameter-efficient training: train chosen parameter groups only.
 
 ``--train-only GROUP[:LANG[+LANG...]],...`` freezes every parameter outside the groups
 (``requires_grad = False``, so fairseq's optimizer never holds them and they stay
@@ -19,19 +18,18 @@ lang-token-rows    the rows of the language tokens ``__xx__`` (of the languages 
                    rows keep their values (the row's gradient alone is kept)
 ================== ==========================================================================
 
-Moving one language's adapters between checkpoints of the same base (export / import) and
-adding a language: :mod:`hltmt_plugin.adapters.files`.
+Moving one language's adapters between checkpoints of the same base and adding a language
+to a trained model are :mod:`hltmt_plugin.adapters.files`.
 """
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-
 from hltmt_plugin.config import OptionGroup
-from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import check_known, split_list
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 
@@ -43,7 +41,6 @@ SLP, GATE, UNIVERSAL, LAYER_NORMS, LANG_TOKEN_ROWS = "slp", "gate", "universal",
 GROUPS = (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS, SLP, GATE, UNIVERSAL, LAYER_NORMS,
           LANG_TOKEN_ROWS)
 WITH_LANGS = (ADAPTERS, LANGUAGE_ADAPTERS, INVERTIBLE_ADAPTERS, LANG_TOKEN_ROWS)
-
 
 
 @dataclass
@@ -94,32 +91,7 @@ def _in_group(name: str, group: str, langs: Optional[List[str]], layer_norm_name
     return False
 
 
-def language_token_index(model, lang: str, side: str = "encoder") -> int:
-    """Index of ``__lang__`` in the encoder's (or decoder's) dictionary."""
-    langs = _languages(model)
-    table = model.encoder.languages.lang_of_token
-    hits = (table == langs.index(lang)).nonzero().view(-1)
-    if hits.numel() != 1:
-        raise HltmtInputError(f"the encoder dictionary has no single token for language {lang!r}")
-    index = int(hits[0])
-    if side == "decoder":
-        return model.decoder.dictionary.index(model.encoder.dictionary[index])
-    return index
-
-
-def _languages(model) -> List[str]:
-    return list(model.encoder.languages.langs)
-
-
-def token_row_tables(model) -> Dict[str, Tuple[nn.Parameter, str]]:
-    """The embedding tables that hold language token rows: name -> (parameter, side)."""
-    tables = {"encoder.embed_tokens.weight": (model.encoder.embed_tokens.weight, "encoder")}
-    if model.decoder.embed_tokens.weight is not model.encoder.embed_tokens.weight:
-        tables["decoder.embed_tokens.weight"] = (model.decoder.embed_tokens.weight, "decoder")
-    return tables
-
-
-def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
+def apply_train_only(model, cfg: PeftConfig, args) -> None:
     """Freeze everything outside ``--train-only``; log what trains."""
     handles = getattr(model, "_train_only_hooks", [])
     for handle in handles:
@@ -128,7 +100,7 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
     model.train_only_items = None
     if not cfg.train_only:
         return
-    items = parse_train_only(cfg.train_only, list(task.langs))
+    items = parse_train_only(cfg.train_only, model.encoder.languages.langs)
     layer_norm_names = {f"{m}.{p}" if m else p for m, mod in model.named_modules() if isinstance(mod, nn.LayerNorm)
                         for p, _ in mod.named_parameters(recurse=False)}
     params = dict(model.named_parameters())
@@ -136,7 +108,7 @@ def apply_train_only(model, cfg: PeftConfig, task, args) -> None:
     for group, langs in items:
         if group == LANG_TOKEN_ROWS:
             name = "encoder.embed_tokens.weight"
-            indices = [language_token_index(model, lang) for lang in (langs or task.langs)]
+            indices = [model.encoder.languages.token_index(lang) for lang in (langs or model.encoder.languages.langs)]
             rows.setdefault(name, set()).update(indices)
             continue
         hit = {n for n in params if _in_group(n, group, langs, layer_norm_names)}
@@ -246,19 +218,16 @@ class _RowMask:
 
 
 def _why_empty(group, langs, model) -> str:
-    plan = getattr(model.encoder, "adapter_layout", None)
+    layout = getattr(model.encoder, "adapter_layout", None)
     if group in (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS):
-        if plan is None:
+        if layout is None:
             return ": it has no adapters (add --language-adapters, --shared-adapters or --invertible-adapters)"
         option = {LANGUAGE_ADAPTERS: "--language-adapters", SHARED_ADAPTERS: "--shared-adapters",
                   INVERTIBLE_ADAPTERS: "--invertible-adapters"}.get(group)
-        missing = [lang for lang in langs or [] if lang not in plan.adapter_langs]
+        missing = [lang for lang in langs or [] if lang not in layout.adapter_langs]
         if missing:
             return f": {','.join(missing)} has no adapters (add it to --adapter-langs)"
         if option:
             return f" (add {option})"
     return ""
 
-
-# ---------------------------------------------------------------------------------------
-# export / import of one language's adapters

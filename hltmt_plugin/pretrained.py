@@ -30,7 +30,7 @@ from torch import Tensor
 
 from fairseq.data import Dictionary
 
-from hltmt_plugin.checkpoints import load_state
+from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError
 

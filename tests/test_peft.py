@@ -13,7 +13,6 @@ from fairseq import checkpoint_utils
 
 from conftest import LANGS, PLUGIN, ROOT, build, cli, make_sample, run
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.peft import language_token_index
 from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
 
 MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
@@ -91,7 +90,7 @@ def outputs(model, sample):
 
 
 def hi_row(model):
-    return language_token_index(model, "hi")
+    return model.encoder.languages.token_index("hi")
 
 
 # ---------------------------------------------------------------------------------------
@@ -259,7 +258,7 @@ def test_lang_token_rows_keep_the_gradient_of_their_rows_only(data_bin):
     sample = lang_id_sample(task, ["en-hi", "en-gu", "en-de"])
     model.train()
     model(**sample["net_input"])[0].sum().backward()
-    rows = {language_token_index(model, "hi"), language_token_index(model, "gu")}
+    rows = {model.encoder.languages.token_index("hi"), model.encoder.languages.token_index("gu")}
     nonzero = set(weight.grad.abs().sum(1).nonzero().view(-1).tolist())
     assert nonzero == rows
 

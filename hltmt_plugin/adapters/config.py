@@ -1,10 +1,10 @@
 """Adapter options (:class:`AdapterConfig`) and what they resolve to against the task and the
 model sizes (:class:`AdapterLayout`, made by :func:`layout_adapters` before the model is built)."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from hltmt_plugin.config import OptionGroup, parse_layers
-from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import check_known, single_source_language, split_list
 
 HOULSBY, PFEIFFER = "houlsby", "pfeiffer"
@@ -103,6 +103,33 @@ class AdapterLayout:
         """The decoder's layers call adapters (bottleneck in the decoder, or the invertible input)."""
         return (self.cfg.bottleneck and self.cfg.decoder_adapters) or self.cfg.invertible_adapters
 
+    def languages_of(self, src: str, tgt: str) -> Tuple[Optional[str], Optional[str]]:
+        """The languages whose adapters a sentence ``src -> tgt`` goes through: (in the
+        encoder, in the decoder), None where it goes through no per-language adapter."""
+        c = self.cfg
+        by_target = (c.language_adapters and c.decoder_adapters) or c.invertible_adapters
+        return (src if c.needs_source_language() else None), (tgt if by_target else None)
+
+    def route(self, src: str, tgt: str) -> Dict[str, object]:
+        """The adapters of ``src -> tgt``, or HltmtInputError naming the language that has none."""
+        enc, dec = self.languages_of(src, tgt)
+        for lang, side in ((enc, "source"), (dec, "target")):
+            if lang is not None and lang not in self.adapter_langs:
+                raise HltmtInputError(
+                    f"direction {src}-{tgt}: the model has no adapters for {side} language {lang} (adapters exist "
+                    f"for {','.join(self.adapter_langs)}); train or import them (hltmt-adapters)")
+        return {"encoder": enc, "decoder": dec, "shared": bool(self.cfg.shared_adapters)}
+
+    def check_trainable(self, lang_pairs: List[str]) -> None:
+        """Every language that a direction to train sends through a per-language adapter has
+        one (checked before the first update, not when the language's first batch arrives)."""
+        needed = {lang for pair in lang_pairs for lang in self.languages_of(*pair.split("-")) if lang is not None}
+        missing = sorted(needed - set(self.adapter_langs))
+        if missing:
+            raise HltmtConfigError(f"--adapter-langs ({','.join(self.adapter_langs)}) leaves out {','.join(missing)}, "
+                                   "which --lang-pairs sends through a language adapter: add it to --adapter-langs, "
+                                   "or leave its directions out of --lang-pairs")
+
     def sizes(self) -> Dict[str, object]:
         """What an exported adapter file must agree on with the model it goes into."""
         c = self.cfg
@@ -135,23 +162,6 @@ def _check_invertible(args) -> None:
     if float(getattr(args, "decoder_layerdrop", 0) or 0) > 0:
         raise HltmtConfigError("--invertible-adapters runs the decoder's invertible adapter on the first layer's "
                                "input, which --decoder-layerdrop can skip: use --decoder-layerdrop 0")
-
-
-def check_pairs_have_adapters(layout: Optional["AdapterLayout"], lang_pairs: List[str]) -> None:
-    """Every language that a direction to train sends through a per-language adapter has one
-    (the task checks before the first update, not when the language's first batch arrives)."""
-    if layout is None:
-        return
-    cfg, adapter_langs = layout.cfg, layout.adapter_langs
-    pairs = [p.split("-") for p in lang_pairs]
-    needed = {src for src, _ in pairs} if cfg.needs_source_language() else set()
-    if cfg.invertible_adapters or (cfg.language_adapters and cfg.decoder_adapters):
-        needed |= {tgt for _, tgt in pairs}
-    missing = sorted(needed - set(adapter_langs))
-    if missing:
-        raise HltmtConfigError(f"--adapter-langs ({','.join(adapter_langs)}) leaves out {','.join(missing)}, which "
-                               "--lang-pairs sends through a language adapter: add it to --adapter-langs, or leave "
-                               "its directions out of --lang-pairs")
 
 
 def layout_adapters(args, task) -> Optional[AdapterLayout]:

@@ -20,7 +20,6 @@ from torch import Tensor
 from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.peft import _languages, language_token_index, token_row_tables
 
 logger = logging.getLogger(__name__)
 
@@ -28,19 +27,20 @@ FILE_FORMAT = "hltmt_plugin.language_adapters"
 FILE_VERSION = 1
 
 
-def _plan(model):
-    plan = getattr(model.encoder, "adapter_layout", None)
-    if plan is None:
+def _layout(model):
+    layout = getattr(model.encoder, "adapter_layout", None)
+    if layout is None:
         raise HltmtInputError("this model has no adapters (it was built without --language-adapters / "
                               "--invertible-adapters)")
-    return plan
+    return layout
 
 
 def base_fingerprint(model) -> str:
     """sha256 over every parameter that is not an adapter, with the language token rows zeroed."""
     all_rows = {}
-    for name, (_, side) in token_row_tables(model).items():
-        all_rows[name] = [language_token_index(model, lang, side) for lang in _languages(model)]
+    for lang in model.encoder.languages.langs:
+        for name, (_, index) in model.language_token_rows(lang).items():
+            all_rows.setdefault(name, []).append(index)
     h = hashlib.sha256()
     for name, p in sorted(model.named_parameters()):
         if is_adapter_parameter(name):
@@ -63,16 +63,15 @@ def language_parameters(model, lang: str) -> Dict[str, Tensor]:
 
 def export_language(model, lang: str, path: str) -> Dict[str, object]:
     """Write ``lang``'s adapters and token rows to ``path`` (atomically); returns what was written."""
-    plan = _plan(model)
-    if lang not in plan.adapter_langs:
-        raise HltmtInputError(f"this model has no adapters for {lang!r} (it has {','.join(plan.adapter_langs)})")
+    layout = _layout(model)
+    if lang not in layout.adapter_langs:
+        raise HltmtInputError(f"this model has no adapters for {lang!r} (it has {','.join(layout.adapter_langs)})")
     tensors = {n: p.detach().cpu().clone() for n, p in language_parameters(model, lang).items()}
     rows = {}
-    for name, (p, side) in token_row_tables(model).items():
-        index = language_token_index(model, lang, side)
+    for name, (p, index) in model.language_token_rows(lang).items():
         rows[name] = {"index": index, "row": p.detach()[index].cpu().clone()}
     blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "lang": lang, "base": base_fingerprint(model),
-            "sizes": plan.sizes(), "tensors": tensors, "token_rows": rows}
+            "sizes": layout.sizes(), "tensors": tensors, "token_rows": rows}
     atomic_save(blob, path)
     logger.info(f"exported the adapters of {lang} ({sum(t.numel() for t in tensors.values()):,} parameters "
                 f"+ {len(rows)} token row(s)) to {path}")
@@ -203,7 +202,7 @@ def _language_slots(model, lang: str) -> Dict[str, Tuple[Tuple[int, ...], torch.
            if is_adapter_parameter(n) and adapter_language(n) == lang}
     if own:
         return own
-    ref = next((other for other in _plan(model).adapter_langs if other != lang), None)
+    ref = next((other for other in _layout(model).adapter_langs if other != lang), None)
     slots = {}
     for name, p in params.items():
         if ref is None or not is_adapter_parameter(name) or adapter_language(name) != ref:
@@ -217,27 +216,27 @@ def _language_slots(model, lang: str) -> Dict[str, Tuple[Tuple[int, ...], torch.
 
 def add_language(model, lang: str) -> None:
     """Give ``lang`` (a language of --langs) fresh identity adapters in a built model."""
-    plan = _plan(model)
-    if lang not in plan.langs:
-        raise HltmtInputError(f"{lang!r} is not in this model's language list ({','.join(plan.langs)}): its "
+    layout = _layout(model)
+    if lang not in layout.langs:
+        raise HltmtInputError(f"{lang!r} is not in this model's language list ({','.join(layout.langs)}): its "
                               "vocabulary has no __" + lang + "__ token; list every language a model may serve "
                               "in --langs when training the base")
-    if lang in plan.adapter_langs:
+    if lang in layout.adapter_langs:
         return
     add_adapter_language(model.encoder, lang)
     if model.decoder.adapter_layout is not None:
         add_adapter_language(model.decoder, lang)
-    plan.adapter_langs.append(lang)
+    layout.adapter_langs.append(lang)
 
 
 def _check_fits(model, path: str, blob) -> str:
     """The file's language is one of the model's, its sizes and base are the model's; its language."""
-    plan = _plan(model)
+    layout = _layout(model)
     lang = blob["lang"]
-    if lang not in plan.langs:
+    if lang not in layout.langs:
         raise HltmtInputError(f"adapter file {path} is for {lang!r}, which is not in this model's language list "
-                              f"({','.join(plan.langs)}): its vocabulary has no __{lang}__ token")
-    mine = plan.sizes()
+                              f"({','.join(layout.langs)}): its vocabulary has no __{lang}__ token")
+    mine = layout.sizes()
     diff = [f"{k} {blob['sizes'].get(k)!r} in the file, {v!r} in this model" for k, v in mine.items()
             if blob["sizes"].get(k) != v]
     if diff:
@@ -269,15 +268,15 @@ def _check_adapter_tensors(model, path: str, lang: str, blob) -> Dict[str, tuple
 
 
 def _check_token_rows(model, path: str, lang: str, blob):
-    """The ``__xx__`` rows of this model's token tables, at this vocabulary's index; the tables."""
-    tables = token_row_tables(model)
+    """The ``__xx__`` rows of this model's token tables, at this vocabulary's index; the
+    model's rows of ``lang`` (name -> (table, index))."""
+    tables = model.language_token_rows(lang)
     if set(blob["token_rows"]) != set(tables):
         raise HltmtInputError(f"adapter file {path} ({lang}) has token rows for "
                               f"{','.join(sorted(blob['token_rows'])) or 'no table'}; this model's language tokens "
                               f"live in {','.join(sorted(tables))}")
     for name, row in blob["token_rows"].items():
-        p, side = tables[name]
-        index = language_token_index(model, lang, side)
+        p, index = tables[name]
         if row["index"] != index:
             raise HltmtInputError(f"adapter file {path}: __{lang}__ is row {row['index']} there and {index} here "
                                   "(another vocabulary)")

@@ -35,7 +35,6 @@ from fairseq.data import (AppendTokenDataset, IdDataset, LeftPadDataset, ListDat
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import ROWS
 from hltmt_plugin.adapters.files import language_parameters
-from hltmt_plugin.peft import language_token_index
 
 MASK = "<mask>"
 
@@ -44,14 +43,6 @@ def mask_index(dictionary) -> int:
     """``<mask>`` if the dictionary has it, else ``<s>`` (never in a translation encoder input)."""
     index = dictionary.index(MASK)
     return dictionary.bos() if index == dictionary.unk() else index
-
-
-def source_lang_id(languages, lang: str) -> int:
-    """fairseq's language id of ``lang`` (what ``--enable-lang-ids`` puts in ``src_lang_id``)."""
-    hits = (languages.lang_of_lang_id == languages.index(lang)).nonzero().view(-1)
-    if hits.numel() != 1:
-        raise HltmtInputError(f"the model's language dictionary has no single id for {lang!r}")
-    return int(hits[0])
 
 
 def encoder_language_parameters(model, lang: str) -> Dict[str, nn.Parameter]:
@@ -108,7 +99,7 @@ def mlm_dataset(items: Sequence[Tensor], model, lang: str, seed: int = 1, mask_p
     tokens at the masked positions and padding elsewhere."""
     encoder = model.encoder
     d, languages = encoder.dictionary, encoder.languages
-    lang_token = language_token_index(model, lang)
+    lang_token = languages.token_index(lang)
     at_end = bool(languages.langtok_at_end)
     base = ListDataset(list(items), np.array([len(t) for t in items]))
     if not at_end:
@@ -122,7 +113,7 @@ def mlm_dataset(items: Sequence[Tensor], model, lang: str, seed: int = 1, mask_p
         src.weights /= src.weights.sum()
     add = AppendTokenDataset if at_end else PrependTokenDataset
     src, tgt = add(src, lang_token), add(tgt, d.pad())
-    lang_ids = RawLabelDataset([[source_lang_id(languages, lang)]] * len(items))
+    lang_ids = RawLabelDataset([[languages.lang_id(lang)]] * len(items))
     return NestedDictionaryDataset({
         "id": IdDataset(),
         "net_input": {"src_tokens": LeftPadDataset(src, d.pad()), "src_lengths": NumelDataset(src, reduce=False),

@@ -492,7 +492,9 @@ def main(argv=None):
         except LookupError as error:
             note = (note + " " if note else "") + f"No gate heatmap: {error}."
         else:
-            mapping = ", ".join(f"{lang}->m{k}" for lang, k in zip(langs, chosen))
+            from hltmt_plugin.modules.language_pool import map_text  # torch and fairseq imported above
+
+            mapping = map_text(dict(zip(langs, chosen)))
             note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
             written.append("gate_heatmap.png")
     conv = converged_summary(curves) if args.valid_log else None

@@ -291,7 +291,7 @@ def export_model(checkpoint, data, out, name):
     import shutil
 
     from hltmt_plugin.adapters.files import atomic_save
-    from hltmt_plugin.checkpoints import load_state
+    from hltmt_plugin.compat.safe_loading import load_state
 
     state = load_state(checkpoint)
     weights = {k: (v.half() if v.is_floating_point() else v) for k, v in state["model"].items()}

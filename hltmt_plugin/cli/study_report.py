@@ -26,6 +26,7 @@ from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.report import convergence, draw_gate, save_figure, valid_points
+from hltmt_plugin.modules.language_pool import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
 NAMES = {"mnmt": "MNMT", "mnmt-staged": "MNMT, staged data", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
@@ -302,8 +303,7 @@ def build_report(results):
         seed = int(re.search(r"seed(\d+)", gate_file).group(1))
         gate = json.load(open(gate_file, encoding="utf-8"))
         plot_gate(os.path.join(results, f"gate_seed{seed}.png"), gate, seed)
-        gates.append(f"- seed {seed}: " + ", ".join(f"{lang}->m{m}" for lang, m in zip(gate["langs"], gate["map"]))
-                     + f" ([picture](gate_seed{seed}.png))")
+        gates.append(f"- seed {seed}: {map_text(dict(zip(gate['langs'], gate['map'])))} ([picture](gate_seed{seed}.png))")
     write_markdown(os.path.join(results, "report.md"), locals())
     print(f"hltmt-study: report in {os.path.join(results, 'report.md')}")
 

@@ -32,6 +32,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import ROWS, TGT
 from hltmt_plugin.modules.language_pool import disparity
+from hltmt_plugin.models.hltmt_transformer import plugin_model
 
 LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = "lang_loss:", "lang_ntokens:", "route:", "disparity_sum", "disparity_n"
 
@@ -106,7 +107,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             log[LANG_LOSS + name], log[LANG_TOKENS + name] = lang_loss[i], lang_tokens[i]
         if "slp_module" in extra:  # (a model without a pool routes nothing)
             if self.n_modules is None:  # once: the pool size does not change during training
-                self.n_modules = model_pool_size(model) + 1
+                self.n_modules = plugin_model(model).slp.pool_size + 1
             n_modules = self.n_modules
             counts = torch.bincount(extra["slp_module"], minlength=n_modules)
             for k in range(n_modules):
@@ -152,10 +153,3 @@ def _drop_empty_meter(name: str) -> None:
 
 def route_name(k: int, n_modules: int) -> str:
     return "univ" if k == n_modules - 1 else f"m{k}"
-
-
-def model_pool_size(model) -> int:
-    for module in model.modules():
-        if hasattr(module, "pool_size") and hasattr(module, "fixed_map"):
-            return module.pool_size
-    raise HltmtConfigError("--criterion hltmt_cross_entropy needs --arch hltmt_transformer*")

@@ -43,12 +43,12 @@ import torch
 
 import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-
-logger = logging.getLogger(__name__)
-
 from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored
-from hltmt_plugin.hub.results import Translation, TranslationErrors, _routing_of
+from hltmt_plugin.hub.results import Translation, TranslationErrors
+from hltmt_plugin.models.hltmt_transformer import plugin_model
+
+logger = logging.getLogger(__name__)
 
 
 class HltmtTranslator:
@@ -114,16 +114,16 @@ class HltmtTranslator:
 
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
-        """How the model routes ``src -> tgt`` (see :func:`_routing_of`); an error if it cannot."""
+        """How the model routes ``src -> tgt`` (the model's ``route_of``); an error if it cannot."""
         unknown = [lang for lang in (src, tgt) if not isinstance(lang, str) or lang not in self.langs]
         if unknown:
             raise HltmtInputError(f"unknown language {unknown[0]!r} (this model knows {','.join(self.langs)})")
         key = (src, tgt)
-        if not hasattr(self.model, "routing_map"):  # a model without routing (fairseq's transformer)
+        if plugin_model(self.model) is None:  # a model without routing (fairseq's transformer)
             return {}
         if key not in self._routes:
             try:
-                self._routes[key] = _routing_of(self.model, self.task, src, tgt)
+                self._routes[key] = self.model.route_of(src, tgt)
             except HltmtInputError as error:
                 self._routes[key] = error
         found = self._routes[key]
@@ -348,6 +348,3 @@ def _device(device: Optional[str]) -> torch.device:
 def load(checkpoint: str, spm: Optional[str] = None, **kwargs) -> HltmtTranslator:
     """Shorthand for :meth:`HltmtTranslator.load`."""
     return HltmtTranslator.load(checkpoint, spm=spm, **kwargs)
-
-
-__all__ = ["HltmtTranslator", "Translation", "TranslationErrors", "load"]

@@ -4,22 +4,15 @@ from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
 
 
-def _slp_defaults(args):
-    args.slp_pool_size = getattr(args, "slp_pool_size", 3)
-    args.slp_hard_prob = getattr(args, "slp_hard_prob", 0.5)
-
-
 @register_model_architecture("hltmt_transformer", "hltmt_transformer")
 def hltmt_transformer(args):
     """Transformer-base sizes (d 512, FFN 2048, 6+6 layers, 8 heads)."""
-    _slp_defaults(args)
     base_architecture(args)
 
 
 @register_model_architecture("hltmt_transformer", "hltmt_transformer_big")
 def hltmt_transformer_big(args):
     """Transformer-big sizes (d 1024, FFN 4096, 6+6 layers, 16 heads)."""
-    _slp_defaults(args)
     transformer_wmt_en_de_big(args)
 
 

@@ -27,7 +27,7 @@ from hltmt_plugin.languages import LanguageTable, check_known, split_list
 from hltmt_plugin.models.decoder import HltmtTransformerDecoder
 from hltmt_plugin.models.encoder import HltmtTransformerEncoder
 from hltmt_plugin.models.layers import Layouts
-from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.language_pool import SelectiveLanguagePool, map_text
 from hltmt_plugin.peft import PeftConfig, apply_train_only
 from hltmt_plugin.pretrained import PretrainedConfig
 from hltmt_plugin.skills import feature as skill_feature
@@ -60,6 +60,11 @@ class SlpConfig(OptionGroup):
                                          "--high-resource-langs (in that order), no gate: the routing map is "
                                          "the identity from the start; needs --slp-pool-size equal to their number"})
 
+    @property
+    def high_langs(self) -> List[str]:
+        """``--high-resource-langs`` as a list (empty: no pool)."""
+        return split_list(self.high_resource_langs)
+
 
 def validate(slp: SlpConfig, task) -> List[str]:
     """Check the SLP options against the task; return the high-resource languages."""
@@ -69,7 +74,7 @@ def validate(slp: SlpConfig, task) -> List[str]:
     if own_task is None or not isinstance(task, own_task):
         name = next((n for n, c in TASK_REGISTRY.items() if c is type(task)), type(task).__name__)
         raise HltmtConfigError(f"--arch hltmt_transformer needs --task hltmt_translation (got --task {name})")
-    high = split_list(slp.high_resource_langs)
+    high = slp.high_langs
     if not high:
         if slp.slp_language_specific:
             raise HltmtConfigError("--slp-language-specific gives each language of --high-resource-langs its own "
@@ -145,7 +150,7 @@ class HltmtTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         slp = SlpConfig.from_namespace(args)
         high = validate(slp, task)
-        layouts = Layouts(**{name: plan(args, task) for name, plan, _ in FEATURES})
+        layouts = Layouts(**{name: layout_of(args, task) for name, layout_of, _ in FEATURES})
         with _layouts_for_build(layouts):
             model = super().build_model(args, task)
         model.encoder.languages = LanguageTable.from_task(task, model.encoder.dictionary)
@@ -161,7 +166,7 @@ class HltmtTransformerModel(TransformerModel):
                         f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
         for name, _, install in FEATURES:
             install(model, getattr(layouts, name))
-        apply_train_only(model, PeftConfig.from_namespace(args), task, args)
+        apply_train_only(model, PeftConfig.from_namespace(args), args)
         return model
 
     @classmethod
@@ -173,7 +178,7 @@ class HltmtTransformerModel(TransformerModel):
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         slp = SlpConfig.from_namespace(args)
         return HltmtTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, slp,
-                                       num_high=len(split_list(slp.high_resource_langs)),
+                                       num_high=len(slp.high_langs),
                                        seed=getattr(args, "seed", 1),
                                        no_encoder_attn=getattr(args, "no_cross_attention", False),
                                        layouts=_current_layouts())
@@ -199,9 +204,8 @@ class HltmtTransformerModel(TransformerModel):
                                   f"architecture, language list or version?): {details[:600]}") from None
         if self.slp is not None and self.slp.map_is_fixed:
             universal = [lang for lang in self.slp.langs if lang not in self.high_resource_langs]
-            logger.info("HLT-MT routing map (fixed, from the checkpoint): " + ", ".join(
-                f"{lang}->m{k}" for lang, k in self.routing_map().items()) +
-                f"; universal layer: {','.join(universal) or '(none)'}")
+            logger.info(f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.routing_map())}"
+                        f"; universal layer: {','.join(universal) or '(none)'}")
         return result
 
     @property
@@ -216,7 +220,49 @@ class HltmtTransformerModel(TransformerModel):
             return {}
         return self.slp.routing_map(self.decoder.high_lang_embeddings())
 
+    def route_of(self, src: str, tgt: str) -> Dict[str, object]:
+        """Which modules serve a sentence ``src -> tgt``: ``{"slp": "m<k>" | "universal",
+        "adapters": {...}, "skills": {...}}``, each only when the model has that capacity (no
+        "slp" without a pool: the decoder top is fairseq's own); HltmtInputError naming why the
+        model cannot serve the direction."""
+        routing: Dict[str, object] = {}
+        if self.slp is not None:
+            mapping = self.routing_map()
+            routing["slp"] = f"m{int(mapping[tgt])}" if tgt in mapping else "universal"
+        for name, layout in (("adapters", self.encoder.adapter_layout), ("skills", self.encoder.skill_layout)):
+            if layout is not None:
+                routing[name] = layout.route(src, tgt)
+        return routing
+
+    def check_trainable(self, lang_pairs: List[str]) -> None:
+        """Before training: every direction of ``lang_pairs`` has the modules it goes through."""
+        if self.encoder.adapter_layout is not None:
+            self.encoder.adapter_layout.check_trainable(lang_pairs)
+
+    def language_token_tables(self) -> Dict[str, tuple]:
+        """The embedding tables that hold the language tokens' rows: state-dict name ->
+        (parameter, its dictionary); the decoder's only when it is a table of its own."""
+        tables = {"encoder.embed_tokens.weight": (self.encoder.embed_tokens.weight, self.encoder.dictionary)}
+        if self.decoder.embed_tokens.weight is not self.encoder.embed_tokens.weight:
+            tables["decoder.embed_tokens.weight"] = (self.decoder.embed_tokens.weight, self.decoder.dictionary)
+        return tables
+
+    def language_token_rows(self, lang: str) -> Dict[str, tuple]:
+        """Where ``__lang__`` lives in each table of :meth:`language_token_tables`: name ->
+        (parameter, row index)."""
+        languages = self.encoder.languages
+        return {name: (p, languages.token_index(lang, d)) for name, (p, d) in self.language_token_tables().items()}
+
     def fix_routing_map(self) -> Dict[str, int]:
         """Fix ``g(l) = argmax p_l`` from the current gate (stage all) and freeze the gate."""
         fixed = self.slp.fix_map(self.decoder.high_lang_embeddings())
         return dict(zip(self.high_resource_langs, fixed.tolist()))
+
+
+def plugin_model(model) -> Optional[HltmtTransformerModel]:
+    """The plugin's model (``--arch hltmt_transformer*``, with or without a pool) that ``model``
+    is or wraps (fairseq's distributed wrappers hold it as ``.module``), or None for any other
+    model: the one test of "is this the plugin's model"."""
+    while model is not None and not isinstance(model, HltmtTransformerModel):
+        model = getattr(model, "module", None)
+    return model

@@ -7,7 +7,11 @@ from hltmt_plugin.adapters.config import AdapterLayout
 from hltmt_plugin.adapters.layers import AdapterDecoderLayer, AdapterEncoderLayer
 from hltmt_plugin.languages import PassRows
 from hltmt_plugin.skills.config import SkillLayout
-from hltmt_plugin.skills.layers import SkillAdapterEncoderLayer, SkillEncoderLayer, layer_spec
+from hltmt_plugin.skills.layers import SkillEncoderLayer, SkillLayerMixin, layer_spec
+
+
+class SkillAdapterEncoderLayer(SkillLayerMixin, AdapterEncoderLayer):
+    """Skills inside, adapters after the sublayers: the two features in one encoder layer."""
 
 
 @dataclass

@@ -197,6 +197,11 @@ class SelectiveLanguagePool(nn.Module):
         return route(x, plan, list(self.pool) + [self.universal]), {"slp_module": plan.ids, "slp_gate": None}
 
 
+def map_text(mapping: Dict[str, int]) -> str:
+    """A routing map as the logs and reports write it: ``fr->m2, de->m1``."""
+    return ", ".join(f"{lang}->m{int(k)}" for lang, k in mapping.items())
+
+
 def check_fixed_map(mapping: Tensor, pool_size: int, num_high: int) -> None:
     """A routing map is ``num_high`` integers, all in ``[0, T)`` (fixed) or all -1 (open)."""
     if mapping.dtype != torch.long or mapping.shape != (num_high,):

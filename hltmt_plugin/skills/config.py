@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from torch import nn
 
 from hltmt_plugin.config import OptionGroup, parse_layers
-from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import check_known, single_source_language, task_pairs
 
 logger = logging.getLogger(__name__)
@@ -162,6 +162,16 @@ class SkillLayout:
     layers: List[int]
     matrix: SkillMatrix
     train_directions: List[str]
+
+    def route(self, src: str, tgt: str) -> Dict[str, object]:
+        """The skills of ``src -> tgt`` (the FFN skill set, the attention's language), or
+        HltmtInputError when the skill matrix does not name the direction."""
+        active = self.matrix.directions.get(f"{src}-{tgt}")
+        if self.cfg.skill_ffn and active is None:
+            raise HltmtInputError(f"direction {src}-{tgt} is not in the model's skill matrix (it names "
+                                  f"{len(self.matrix.directions)} directions): add it to the --skill-matrix file")
+        return {"ffn": list(active) if self.cfg.skill_ffn else None,
+                "attention": src if self.cfg.skill_attention else None}
 
 
 def layout_skills(args, task) -> Optional[SkillLayout]:

@@ -8,13 +8,12 @@ says so); fairseq's ``forward`` runs unchanged around them.
 """
 import copy
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Tuple
 
 from fairseq import utils
 from fairseq.modules import FairseqDropout
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
-from hltmt_plugin.adapters.layers import AdapterEncoderLayer
 from hltmt_plugin.languages import PassRows
 from hltmt_plugin.skills.modules import SkillFFN, SkillSelfAttention
 
@@ -72,14 +71,7 @@ class SkillEncoderLayer(SkillLayerMixin, TransformerEncoderLayerBase):
     """fairseq's encoder layer with skill attention and / or skill FFNs."""
 
 
-class SkillAdapterEncoderLayer(SkillLayerMixin, AdapterEncoderLayer):
-    """Skills inside, adapters after the sublayers."""
-
-
 def layer_spec(layout, rows: PassRows) -> SkillLayerSpec:
     return SkillLayerSpec(ffn=layout.cfg.skill_ffn, attention=layout.cfg.skill_attention,
                           skills=list(layout.matrix.skills), combos=layout.matrix.combos(), langs=list(layout.langs),
                           rows=rows)
-
-
-__all__: Sequence[str] = ["SkillLayerSpec", "SkillEncoderLayer", "SkillAdapterEncoderLayer", "layer_spec"]

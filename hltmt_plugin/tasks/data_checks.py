@@ -5,7 +5,6 @@ import itertools
 import logging
 import os
 import struct
-import sys
 from argparse import Namespace
 from typing import Dict, List, Optional, Tuple
 
@@ -246,15 +245,6 @@ def check_pair_files(src_prefix: str, tgt_prefix: str, what: str) -> None:
     if n_src is not None and n_tgt is not None and n_src != n_tgt:
         raise HltmtConfigError(f"{src_prefix}.idx holds {n_src} sentences and {tgt_prefix}.idx {n_tgt}: the two "
                                f"sides of {what} do not match; binarize the data again")
-
-
-def running_fairseq_interactive() -> bool:
-    """Whether this process is fairseq-interactive (``fairseq-interactive`` or ``python -m
-    fairseq_cli.interactive``): elsewhere (fairseq's hub interface) a skipped line would leave
-    the results one short, so fairseq's own refusal stands there."""
-    argv0 = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return os.path.basename(argv0) == "fairseq-interactive" or argv0.endswith(os.path.join("fairseq_cli",
-                                                                                           "interactive.py"))
 
 
 class OverlongInputs:

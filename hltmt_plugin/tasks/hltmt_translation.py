@@ -16,15 +16,14 @@ import sys
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
-from hltmt_plugin.adapters.config import check_pairs_have_adapters
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.languages import split_list
+from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.data_checks import (OverlongInputs, check_data, check_language_marking, check_split,
-                                            record_or_check_dictionaries, record_or_check_vocabulary,
-                                            running_fairseq_interactive)
+                                            record_or_check_dictionaries, record_or_check_vocabulary)
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
+from hltmt_plugin.tasks.fairseq_command import running_fairseq
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         self.idle_gradients = IdleGradients()
         self.stages = None  # HLT-MT's stage schedule; None: the parent task's training
         self.overlong_inputs = OverlongInputs()
-        if training and split_list(getattr(args, "high_resource_langs", None)):
+        if training and SlpConfig.from_namespace(args).high_langs:
             self.stages = StageSchedule(args, self.lang_pairs)
         elif training and (args.hlt_stage is not None or args.high_stage_updates):
             logger.info("hltmt_translation: --hlt-stage / --high-stage-updates do nothing for a model without "
@@ -85,10 +84,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def build_model(self, args, from_checkpoint=False):
         check_language_marking(args, self.args)  # a checkpoint's stored options against these
         model = super().build_model(args, from_checkpoint)
-        if hasattr(model, "slp"):
+        ours = plugin_model(model) is not None
+        if ours:
             record_or_check_dictionaries(args, self.args.data)
             record_or_check_vocabulary(args, self.source_dictionary, self.langs)
-        if self.training and hasattr(model, "slp"):
+        if self.training and ours:
             check_ddp_backend(args)
             check_precision(args)
         if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
@@ -141,8 +141,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         return stage_changed or new_temperature or super().has_sharded_data(split)
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        if self._is_train(split) and self.model is not None:  # before the first update, for every stage
-            check_pairs_have_adapters(getattr(self.model.encoder, "adapter_layout", None), self.lang_pairs)
+        if self._is_train(split) and plugin_model(self.model) is not None:  # before the first update, every stage
+            self.model.check_trainable(self.lang_pairs)
         if not self._is_train(split) or self.stages is None:
             check_split(self.args, split, self.lang_pairs)
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -163,7 +163,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq-interactive's input (a dataset no split loaded): a line longer than the model
         takes is reported and skipped, the other lines translated (:class:`OverlongInputs`)."""
-        if (not self.training and max_positions is not None and running_fairseq_interactive()
+        if (not self.training and max_positions is not None and running_fairseq("interactive")
                 and all(dataset is not d for d in self.datasets.values())):
             return self.overlong_inputs.filter(indices, dataset, max_positions)
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)

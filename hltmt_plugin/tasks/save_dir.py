@@ -16,23 +16,17 @@ import glob
 import logging
 import os
 import shutil
-import sys
 import zipfile
 from typing import Optional
 
 from hltmt_plugin.compat.atomic_copy import atomic_copy_file
 from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.tasks.fairseq_command import running_fairseq
 
 logger = logging.getLogger(__name__)
 
 LOCK = ".hltmt_train.lock"
 LAST = "checkpoint_last.pt"
-
-
-def running_fairseq_train() -> bool:
-    """Whether this process is fairseq-train (``fairseq-train`` or ``python -m fairseq_cli.train``)."""
-    argv0 = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return os.path.basename(argv0) == "fairseq-train" or argv0.endswith(os.path.join("fairseq_cli", "train.py"))
 
 
 def opens(path: str) -> bool:
@@ -111,7 +105,7 @@ def restore_last(save_dir: str) -> None:
 def prepare(args) -> None:
     """Everything above, for a fairseq-train run (rank 0 only)."""
     save_dir = getattr(args, "save_dir", None)
-    if not save_dir or not running_fairseq_train() or getattr(args, "distributed_rank", 0) != 0:
+    if not save_dir or not running_fairseq("train") or getattr(args, "distributed_rank", 0) != 0:
         return
     os.makedirs(save_dir, exist_ok=True)
     take_lock(save_dir)

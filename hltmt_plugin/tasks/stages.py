@@ -23,6 +23,8 @@ from fairseq.data.multilingual.multilingual_data_manager import MultilingualData
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
+from hltmt_plugin.models.hltmt_transformer import SlpConfig
+from hltmt_plugin.modules.language_pool import map_text
 from hltmt_plugin.peft import check_trains_in_run
 from hltmt_plugin.tasks.collation import with_row_ids
 from hltmt_plugin.tasks import temperature
@@ -70,7 +72,7 @@ class StageSchedule:
             raise HltmtConfigError("--high-stage-updates cuts the training epoch at the stage switch, which "
                                    "--sampling-method RoundRobin does not allow: use temperature or uniform "
                                    "sampling, or two runs (--hlt-stage high, then --hlt-stage all)")
-        self.high = split_list(getattr(args, "high_resource_langs", None))
+        self.high = SlpConfig.from_namespace(args).high_langs
         keep = set(self.high) | set(split_list(args.pivot_langs))
         self.high_pairs = [p for p in lang_pairs if set(p.split("-")) <= keep]
         self.all_pairs = list(lang_pairs)
@@ -154,8 +156,7 @@ class StageSchedule:
             newly = not slp.map_is_fixed
             mapping = model.fix_routing_map()
             logger.info(f"HLT-MT stage all (epoch {epoch}, update {updates_done}): routing map "
-                        f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: "
-                        + ", ".join(f"{lang}->m{k}" for lang, k in mapping.items()))
+                        f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: {map_text(mapping)}")
         else:
             switch = self.args.high_stage_updates
             if slp.map_is_fixed and switch > 0:
@@ -168,8 +169,7 @@ class StageSchedule:
                 raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
                                        "checkpoint): the gate can no longer learn; use --hlt-stage all")
             logger.info(f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
-                        f"{','.join(self.high_pairs)}; the gate learns (current map: "
-                        + ", ".join(f"{lang}->m{k}" for lang, k in model.routing_map().items()) + ")")
+                        f"{','.join(self.high_pairs)}; the gate learns (current map: {map_text(model.routing_map())})")
 
 
 def stage_high_passed(updates_done: int, switch: int) -> HltmtConfigError:

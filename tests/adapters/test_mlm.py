@@ -11,11 +11,10 @@ import torch
 
 from conftest import LANGS, PLUGIN, ROOT, build, cli, run
 from hltmt_plugin.adapters.mlm import (EncoderMLM, encoder_language_parameters, mask_index, mlm_criterion,
-                                       mlm_dataset, source_lang_id)
+                                       mlm_dataset)
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.adapters.files import add_language, export_language, read_language_file
-from hltmt_plugin.peft import language_token_index
 
 SCRIPT = cli("hltmt-train-language-adapter")
 GU_TEXT = os.path.join(ROOT, "data", "debmt10", "train.en-gu.gu")
@@ -85,7 +84,7 @@ def test_masked_samples_have_the_encoder_input_layout(base, gu_text, spm_model):
     sample = dataset.collater([dataset[i] for i in range(64)])
     src, tgt = sample["net_input"]["src_tokens"], sample["target"]
     first = src.ne(d.pad()).long().argmax(dim=1)  # left-padded: the first real token
-    assert (src.gather(1, first[:, None]) == language_token_index(model, "gu")).all()
+    assert (src.gather(1, first[:, None]) == model.encoder.languages.token_index("gu")).all()
     assert (tgt.gather(1, first[:, None]) == d.pad()).all()  # the language token is never a target
     assert mask_index(d) == d.bos()  # this dictionary has no <mask>
     masked = tgt.ne(d.pad())
@@ -107,11 +106,11 @@ def test_the_loss_is_fairseqs_masked_lm_loss_over_the_tied_embedding(base):
     d = encoder.dictionary
     torch.manual_seed(0)
     src = torch.randint(d.nspecial, d.nspecial + 300, (3, 9))
-    src[:, 0] = language_token_index(model, "en")
+    src[:, 0] = model.encoder.languages.token_index("en")
     target = torch.full_like(src, d.pad())
     target[:, 3] = src[:, 3]
     src[:, 3] = mask_index(d)
-    lang_id = torch.full((3, 1), source_lang_id(encoder.languages, "en"))
+    lang_id = torch.full((3, 1), encoder.languages.lang_id("en"))
     sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((3,), 9), "src_lang_id": lang_id},
               "target": target, "ntokens": 27, "nsentences": 3}
     with torch.no_grad():

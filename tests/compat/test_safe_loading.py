@@ -10,7 +10,7 @@ import torch
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (installs the allowlist and the loader wrapper)
-from hltmt_plugin.checkpoints import TRUST_ENV
+from hltmt_plugin.compat.safe_loading import TRUST_ENV
 from hltmt_plugin.errors import HltmtInputError
 
 

@@ -64,10 +64,8 @@ def test_no_pool_is_fairseqs_own_decoder_top(data_bin):
     model = build_model(data_bin, "--shared-adapters")
     pooled = build_model(data_bin, "--shared-adapters", *POOL)
     assert model.slp is None and model.routing_map() == {}
-    from hltmt_plugin.hub.results import _routing_of
-
-    assert "slp" not in _routing_of(model, None, "en", "de") and "adapters" in _routing_of(model, None, "en", "de")
-    assert _routing_of(pooled, None, "en", "gu")["slp"] == "universal"
+    assert "slp" not in model.route_of("en", "de") and "adapters" in model.route_of("en", "de")
+    assert pooled.route_of("en", "gu")["slp"] == "universal"
     ours = {k for k in model.state_dict() if "adapter" not in k}
     assert ours == {k for k in pooled.state_dict() if "adapter" not in k and not k.startswith("decoder.slp")
                     and k != "decoder.high_langs"}
