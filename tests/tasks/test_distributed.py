@@ -1,5 +1,6 @@
-"""Two training processes on CPU (gloo) through hltmt-launch: the same routing draws and
-the same parameters on both ranks, the stage switch, and the choices that cannot work."""
+"""Training with several workers (hltmt_plugin/tasks/distributed.py): two training processes on
+CPU (gloo) through hltmt-launch, the same routing draws and the same parameters on both ranks,
+the stage switch, the idle-gradient rule, and the choices that cannot work."""
 import os
 import re
 import sys

@@ -1,5 +1,6 @@
-"""The WMT-10 recipe's download and clean steps against a local HTTP server on 127.0.0.1
-serving small archives of the real layouts (nothing leaves the machine)."""
+"""The WMT-10 recipe's download and clean steps (examples/wmt10/download.py, then clean.py)
+against a local HTTP server on 127.0.0.1 serving small archives of the real layouts (nothing
+leaves the machine)."""
 import gzip
 import http.server
 import io

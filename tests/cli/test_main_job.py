@@ -1,4 +1,4 @@
-"""The main job on a DebMT-10 slice (smoke size, two languages): every step through the real
+"""The main job (hltmt-main-job) on a DebMT-10 slice (smoke size, two languages): every step through the real
 CLIs, the report, resuming, and bad input stopped before any training."""
 import csv
 import os
