@@ -91,6 +91,51 @@ def trained(data_bin, tmp_path_factory):
     return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
 
 
+def perturbed(path, out=None, scale=0.3, seed=0):
+    """A copy of checkpoint ``path`` with seeded noise on every weight (made once)."""
+    out = out or path + f".noise{scale}.pt"
+    if not os.path.exists(out):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        g = torch.Generator().manual_seed(seed)
+        for name in sorted(state["model"]):
+            t = state["model"][name]
+            if t.is_floating_point():
+                t.add_(torch.randn(t.shape, generator=g) * scale)
+        torch.save(state, out + ".tmp")
+        os.replace(out + ".tmp", out)
+    return out
+
+
+def spm_of(data_bin):
+    """The sentencepiece model hltmt-prepare-data wrote beside the binarized folder."""
+    return os.path.join(os.path.dirname(data_bin), "spm", "spm.model")
+
+
+@pytest.fixture(scope="module")
+def hltmt(trained, tmp_path_factory):
+    """The session's HLT-MT checkpoint with seeded noise on its weights, so that the untrained
+    model writes different text for different sentences and routes (a 30-update model writes
+    nothing); one file per session, so fairseq-generate's translations of it
+    (:func:`hub_common.reference`) are made once per direction."""
+    folder = tmp_path_factory.getbasetemp() / "hub_checkpoints"
+    folder.mkdir(exist_ok=True)
+    return perturbed(trained[0], str(folder / "hltmt.pt"))
+
+
+@pytest.fixture(scope="module")
+def translator(hltmt):
+    """:class:`~hltmt_plugin.hub.HltmtTranslator` of ``hltmt`` on the CPU (its data folder and
+    sentencepiece model found from the checkpoint)."""
+    from hltmt_plugin.hub import HltmtTranslator
+
+    return HltmtTranslator.load(hltmt, device="cpu")
+
+
+def translate(*args, input=None):
+    """hltmt-translate with these arguments (``input``: its stdin)."""
+    return run([cli("hltmt-translate"), *args], input=input)
+
+
 def perturb(model, names, scale, seed=0, replace=False):
     """Set (``replace``) or shift the parameters whose name contains one of ``names`` by
     seeded noise, so that modules that start equal or at identity differ and routing mistakes

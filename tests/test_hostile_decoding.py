@@ -9,8 +9,8 @@ import re
 import pytest
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN, cli, run
-from test_hub import noisy_hltmt, sentences, spm_of
+from conftest import LANGS, PAIRS, PLUGIN, cli, run, spm_of, translate
+from hub_common import sentences
 
 from hltmt_plugin.errors import HltmtError
 
@@ -124,22 +124,6 @@ def test_the_parent_task_is_refused_naming_hltmt_translation(data_bin, trained):
 
 # ---- input files holding any bytes ----------------------------------------------------------------
 LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what some reader takes for a line end
-
-
-@pytest.fixture(scope="module")
-def hltmt(trained, tmp_path_factory):
-    return noisy_hltmt(trained, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def translator(hltmt):
-    from hltmt_plugin.hub import HltmtTranslator
-
-    return HltmtTranslator.load(hltmt, device="cpu")
-
-
-def translate(*args, input=None):
-    return run([cli("hltmt-translate"), *args], input=input)
 
 
 def test_every_input_line_gives_one_output_line_whatever_its_bytes(hltmt, translator, tmp_path):

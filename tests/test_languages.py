@@ -11,8 +11,8 @@ import random
 import pytest
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN, build, cli, run
-from test_hub import BEAM, MAX_LEN, assert_same, parse_hypotheses, perturbed, sentences, spm_of
+from conftest import LANGS, PAIRS, PLUGIN, build, cli, perturbed, run, spm_of
+from hub_common import BEAM, MAX_LEN, assert_same, parse_hypotheses, sentences
 
 from hltmt_plugin.errors import HltmtConfigError
 

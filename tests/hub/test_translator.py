@@ -7,6 +7,10 @@ encoder skills and a custom skill matrix (a direction it names but training neve
 checkpoint's weights get seeded noise so that the untrained models write different text for
 different sentences and routes (a 30-update model writes nothing), which makes a wrong
 language token, source id, module or adapter show in the text and the score.
+
+The translator and hltmt-translate serve fairseq's own multilingual checkpoints too: one loaded
+plain ``transformer`` translates mixed directions in one call, each sentence as fairseq-generate
+translates it.
 """
 import functools
 import json
@@ -17,66 +21,12 @@ import sys
 import pytest
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN, ROOT, TEST_SIZE, cli, run
+from conftest import LANGS, PAIRS, PLUGIN, cli, perturbed, run, spm_of
+from hub_common import (BEAM, DIRECTIONS, MAX_LEN, N, assert_same, parse_hypotheses, reference, sentences,
+                        task_args)
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
-
-BEAM, MAX_LEN = 4, 20
-N = 12  # sentences per direction given to the API (fairseq-generate decodes the whole test set)
-RAW = os.path.join(ROOT, "data", "debmt10")
-
-
-def spm_of(data_bin):
-    return os.path.join(os.path.dirname(data_bin), "spm", "spm.model")
-
-
-def sentences(src, tgt, n=N):
-    other = tgt if src == "en" else src
-    with open(os.path.join(RAW, f"test.en-{other}.{src}"), encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:min(n, TEST_SIZE)]
-
-
-def perturbed(path, out=None, scale=0.3, seed=0):
-    """A copy of checkpoint ``path`` with seeded noise on every weight (made once)."""
-    out = out or path + f".noise{scale}.pt"
-    if not os.path.exists(out):
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        g = torch.Generator().manual_seed(seed)
-        for name in sorted(state["model"]):
-            t = state["model"][name]
-            if t.is_floating_point():
-                t.add_(torch.randn(t.shape, generator=g) * scale)
-        torch.save(state, out + ".tmp")
-        os.replace(out + ".tmp", out)
-    return out
-
-
-def task_args(data_bin, ckpt, src, tgt, langs=LANGS, pairs=PAIRS):
-    return [data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", pairs,
-            "--encoder-langtok", "tgt", "-s", src, "-t", tgt, "--path", ckpt, "--cpu", "--beam", str(BEAM),
-            "--max-len-b", str(MAX_LEN)]
-
-
-def parse_hypotheses(stdout):
-    """{sentence id: (detokenized text, score)} from fairseq's D- lines."""
-    found = {}
-    for line in stdout.splitlines():
-        if line.startswith("D-"):
-            fields = line[2:].split("\t")
-            found[int(fields[0])] = (fields[2] if len(fields) > 2 else "", float(fields[1]))
-    return found
-
-
-@functools.lru_cache(maxsize=None)
-def reference(data_bin, ckpt, src, tgt, pairs=PAIRS):
-    """fairseq-generate's hypotheses for the test set of ``src-tgt``, in test-set order."""
-    done = run([cli("fairseq-generate"), *task_args(data_bin, ckpt, src, tgt, pairs=pairs), "--gen-subset", "test",
-                "--max-tokens", "3000", "--remove-bpe", "sentencepiece"])
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = parse_hypotheses(done.stdout)
-    assert sorted(found) == list(range(TEST_SIZE))
-    return [found[i] for i in range(TEST_SIZE)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,14 +38,6 @@ def interactive_reference(data_bin, ckpt, src, tgt, pairs=PAIRS):
     assert done.returncode == 0, done.stderr[-3000:]
     found = parse_hypotheses(done.stdout)
     return [found[i] for i in range(len(found))]
-
-
-def assert_same(results, expected, what):
-    for k, (result, (text, score)) in enumerate(zip(results, expected)):
-        assert result.error is None, f"{what} #{k}: {result.error}"
-        assert result.text == text, f"{what} #{k}: {result.text!r} != fairseq's {text!r}"
-        assert result.score == pytest.approx(score, abs=1e-3), f"{what} #{k}: score"
-    assert len(results) == len(expected)
 
 
 def expected_slp(model, tgt):
@@ -112,27 +54,6 @@ def shuffled_items(directions, refs, seed=0):
 
 # ---------------------------------------------------------------------------------------
 # HLT-MT
-
-
-def noisy_hltmt(trained, tmp_path_factory):
-    """The session's HLT-MT checkpoint with noise, in one place per session (shared with
-    test_translate_cli.py, so fairseq-generate runs once per direction)."""
-    folder = tmp_path_factory.getbasetemp() / "hub_checkpoints"
-    folder.mkdir(exist_ok=True)
-    return perturbed(trained[0], str(folder / "hltmt.pt"))
-
-
-@pytest.fixture(scope="module")
-def hltmt(trained, tmp_path_factory):
-    return noisy_hltmt(trained, tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def translator(hltmt, data_bin):
-    return HltmtTranslator.load(hltmt, device="cpu")  # data folder and spm model: found from the checkpoint
-
-
-DIRECTIONS = [("en", "de"), ("en", "gu"), ("de", "en")]  # pool module, universal layer, into en
 
 
 @pytest.mark.parametrize("src, tgt", DIRECTIONS)
@@ -322,3 +243,73 @@ def test_skills_serve_an_untrained_direction_of_the_matrix(skills, data_bin):
     for (src, tgt, _, _), result in zip(items, results):
         assert result.routing == {"slp": expected_slp(mt.model, tgt),
                                   "skills": {"ffn": matrix[f"{src}-{tgt}"], "attention": src}}
+
+
+# ---------------------------------------------------------------------------------------
+# fairseq's own multilingual checkpoints: a plain ``transformer`` trained by fairseq-train with
+# ``--task translation_multi_simple_epoch`` (no plugin), with either language-token convention
+# (``--encoder-langtok tgt``; fairseq's ``--encoder-langtok src --decoder-langtok``). The model
+# does not route, so results carry no routing.
+
+CONVENTIONS = {"tgt": ["--encoder-langtok", "tgt"],
+               "src": ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"]}
+SMALL = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2"]
+
+
+def task_options(data_bin, convention):
+    return [data_bin, "--task", "translation_multi_simple_epoch", "--langs", LANGS, "--lang-pairs", PAIRS,
+            *CONVENTIONS[convention]]
+
+
+@functools.lru_cache(maxsize=None)
+def plain_checkpoint(data_bin, folder, convention):
+    """fairseq's transformer trained a few updates by fairseq-train alone, with seeded noise on
+    its weights (so that a wrong language token shows in the text)."""
+    done = run([cli("fairseq-train"), *task_options(data_bin, convention), "--arch", "transformer", *SMALL,
+                "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--max-update", "3",
+                "--disable-validation", "--no-save-optimizer-state", "--no-epoch-checkpoints",
+                "--save-dir", f"{folder}/{convention}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return perturbed(f"{folder}/{convention}/checkpoint_last.pt", f"{folder}/{convention}.pt")
+
+
+@functools.lru_cache(maxsize=None)
+def generate(data_bin, ckpt, convention, src, tgt):
+    # (--user-dir: this torch's fairseq reads a checkpoint through the plugin's safe loading)
+    done = run([cli("fairseq-generate"), *task_options(data_bin, convention), "--user-dir", PLUGIN,
+                "-s", src, "-t", tgt, "--path", ckpt,
+                "--cpu", "--beam", str(BEAM), "--max-len-b", str(MAX_LEN), "--gen-subset", "test",
+                "--max-tokens", "3000", "--remove-bpe", "sentencepiece",
+                "--required-batch-size-multiple", "1"])  # fairseq's task would drop a last partial batch
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = parse_hypotheses(done.stdout)
+    return [found[i] for i in range(N)]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("plain_multilingual"))
+
+
+@pytest.mark.parametrize("convention", ["tgt", "src"])
+def test_a_plain_multilingual_transformer_translates_mixed_directions_as_fairseq_generate(
+        data_bin, folder, convention):
+    ckpt = plain_checkpoint(data_bin, folder, convention)
+    items = [(src, tgt, text, ref) for src, tgt in DIRECTIONS
+             for text, ref in zip(sentences(src, tgt), generate(data_bin, ckpt, convention, src, tgt))]
+    random.Random(1).shuffle(items)
+    translator = HltmtTranslator.load(ckpt, spm=spm_of(data_bin), device="cpu")
+    results = translator.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True,
+                                         max_tokens=400)
+    assert_same(results, [i[3] for i in items], f"--encoder-langtok {convention}")
+    assert all(r.routing == {} for r in results)
+    assert len({r.text for r in results}) > 3  # the directions and sentences write different text
+
+    # the same mixed input through hltmt-translate
+    lines = "".join(f"{s}\t{t}\t{text}\n" for s, t, text, _ in items[:12])
+    done = run([cli("hltmt-translate"), "--checkpoint", ckpt, "--spm", spm_of(data_bin), "--device", "cpu",
+                "--beam", str(BEAM), "--max-len", str(MAX_LEN)], input=lines)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:-1] == [ref[0] for *_, ref in items[:12]]

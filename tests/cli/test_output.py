@@ -1,17 +1,16 @@
-"""Output files, through the real commands: an output is never truncated before what replaces
-it is complete, and no combination of options loses a file the user already had (an output
-that is one of the command's inputs is refused; a failed or interrupted run leaves the old
-output as it was, and no temporary file)."""
+"""Output files of the commands (hltmt_plugin/cli/output.py), through hltmt-translate,
+hltmt-prepare-data, hltmt-adapters, hltmt-train-language-adapter and hltmt-report: an output
+is never truncated before what replaces it is complete, and no combination of options loses a
+file the user already had (an output that is one of the command's inputs is refused; a failed
+or interrupted run leaves the old output as it was, and no temporary file)."""
 import hashlib
 import os
 import signal
 import subprocess
 import time
 
-import pytest
-
-from conftest import ROOT, cli, run
-from test_hub import noisy_hltmt, sentences, spm_of
+from conftest import ROOT, cli, run, spm_of, translate
+from hub_common import sentences
 
 
 def digest(path):
@@ -28,15 +27,6 @@ def assert_refused(done, *parts, status=2):
     assert len(lines) == 1, done.stderr[-2000:]
     for part in parts:
         assert part in lines[0], lines[0]
-
-
-@pytest.fixture(scope="module")
-def hltmt(trained, tmp_path_factory):
-    return noisy_hltmt(trained, tmp_path_factory)
-
-
-def translate(*args, input=None):
-    return run([cli("hltmt-translate"), *args], input=input)
 
 
 # ---- hltmt-translate ---------------------------------------------------------------------------------

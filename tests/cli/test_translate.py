@@ -12,20 +12,11 @@ import time
 import pytest
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN, ROOT, cli, run
-from test_hub import BEAM, DIRECTIONS, MAX_LEN, noisy_hltmt, reference, sentences, spm_of
+from conftest import LANGS, PAIRS, PLUGIN, ROOT, cli, run, spm_of, translate
+from hub_common import BEAM, DIRECTIONS, MAX_LEN, reference, sentences
 
 SCRIPT = cli("hltmt-translate")
 K = 6  # sentences per direction
-
-
-@pytest.fixture(scope="module")
-def hltmt(trained, tmp_path_factory):
-    return noisy_hltmt(trained, tmp_path_factory)
-
-
-def translate(*args, input=None):
-    return run([SCRIPT, *args], input=input)
 
 
 def decode_options(ckpt):
