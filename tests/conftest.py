@@ -1,6 +1,11 @@
 """Shared fixtures: a small DebMT-10 slice binarized once per session, and a builder for
-an HLT-MT task + model parsed through fairseq's real option parser."""
+an HLT-MT task + model parsed through fairseq's real option parser; the command lines and
+checks several test files share."""
+import hashlib
 import os
+import re
+import resource
+import signal
 import subprocess
 import sys
 
@@ -207,3 +212,114 @@ def mixed_sample(task, directions=DIRECTIONS, seed=0):
 def randomize_adapters(model, scale=0.3, seed=0):
     """Move every adapter away from identity, so that routing mistakes show."""
     perturb(model, ["adapter"], scale, seed, replace=True)
+
+
+# ---- command lines several files run
+ONE_UPDATE = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "1"]
+# the options of the ``trained`` run, logging every update
+LIKE_TRAINED = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+                "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1500",
+                "--log-interval", "1", "--no-epoch-checkpoints", "--sampling-method", "temperature",
+                "--sampling-temperature", "5", "--seed", "3", "--num-workers", "0"]
+RESET = ["--reset-optimizer", "--reset-dataloader", "--reset-meters"]
+# a short run with the plugin's criterion, logging every update (resumed, or meeting a full disk)
+SHORT_RUN = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3",
+             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "5", "--max-tokens", "1000", "--log-interval", "1",
+             "--no-epoch-checkpoints", "--sampling-method", "temperature", "--sampling-temperature", "5",
+             "--seed", "4", "--num-workers", "0"]
+# fairseq-generate of the ``trained`` checkpoint's options, en-de, greedy (add the data folder and --path)
+DECODE_EN_DE = ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", "en,de,fr,gu,hi", "--lang-pairs",
+                PAIRS, "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--cpu", "--gen-subset", "test",
+                "--beam", "1"]
+# input whose second line is longer than the model's source positions
+LONG_LINE = " ".join(["house"] * 3000)
+WITH_A_LONG_LINE = ["The file is open.", LONG_LINE, "Good morning.", "Thank you very much."]
+
+
+# fairseq-generate of a checkpoint of these languages, en-de, greedy and short; the caller gives
+# the task and the language-token options
+DECODE_UNMARKED = ["--user-dir", PLUGIN, "--langs", LANGS, "--lang-pairs", PAIRS, "-s", "en", "-t", "de",
+                   "--gen-subset", "test", "--beam", "1", "--max-len-b", "3", "--cpu"]
+
+
+def decode(data_bin, ckpt, *options, task="hltmt_translation", tool="fairseq-generate", **kwargs):
+    """fairseq-generate (or ``tool``) of :data:`DECODE_UNMARKED` and ``options``."""
+    return run([cli(tool), data_bin, *DECODE_UNMARKED, "--task", task, "--path", str(ckpt), *options], **kwargs)
+
+
+def decode_as(data_bin, ckpt, *extra, langs=LANGS, high=HIGH):
+    """fairseq-generate of ``ckpt``, en-de, greedy and short, with these --langs and, as a model
+    override, these --high-resource-langs."""
+    return run([cli("fairseq-generate"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                "--langs", langs, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt", "-s", "en", "-t", "de",
+                "--path", str(ckpt), "--gen-subset", "test", "--beam", "1", "--max-len-b", "3", "--cpu",
+                "--model-overrides", f"{{'high_resource_langs': '{high}'}}", *extra])
+
+
+def hypotheses(done):
+    """fairseq-generate's H- lines, sorted."""
+    return sorted(line for line in done.stdout.splitlines() if line.startswith("H-"))
+
+
+def train_run(data_bin, save, *extra, **kwargs):
+    """fairseq-train of :data:`SHORT_RUN` into ``save`` (not checked: the caller looks)."""
+    return run([cli("fairseq-train"), *train_args(data_bin, *SHORT_RUN, "--save-dir", str(save), *extra)], **kwargs)
+
+
+def generate_args(data_bin, ckpt, *extra, langs="en,de,fr,gu,hi"):
+    """fairseq-generate's arguments for ``ckpt``, en-de on the test set, with these --langs."""
+    return [data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", PAIRS,
+            "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--path", ckpt, "--cpu", "--gen-subset", "test",
+            *extra]
+
+
+def file_size_limit(limit):
+    """A ``preexec_fn``: in the child, writes past ``limit`` bytes fail with EFBIG (a full disk,
+    as a process sees it; a file-size limit with ``SIGXFSZ`` ignored)."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+# ---- what a command says and leaves
+def assert_clear(done, message, prefix="hltmt_plugin: error:", whole_output=True):
+    """A refusal: ``prefix`` and ``message`` on stderr, a non-zero exit and no traceback (in
+    stdout or stderr; in stderr only with ``whole_output=False``)."""
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out[-2000:]
+    assert prefix in done.stderr and message in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in (out if whole_output else done.stderr), out[-3000:]
+
+
+def assert_one_error_line(done, *parts):
+    """Refused: a non-zero exit, one error line holding every part, no traceback."""
+    assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, done.stderr[-3000:]
+    for part in parts:
+        assert part in errors[0], errors[0]
+    assert "Traceback" not in done.stderr
+    return errors[0]
+
+
+def error_lines(done):
+    return [line for line in done.stderr.splitlines() if "error" in line.lower()]
+
+
+def updates(log):
+    """fairseq's update count of each progress line of a training log."""
+    return [int(m.group(1)) for m in re.finditer(r"train_inner .*?num_updates=(\d+)", log)]
+
+
+def losses(text):
+    """{update: loss as printed} of the progress lines of a training log."""
+    return {int(m.group(2)): m.group(1) for m in re.finditer(r" loss=([\d.]+),.*?num_updates=(\d+)", text)}
+
+
+def digest(path):
+    """sha256 of a file, or of every file of a folder (name -> digest)."""
+    if os.path.isdir(path):
+        return {name: digest(os.path.join(path, name)) for name in sorted(os.listdir(path))}
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()

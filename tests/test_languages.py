@@ -1,7 +1,9 @@
-"""fairseq's other language-token convention, ``--encoder-langtok src --decoder-langtok``
-(its examples/multilingual), end to end for the plugin's model: the source carries
-``__src__``, each translation starts with ``__tgt__``, and the record's target comes from
-each row's target-language id (``--enable-lang-ids``) or ``-t``. Trained by fairseq-train,
+"""A sentence's languages (hltmt_plugin/languages.py): the language list a checkpoint was trained
+with, by name and in order, checked against the options it is used with; and fairseq's other
+language-token convention, ``--encoder-langtok src --decoder-langtok`` (its
+examples/multilingual), end to end for the plugin's model: the source carries ``__src__``, each
+translation starts with ``__tgt__``, and the record's target comes from each row's
+target-language id (``--enable-lang-ids``) or ``-t``. Trained by fairseq-train,
 decoded by fairseq-generate, fairseq-interactive and the translator (mixed directions), beam
 search scored as a full forward pass; other combinations are one line naming the two that work.
 """
@@ -11,11 +13,31 @@ import random
 import pytest
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN, build, cli, perturbed, run, spm_of
+from conftest import LANGS, PAIRS, PLUGIN, assert_clear, build, cli, decode_as, generate_args, perturbed, run, spm_of
 from hub_common import BEAM, MAX_LEN, assert_same, parse_hypotheses, sentences
 
 from hltmt_plugin.errors import HltmtConfigError
 
+
+# ---- the language list of the checkpoint
+def test_checkpoint_of_another_model(data_bin, trained):
+    ckpt, _ = trained
+    # one language fewer: another vocabulary, so another embedding matrix; the language list
+    # saved with the weights names the difference first
+    done = run([cli("fairseq-generate"), *generate_args(data_bin, ckpt, langs="en,de,fr,gu")])
+    assert_clear(done, "the checkpoint was trained with the languages en,de,fr,gu,hi (in this order) and these "
+                       "options give en,de,fr,gu", whole_output=False)
+
+
+def test_decoding_with_the_languages_in_another_order_is_refused_naming_both_lists(data_bin, trained):
+    done = decode_as(data_bin, trained[0], langs="en,fr,de,gu,hi")
+    assert done.returncode != 0
+    assert ("hltmt_plugin: error: the checkpoint was trained with the languages en,de,fr,gu,hi (in this order) "
+            "and these options give en,fr,de,gu,hi") in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# ---- --encoder-langtok src --decoder-langtok
 SRC_CONVENTION = ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"]
 MODEL = ["--arch", "hltmt_transformer_tiny", "--high-resource-langs", "de,fr", "--slp-pool-size", "2"]
 DIRECTIONS = [("en", "de"), ("en", "gu"), ("de", "en")]

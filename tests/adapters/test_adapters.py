@@ -9,8 +9,8 @@ from torch import nn
 from fairseq import checkpoint_utils
 
 from conftest import (
-    DIRECTIONS, MADX, assert_beam_equals_forward, build, generate, make_sample, mixed_sample, perturb,
-    randomize_adapters, with_lang_ids)
+    DIRECTIONS, HIGH, LANGS, MADX, PAIRS, PLUGIN, assert_beam_equals_forward, build, cli, generate, make_sample,
+    mixed_sample, perturb, randomize_adapters, run, with_lang_ids)
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import ROWS, SRC
 from hltmt_plugin.adapters import (
@@ -397,6 +397,19 @@ SMALL_BASE = ["--arch", "hltmt_transformer", "--encoder-layers", "1", "--decoder
 def test_bad_adapter_options_are_refused_before_training(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
+
+
+def test_a_language_of_the_pairs_without_adapters_is_refused_before_the_first_update(data_bin, tmp_path):
+    """Stage high trains en-de,en-fr,de-en; gu (a source of stage all) has no adapter: refused
+    at the start, not after stage high (issue 14)."""
+    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok",
+                "tgt", "--high-resource-langs", HIGH, "--slp-pool-size", "2", "--cpu", "--language-adapters",
+                "--enable-lang-ids", "--adapter-langs", "en,de,fr", "--high-stage-updates", "3", "--max-update", "6",
+                "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--save-dir", str(tmp_path / "s")])
+    assert done.returncode != 0
+    assert "hltmt_plugin: error: --adapter-langs (en,de,fr) leaves out gu" in done.stderr, done.stderr[-1500:]
+    assert "num_updates" not in done.stdout + done.stderr
 
 
 def test_adapters_off_leave_the_model_as_it_was(data_bin):

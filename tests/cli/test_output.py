@@ -3,22 +3,13 @@ hltmt-prepare-data, hltmt-adapters, hltmt-train-language-adapter and hltmt-repor
 is never truncated before what replaces it is complete, and no combination of options loses a
 file the user already had (an output that is one of the command's inputs is refused; a failed
 or interrupted run leaves the old output as it was, and no temporary file)."""
-import hashlib
 import os
 import signal
 import subprocess
 import time
 
-from conftest import ROOT, cli, run, spm_of, translate
+from conftest import ROOT, cli, digest, run, spm_of, translate
 from hub_common import sentences
-
-
-def digest(path):
-    """sha256 of a file, or of every file of a folder (name -> digest)."""
-    if os.path.isdir(path):
-        return {name: digest(os.path.join(path, name)) for name in sorted(os.listdir(path))}
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def assert_refused(done, *parts, status=2):

@@ -1,9 +1,11 @@
 """hltmt-translate: mixed-direction lines in, fairseq-generate's translations out in input
 order, streaming; --json with scores and routing; bad lines reported by number while the rest
-is translated; unusable checkpoints and options end with one line."""
+is translated; unusable checkpoints and options end with one line; input files holding any
+bytes give one output line per input line; numbers that are NaN or infinite are refused."""
 import json
 import os
 import random
+import re
 import select
 import subprocess
 import sys
@@ -12,7 +14,7 @@ import time
 import pytest
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN, ROOT, cli, run, spm_of, translate
+from conftest import LANGS, PAIRS, PLUGIN, ROOT, WITH_A_LONG_LINE, assert_one_error_line, cli, run, spm_of, translate
 from hub_common import BEAM, DIRECTIONS, MAX_LEN, reference, sentences
 
 SCRIPT = cli("hltmt-translate")
@@ -126,3 +128,86 @@ def test_unusable_checkpoints_and_options_end_with_one_line(hltmt, data_bin, tmp
     done = translate("--checkpoint", str(tmp_path / "moved.pt"), "--data", data_bin, "--spm", spm_of(data_bin),
                      "--src", "en", "--tgt", "de", "--beam", "1", "--max-len", "3", input="Hello.\n")
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
+
+
+# ---- a line longer than the model's source positions: the other lines are translated, that one reported
+def test_translate_script_translates_the_other_lines_and_reports_the_long_one(data_bin, trained):
+    import json
+
+    done = run([cli("hltmt-translate"), "--checkpoint", trained[0],
+                "--src", "en", "--tgt", "de", "--beam", "1", "--json", "--no-progress"],
+               input="\n".join(WITH_A_LONG_LINE) + "\n")
+    assert done.returncode == 1, done.stderr[-2000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(records) == 4 and [r.get("error") is None for r in records] == [True, False, True, True]
+    assert re.search(r"^hltmt-translate: line 2: \d+ tokens .* more than the model's \d+ source positions", done.stderr, re.M)
+    assert "hltmt-translate: 3 of 4 sentence(s) translated" in done.stderr
+
+
+# ---- input files holding any bytes
+LINE_BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"  # what some reader takes for a line end
+
+
+def test_every_input_line_gives_one_output_line_whatever_its_bytes(hltmt, translator, tmp_path):
+    clean = sentences("en", "de", 5)
+    inside = clean[3][:12] + "\u2028" + clean[3][12:]  # a Unicode line separator inside a line
+    controls = "A\x0bB\x0cC\x1cD\x1dE\x1eF\u0085G\u2029H end."
+    raw = (b"\xef\xbb\xbf" + clean[0].encode() + b"\r\n"  # a UTF-8 byte order mark, a Windows line end
+           + clean[1].encode() + b"\r"  # a classic Mac line end
+           + clean[2].encode() + b"\n"
+           + b"caf\xe9 au lait\n"  # Latin-1, not UTF-8
+           + b"nul\x00byte\n"
+           + inside.encode() + b"\n"
+           + controls.encode() + b"\r\n"
+           + clean[4].encode())  # no line end at the end of the file
+    path = tmp_path / "in.txt"
+    path.write_bytes(raw)
+    texts = [clean[0], clean[1], clean[2], inside, controls, clean[4]]
+    refs = translator.translate(texts, "en", "de", beam=2, max_len=10)
+    expected = [r.translate(str.maketrans({c: " " for c in LINE_BREAKS})) for r in refs]
+    expected = expected[:3] + ["", ""] + expected[3:]
+    options = ["--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", "--beam", "2", "--max-len",
+               "10", "--input", str(path), "--buffer-size", "3"]
+    done = translate(*options)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stdout.split("\n") == expected + [""]
+    assert len(done.stdout.splitlines()) == 8 and any(expected)  # no character of an output line ends it
+    errors = [line for line in done.stderr.splitlines() if line.startswith("hltmt-translate: line ")]
+    assert errors == ["hltmt-translate: line 4: is not valid UTF-8 (byte 0xe9 at byte 4): not translated; convert "
+                      "the file to UTF-8",
+                      "hltmt-translate: line 5: holds a NUL byte at byte 4 (binary data, or UTF-16 text?): not "
+                      "translated"]
+    as_json = translate(*options, "--json")
+    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [r["line"] for r in records] == list(range(1, 9))
+    assert [r.get("translation") or "" for r in records] == [r if r is not None else "" for r in
+                                                             refs[:3] + [None, None] + refs[3:]]
+    assert records[0]["source"] == clean[0] and records[5]["source"] == inside and records[6]["source"] == controls
+    assert "error" in records[3] and "error" in records[4]
+
+
+def test_a_utf16_file_is_refused_in_one_line(hltmt, tmp_path):
+    (tmp_path / "utf16.txt").write_bytes("Hello.\nThe file is open.\n".encode("utf-16"))
+    done = translate("--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", "--input",
+                     str(tmp_path / "utf16.txt"), "-o", str(tmp_path / "out.txt"))
+    assert_one_error_line(done, "hltmt-translate: error: the input starts with a UTF-16 / UTF-32 byte order mark")
+    assert not (tmp_path / "out.txt").exists() and os.listdir(tmp_path) == ["utf16.txt"]
+
+
+# ---- numbers that are NaN or infinite; a sentence longer than the token budget
+@pytest.mark.parametrize("option,value", [("--lenpen", "nan"), ("--lenpen", "inf"), ("--lenpen", "-inf"),
+                                          ("--max-len", "inf"), ("--beam", "nan"), ("--max-tokens", "1e400")])
+def test_numbers_that_are_nan_or_infinite_are_refused_in_one_line(hltmt, option, value):
+    done = translate("--checkpoint", hltmt, "--src", "en", "--tgt", "de", f"{option}={value}", input="Hello.\n")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert done.stderr.startswith(f"hltmt-translate: error: argument {option}: ") and value in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_sentence_longer_than_the_token_budget_is_translated_alone(hltmt, translator):
+    texts = sentences("en", "de", 4)
+    done = translate("--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", "--beam", "2",
+                     "--max-len", "10", "--max-tokens", "4", input="".join(t + "\n" for t in texts))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == translator.translate(texts, "en", "de", beam=2, max_len=10)

@@ -1,5 +1,13 @@
 """fairseq's evaluated option values are read as literals only; the lists of what fairseq
-evaluates are checked against the installed fairseq's source."""
+evaluates are checked against the installed fairseq's source.
+
+Then through every route that loads a checkpoint: each kind of option fairseq evaluates
+(``utils.eval_bool``, ``eval_str_list``, ``eval_str_dict``, ``eval`` in the optimizer, a legacy
+``args`` record), crafted into the ``trained`` fixture's checkpoint, through fairseq-generate,
+fairseq-interactive, fairseq-train --restore-file / --finetune-from-model, the Python API,
+hltmt-translate, hltmt-adapters export, hltmt-train-language-adapter and hltmt-report's gate
+heatmap: one line naming the file and the option, a non-zero exit, and the marker file the code
+would create is not there."""
 import os
 import re
 import sys
@@ -10,6 +18,8 @@ import fairseq
 from fairseq import utils
 
 import hltmt_plugin  # noqa: F401  (installs the literal evaluator)
+from checkpoint_common import DECODE, KINDS, craft
+from conftest import cli, run, train_args
 from hltmt_plugin.compat.safe_eval import EVALUATED_OPTIONS, EVALUATING_MODULES, NotALiteral, literal_value
 
 FAIRSEQ = os.path.dirname(fairseq.__file__)
@@ -76,3 +86,75 @@ def test_fairseqs_helpers_keep_their_behaviour_and_run_no_code(tmp_path):
     with pytest.raises(NotALiteral):
         fconv.eval(f"__import__('os').system('touch {marker}')")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# code in a checkpoint's stored options, on every route that loads a checkpoint
+
+TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "31", "--num-workers", "0",
+         "--no-epoch-checkpoints"]
+ROUTES = {
+    "fairseq-generate": lambda data, ckpt, tmp: ([cli("fairseq-generate"), data, *DECODE, "--path", ckpt,
+                                                  "--gen-subset", "test"], None),
+    "fairseq-interactive": lambda data, ckpt, tmp: ([cli("fairseq-interactive"), data, *DECODE, "--path", ckpt],
+                                                    "hello\n"),
+    "fairseq-train --restore-file": lambda data, ckpt, tmp: (
+        [cli("fairseq-train"), *train_args(data, *TRAIN, "--save-dir", str(tmp / "save"), "--restore-file", ckpt)],
+        None),
+    "fairseq-train --finetune-from-model": lambda data, ckpt, tmp: (
+        [cli("fairseq-train"), *train_args(data, *TRAIN, "--save-dir", str(tmp / "save"),
+                                           "--finetune-from-model", ckpt)], None),
+    "the Python API": lambda data, ckpt, tmp: (
+        [sys.executable, "-c", "import sys; from hltmt_plugin.hub import HltmtTranslator; "
+                               "print(HltmtTranslator.load(sys.argv[1]).translate(['hello'], src='en', tgt='de'))",
+         ckpt], None),
+    "hltmt-translate": lambda data, ckpt, tmp: ([cli("hltmt-translate"), "--checkpoint", ckpt, "--src", "en",
+                                                 "--tgt", "de"], "hello\n"),
+    "hltmt-adapters export": lambda data, ckpt, tmp: ([cli("hltmt-adapters"), "export", "--path", ckpt, "--lang", "de",
+                                                       "--out", str(tmp / "de.adapters.pt")], None),
+    "hltmt-train-language-adapter": lambda data, ckpt, tmp: (
+        [cli("hltmt-train-language-adapter"), "--path", ckpt, "--lang", "de", "--text", write(tmp / "mono.de", "Hallo.\n"),
+         "--spm", os.path.join(os.path.dirname(data), "spm", "spm.model"), "--out", str(tmp / "de.adapters.pt")], None),
+    "hltmt-report --gate-checkpoint": lambda data, ckpt, tmp: (
+        [cli("hltmt-report"), "--decode-dir", write(tmp / "decode" / "hltmt" / "seed1" / "en-de.gen",
+                                                    "T-0\tDas ist gut.\nD-0\t-1.0\tDas ist gut.\n", folder=tmp / "decode"),
+         "--high", "de", "--machine", "test", "--out", str(tmp / "report"), "--gate-checkpoint", ckpt], None),
+}
+
+
+def write(path, text, folder=None):
+    """Write a small input file of a route; returns its path (or ``folder``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(folder or path)
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_code_in_a_stored_option_is_refused_and_never_runs(data_bin, trained, tmp_path, route, kind):
+    ckpt, marker, option = craft(trained[0], tmp_path, kind)
+    cmd, stdin = ROUTES[route](data_bin, ckpt, tmp_path)
+    done = run(cmd, input=stdin)
+    out = done.stdout + done.stderr
+    assert not marker.exists(), f"{route} ran the code stored in {option}"
+    assert done.returncode != 0, out[-2000:]
+    assert "Traceback" not in out, out[-3000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, out[-2000:]
+    assert errors[0].split("error: ", 1)[1].startswith(
+        f"refused to load checkpoint {ckpt}: its stored option {option} = \"__import__('os').system("), errors[0]
+    assert errors[0].endswith("is not a literal, and fairseq evaluates that option as Python when it builds the model "
+                              "or task, so loading it could run code (nothing was run)"), errors[0]
+    assert not os.path.exists(tmp_path / "de.adapters.pt")
+
+
+def test_code_given_on_the_command_line_for_an_evaluated_option_does_not_run(data_bin, tmp_path):
+    """The same evaluator reads the user's own options (here --left-pad-source, which fairseq's
+    multilingual data manager evaluates): literals as before, anything else refused in one line."""
+    marker = tmp_path / "ran"
+    done = run([cli("fairseq-train"), *train_args(data_bin, *TRAIN, "--save-dir", str(tmp_path / "save"),
+                                                  "--left-pad-source", f"__import__('os').system('touch {marker}')")])
+    assert not marker.exists()
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert re.search(r"^hltmt_plugin: error: the option value \"__import__\('os'\)\.system\(.* is not a literal "
+                     r"\(call: __import__\('os'\)\.system\(", done.stderr, re.M), done.stderr[-2000:]

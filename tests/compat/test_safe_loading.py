@@ -1,4 +1,7 @@
-"""Checkpoints load under torch >= 2.6 with weights-only protection on; anything else is refused."""
+"""Checkpoints load under torch >= 2.6 with weights-only protection on; anything else is refused,
+also through the real fairseq-generate and fairseq-train: truncated, missing and crafted
+checkpoints are one line, and a checkpoint without --user-dir gets fairseq's own message, as
+docs/bad-input.md says."""
 import fractions
 import logging
 import os
@@ -10,6 +13,7 @@ import torch
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (installs the allowlist and the loader wrapper)
+from conftest import DECODE_EN_DE, LIKE_TRAINED, PLUGIN, ROOT, assert_clear, cli, generate_args, run, train_args
 from hltmt_plugin.compat.safe_loading import TRUST_ENV
 from hltmt_plugin.errors import HltmtInputError
 
@@ -108,3 +112,85 @@ def test_a_loader_that_asks_for_full_pickle_still_loads_weights_only(tmp_path, m
     assert done.returncode == 0, done.stderr[-2000:]
     assert "REFUSED refused to load checkpoint" in done.stdout and "system" in done.stdout, done.stdout
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------
+# through fairseq-generate and fairseq-train
+
+
+def test_truncated_and_missing_checkpoints(data_bin, trained, tmp_path):
+    ckpt, _ = trained
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(open(ckpt, "rb").read()[:50000])
+    assert_clear(run([cli("fairseq-generate"), *generate_args(data_bin, str(cut))]), "truncated or not a checkpoint",
+                 whole_output=False)
+    assert_clear(run([cli("fairseq-generate"), *generate_args(data_bin, str(tmp_path / "none.pt"))]),
+                 "checkpoint does not exist", whole_output=False)
+
+
+def craft(ckpt, folder, kind):
+    """A copy of a real checkpoint with one of fairseq's records (or torch's) taken out."""
+    import zipfile
+
+    import torch
+
+    out = str(folder / f"{kind}.pt")
+    if kind == "no_version":  # the zip without torch's version records
+        with zipfile.ZipFile(ckpt) as zin, zipfile.ZipFile(out, "w") as zout:
+            for item in zin.infolist():
+                if item.filename.rsplit("/", 1)[-1] not in ("version", ".format_version"):
+                    zout.writestr(item, zin.read(item.filename))
+        return out
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    if kind == "no_model":
+        del state["model"]
+    elif kind == "model_none":
+        state["model"] = None
+    elif kind == "no_cfg":
+        state["cfg"] = state["args"] = None
+        del state["cfg"]
+    elif kind == "a_list":
+        state = [1, 2]
+    torch.save(state, out)
+    return out
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("no_version", "is truncated or not a checkpoint (its zip has no 'version' record)"),
+    ("no_model", "is not a fairseq checkpoint (no 'model' record)"),
+    ("model_none", "is not a fairseq checkpoint (its 'model' record is a NoneType, not the model's weights)"),
+    ("no_cfg", "is not a fairseq checkpoint (no 'cfg' or 'args' record: the options the model was trained with)"),
+    ("a_list", "is not a fairseq checkpoint (it holds a list, not fairseq's dict of records)"),
+])
+def test_crafted_checkpoints_are_one_line(data_bin, trained, tmp_path, kind, message):
+    path = craft(trained[0], tmp_path, kind)
+    done = run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", path])
+    assert_clear(done, f"checkpoint {path} {message}")
+
+
+def test_a_crafted_checkpoint_to_restore_is_one_line(data_bin, trained, tmp_path):
+    path = craft(trained[0], tmp_path, "no_cfg")
+    done = run([cli("fairseq-train"), *train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"),
+                                                  "--restore-file", path, "--max-update", "2")])
+    assert_clear(done, f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record")
+
+
+# ---- a checkpoint without --user-dir: fairseq's message, documented with the workaround
+def docs(name):
+    with open(os.path.join(ROOT, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_a_checkpoint_without_user_dir_is_documented_as_fairseq_says_it(data_bin, trained):
+    no_user_dir = [a for a in DECODE_EN_DE if a not in ("--user-dir", PLUGIN)]
+    done = run([cli("fairseq-generate"), data_bin, *no_user_dir, "--path", trained[0]])
+    assert done.returncode == 2
+    said = "fairseq-generate: error: argument --task: invalid choice: 'hltmt_translation'"
+    assert said in done.stderr
+    parent = [a if a != "hltmt_translation" else "translation_multi_simple_epoch" for a in no_user_dir]
+    done = run([cli("fairseq-generate"), data_bin, *parent, "--path", trained[0]])
+    assert done.returncode == 1
+    weights_only = "WeightsUnpickler error: Unsupported global: GLOBAL argparse.Namespace was not an allowed global"
+    assert weights_only in done.stderr
+    table = docs("docs/bad-input.md")  # the one page of every refusal and its message
+    assert said in table and weights_only in table and "add `--user-dir" in table

@@ -1,11 +1,12 @@
 """The model in mixed-direction batches: routing per row, gradients, beam search = full
-forward, and the errors a user gets for options or batches that cannot work."""
+forward, and the errors a user gets for options or batches that cannot work (also under
+fairseq's parent task, through fairseq-generate)."""
 import pytest
 import torch
 
 from fairseq.models.transformer import TransformerDecoderBase
 
-from conftest import assert_beam_equals_forward, build, generate, make_sample
+from conftest import assert_beam_equals_forward, assert_one_error_line, build, decode, generate, hypotheses, make_sample
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.modules.language_pool import HARD, SOFT
 
@@ -236,3 +237,11 @@ def test_ls_mnmt_gives_each_language_its_own_module_without_a_gate(data_bin):
     assert extra["slp_module"].tolist() == expected and extra["slp_gate"] is None
     with pytest.raises(HltmtConfigError, match="set --slp-pool-size 5"):
         build(data_bin, "--high-resource-langs", "en,de,fr,gu,hi", "--slp-pool-size", "3", "--slp-language-specific")
+
+
+# ---- the plugin's model under fairseq's parent task, through fairseq-generate
+def test_the_parent_task_is_refused_naming_hltmt_translation(data_bin, trained):
+    done = decode(data_bin, trained[0], "--encoder-langtok", "tgt", task="translation_multi_simple_epoch")
+    assert_one_error_line(done, "--arch hltmt_transformer needs --task hltmt_translation "
+                                "(got --task translation_multi_simple_epoch)")
+    assert not hypotheses(done)

@@ -1,6 +1,10 @@
+"""The selective language-specific pool (SLP), its gate and the universal layer: routing, the
+hard / soft draws, the routing map and how it loads; then the map of a trained checkpoint
+through the real fairseq-generate (by language name; out of range)."""
 import pytest
 import torch
 
+from conftest import decode_as
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.modules.language_pool import HARD, SOFT, LanguageModule, SelectiveLanguagePool
 
@@ -179,3 +183,39 @@ def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
         assert "fixed_map" not in slp.state_dict() and slp.state_dict()["fixed_map_onehot"].shape == (4, 4)
     with pytest.raises(HltmtInputError, match=r"fixed_map\) \[0, 5, 0, 0\] is out of range"):
         pool().load_state_dict({**state, "fixed_map": torch.tensor([0, 5, 0, 0])})
+
+
+# ---------------------------------------------------------------------------------------
+# the map of a trained checkpoint, through fairseq-generate
+
+
+def with_fixed_map(trained, tmp_path, mapping):
+    state = torch.load(trained[0], map_location="cpu", weights_only=True)
+    state["model"]["decoder.slp.fixed_map"] = mapping  # the older stored form: module indices
+    del state["model"]["decoder.slp.fixed_map_onehot"]
+    path = tmp_path / "fixed.pt"
+    torch.save(state, path)
+    return path
+
+
+def test_the_routing_map_follows_language_names_and_other_languages_are_refused(data_bin, trained, tmp_path):
+    path = with_fixed_map(trained, tmp_path, torch.tensor([1, 0]))  # trained as de,fr: de->m1, fr->m0
+    same = decode_as(data_bin, path)
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert "routing map (fixed, from the checkpoint): de->m1, fr->m0" in same.stderr
+    swapped = decode_as(data_bin, path, high="fr,de")
+    assert swapped.returncode == 0, swapped.stderr[-2000:]
+    assert "routing map (fixed, from the checkpoint): fr->m0, de->m1" in swapped.stderr  # by name, not position
+    hyps = lambda out: [line for line in out.stdout.splitlines() if line.startswith("H-")]  # noqa: E731
+    assert hyps(swapped) == hyps(same)
+    other = decode_as(data_bin, path, high="fr,gu")
+    assert other.returncode != 0
+    assert "the checkpoint's pool serves --high-resource-langs de,fr and these options name fr,gu" in other.stderr
+
+
+def test_a_routing_map_out_of_range_is_refused_on_load(data_bin, trained, tmp_path):
+    for bad in (torch.tensor([0, 2]), torch.tensor([0.0, 1.0]), torch.tensor([-1, 0])):
+        done = decode_as(data_bin, with_fixed_map(trained, tmp_path, bad))
+        assert done.returncode != 0, bad
+        assert "hltmt_plugin: error: the checkpoint's routing map (decoder.slp.fixed_map)" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr

@@ -1,13 +1,14 @@
-"""hltmt-prepare-data through its command line: --help, the dictionary fingerprint it
-records with the binarized data, the short-segment selection (--segment-words), and binarizing with an existing sentencepiece model and a
-fixed dictionary (the XLM-R route)."""
+"""hltmt-prepare-data through its command line: --help, the dictionary fingerprint it records
+with the binarized data, the short-segment selection (--segment-words), binarizing with an
+existing sentencepiece model and a fixed dictionary (the XLM-R route), and the text and options
+it cannot use (docs/bad-input.md)."""
 import json
 import os
 import sys
 
 import pytest
 
-from conftest import ROOT, cli, run
+from conftest import ROOT, assert_clear, cli, run
 from hltmt_plugin.data_fingerprint import FINGERPRINT_FILE, check_dictionaries, dictionary_fingerprint
 
 PREPARE = cli("hltmt-prepare-data")
@@ -142,3 +143,106 @@ def test_a_bad_or_empty_segment_selection_is_one_line(raw, tmp_path, value, mess
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hltmt-prepare-data: error:") and message in lines[0], lines
     assert not (tmp_path / "out" / "bin").exists()
+
+# ---------------------------------------------------------------------------------------
+# text and options it cannot use: one line, and no bin/ folder that looks complete
+
+
+@pytest.fixture()
+def raw_de(tmp_path):
+    """en-de text of 40 lines, made afresh for each test (the tests change it)."""
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    en = [f"the file number {i} is open" for i in range(40)]
+    de = [f"die Datei Nummer {i} ist offen" for i in range(40)]
+    for split in ("train", "valid", "test"):
+        write(folder, f"{split}.en-de.en", en)
+        write(folder, f"{split}.en-de.de", de)
+    return folder
+
+
+def prepare_de(raw, out, *extra):
+    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "60",
+                *extra])
+
+
+def test_empty_and_ten_thousand_token_training_lines_are_dropped(raw_de, tmp_path):
+    write(raw_de, "train.en-de.en", ["", "x " * 10000, "a short line"] + ["the file is open"] * 30)
+    write(raw_de, "train.en-de.de", ["leer", "y " * 10000, ""] + ["die Datei ist offen"] * 30)
+    done = prepare_de(raw_de, tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "dropped 3 pairs with an empty side or over 250 words" in done.stdout
+    assert (tmp_path / "out" / "bin" / "train.en-de.en.idx").exists()
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["ok"] * 10 + [""] + ["ok"] * 29, "line 11 is empty"),
+    (["ok"] * 39 + ["word " * 10000], "line 40 has 50000 pieces, more than --max-eval-pieces 1000"),
+])
+def test_unusable_evaluation_lines_are_errors(raw_de, tmp_path, lines, message):
+    write(raw_de, "test.en-de.en", lines)
+    done = prepare_de(raw_de, tmp_path / "out")
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:", whole_output=False)
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+def test_missing_sentencepiece_model(raw_de, tmp_path):
+    done = prepare_de(raw_de, tmp_path / "out", "--spm-model", str(tmp_path / "none.model"))
+    assert_clear(done, "--spm-model", prefix="hltmt-prepare-data: error:", whole_output=False)
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--vocab-size", "10"], "--vocab-size 10 is too small for this text: it has"),
+    (["--workers", "0"], "--workers must be at least 1, got 0"),
+    (["--max-train", "0"], "--max-train must be at least 1, got 0"),
+    (["--dict", "dict.txt"], "--dict needs --spm-model"),
+])
+def test_unusable_prepare_options_are_one_line(raw_de, tmp_path, extra, message):
+    done = prepare_de(raw_de, tmp_path / "out", *extra)
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:", whole_output=False)
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+def test_an_unwritable_output_folder_is_one_line_before_any_work(raw_de, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    done = prepare_de(raw_de, blocker / "out")
+    assert_clear(done, f"cannot write to --out {blocker / 'out'}: Not a directory", prefix="hltmt-prepare-data: error:",
+                 whole_output=False)
+    assert "training a" not in done.stdout  # refused before the sentencepiece model
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+    """A sentencepiece model of raw_de's text."""
+    import sentencepiece as spm
+
+    folder = tmp_path_factory.mktemp("spm")
+    (folder / "text.txt").write_text("".join(f"the file number {i} is open\ndie Datei Nummer {i} ist offen\n"
+                                             for i in range(40)), encoding="utf-8")
+    spm.SentencePieceTrainer.train(input=str(folder / "text.txt"), model_prefix=str(folder / "m"), vocab_size=40,
+                                   hard_vocab_limit=False,
+                                   character_coverage=1.0, minloglevel=2, num_threads=1)
+    return str(folder / "m.model")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("▁the 5\nno-count-here\n", "line 2 is not 'SYMBOL COUNT' (a fairseq dictionary)"),
+    ("▁the 5\n▁the 3\n", "line 2 repeats the symbol '▁the'"),
+    ("".join(f"▁other_model_piece_{i} 1\n" for i in range(50)), "does not belong to --spm-model"),
+    ("", "is empty"),
+])
+def test_a_fixed_dictionary_that_cannot_be_used_is_one_line(raw_de, tmp_path, spm_model, content, message):
+    path = tmp_path / "dict.txt"
+    path.write_text(content, encoding="utf-8")
+    done = prepare_de(raw_de, tmp_path / "out", "--spm-model", spm_model, "--dict", str(path))
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:", whole_output=False)
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(raw_de, tmp_path):
+    fake = tmp_path / "fake.model"
+    fake.write_bytes(b"\x00not a model" * 10)
+    done = prepare_de(raw_de, tmp_path / "out", "--spm-model", str(fake))
+    assert_clear(done, "is not a sentencepiece model", prefix="hltmt-prepare-data: error:", whole_output=False)

@@ -1,0 +1,27 @@
+"""hltmt-launch: its help, the fairseq-train arguments after ``--``, and fairseq's start-up
+noise kept out of the ranks' output (the two-rank runs are in tests/tasks/test_distributed.py)."""
+import os
+import subprocess
+
+from conftest import ONE_UPDATE, ROOT, assert_clear, cli, run, train_args
+
+
+def test_launch_help_is_help_and_a_missing_separator_is_one_line():
+    launch = cli("hltmt-launch")
+    done = run([launch, "--help"])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "usage: hltmt-launch [options] -- FAIRSEQ_TRAIN_ARGUMENTS" in done.stdout and "(default: 2)" in done.stdout
+    done = run([launch, "--nproc", "2", "data-bin"])
+    assert_clear(done, "put the fairseq-train arguments after --", prefix="hltmt-launch: error:", whole_output=False)
+
+
+def test_launch_keeps_fairseqs_start_up_noise_out_of_its_output(data_bin, tmp_path):
+    launch = cli("hltmt-launch")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # not the suite's PYTHONWARNINGS=ignore
+    done = subprocess.run([launch, "--nproc", "1", "--", *train_args(
+        data_bin, *ONE_UPDATE, "--save-dir", str(tmp_path / "s"), "--criterion", "hltmt_cross_entropy")],
+        capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "done training" in done.stdout
+    for noise in ("UserWarning", "FutureWarning", "tensorboardX"):
+        assert noise not in done.stdout + done.stderr, noise
