@@ -19,6 +19,8 @@ import json
 import os
 from typing import Dict, List, Optional
 
+from hltmt_plugin.files import write_text
+
 FINGERPRINT_FILE = "dict_fingerprint.json"
 FORMAT = "hltmt_plugin.dict_fingerprint"
 VERSION = 1
@@ -43,18 +45,7 @@ def write_fingerprint(folder: str) -> Dict[str, object]:
     """Record the dictionaries of ``folder`` in ``folder/dict_fingerprint.json`` (written
     atomically); returns what was written."""
     record = {"format": FORMAT, "version": VERSION, "dicts": dictionary_fingerprint(folder)}
-    path = os.path.join(folder, FINGERPRINT_FILE)
-    tmp = path + f".tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_text(os.path.join(folder, FINGERPRINT_FILE), json.dumps(record, indent=1, sort_keys=True) + "\n")
     return record
 
 

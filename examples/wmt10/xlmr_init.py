@@ -51,7 +51,7 @@ def main(argv=None):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
 
-    from hltmt_plugin.adapters.files import atomic_save
+    from hltmt_plugin.files import save_torch
     from hltmt_plugin.pretrained import load_pretrained
 
     train_args = options.parse_args_and_arch(options.get_training_parser(), argv[split + 1:] + ["--cpu"])
@@ -63,7 +63,7 @@ def main(argv=None):
     trainer = Trainer(cfg, task, model, criterion)
     trainer.consolidate_optimizer()  # as fairseq-train does before saving
     state = trainer.state_dict()  # the layout fairseq-train writes (model, cfg, optimizer history, extra state)
-    atomic_save(state, args.out)
+    save_torch(state, args.out)
     n = sum(p.numel() for p in model.parameters())
     print(f"xlmr_init: {args.out}: {train_args.arch} with {n:,} parameters, encoder from {args.pretrained}"
           + (" (and decoder layers)" if args.decoder else ""), flush=True)

@@ -6,12 +6,13 @@ language token row) and the adapter sizes; ``import_language`` puts them into a 
 same base and sizes, taking only that language's own tensors, with the model's names, shapes
 and dtype and finite values, and refuses anything else with one line. ``add_language`` gives
 a trained model a new language (identity-initialised adapters). ``hltmt-adapters`` is
-the command line for all three. Every file is written atomically (``atomic_save``).
+the command line for all three. Every file is written whole or not at all
+(:func:`hltmt_plugin.files.save_torch`) and read weights-only
+(:func:`hltmt_plugin.compat.safe_loading.load_plugin_file`).
 """
 import hashlib
 import logging
 import os
-import tempfile
 from typing import Dict, Tuple
 
 import torch
@@ -19,7 +20,9 @@ from torch import Tensor
 
 from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
+from hltmt_plugin.compat.safe_loading import load_plugin_file
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.files import save_torch
 
 logger = logging.getLogger(__name__)
 
@@ -72,62 +75,10 @@ def export_language(model, lang: str, path: str) -> Dict[str, object]:
         rows[name] = {"index": index, "row": p.detach()[index].cpu().clone()}
     blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "lang": lang, "base": base_fingerprint(model),
             "sizes": layout.sizes(), "tensors": tensors, "token_rows": rows}
-    atomic_save(blob, path)
+    save_torch(blob, path)
     logger.info(f"exported the adapters of {lang} ({sum(t.numel() for t in tensors.values()):,} parameters "
                 f"+ {len(rows)} token row(s)) to {path}")
     return blob
-
-
-def atomic_save(obj, path: str) -> None:
-    """``torch.save`` to a temporary file in ``path``'s folder, fsync, then rename over ``path``:
-    ``path`` is either its old self or the whole new file, never a partial one (also when it
-    is the file being read, e.g. ``import --out`` equal to ``--path``). A failed write removes
-    the temporary file and is one HltmtInputError naming ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    except OSError as error:
-        raise HltmtInputError(f"cannot write {path}: {error.strerror or error}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # the mode an ordinary open() would give, not mkstemp's 0600
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as error:
-        _remove_quietly(tmp)
-        cause = error  # torch reports a failed write as its own RuntimeError; the OSError behind it says why
-        for _ in range(8):
-            if cause is None or isinstance(cause, OSError):
-                break
-            cause = cause.__cause__ or cause.__context__
-        cause = cause if isinstance(cause, OSError) else None
-        reason = (cause.strerror if cause is not None and cause.strerror else
-                  (str(error).strip().splitlines() or [type(error).__name__])[0])
-        kept = "it is unchanged" if os.path.exists(path) else "nothing was written"
-        raise HltmtInputError(f"could not write {path} ({reason}): {kept}") from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
-    try:  # make the rename itself durable
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 FILE_KEYS = {"format": str, "version": int, "lang": str, "base": str, "sizes": dict, "tensors": dict,
@@ -143,7 +94,7 @@ def read_language_file(path: str) -> Dict[str, object]:
     if not os.path.isfile(path):
         raise HltmtInputError(f"adapter file {path} does not exist")
     try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+        blob = load_plugin_file(path)
     except Exception as error:  # noqa: BLE001 (any unreadable file is the same user error)
         raise HltmtInputError(f"adapter file {path} is not readable ({str(error).splitlines()[0]})") from None
     if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:

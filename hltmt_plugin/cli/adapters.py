@@ -74,15 +74,15 @@ def export(args):
 
 
 def import_(args):
-    import torch
-
-    from hltmt_plugin.adapters.files import atomic_save, import_language
+    from hltmt_plugin.adapters.files import import_language
+    from hltmt_plugin.compat.safe_loading import load_state
+    from hltmt_plugin.files import save_torch
 
     # --out may be --path (the checkpoint is replaced whole, atomically), never the adapter file
     refuse_inputs("import --out", args.out, {"the --adapters file": args.adapters}, args.data)
     model = load(args.path, args.data)
     lang = import_language(model, args.adapters)
-    state = torch.load(args.path, map_location="cpu", weights_only=True)  # as written, plain types only
+    state = load_state(args.path)  # as written, weights-only
     state["model"] = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     langs = ",".join(model.encoder.adapter_layout.adapter_langs)
     for cfg in (state.get("cfg") or {}).get("model"), state.get("args"):
@@ -92,7 +92,7 @@ def import_(args):
             cfg["adapter_langs"] = langs
         else:
             setattr(cfg, "adapter_langs", langs)
-    atomic_save(state, args.out)  # never a partial file, also when --out is --path
+    save_torch(state, args.out)  # never a partial file, also when --out is --path
     same = os.path.abspath(args.out) == os.path.abspath(args.path)
     print(f"imported {lang} into {args.out}{' (replacing it)' if same else ''} (adapter languages {langs})")
 

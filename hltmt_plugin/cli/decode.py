@@ -26,6 +26,7 @@ import time
 import traceback
 
 from hltmt_plugin.cli import CHECKOUT, plugin_cli
+from hltmt_plugin.files import replace_file
 
 
 class DecodeFailed(Exception):
@@ -64,7 +65,7 @@ def run_jobs(jobs, common):
             cfg.common_eval.path, cfg.common_eval.results_path = ckpt, tmp
             generate.main(cfg)
             produced = os.path.join(tmp, f"generate-{args.gen_subset}.txt")
-            os.replace(produced, out)
+            replace_file(produced, out)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"    {label}: {time.time() - t0:.1f}s", flush=True)

@@ -58,6 +58,7 @@ from typing import Dict, List
 from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.cli.launch import NOISE, QUIET_WARNINGS  # fairseq's own start-up noise, as hltmt-launch keeps it out
+from hltmt_plugin.files import write_text
 
 
 def nproc():
@@ -202,8 +203,7 @@ def is_done(run_dir, name):
 
 
 def mark_done(run_dir, name, seconds):
-    with open(os.path.join(run_dir, f".done-{name}"), "w") as f:
-        f.write(f"{seconds:.0f}s\n")
+    write_text(os.path.join(run_dir, f".done-{name}"), f"{seconds:.0f}s\n")
 
 
 def run_steps(steps, run_dir, dry_run=False):

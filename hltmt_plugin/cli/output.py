@@ -2,15 +2,16 @@
 never one of the files the command reads.
 
 :class:`AtomicOutput` writes to a temporary file beside the output (same folder, so the final
-rename is atomic) and renames it over the output only when the command has written all of it;
-a failure or an interrupt removes the temporary file and leaves the old output as it was.
+rename is atomic; :mod:`hltmt_plugin.files`) and renames it over the output only when the
+command has written all of it; a failure or an interrupt removes the temporary file and leaves
+the old output as it was.
 :func:`refuse_inputs` refuses an output that is one of the command's input files (the input
 would be lost to its own output).
 """
 import os
-import shutil
-import tempfile
 from typing import Dict, Optional
+
+from hltmt_plugin.files import AtomicFile, write_failed
 
 
 class OutputError(ValueError):
@@ -39,14 +40,8 @@ def refuse_inputs(option: str, output: str, inputs: Dict[str, Optional[str]],
                               "it; name another file")
 
 
-def inside(path: str, folder: str) -> bool:
-    """Whether ``path`` is ``folder`` or lies under it (both resolved)."""
-    path, folder = os.path.realpath(path), os.path.realpath(folder)
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
 class AtomicOutput:
-    """``path`` written through a temporary file in its folder::
+    """``path`` written through a temporary file in its folder (:class:`hltmt_plugin.files.AtomicFile`)::
 
         with AtomicOutput(path, "--output") as f:   # text, UTF-8
             f.write(...)
@@ -54,27 +49,17 @@ class AtomicOutput:
 
     The temporary file is created at once (so an unwritable place is reported before any
     work), gets the mode an ordinary ``open`` would give (or the replaced file's), and is
-    fsynced before the rename."""
+    fsynced before the rename. Every problem is an :class:`OutputError` naming ``option``."""
 
     def __init__(self, path: str, option: str = "output", binary: bool = False):
-        self.path, self.option, self.finished = path, option, False
+        self.path, self.option = path, option
         if os.path.isdir(path):
             raise OutputError(f"{option} {path} is a folder: name a file")
-        self.target = os.path.realpath(path)  # a symbolic link keeps pointing at the new file
-        folder = os.path.dirname(self.target)
         try:
-            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.target)}.", suffix=".partial",
-                                             dir=folder)
+            self.out = AtomicFile(path)
         except OSError as error:
             raise OutputError(f"cannot write {option} {path}: {error.strerror or error}") from None
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = os.stat(self.target).st_mode & 0o7777 if os.path.exists(self.target) else 0o666 & ~umask
-            os.fchmod(fd, mode)
-        except OSError:
-            pass
-        self.file = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+        self.file = self.out.open(binary)
 
     def __enter__(self):
         return self.file
@@ -88,48 +73,11 @@ class AtomicOutput:
 
     def commit(self) -> None:
         """Flush, fsync and rename over the output; a failure removes the temporary file."""
-        self.finished = True
         try:
-            self.file.flush()
-            os.fsync(self.file.fileno())
-            self.file.close()
-            os.replace(self.tmp, self.target)
+            self.out.commit()
         except OSError as error:
-            self.discard()
-            kept = "it is unchanged" if os.path.exists(self.path) else "nothing was written"
-            raise OutputError(f"could not write {self.option} {self.path} ({error.strerror or error}): {kept}") \
-                from None
+            raise OutputError(str(write_failed(f"{self.option} {self.path}", self.path, error))) from None
 
     def discard(self) -> None:
         """Remove the temporary file (unless committed); the output stays as it was."""
-        if self.finished and not os.path.exists(self.tmp):
-            return
-        self.finished = True
-        try:
-            self.file.close()
-        except OSError:
-            pass
-        try:
-            os.remove(self.tmp)
-        except OSError:
-            pass
-
-
-def replace_folder(new: str, final: str) -> None:
-    """Put the complete folder ``new`` in place of ``final`` (which may exist): ``final`` is
-    moved aside, ``new`` renamed to it, then the old one removed; should the rename fail, the
-    old folder is put back."""
-    old = None
-    if os.path.lexists(final):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.old.", dir=os.path.dirname(os.path.abspath(final)))
-        os.rmdir(old)
-        os.replace(final, old)
-    try:
-        os.replace(new, final)
-    except OSError:
-        if old is not None:
-            os.replace(old, final)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
+        self.out.discard()

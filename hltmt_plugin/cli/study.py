@@ -45,6 +45,7 @@ from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
 from hltmt_plugin.cli.report import gate_of, read_gen
+from hltmt_plugin.files import save_torch, write_text
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 # seed 1 of every system first (a first comparison, and the models a user can try), then seeds
@@ -190,8 +191,7 @@ class Study:
                                 ".finished")
             if not os.path.exists(done) or open(done).read() != updates:
                 run_quiet(cmd, self.log_path(system, seed, name))
-                with open(done, "w") as f:
-                    f.write(updates)
+                write_text(done, updates)
         if self.dry_run:
             return self.decode(system, seed)
         train_seconds = time.time() - t0
@@ -290,7 +290,6 @@ def export_model(checkpoint, data, out, name):
     what hltmt-translate, the Python API and fairseq-generate need, a few MB."""
     import shutil
 
-    from hltmt_plugin.adapters.files import atomic_save
     from hltmt_plugin.compat.safe_loading import load_state
 
     state = load_state(checkpoint)
@@ -303,7 +302,7 @@ def export_model(checkpoint, data, out, name):
             shutil.copyfile(os.path.join(data, name_), os.path.join(out, name_))
     shutil.copyfile(os.path.join(os.path.dirname(data), "spm", "spm.model"), os.path.join(out, "spm.model"))
     target = os.path.join(out, f"{name}.pt")
-    atomic_save(slim, target)
+    save_torch(slim, target)
     return target
 
 
@@ -389,7 +388,7 @@ def prepare(study: Study):
     say("selected: " + ", ".join(f"{split} {sum(n.values())} pairs" for split, n in kept.items()))
     run_quiet(cmd, os.path.join(study.run_dir, "logs", "prepare.log"))
     write_lines(os.path.join(study.results, "data.json"), [json.dumps(kept, indent=1)])
-    open(marker, "w").close()
+    write_text(marker, "")
 
 
 def parse_runs(text: str) -> List[Tuple[str, int]]:

@@ -6,32 +6,22 @@ fairseq writes one checkpoint (``torch_persistent_save``: to ``NAME.pt.tmp``, re
 write that fails (a full disk) is retried twice, logged as a traceback each time, and leaves
 ``NAME.pt.tmp`` behind.
 
-Here both go to a temporary file with a unique name in the same folder (two processes never
-share one), flushed to disk and renamed over the destination. A write or copy that fails
-removes its temporary file and is one :class:`HltmtInputError` naming the folder, the file and
-how large it is (and what room the folder has); the checkpoints already there are unchanged,
-so the run can resume from the last one that was written.
+Here both are written whole or not at all by :mod:`hltmt_plugin.files` (a temporary file with
+a unique name in the same folder, flushed to disk and renamed over the destination). A write
+or copy that fails removes its temporary file and is one :class:`HltmtInputError` naming the
+folder, the file and how large it is (and what room the folder has); the checkpoints already
+there are unchanged, so the run can resume from the last one that was written.
 """
 import errno
 import functools
 import os
-import tempfile
 
 import torch
 
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.files import TORCH_TEMP, os_error_behind, torch_writer, write_atomically
 
 MB = 1 << 20
-
-
-def _os_error(error: BaseException):
-    """The OSError behind a failed write: torch reports one as its own RuntimeError."""
-    seen = 0
-    while error is not None and seen < 8:
-        if isinstance(error, OSError):
-            return error
-        error, seen = error.__cause__ or error.__context__, seen + 1
-    return None
 
 
 def _state_bytes(obj, seen=None) -> int:
@@ -68,23 +58,13 @@ def did_not_fit(path: str, error: OSError, size: int) -> HltmtInputError:
 
 
 def _write_atomically(path: str, write, size: int) -> None:
-    """``write(tmp)`` to a temporary file in ``path``'s folder, fsync, rename over ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = None
+    """``write(tmp)`` to a temporary file beside ``path``, which then replaces it
+    (:func:`hltmt_plugin.files.write_atomically`); a failure of the file system is
+    :func:`did_not_fit`."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # the mode fairseq's own open() gives, not mkstemp's 0600
-        os.close(fd)
-        write(tmp)
-        with open(tmp, "rb+") as written:
-            os.fsync(written.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, write, suffix=TORCH_TEMP)
     except BaseException as error:
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
-        cause = _os_error(error)
+        cause = os_error_behind(error)
         if cause is None or isinstance(error, KeyboardInterrupt):
             raise
         raise did_not_fit(path, cause, size) from None
@@ -92,11 +72,7 @@ def _write_atomically(path: str, write, size: int) -> None:
 
 def save_checkpoint_file(obj, path: str) -> None:
     """``torch.save(obj, path)``, atomically, with one clear line if it does not fit."""
-    def write(tmp):
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-
-    _write_atomically(path, write, _state_bytes(obj))
+    _write_atomically(path, torch_writer(obj), _state_bytes(obj))
 
 
 def atomic_copy_file(copy, src_path: str, dst_path: str) -> None:

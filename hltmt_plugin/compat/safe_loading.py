@@ -11,6 +11,9 @@ whatever fairseq passes (every other attribute is torch's own), and (c) wraps
 ``checkpoint_utils.load_checkpoint_to_cpu`` so that a missing, truncated or refused file is
 one clear error. A file the user trusts can still be read with full pickle by naming it in
 ``HLTMT_TRUSTED_CHECKPOINTS`` (a path list); that is logged as a warning with the reason.
+
+Every file the plugin reads with torch is read here: checkpoints (:func:`load_state`, and
+fairseq's own loading) and the plugin's adapter files (:func:`load_plugin_file`).
 """
 import argparse
 import functools
@@ -45,15 +48,20 @@ def _refused_global(error: Exception) -> str:
     return found.group(1) if found else str(error).splitlines()[0]
 
 
+def _unpickle(f, args, kwargs, weights_only: bool):
+    """The plugin's one call of ``torch.load``."""
+    return torch.load(f, *args, **{**kwargs, "weights_only": weights_only})
+
+
 def weights_only_load(f, *args, **kwargs):
     """``torch.load`` with ``weights_only=True`` whatever the caller asked, unless the file is
     trusted; a refused file is an :class:`HltmtInputError` naming the type it holds."""
     path = _path_of(f)
-    kwargs["weights_only"] = not _trusted(path)
-    if not kwargs["weights_only"]:
+    weights_only = not _trusted(path)
+    if not weights_only:
         logger.warning(f"loading {path} with full pickle (trusted through {TRUST_ENV})")
     try:
-        return torch.load(f, *args, **kwargs)
+        return _unpickle(f, args, kwargs, weights_only)
     except pickle.UnpicklingError as error:
         if "weights_only" not in str(error) and "Weights only" not in str(error):
             raise HltmtInputError(f"checkpoint {path} is not a readable checkpoint: {error}") from None
@@ -132,6 +140,13 @@ def guarded(path, load):
 def load_state(path: str) -> dict:
     """A checkpoint file's content, on the CPU, weights-only."""
     return guarded(path, lambda: weights_only_load(path, map_location="cpu"))
+
+
+def load_plugin_file(path: str):
+    """A file the plugin writes for itself (a language's adapter file), on the CPU: weights-only
+    always (``HLTMT_TRUSTED_CHECKPOINTS`` names checkpoints, not these); what torch raises for a
+    file it refuses or cannot read is raised, for the caller to name the file."""
+    return _unpickle(path, (), {"map_location": "cpu"}, weights_only=True)
 
 
 def install(checkpoint_utils) -> None:

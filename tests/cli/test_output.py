@@ -2,13 +2,18 @@
 hltmt-prepare-data, hltmt-adapters, hltmt-train-language-adapter and hltmt-report: an output
 is never truncated before what replaces it is complete, and no combination of options loses a
 file the user already had (an output that is one of the command's inputs is refused; a failed
-or interrupted run leaves the old output as it was, and no temporary file)."""
+or interrupted run leaves the old output as it was, and no temporary file); and AtomicOutput
+itself: whole or not at all, every problem one line naming the option."""
+import errno
 import os
 import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import ROOT, cli, digest, run, spm_of, translate
+from hltmt_plugin.cli.output import AtomicOutput, OutputError
 from hub_common import sentences
 
 
@@ -134,3 +139,43 @@ def test_report_writes_whole_files_and_reads_past_its_own(tmp_path):
     (tmp_path / "a_file").write_text("kept\n")
     assert_refused(run([*report, "--out", str(tmp_path / "a_file")]), "cannot write to --out")
     assert (tmp_path / "a_file").read_text() == "kept\n"
+
+
+# ---- AtomicOutput ------------------------------------------------------------------------------------
+def test_an_output_replaces_the_old_file_only_when_complete(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("the user's file\n")
+    with pytest.raises(KeyboardInterrupt):
+        with AtomicOutput(str(path), "--output") as f:
+            f.write("half")
+            raise KeyboardInterrupt
+    assert path.read_text() == "the user's file\n" and os.listdir(tmp_path) == ["out.txt"]
+    with AtomicOutput(str(path), "--output") as f:
+        f.write("één\n")
+    with AtomicOutput(str(tmp_path / "fig.png"), "--out", binary=True) as f:
+        f.write(b"\x89PNG")
+    assert path.read_bytes() == "één\n".encode("utf-8") and (tmp_path / "fig.png").read_bytes() == b"\x89PNG"
+    assert sorted(os.listdir(tmp_path)) == ["fig.png", "out.txt"]
+
+
+def test_an_output_that_cannot_be_written_is_one_line_naming_the_option(tmp_path, monkeypatch):
+    with pytest.raises(OutputError, match=rf"^--output {tmp_path} is a folder: name a file$"):
+        AtomicOutput(str(tmp_path), "--output")
+    missing = tmp_path / "no" / "out.txt"
+    with pytest.raises(OutputError, match=rf"^cannot write --output {missing}: No such file or directory$"):
+        AtomicOutput(str(missing), "--output")
+    path = tmp_path / "out.txt"
+    path.write_text("kept\n")
+    sink = AtomicOutput(str(path), "--output")
+    sink.file.write("new\n")
+
+    def cross_device(*args):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(os, "replace", cross_device)
+    with pytest.raises(OutputError) as raised:
+        sink.commit()
+    monkeypatch.undo()
+    assert str(raised.value) == f"could not write --output {path} (Invalid cross-device link): it is unchanged"
+    sink.discard()
+    assert path.read_text() == "kept\n" and os.listdir(tmp_path) == ["out.txt"]

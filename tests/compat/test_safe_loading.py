@@ -114,6 +114,24 @@ def test_a_loader_that_asks_for_full_pickle_still_loads_weights_only(tmp_path, m
     assert not marker.exists()
 
 
+def test_a_plugin_file_that_runs_code_is_refused_and_runs_nothing(tmp_path, monkeypatch):
+    """The plugin's own files (a language's adapter file) are read weights-only always: also
+    when HLTMT_TRUSTED_CHECKPOINTS names them (it is for checkpoints)."""
+    from hltmt_plugin.adapters.files import FILE_FORMAT, read_language_file
+    from hltmt_plugin.compat.safe_loading import load_plugin_file
+
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("BOOM_MARKER", str(marker))
+    path = tmp_path / "hi.adapters.pt"
+    torch.save({"format": FILE_FORMAT, "version": 1, "lang": "hi", "payload": Boom()}, path)
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        load_plugin_file(str(path))
+    monkeypatch.setenv(TRUST_ENV, str(path))
+    with pytest.raises(HltmtInputError, match=rf"^adapter file {path} is not readable \(Weights only load failed"):
+        read_language_file(str(path))
+    assert not marker.exists()
+
+
 # ---------------------------------------------------------------------------------------
 # through fairseq-generate and fairseq-train
 

@@ -1,0 +1,146 @@
+"""hltmt_plugin/files.py: a file is its old self or the whole new one, never part of one, and no
+temporary file is left behind. (Reading is compat/safe_loading's: tests/compat/test_safe_loading.py;
+fairseq's checkpoint writes through this module: tests/compat/test_atomic_copy.py.)"""
+import errno
+import os
+
+import pytest
+import torch
+
+from hltmt_plugin import files
+from hltmt_plugin.errors import HltmtInputError
+
+
+def new_file_mode():
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def full_disk_open(after):
+    """An ``open`` whose files fail as a full disk does once ``after`` bytes are written."""
+    real_open = open
+
+    class Full:
+        def __init__(self, *args, **kwargs):
+            self.f, self.written = real_open(*args, **kwargs), 0
+
+        def write(self, data):
+            if self.written + len(data) > after:
+                self.f.write(data[:after - self.written])  # what fits is on disk when the error comes
+                self.written = after
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    return Full
+
+
+# ---- whole files in one call --------------------------------------------------------------------------
+def test_text_bytes_and_torch_objects_round_trip(tmp_path):
+    files.write_text(str(tmp_path / "a.txt"), "één\nzwei\r\n")
+    assert (tmp_path / "a.txt").read_bytes() == "één\nzwei\r\n".encode("utf-8")  # UTF-8, line ends as given
+    files.write_bytes(str(tmp_path / "b.bin"), b"\x00\xffdata")
+    assert (tmp_path / "b.bin").read_bytes() == b"\x00\xffdata"
+    state = {"model": {"w": torch.arange(6.0).view(2, 3)}, "cfg": {"lr": [0.1]}, "n": 3}
+    files.save_torch(state, str(tmp_path / "sub" / "c.pt"))  # the folder is made
+    loaded = torch.load(tmp_path / "sub" / "c.pt", weights_only=True)
+    assert torch.equal(loaded["model"]["w"], state["model"]["w"]) and loaded["cfg"] == {"lr": [0.1]}
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.bin", "sub"] and os.listdir(tmp_path / "sub") == ["c.pt"]
+    assert all(os.stat(p).st_mode & 0o777 == new_file_mode() for p in (tmp_path / "a.txt", tmp_path / "sub" / "c.pt"))
+
+
+def test_a_failed_write_leaves_the_earlier_file_and_no_temporary_file(tmp_path, monkeypatch):
+    path = tmp_path / "notes.txt"
+    path.write_text("the earlier file\n")
+    monkeypatch.setattr(files, "open", full_disk_open(10), raising=False)
+    with pytest.raises(HltmtInputError) as raised:
+        files.write_text(str(path), "x" * 100, what="--out")
+    assert str(raised.value) == f"could not write --out {path} (No space left on device): it is unchanged"
+    with pytest.raises(HltmtInputError, match=r"could not write .*new.pt \(No space left on device\): nothing was "
+                                              r"written$"):
+        files.save_torch({"w": torch.zeros(1000)}, str(tmp_path / "new.pt"))  # torch's RuntimeError, its OSError named
+    monkeypatch.undo()
+    assert path.read_text() == "the earlier file\n" and os.listdir(tmp_path) == ["notes.txt"]
+
+
+def test_a_place_that_cannot_be_written_is_one_line_before_any_work(tmp_path):
+    (tmp_path / "a_file").write_text("kept\n")
+    with pytest.raises(HltmtInputError, match=r"^cannot write .*a_file/out.txt: "):
+        files.write_text(str(tmp_path / "a_file" / "out.txt"), "x")
+    assert os.listdir(tmp_path) == ["a_file"] and (tmp_path / "a_file").read_text() == "kept\n"
+
+
+# ---- a writer that streams, or writes a path ----------------------------------------------------------
+@pytest.mark.parametrize("crash", [ValueError("the writer's own bug"), KeyboardInterrupt()])
+def test_a_crash_mid_write_leaves_no_half_file(tmp_path, crash):
+    old, new = tmp_path / "old.txt", tmp_path / "new.txt"
+    old.write_text("whole\n")
+
+    def half_then_crash(tmp):
+        with open(tmp, "w") as f:
+            f.write("half of it")
+        raise crash
+
+    for path in (old, new):
+        with pytest.raises(type(crash)):
+            files.write_atomically(str(path), half_then_crash)
+        with pytest.raises(type(crash)):
+            with files.AtomicFile(str(path)) as out:
+                out.open().write("half of it")
+                raise crash
+    assert os.listdir(tmp_path) == ["old.txt"] and old.read_text() == "whole\n"
+
+
+def test_a_streamed_file_replaces_the_output_only_when_committed(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("earlier\n")
+    os.chmod(path, 0o640)
+    out = files.AtomicFile(str(path))
+    out.open().write("new\n")
+    out.file.flush()
+    assert path.read_text() == "earlier\n"
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".out.txt.") and n.endswith(files.PARTIAL)]
+    out.commit()
+    out.discard()  # after the commit: nothing to do
+    assert path.read_text() == "new\n" and os.listdir(tmp_path) == ["out.txt"]
+    assert os.stat(path).st_mode & 0o777 == 0o640  # the replaced file's mode, as open() would keep it
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_new_file(tmp_path):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "model.pt"
+    target.write_bytes(b"old")
+    link = tmp_path / "model.pt"
+    link.symlink_to(target)
+    files.save_torch({"w": torch.ones(2)}, str(link))
+    assert link.is_symlink() and torch.equal(torch.load(link, weights_only=True)["w"], torch.ones(2))
+    assert os.listdir(tmp_path / "real") == ["model.pt"]
+
+
+# ---- complete files and folders put in place ----------------------------------------------------------
+def test_a_complete_file_and_folder_are_put_in_place(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "made.gen").write_text("H-0\tx\n")
+    (tmp_path / "out.gen").write_text("old\n")
+    files.replace_file(str(tmp_path / "work" / "made.gen"), str(tmp_path / "out.gen"))
+    assert (tmp_path / "out.gen").read_text() == "H-0\tx\n" and os.listdir(tmp_path / "work") == []
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "old.idx").write_text("old")
+    (tmp_path / "bin.partial").mkdir()
+    (tmp_path / "bin.partial" / "new.idx").write_text("new")
+    files.replace_folder(str(tmp_path / "bin.partial"), str(tmp_path / "bin"))
+    assert os.listdir(tmp_path / "bin") == ["new.idx"]
+    assert sorted(os.listdir(tmp_path)) == ["bin", "out.gen", "work"]
+    assert files.inside(str(tmp_path / "bin" / "new.idx"), str(tmp_path / "bin"))
+    assert not files.inside(str(tmp_path / "bin.partial"), str(tmp_path / "bin"))
