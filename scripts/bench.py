@@ -2,7 +2,7 @@
 """Side-by-side speed of the plain fairseq ``transformer`` and HLT-MT (alone, with adapters,
 with skills) of the same sizes.
 
-    python scripts/bench.py --data runs/debmt10-quick/data/bin            # CPU
+    python scripts/bench.py --data runs/bench-data/bin                   # CPU (hltmt-prepare-data --out runs/bench-data)
     python scripts/bench.py --data DATA --device cuda --dtype bf16         # GPU
 
 One process builds every system on the same task and data, takes the same training batches

@@ -3,7 +3,7 @@
 one process per direction, side by side in one run.
 
     python scripts/bench_translate.py --work runs/bench_translate            # prepares and trains a model
-    python scripts/bench_translate.py --checkpoint runs/debmt10-quick/models/hltmt.seed1/checkpoint_best.pt
+    python scripts/bench_translate.py --checkpoint CKPT                      # a model of all 20 directions
 
 Modes (same checkpoint, the same N test sentences of every direction, same beam, length
 limit and batch size):

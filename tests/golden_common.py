@@ -1,5 +1,8 @@
 """What the golden fixture (tests/golden/) records and tests/test_golden.py recomputes."""
 import os
+import re
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
@@ -46,3 +49,38 @@ def forward_scores(data, checkpoint):
         out[direction] = (torch.cat(ids), torch.nn.utils.rnn.pad_sequence(
             [row for batch in scores for row in batch], batch_first=True))
     return out
+
+
+def generate_lines(data, checkpoint, direction, env):
+    """The S-/H-/P-/T- lines of fairseq-generate on the golden slice, sorted."""
+    done = subprocess.run(generate_cmd(sys.executable, data, checkpoint, direction), capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return sorted(line for line in done.stdout.splitlines() if line[:2] in ("S-", "H-", "P-", "T-"))
+
+
+def record(data, checkpoint, env):
+    """What the code of the day computes from the golden checkpoint: {"generate": {direction:
+    lines}, "scores": forward_scores}."""
+    return {"generate": {d: generate_lines(data, checkpoint, d, env) for d in DIRECTIONS},
+            "scores": forward_scores(data, checkpoint)}
+
+
+def platform_key():
+    """Floating-point results are bit-exact only on one torch build and CPU kind (its vector
+    instructions and vendor pick the kernels): the name of this one, for a per-platform record."""
+    import torch
+
+    vendor = "cpu"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            vendor = next((line.split(":", 1)[1].strip() for line in f if line.startswith("vendor_id")), vendor)
+    except OSError:
+        pass
+    key = f"torch-{torch.__version__}-{torch.backends.cpu.get_cpu_capability()}-{vendor}"
+    return re.sub(r"[^A-Za-z0-9.+-]", "_", key)
+
+
+def platform_record_path(key=None):
+    return os.path.join(ROOT, "tests", "golden", "platforms", f"{key or platform_key()}.pt")

@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Make the golden fixture of tests/test_golden.py (run once, before a refactor; commit the output).
 
-    .venv/bin/python tests/golden/make.py
+    .venv/bin/python tests/golden/make.py              # a new checkpoint and its record (expected.pt)
+    .venv/bin/python tests/golden/make.py --platform   # this platform's bit-exact record of the same checkpoint
 
 A tiny HLT-MT model with every feature on (SLP with a fixed map after a one-run stage switch,
 language + shared + decoder + invertible adapters, skill FFNs and skill attention), trained for
 a few updates on a DebMT-10 slice, then: the checkpoint, the binarized test slice, and what the
 code of the day computes from them: ``fairseq-generate`` output (beam 5) for four directions
 and the full-forward log-probabilities of the references (``expected.pt``). The test checks that
-later code computes exactly the same, bit for bit.
+later code computes the same. ``--platform`` keeps the checkpoint and records what the code of
+the day computes from it on this torch build and kind of CPU (``platforms/<key>.pt``): run it
+before a change, on the machine that tests the change, for the bit-for-bit check there.
 """
 import os
 import shutil
@@ -19,7 +22,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from golden_common import DIRECTIONS, generate_cmd, forward_scores  # noqa: E402
+from golden_common import DIRECTIONS, generate_cmd, forward_scores, platform_record_path, record  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 
@@ -32,8 +35,21 @@ def sh(cmd):
     return done.stdout
 
 
+def record_platform():
+    import torch
+
+    path = platform_record_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    torch.save(record(os.path.join(HERE, "bin"), os.path.join(HERE, "checkpoint.pt"), env), path)
+    print("this platform's golden record written to", path)
+
+
 def main():
     import torch
+
+    if sys.argv[1:] == ["--platform"]:
+        return record_platform()
 
     tmp = tempfile.mkdtemp()
     sh(["hltmt-prepare-data", "--out", tmp, "--langs", "de,fr,gu,hi", "--max-train", "300",
