@@ -19,7 +19,7 @@ import json
 import os
 from typing import Dict, List, Optional
 
-from hltmt_plugin.files import write_text
+from hltmt_plugin.atomic_files import write_text
 
 FINGERPRINT_FILE = "dict_fingerprint.json"
 FORMAT = "hltmt_plugin.dict_fingerprint"

@@ -13,7 +13,7 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
     ["errors"],
-    ["files"],  # every file written whole or not at all
+    ["atomic_files"],  # every file written whole or not at all
     ["config", "compat", "data_fingerprint"],
     ["modules", "modules.routing"],  # modules/__init__.py is empty
     ["languages"],

@@ -51,7 +51,7 @@ def main(argv=None):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer
 
-    from hltmt_plugin.files import save_torch
+    from hltmt_plugin.atomic_files import save_torch
     from hltmt_plugin.pretrained import load_pretrained
 
     train_args = options.parse_args_and_arch(options.get_training_parser(), argv[split + 1:] + ["--cpu"])

@@ -7,7 +7,7 @@ same base and sizes, taking only that language's own tensors, with the model's n
 and dtype and finite values, and refuses anything else with one line. ``add_language`` gives
 a trained model a new language (identity-initialised adapters). ``hltmt-adapters`` is
 the command line for all three. Every file is written whole or not at all
-(:func:`hltmt_plugin.files.save_torch`) and read weights-only
+(:func:`hltmt_plugin.atomic_files.save_torch`) and read weights-only
 (:func:`hltmt_plugin.compat.safe_loading.load_plugin_file`).
 """
 import hashlib
@@ -22,7 +22,7 @@ from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
 from hltmt_plugin.compat.safe_loading import load_plugin_file
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.files import save_torch
+from hltmt_plugin.atomic_files import save_torch
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ import time
 import traceback
 
 from hltmt_plugin.cli import CHECKOUT, plugin_cli
-from hltmt_plugin.files import replace_file
+from hltmt_plugin.atomic_files import replace_file
 
 
 class DecodeFailed(Exception):

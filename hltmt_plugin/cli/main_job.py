@@ -58,7 +58,7 @@ from typing import Dict, List
 from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.cli.launch import NOISE, QUIET_WARNINGS  # fairseq's own start-up noise, as hltmt-launch keeps it out
-from hltmt_plugin.files import write_text
+from hltmt_plugin.atomic_files import write_text
 
 
 def nproc():

@@ -2,7 +2,7 @@
 never one of the files the command reads.
 
 :class:`AtomicOutput` writes to a temporary file beside the output (same folder, so the final
-rename is atomic; :mod:`hltmt_plugin.files`) and renames it over the output only when the
+rename is atomic; :mod:`hltmt_plugin.atomic_files`) and renames it over the output only when the
 command has written all of it; a failure or an interrupt removes the temporary file and leaves
 the old output as it was.
 :func:`refuse_inputs` refuses an output that is one of the command's input files (the input
@@ -11,7 +11,7 @@ would be lost to its own output).
 import os
 from typing import Dict, Optional
 
-from hltmt_plugin.files import AtomicFile, write_failed
+from hltmt_plugin.atomic_files import AtomicFile, write_failed
 
 
 class OutputError(ValueError):
@@ -41,7 +41,7 @@ def refuse_inputs(option: str, output: str, inputs: Dict[str, Optional[str]],
 
 
 class AtomicOutput:
-    """``path`` written through a temporary file in its folder (:class:`hltmt_plugin.files.AtomicFile`)::
+    """``path`` written through a temporary file in its folder (:class:`hltmt_plugin.atomic_files.AtomicFile`)::
 
         with AtomicOutput(path, "--output") as f:   # text, UTF-8
             f.write(...)

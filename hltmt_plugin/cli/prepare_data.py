@@ -27,7 +27,7 @@ import time
 
 from hltmt_plugin.cli import DEBMT10
 from hltmt_plugin.data_fingerprint import write_fingerprint
-from hltmt_plugin.files import inside, replace_folder
+from hltmt_plugin.atomic_files import inside, replace_folder
 
 WMT10_LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
 SPLITS = ["train", "valid", "test"]

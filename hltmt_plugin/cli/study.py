@@ -45,7 +45,7 @@ from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
 from hltmt_plugin.cli.report import gate_of, read_gen
-from hltmt_plugin.files import save_torch, write_text
+from hltmt_plugin.atomic_files import save_torch, write_text
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 # seed 1 of every system first (a first comparison, and the models a user can try), then seeds

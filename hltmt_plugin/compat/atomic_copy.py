@@ -6,7 +6,7 @@ fairseq writes one checkpoint (``torch_persistent_save``: to ``NAME.pt.tmp``, re
 write that fails (a full disk) is retried twice, logged as a traceback each time, and leaves
 ``NAME.pt.tmp`` behind.
 
-Here both are written whole or not at all by :mod:`hltmt_plugin.files` (a temporary file with
+Here both are written whole or not at all by :mod:`hltmt_plugin.atomic_files` (a temporary file with
 a unique name in the same folder, flushed to disk and renamed over the destination). A write
 or copy that fails removes its temporary file and is one :class:`HltmtInputError` naming the
 folder, the file and how large it is (and what room the folder has); the checkpoints already
@@ -19,7 +19,7 @@ import os
 import torch
 
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.files import TORCH_TEMP, os_error_behind, torch_writer, write_atomically
+from hltmt_plugin.atomic_files import TORCH_TEMP, os_error_behind, torch_writer, write_atomically
 
 MB = 1 << 20
 
@@ -59,7 +59,7 @@ def did_not_fit(path: str, error: OSError, size: int) -> HltmtInputError:
 
 def _write_atomically(path: str, write, size: int) -> None:
     """``write(tmp)`` to a temporary file beside ``path``, which then replaces it
-    (:func:`hltmt_plugin.files.write_atomically`); a failure of the file system is
+    (:func:`hltmt_plugin.atomic_files.write_atomically`); a failure of the file system is
     :func:`did_not_fit`."""
     try:
         write_atomically(path, write, suffix=TORCH_TEMP)

@@ -1,4 +1,4 @@
-"""hltmt_plugin/files.py: a file is its old self or the whole new one, never part of one, and no
+"""hltmt_plugin/atomic_files.py: a file is its old self or the whole new one, never part of one, and no
 temporary file is left behind. (Reading is compat/safe_loading's: tests/compat/test_safe_loading.py;
 fairseq's checkpoint writes through this module: tests/compat/test_atomic_copy.py.)"""
 import errno
@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from hltmt_plugin import files
+from hltmt_plugin import atomic_files as files
 from hltmt_plugin.errors import HltmtInputError
 
 
