@@ -23,7 +23,7 @@ the encoder still makes the record before the decoder runs, for a full forward p
 beam search alike.
 
 The path of a target language: ``__xx__`` in ``src_tokens`` (or ``tgt_lang_id``) -> ``record[:, TGT]``
-(:meth:`LanguageTable.record`) -> the SLP's module table (``SelectiveLanguagePool.module_ids``).
+(:meth:`LanguageTable.record`) -> the SLP's module table (``LanguageRouter.module_ids``).
 """
 import contextlib
 from typing import Callable, Dict, Iterator, List, Optional, Sequence

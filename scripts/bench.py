@@ -154,7 +154,7 @@ def build(args, name):
     torch.manual_seed(1)
     model = task.build_model(parsed).to(args.device)
     if is_hltmt and "--hlt-stage" not in extra:  # stage all: a fixed map, as after stage high
-        model.slp.fix_map_to(torch.arange(len(args.high.split(","))) % args.pool_size)
+        model.slp_router.fix_map_to(torch.arange(len(args.high.split(","))) % args.pool_size)
     return {"args": parsed, "task": task, "model": model,
             "lang_ids": "src_lang_id" in inspect.signature(model.encoder.forward).parameters}
 
@@ -630,9 +630,10 @@ def _phase_patches():
         ("        decoder layers + SLP", "hltmt_plugin.models.decoder", "HltmtTransformerDecoder", "extract_features"),
         ("          decoder layers", "fairseq.models.transformer.transformer_decoder", "TransformerDecoderBase",
          "extract_features_scriptable"),
-        ("          SLP (routing + modules)", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "forward"),
+        ("          SLP routing decision", "hltmt_plugin.modules.language_router", "LanguageRouter", "decide"),
         ("            route plan (RoutePlan)", "hltmt_plugin.modules.routing", "RoutePlan", "__init__"),
-        ("            module ids", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "module_ids"),
+        ("            module ids", "hltmt_plugin.modules.language_router", "LanguageRouter", "module_ids"),
+        ("          SLP modules", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "forward"),
         ("        output projection", "fairseq.models.transformer.transformer_decoder", "TransformerDecoderBase",
          "output_layer"),
         ("      log-softmax (get_lprobs_and_target)", "fairseq.criterions.label_smoothed_cross_entropy",

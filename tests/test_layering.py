@@ -17,7 +17,8 @@ LAYERS = [
     ["config", "compat", "data_fingerprint"],
     ["modules", "modules.routing"],  # modules/__init__.py is empty
     ["languages"],
-    ["modules.language_pool", "adapters", "skills"],  # the features: each knows languages and routing only
+    ["modules.language_pool"],  # the SLP's modules, routed by a decision: routing only
+    ["modules.language_router", "adapters", "skills"],  # the features: each knows languages and routing only
     ["peft", "pretrained"],
     ["models"],
     ["tasks", "criterions"],  # the model's public surface only

@@ -396,11 +396,11 @@ def gate_of(checkpoint):
     if getattr(model, "slp", None) is None:
         raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
     with torch.no_grad():
-        probs = model.slp.gate_probs(model.decoder.high_lang_embeddings()).numpy()
+        probs = model.slp_router.gate_probs().numpy()
     # a checkpoint from stage all holds the map fixed after stage 1; its gate is frozen, but the
     # language embeddings it reads kept training, so the argmax may have moved since
-    fixed = model.slp.map_is_fixed
-    chosen = model.slp.fixed_map.tolist() if fixed else probs.argmax(axis=1).tolist()
+    fixed = model.slp_router.map_is_fixed
+    chosen = model.slp_router.fixed_map.tolist() if fixed else probs.argmax(axis=1).tolist()
     return probs.tolist(), list(model.high_resource_langs), chosen, fixed
 
 
@@ -492,7 +492,7 @@ def main(argv=None):
         except LookupError as error:
             note = (note + " " if note else "") + f"No gate heatmap: {error}."
         else:
-            from hltmt_plugin.modules.language_pool import map_text  # torch and fairseq imported above
+            from hltmt_plugin.modules.language_router import map_text  # torch and fairseq imported above
 
             mapping = map_text(dict(zip(langs, chosen)))
             note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."

@@ -26,7 +26,7 @@ from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.report import convergence, draw_gate, save_figure, valid_points
-from hltmt_plugin.modules.language_pool import map_text
+from hltmt_plugin.modules.language_router import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
 NAMES = {"mnmt": "MNMT", "mnmt-staged": "MNMT, staged data", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}

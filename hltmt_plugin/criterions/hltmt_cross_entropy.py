@@ -31,7 +31,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import ROWS, TGT
-from hltmt_plugin.modules.language_pool import disparity
+from hltmt_plugin.modules.language_router import disparity
 from hltmt_plugin.models.hltmt_transformer import plugin_model
 
 LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = "lang_loss:", "lang_ntokens:", "route:", "disparity_sum", "disparity_n"

@@ -1,7 +1,9 @@
 """The HLT-MT decoder: fairseq's ``TransformerDecoderBase`` with the SLP after its last layer,
 before the output projection, routed by each row's target language from the record in
-``encoder_out``. In a beam search the route plans (SLP, target-language adapters) are made at
-the first step and kept with the beams (:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
+``encoder_out``: the SLP's router (``slp_router``) decides each pass's routing, the pool
+(``slp``) routes the rows by that decision. In a beam search the route plans (SLP,
+target-language adapters) are made at the first step and kept with the beams
+(:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
 import logging
 from typing import Dict, List, Optional
 
@@ -17,6 +19,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import ROWS, TGT, PassRows, names_of, names_tensor, rows_of
 from hltmt_plugin.models.layers import Layouts, decoder_layer
 from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.language_router import LanguageRouter
 from hltmt_plugin.modules.routing import SearchPlans
 
 logger = logging.getLogger(__name__)
@@ -35,13 +38,16 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         if normalize_before and self.project_out_dim is not None:
             raise HltmtConfigError("a pre-norm decoder with --decoder-output-dim different from "
                                    "--decoder-embed-dim is not supported by the SLP")
-        self.slp = self.slp_output_norm = None
+        self.slp = self.slp_router = self.slp_output_norm = None
         if num_high == 0:  # no --high-resource-langs: no pool, fairseq's own decoder top
             return
         self.slp = SelectiveLanguagePool(
             self.output_embed_dim, slp_cfg.slp_hidden_dim or cfg.decoder.ffn_embed_dim, slp_cfg.slp_pool_size,
-            num_high, hard_prob=slp_cfg.slp_hard_prob, seed=seed, activation_fn=cfg.activation_fn,
-            dropout=cfg.dropout, activation_dropout=cfg.activation_dropout, normalize_before=normalize_before)
+            activation_fn=cfg.activation_fn, dropout=cfg.dropout, activation_dropout=cfg.activation_dropout,
+            normalize_before=normalize_before)
+        # its tensors live on the pool: decoder.slp.gate.*, decoder.slp.fixed_map_onehot, decoder.slp.gate_steps
+        self.slp_router = LanguageRouter(self.slp, self.output_embed_dim, slp_cfg.slp_pool_size, num_high,
+                                         hard_prob=slp_cfg.slp_hard_prob, seed=seed)
         # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
         # projection still sees normalised features.
         if normalize_before and self.layer_norm is not None:
@@ -57,7 +63,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def set_languages(self, langs: List[str], high: List[str], lang_tok_style: str):
         if self.slp is None:
             return
-        self.slp.set_languages(langs, high)
+        self.slp_router.set_languages(langs, high, self.high_lang_embeddings)
         self.register_buffer("high_tokens", torch.tensor(
             [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high], dtype=torch.long),
             persistent=False)
@@ -69,7 +75,13 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         return self.embed_tokens.weight.index_select(0, self.high_tokens)
 
     def slp_module_ids(self, record: Tensor) -> Tensor:
-        return self.slp.module_ids(record[:, TGT], self.high_lang_embeddings())
+        return self.slp_router.module_ids(record[:, TGT])
+
+    def set_num_updates(self, num_updates: int) -> None:
+        """fairseq hands every module of the model the update count before each training step:
+        the router draws the step's routing."""
+        if self.slp_router is not None:
+            self.slp_router.set_num_updates(num_updates)
 
     def invertible_input(self, x: Tensor) -> Tensor:  # T x B x C: the first layer's input
         return self.invertible_adapters(x, self.rows, dim=1)
@@ -85,12 +97,10 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
                                                 full_context_alignment, alignment_layer, alignment_heads)
             routing = {}
-            if self.slp is None:
-                pass
-            elif self.slp.use_soft_routing():
-                x, routing = self.slp(x, record[:, TGT], self.high_lang_embeddings())
-            else:  # hard: one plan per forward pass, or per beam search
-                x, routing = self.slp(x, None, None, self.rows.plan(SLP_IDS))
+            if self.slp is not None:  # a hard step's plan: one per forward pass, or per beam search
+                decision = self.slp_router.decide(record[:, TGT], plan=lambda: self.rows.plan(SLP_IDS))
+                x = self.slp(x, decision)
+                routing = {"slp_module": decision.module_ids, "slp_gate": decision.gate_probs}
             if self.slp_output_norm is not None:
                 x = self.slp_output_norm(x)
             if self.invertible_adapters is not None:  # B x T x C, just before the tied output projection
@@ -139,7 +149,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         """The checkpoint's routing map, reordered to this model's --high-resource-langs (the
         same languages in another order); other languages are refused, naming both lists."""
         key = prefix + "high_langs"
-        saved, ours = state_dict.get(key), self.slp.high
+        saved, ours = state_dict.get(key), self.slp_router.high
         state_dict[key] = self.high_langs.clone()
         if saved is None or names_of(saved) == ours:  # (None: a checkpoint from before the names were saved)
             return

@@ -27,7 +27,8 @@ from hltmt_plugin.languages import LanguageTable, check_known, split_list
 from hltmt_plugin.models.decoder import HltmtTransformerDecoder
 from hltmt_plugin.models.encoder import HltmtTransformerEncoder
 from hltmt_plugin.models.layers import Layouts
-from hltmt_plugin.modules.language_pool import SelectiveLanguagePool, map_text
+from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.language_router import LanguageRouter, map_text
 from hltmt_plugin.peft import PeftConfig, apply_train_only
 from hltmt_plugin.pretrained import PretrainedConfig
 from hltmt_plugin.skills import feature as skill_feature
@@ -160,7 +161,7 @@ class HltmtTransformerModel(TransformerModel):
             logger.info("hltmt_transformer: no --high-resource-langs, so no HLT-MT pool: the decoder top is "
                         "fairseq's own and every direction trains from the start")
         elif slp.slp_language_specific:
-            model.decoder.slp.fix_map_to(torch.arange(len(high)))
+            model.slp_router.fix_map_to(torch.arange(len(high)))
         if high:
             logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
                         f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
@@ -202,8 +203,8 @@ class HltmtTransformerModel(TransformerModel):
             details = " ".join(str(error).split())
             raise HltmtInputError("the checkpoint does not fit the model its options build (another "
                                   f"architecture, language list or version?): {details[:600]}") from None
-        if self.slp is not None and self.slp.map_is_fixed:
-            universal = [lang for lang in self.slp.langs if lang not in self.high_resource_langs]
+        if self.slp is not None and self.slp_router.map_is_fixed:
+            universal = [lang for lang in self.slp_router.langs if lang not in self.high_resource_langs]
             logger.info(f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.routing_map())}"
                         f"; universal layer: {','.join(universal) or '(none)'}")
         return result
@@ -213,12 +214,17 @@ class HltmtTransformerModel(TransformerModel):
         """The pool, or None for a model without one (no --high-resource-langs)."""
         return self.decoder.slp
 
+    @property
+    def slp_router(self) -> Optional[LanguageRouter]:
+        """The pool's router (gate, routing map, hard/soft draw), or None without a pool."""
+        return self.decoder.slp_router
+
     def routing_map(self) -> Dict[str, int]:
         """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now
         (empty without a pool)."""
         if self.slp is None:
             return {}
-        return self.slp.routing_map(self.decoder.high_lang_embeddings())
+        return self.slp_router.routing_map()
 
     def route_of(self, src: str, tgt: str) -> Dict[str, object]:
         """Which modules serve a sentence ``src -> tgt``: ``{"slp": "m<k>" | "universal",
@@ -255,7 +261,7 @@ class HltmtTransformerModel(TransformerModel):
 
     def fix_routing_map(self) -> Dict[str, int]:
         """Fix ``g(l) = argmax p_l`` from the current gate (stage all) and freeze the gate."""
-        fixed = self.slp.fix_map(self.decoder.high_lang_embeddings())
+        fixed = self.slp_router.fix_map()
         return dict(zip(self.high_resource_langs, fixed.tolist()))
 
 

@@ -76,7 +76,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def updates_done(self) -> int:
         if self.model is None or getattr(self.model, "slp", None) is None:
             return 0
-        return self.stages.updates_done(self.model) if self.stages is not None else self.model.slp.num_updates
+        return self.stages.updates_done(self.model) if self.stages is not None else self.model.slp_router.num_updates
 
     def current_stage(self) -> str:
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
@@ -124,7 +124,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         self.idle_gradients.drop(self.model, optimizer)
         super().optimizer_step(optimizer, model, update_num)
         if getattr(self.model, "slp", None) is not None:
-            self.model.slp.num_updates = update_num + 1  # the count after this update, for stage decisions
+            self.model.slp_router.num_updates = update_num + 1  # the count after this update, for stage decisions
         interval = getattr(self.args, "hlt_param_digest_interval", 0)
         if interval and (update_num + 1) % interval == 0:
             print(f"HLT-MT parameter digest: rank {rank()} update {update_num + 1} {parameter_digest(self.model)}",
@@ -194,4 +194,4 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             num_shards=kwargs.get("num_shards", 1), shard_id=kwargs.get("shard_id", 0),
             num_workers=kwargs.get("num_workers", 0), epoch=epoch,
             switch_update=self.args.high_stage_updates, batches_per_update=per_update,
-            count_updates=self.updates_done, map_fixed=lambda: self.model.slp.map_is_fixed)
+            count_updates=self.updates_done, map_fixed=lambda: self.model.slp_router.map_is_fixed)

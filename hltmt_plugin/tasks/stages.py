@@ -24,7 +24,7 @@ from fairseq.data.multilingual.multilingual_data_manager import MultilingualData
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.models.hltmt_transformer import SlpConfig
-from hltmt_plugin.modules.language_pool import map_text
+from hltmt_plugin.modules.language_router import map_text
 from hltmt_plugin.peft import check_trains_in_run
 from hltmt_plugin.tasks.collation import with_row_ids
 from hltmt_plugin.tasks import temperature
@@ -110,15 +110,15 @@ class StageSchedule:
         count is set to 0 the first time it is read (after the checkpoint load, before the
         first update), so that stage decisions, the stage line and the epoch cut count as
         fairseq counts: ``--high-stage-updates`` and ``--max-update`` alike."""
-        slp = model.slp
+        router = model.slp_router
         if not self.count_checked:
             self.count_checked = True
-            if self.count_restarts and slp.num_updates:
-                logger.info(f"HLT-MT: the checkpoint was saved after {slp.num_updates} updates; fairseq's update "
+            if self.count_restarts and router.num_updates:
+                logger.info(f"HLT-MT: the checkpoint was saved after {router.num_updates} updates; fairseq's update "
                             f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
                             f"(--high-stage-updates counts from here)")
-                slp.set_num_updates(0)
-        return slp.num_updates
+                router.set_num_updates(0)
+        return router.num_updates
 
     def uses_high(self) -> bool:
         return self.args.high_stage_updates > 0 or self.args.hlt_stage in (None, HIGH)
@@ -141,31 +141,31 @@ class StageSchedule:
 
     def begin_epoch(self, model, epoch: int, updates_done: int) -> None:
         """Fix the routing map at the start of stage all; refuse a model that cannot run the stage."""
-        slp = model.slp
+        router = model.slp_router
         check_trains_in_run(model, [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
                             self.high, self.args, self.args.high_stage_updates)
         if self.stage(updates_done) == ALL:
-            if not slp.map_is_fixed and 0 < self.args.high_stage_updates < updates_done:
+            if not router.map_is_fixed and 0 < self.args.high_stage_updates < updates_done:
                 raise stage_high_passed(updates_done, self.args.high_stage_updates)
-            if not slp.map_is_fixed and int(slp.gate_steps) == 0:
+            if not router.map_is_fixed and int(router.gate_steps) == 0:
                 raise HltmtConfigError(
                     "stage all needs the routing map learned in stage high, and this model's gate was never "
                     "trained: start from the stage-1 checkpoint (--restore-file STAGE1/checkpoint_last.pt "
                     "--reset-optimizer --reset-dataloader --reset-meters) or run both stages in one job with "
                     "--high-stage-updates N")
-            newly = not slp.map_is_fixed
+            newly = not router.map_is_fixed
             mapping = model.fix_routing_map()
             logger.info(f"HLT-MT stage all (epoch {epoch}, update {updates_done}): routing map "
                         f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: {map_text(mapping)}")
         else:
             switch = self.args.high_stage_updates
-            if slp.map_is_fixed and switch > 0:
+            if router.map_is_fixed and switch > 0:
                 raise HltmtConfigError(
                     f"the checkpoint is past the stage switch (its routing map is fixed; this run goes on from update "
                     f"{updates_done}), and --high-stage-updates {switch} asks for stage high until update {switch}: "
                     f"resume with the --high-stage-updates of the run that wrote it (or any value up to "
                     f"{updates_done}: the switch is behind)")
-            if slp.map_is_fixed:
+            if router.map_is_fixed:
                 raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
                                        "checkpoint): the gate can no longer learn; use --hlt-stage all")
             logger.info(f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "

@@ -10,7 +10,7 @@ from fairseq import metrics
 
 from conftest import build, make_sample
 from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
-from hltmt_plugin.modules.language_pool import HARD, SOFT, disparity
+from hltmt_plugin.modules.language_router import HARD, SOFT, disparity
 
 
 def test_disparity_is_lowest_for_an_even_spread():
@@ -45,9 +45,9 @@ def test_disparity_scales_with_the_sample_size_and_reaches_the_gate(built, batch
     _, task, model = built
     model = copy.deepcopy(model)
     with torch.no_grad():
-        model.slp.gate.bias.copy_(torch.tensor([6.0] + [0.0] * (model.slp.pool_size - 1)))
+        model.slp_router.gate.bias.copy_(torch.tensor([6.0] + [0.0] * (model.slp.pool_size - 1)))
     model.train()
-    model.slp.mode = SOFT
+    model.slp_router.mode = SOFT
     coefficients = []
     for directions in (["en-de", "en-gu"], ["en-de", "en-fr", "de-en", "en-hi", "gu-en", "en-fr"]):
         sample = make_sample(task, directions)
@@ -55,7 +55,7 @@ def test_disparity_scales_with_the_sample_size_and_reaches_the_gate(built, batch
         with_term, size, log = criterion(task, 2.0, batch_size)(model, sample)
         torch.manual_seed(0)
         without, size0, _ = criterion(task, 0.0, batch_size)(model, sample)
-        probs = model.slp.gate_probs(model.decoder.high_lang_embeddings())
+        probs = model.slp_router.gate_probs()
         floor = probs.size(0) ** 2 / probs.size(1)  # the term's minimum, a constant
         # the coefficient measured: (loss with - without) / sample size / (D - H^2/T)
         coefficients.append(((with_term - without) / size).item() / (disparity(probs).item() - floor))
@@ -64,13 +64,13 @@ def test_disparity_scales_with_the_sample_size_and_reaches_the_gate(built, batch
         assert measured == pytest.approx(2.0 / batch_size, rel=2e-3)
     model.zero_grad()
     ((with_term - without) / size).backward()
-    assert model.slp.gate.weight.grad.abs().sum() > 0
+    assert model.slp_router.gate.weight.grad.abs().sum() > 0
 
 
 def test_hard_steps_add_no_disparity(built):
     _, task, model = built
     model.train()
-    model.slp.mode = HARD
+    model.slp_router.mode = HARD
     sample = make_sample(task, ["en-de", "en-gu"])
     torch.manual_seed(0)
     a, _, log = criterion(task, 5.0)(model, sample)

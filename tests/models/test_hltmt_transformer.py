@@ -8,7 +8,7 @@ from fairseq.models.transformer import TransformerDecoderBase
 
 from conftest import assert_beam_equals_forward, assert_one_error_line, build, decode, generate, hypotheses, make_sample
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.language_pool import HARD, SOFT
+from hltmt_plugin.modules.language_router import HARD, SOFT
 
 DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
 
@@ -46,7 +46,7 @@ def built(data_bin):
 def test_hard_step_routes_each_row_to_its_module_alone(built):
     _, task, model = built
     model.train()
-    model.slp.mode = HARD
+    model.slp_router.mode = HARD
     sample = make_sample(task, DIRECTIONS)
     out, extra = decoder_features(model, sample)
     pre = features_before_slp(model, sample)
@@ -60,7 +60,7 @@ def test_hard_step_routes_each_row_to_its_module_alone(built):
 def test_soft_step_is_the_weighted_sum_for_high_rows_and_universal_for_low(built):
     _, task, model = built
     model.train()
-    model.slp.mode = SOFT
+    model.slp_router.mode = SOFT
     sample = make_sample(task, DIRECTIONS)
     out, extra = decoder_features(model, sample)
     probs = extra["slp_gate"]
@@ -89,30 +89,30 @@ def has_grad(module):
 def test_gradient_reaches_exactly_the_selected_module_in_hard_steps(built):
     _, task, model = built
     model.train()
-    model.slp.mode = HARD
+    model.slp_router.mode = HARD
     sample = make_sample(task, ["en-de", "en-gu", "de-en"])
     grads(model)(**sample["net_input"])[0].sum().backward()
     chosen = model.routing_map()["de"]
     for t, module in enumerate(model.slp.pool):
         assert has_grad(module) == (t == chosen), t
     assert has_grad(model.slp.universal)
-    assert not has_grad(model.slp.gate)
+    assert not has_grad(model.slp_router.gate)
 
 
 def test_gradient_reaches_all_pool_modules_and_the_gate_in_soft_steps(built):
     _, task, model = built
     model.train()
-    model.slp.mode = SOFT
+    model.slp_router.mode = SOFT
     sample = make_sample(task, ["en-de", "en-gu", "de-en"])
     grads(model)(**sample["net_input"])[0].sum().backward()
     assert all(has_grad(m) for m in model.slp.pool)
-    assert has_grad(model.slp.gate) and has_grad(model.slp.universal)
+    assert has_grad(model.slp_router.gate) and has_grad(model.slp.universal)
 
 
 def test_low_only_batch_touches_no_pool_module(built):
     _, task, model = built
     model.train()
-    model.slp.mode = SOFT
+    model.slp_router.mode = SOFT
     sample = make_sample(task, ["en-gu", "de-en", "en-hi"])
     grads(model)(**sample["net_input"])[0].sum().backward()
     assert not any(has_grad(m) for m in model.slp.pool) and has_grad(model.slp.universal)
@@ -121,7 +121,7 @@ def test_low_only_batch_touches_no_pool_module(built):
 def test_validation_routes_low_resource_targets_to_the_universal_layer(built):
     _, task, model = built
     model.eval()
-    model.slp.mode = SOFT  # a soft draw left over from training must not matter at evaluation
+    model.slp_router.mode = SOFT  # a soft draw left over from training must not matter at evaluation
     sample = make_sample(task, DIRECTIONS)
     with torch.no_grad():
         _, extra = model(**sample["net_input"])
@@ -137,7 +137,7 @@ def test_beam_search_scores_equal_a_full_forward_pass(data_bin, extra):
     model.eval()
     # a gate that separates the languages, so routing differences would show
     with torch.no_grad():
-        model.slp.gate.weight.normal_(0, 5)
+        model.slp_router.gate.weight.normal_(0, 5)
     sample = make_sample(task, DIRECTIONS, seed=3)
     checked = assert_beam_equals_forward(task, model, sample, beam=5)
     assert checked == len(DIRECTIONS) * 5
@@ -147,7 +147,7 @@ def test_generation_routes_each_row_by_its_own_target(built):
     _, task, model = built
     model.eval()
     seen = []
-    hook = model.slp.register_forward_hook(lambda m, i, o: seen.append(o[1]["slp_module"].clone()))
+    hook = model.slp.register_forward_hook(lambda m, i, o: seen.append(i[1].module_ids.clone()))  # (x, decision)
     try:
         sample = make_sample(task, DIRECTIONS)
         generate(task, model, sample, beam=2)
@@ -227,10 +227,10 @@ def test_ls_mnmt_gives_each_language_its_own_module_without_a_gate(data_bin):
     _, task, model = build(data_bin, "--high-resource-langs", "en,de,fr,gu,hi", "--slp-pool-size", "5",
                            "--slp-language-specific", "--hlt-stage", "all")
     assert model.routing_map() == {"en": 0, "de": 1, "fr": 2, "gu": 3, "hi": 4}
-    assert not any(p.requires_grad for p in model.slp.gate.parameters())
+    assert not any(p.requires_grad for p in model.slp_router.gate.parameters())
     task.begin_epoch(1, model)  # stage all accepts the fixed map without a stage-1 gate
     model.train()
-    model.slp.mode = SOFT  # a fixed map routes hard whatever the draw
+    model.slp_router.mode = SOFT  # a fixed map routes hard whatever the draw
     sample = make_sample(task, DIRECTIONS)
     _, extra = model(**sample["net_input"])
     expected = [model.routing_map()[d.split("-")[1]] for d in row_directions(sample)]

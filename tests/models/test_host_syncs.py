@@ -12,7 +12,7 @@ import torch
 
 from conftest import MADX, build, make_sample, mixed_sample
 from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
-from hltmt_plugin.modules.language_pool import HARD
+from hltmt_plugin.modules.language_router import HARD
 
 HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
 
@@ -43,8 +43,8 @@ def counting_host_reads():
 def training_step_reads(task, model, sample):
     criterion = HltmtCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
     model.train()
-    model.slp.fix_map_to(torch.tensor([0, 1]))
-    model.slp.mode = HARD
+    model.slp_router.fix_map_to(torch.tensor([0, 1]))
+    model.slp_router.mode = HARD
     criterion(model, sample)[0].backward()  # the first training batch is checked on the host, once
     task.idle_gradients.note(model)
     task.idle_gradients.drop(model)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import ROOT, build, cli, make_sample, run, train_args
-from hltmt_plugin.modules.language_pool import HARD
+from hltmt_plugin.modules.language_router import HARD
 
 LAUNCH = cli("hltmt-launch")
 COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3",
@@ -70,7 +70,7 @@ def test_modules_no_worker_used_keep_no_gradient(data_bin):
     Adam (with momentum from earlier updates) leaves idle modules where they are."""
     _, task, model = build(data_bin)
     model.train()
-    model.slp.mode = HARD
+    model.slp_router.mode = HARD
     sample = make_sample(task, ["en-de", "de-en"])  # de -> one pool module; en -> universal
     model(**sample["net_input"])[0].sum().backward()
     task.idle_gradients.note(model)  # what task.train_step does after the backward
@@ -82,7 +82,7 @@ def test_modules_no_worker_used_keep_no_gradient(data_bin):
     for t, module in enumerate(model.slp.pool):
         assert all((p.grad is None) == (t != chosen) for p in module.parameters())
     assert all(p.grad is not None for p in model.slp.universal.parameters())
-    assert all(p.grad is None for p in model.slp.gate.parameters())
+    assert all(p.grad is None for p in model.slp_router.gate.parameters())
 
 
 @pytest.mark.parametrize("precision", [["--fp16", "--fp16-no-flatten-grads"], ["--memory-efficient-fp16"]])
@@ -102,7 +102,7 @@ def test_the_idle_gradient_rule_holds_under_fairseqs_fp16_optimizers(data_bin, p
     task = tasks.setup_task(args)
     torch.manual_seed(0)
     model = task.build_model(args)
-    model.slp.fix_map_to(torch.tensor([0, 1]))
+    model.slp_router.fix_map_to(torch.tensor([0, 1]))
     params = [p for p in model.parameters() if p.requires_grad]
     wrapper = (optim.MemoryEfficientFP16Optimizer if "--memory-efficient-fp16" in precision else optim.FP16Optimizer)
     optimizer = wrapper.build_optimizer(cfg, params)

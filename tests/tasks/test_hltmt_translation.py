@@ -71,11 +71,11 @@ def test_stage_all_refuses_a_model_whose_gate_never_learned(data_bin):
 
 def test_stage_all_fixes_the_map_from_the_gate_and_freezes_the_gate(data_bin):
     _, task, model = build(data_bin, "--hlt-stage", "all")
-    model.slp.gate_steps += 1  # as if stage high had trained it
+    model.slp_router.gate_steps.add_(1)  # as if stage high had trained it
     before = model.routing_map()
     task.begin_epoch(1, model)
-    assert model.slp.map_is_fixed and model.routing_map() == before
-    assert not any(p.requires_grad for p in model.slp.gate.parameters())
+    assert model.slp_router.map_is_fixed and model.routing_map() == before
+    assert not any(p.requires_grad for p in model.slp_router.gate.parameters())
 
 
 def test_options_the_stages_or_adapters_cannot_honour_are_refused(data_bin):

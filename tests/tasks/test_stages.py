@@ -14,7 +14,7 @@ import torch
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 from conftest import LIKE_TRAINED, RESET, SHORT_RUN, cli, error_lines, losses, run, train_args, train_run, updates
-from hltmt_plugin.modules.language_pool import decode_map
+from hltmt_plugin.modules.language_router import decode_map
 
 COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
           "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "5", "--max-tokens", "1500",
