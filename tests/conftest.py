@@ -2,6 +2,7 @@
 an HLT-MT task + model parsed through fairseq's real option parser; the command lines and
 checks several test files share."""
 import hashlib
+import errno
 import os
 import re
 import resource
@@ -323,3 +324,31 @@ def digest(path):
         return {name: digest(os.path.join(path, name)) for name in sorted(os.listdir(path))}
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def full_disk_open(after):
+    """An ``open`` whose files fail as a full disk does once ``after`` bytes are written."""
+    real_open = open
+
+    class Full:
+        def __init__(self, *args, **kwargs):
+            self.f, self.written = real_open(*args, **kwargs), 0
+
+        def write(self, data):
+            if self.written + len(data) > after:
+                self.f.write(data[:after - self.written])  # what fits is on disk when the error comes
+                self.written = after
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += len(data)
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+    return Full

@@ -1,12 +1,12 @@
 """hltmt_plugin/atomic_files.py: a file is its old self or the whole new one, never part of one, and no
 temporary file is left behind. (Reading is compat/safe_loading's: tests/compat/test_safe_loading.py;
 fairseq's checkpoint writes through this module: tests/compat/test_atomic_copy.py.)"""
-import errno
 import os
 
 import pytest
 import torch
 
+from conftest import full_disk_open
 from hltmt_plugin import atomic_files as files
 from hltmt_plugin.errors import HltmtInputError
 
@@ -15,34 +15,6 @@ def new_file_mode():
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
-
-
-def full_disk_open(after):
-    """An ``open`` whose files fail as a full disk does once ``after`` bytes are written."""
-    real_open = open
-
-    class Full:
-        def __init__(self, *args, **kwargs):
-            self.f, self.written = real_open(*args, **kwargs), 0
-
-        def write(self, data):
-            if self.written + len(data) > after:
-                self.f.write(data[:after - self.written])  # what fits is on disk when the error comes
-                self.written = after
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            self.written += len(data)
-            return self.f.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    return Full
 
 
 # ---- whole files in one call --------------------------------------------------------------------------

@@ -19,36 +19,10 @@ from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 
 import hltmt_plugin  # noqa: F401  (installs the atomic writer and copy)
-from conftest import digest, error_lines, file_size_limit, losses, train_run
+from conftest import digest, error_lines, file_size_limit, full_disk_open, losses, train_run
 from hltmt_plugin.errors import HltmtInputError
 
 STATE = {"model": {"w": torch.zeros(1 << 18)}, "cfg": {}}  # 1 MB of weights
-
-
-def full_disk_after(nbytes):
-    """A file write that fails as a full disk does, after ``nbytes`` bytes."""
-    real_open = open
-
-    class FullFile:
-        def __init__(self, path, mode="r", *args, **kwargs):
-            self.f, self.written = real_open(path, mode, *args, **kwargs), 0
-
-        def write(self, data):
-            if self.written + len(data) > nbytes:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            self.written += len(data)
-            return self.f.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-    return FullFile
 
 
 def test_a_checkpoint_that_does_not_fit_is_one_error_and_leaves_the_old_file(tmp_path, monkeypatch):
@@ -56,7 +30,7 @@ def test_a_checkpoint_that_does_not_fit_is_one_error_and_leaves_the_old_file(tmp
     path.write_bytes(b"the previous checkpoint")
     import builtins
 
-    monkeypatch.setattr(builtins, "open", full_disk_after(100_000))
+    monkeypatch.setattr(builtins, "open", full_disk_open(100_000))
     with pytest.raises(HltmtInputError) as raised:
         checkpoint_utils.torch_persistent_save(STATE, str(path))
     monkeypatch.undo()
