@@ -55,12 +55,13 @@ def test_significance_and_report(done):
     assert {(r["baseline"], r["seed"], r["direction"]) for r in sig} == {
         ("mnmt", "1", "en-de"), ("mnmt", "1", "en-gu"), ("mnmt", "1", "all"), ("mnmt", "2", "en-de"),
         ("mnmt", "2", "en-gu"), ("mnmt", "2", "all"), ("lsmnmt", "1", "en-de"), ("lsmnmt", "1", "en-gu"),
-        ("lsmnmt", "1", "all")}
+        ("lsmnmt", "1", "all"), ("mnmt-staged", "1", "en-de"), ("mnmt-staged", "1", "en-gu"),
+        ("mnmt-staged", "1", "all")}
     assert all(0 <= float(r["bleu_p"]) <= 1 and 0 <= float(r["chrf_p"]) <= 1 for r in sig)
     md = open(results / "report.md").read()
     for text in ("## The regime the models reached", "has NOT reached the regime", "HLT-MT − MNMT (total)",
                  "MNMT staged − MNMT (the stage schedule alone)", "| the paper, WMT-10 one-to-many",
-                 "HLT-MT vs MNMT, seed 2", "- seed 1: de->m"):
+                 "HLT-MT vs MNMT, seed 2", "HLT-MT vs MNMT, staged data, seed 1", "- seed 1: de->m"):
         assert text in md, text
     for png in ("bleu.png", "valid_loss.png", "gate_seed1.png", "gate_seed2.png"):
         assert open(results / png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
