@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 
-from golden_common import DIRECTIONS, ROOT, forward_scores, generate_lines, platform_key, platform_record_path
+from golden_common import DIRECTIONS, ROOT, platform_key, platform_record_path, record
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 DATA, CHECKPOINT = os.path.join(GOLDEN, "bin"), os.path.join(GOLDEN, "checkpoint.pt")
@@ -28,9 +28,7 @@ def load(path):
 
 @pytest.fixture(scope="module")
 def today():
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    return {"generate": {d: generate_lines(DATA, CHECKPOINT, d, env) for d in DIRECTIONS},
-            "scores": forward_scores(DATA, CHECKPOINT)}
+    return record(DATA, CHECKPOINT, {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
 
 
 def split_numbers(line):
