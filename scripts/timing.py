@@ -1,0 +1,119 @@
+"""How the benchmarks measure time and memory: one small module that every benchmark script
+(bench.py, bench_translate.py, group_bench.py, scale_bench.py) imports, so that a figure in
+docs/benchmarks.md means the same thing whichever script wrote it.
+
+- :class:`Clock`: this process's CPU time (one thread on a shared machine, where the load of
+  other processes inflates wall time but not the CPU time this process spends) or wall time
+  (several threads, or a GPU), with the device synchronised around every reading;
+- :func:`per_call`: seconds per call of a function after a warm-up;
+- :func:`alternating`: seconds each of several step functions spends on its batches, the
+  functions taking turns batch by batch so that the machine's load hits every one alike;
+- :func:`stamp`, :func:`span`, :func:`add_spans`: (wall, CPU) readings and the spans between them;
+- :func:`rss_mib`: this process's current and peak resident memory;
+- :func:`run_measured`: a child process's wall time, peak resident memory and output;
+- :func:`median`: the median of the values that were measured (``None`` left out).
+"""
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+
+class Clock:
+    """``kind`` "cpu": ``time.process_time``; "wall": ``time.perf_counter``. On a CUDA device
+    every reading waits for the device's queued work first, so that a span covers the work."""
+
+    def __init__(self, kind: str = "wall", device: str = "cpu"):
+        if kind not in ("cpu", "wall"):
+            raise ValueError(f"clock kind must be cpu or wall, got {kind!r}")
+        self.kind, self.device = kind, device
+        self._read = time.process_time if kind == "cpu" else time.perf_counter
+
+    def sync(self):
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def now(self) -> float:
+        self.sync()
+        return self._read()
+
+    def seconds(self, fn: Callable[[], object]) -> Tuple[float, object]:
+        """(seconds ``fn()`` took, what it returned)."""
+        t0 = self.now()
+        result = fn()
+        return self.now() - t0, result
+
+
+def per_call(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 3) -> float:
+    """Seconds per call of ``fn`` over ``reps`` calls, after ``warmup`` calls that are not timed."""
+    for _ in range(warmup):
+        fn()
+    spent, _ = clock.seconds(lambda: [fn() for _ in range(reps)])
+    return spent / reps
+
+
+def alternating(steps: Dict[str, Callable], lists: Dict[str, Sequence], clock: Clock,
+                update0: int = 0) -> Dict[str, float]:
+    """Seconds each step function spends on its list of batches (``lists[name]``, all of one
+    length), called as ``steps[name](batch, update0 + i)``; the functions take turns batch by
+    batch, their order turning round every batch."""
+    names = list(steps)
+    spent = {name: 0.0 for name in names}
+    for i in range(len(next(iter(lists.values())))):
+        for name in names if i % 2 == 0 else names[::-1]:
+            seconds, _ = clock.seconds(lambda: steps[name](lists[name][i], update0 + i))
+            spent[name] += seconds
+    return spent
+
+
+Stamp = Tuple[float, float]
+
+
+def stamp() -> Stamp:
+    """(wall, CPU) time now."""
+    return time.time(), time.process_time()
+
+
+def span(a: Stamp, b: Stamp) -> Dict[str, float]:
+    """The wall and CPU seconds from stamp ``a`` to stamp ``b``."""
+    return {"wall": b[0] - a[0], "cpu": b[1] - a[1]}
+
+
+def add_spans(*spans: Dict[str, float]) -> Dict[str, float]:
+    return {"wall": sum(x["wall"] for x in spans), "cpu": sum(x["cpu"] for x in spans)}
+
+
+def rss_mib() -> Tuple[float, float]:
+    """(current, peak) resident memory of this process in MiB (Linux's /proc/self/status)."""
+    cur = peak = 0.0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                cur = int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024
+    return cur, peak
+
+
+def run_measured(cmd: List[str], env: Optional[dict] = None, cwd: Optional[str] = None,
+                 stdin_path: Optional[str] = None) -> Tuple[int, float, float, str]:
+    """Run ``cmd`` to its end (its standard error discarded); returns (exit code, wall seconds,
+    peak resident memory of the process in MiB, its standard output)."""
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out, \
+            open(stdin_path or os.devnull, encoding="utf-8") as stdin:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024.0, out.read()
+
+
+def median(values: Iterable[Optional[float]]) -> Optional[float]:
+    """The median of the values that are not ``None``; ``None`` when there are none."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None

@@ -1,0 +1,87 @@
+"""scripts/timing.py: the clock, spans, memory and child-process measures every benchmark uses."""
+import os
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import timing  # noqa: E402
+
+
+def busy(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_cpu_clock_leaves_out_sleep_and_wall_clock_counts_it():
+    cpu, wall = timing.Clock("cpu"), timing.Clock("wall")
+    assert cpu.seconds(lambda: time.sleep(0.2))[0] < 0.05
+    assert wall.seconds(lambda: time.sleep(0.2))[0] >= 0.19
+    assert cpu.seconds(lambda: busy(0.1))[0] >= 0.09
+    assert timing.Clock("cpu").seconds(lambda: 7)[1] == 7
+    with pytest.raises(ValueError, match="cpu or wall"):
+        timing.Clock("gpu")
+
+
+def test_per_call_times_only_the_calls_after_the_warm_up():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        busy(0.02 if len(calls) > 2 else 0.3)  # the two warm-up calls are slow
+
+    seconds = timing.per_call(fn, reps=3, clock=timing.Clock("cpu"), warmup=2)
+    assert len(calls) == 5 and 0.015 < seconds < 0.1
+
+
+def test_alternating_turns_the_order_round_and_times_each_step_on_its_own_batches():
+    order = []
+
+    def step(name, cost):
+        def run(batch, update):
+            order.append((name, batch, update))
+            busy(cost)
+        return run
+
+    spent = timing.alternating({"a": step("a", 0.001), "b": step("b", 0.03)},
+                               {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"]}, timing.Clock("cpu"), update0=10)
+    assert order == [("a", "a0", 10), ("b", "b0", 10), ("b", "b1", 11), ("a", "a1", 11), ("a", "a2", 12),
+                     ("b", "b2", 12)]
+    assert spent["b"] > 0.085 and spent["a"] < spent["b"] / 5
+
+
+def test_spans_add_up_wall_and_cpu_apart():
+    a = timing.stamp()
+    busy(0.05)
+    time.sleep(0.1)
+    s = timing.span(a, timing.stamp())
+    assert s["wall"] >= 0.14 and 0.04 < s["cpu"] < s["wall"]
+    assert timing.add_spans(s, {"wall": 1.0, "cpu": 2.0}) == {"wall": s["wall"] + 1.0, "cpu": s["cpu"] + 2.0}
+
+
+def test_rss_grows_with_what_the_process_holds():
+    before, _ = timing.rss_mib()
+    block = bytearray(64 * 2 ** 20)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    after, peak = timing.rss_mib()
+    assert after - before > 50 and peak >= after
+    del block
+
+
+def test_run_measured_gives_the_exit_code_output_and_peak_memory_of_the_child(tmp_path):
+    stdin = tmp_path / "in.txt"
+    stdin.write_text("hello\n")
+    code = ("import sys; b = bytearray(80 * 2 ** 20); b[::4096] = b'x' * len(b[::4096]); "
+            "sys.stdout.write(sys.stdin.read().upper()); sys.exit(3)")
+    rc, wall, peak, out = timing.run_measured([sys.executable, "-c", code], stdin_path=str(stdin))
+    assert rc == 3 and out == "HELLO\n" and peak > 80 and wall > 0
+
+
+def test_median_leaves_out_what_was_not_measured():
+    assert timing.median([3.0, None, 1.0, 2.0]) == 2.0
+    assert timing.median([None, None]) is None
