@@ -9,6 +9,7 @@ from argparse import Namespace
 from typing import Dict, List, Optional, Tuple
 
 from fairseq import utils
+from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 
 from hltmt_plugin.data_fingerprint import check_dictionaries as changed_dictionaries
 from hltmt_plugin.data_fingerprint import dictionary_fingerprint
@@ -18,16 +19,26 @@ from hltmt_plugin.languages import split_list, unknown_languages
 logger = logging.getLogger(__name__)
 
 
-def task_languages(args) -> List[str]:
-    """``--langs`` (or the lines of ``--lang-dict``) as a list; None when neither is given."""
-    if args.langs is not None:
-        return split_list(args.langs)
-    if getattr(args, "lang_dict", None):
-        if not os.path.isfile(args.lang_dict):
-            raise HltmtConfigError(f"--lang-dict {args.lang_dict} does not exist")
-        with open(args.lang_dict, encoding="utf-8") as f:
-            return [x.strip() for x in f if x.strip()]
-    return None
+def task_languages(args) -> Optional[List[str]]:
+    """The task's language list as fairseq reads it (``MultilingualDatasetManager.load_langs``:
+    ``--langs``, or the lines of ``--lang-dict``), read before fairseq so that a mistake is one
+    line; None when neither option is given (fairseq then infers the list from the pairs)."""
+    lang_dict = getattr(args, "lang_dict", None)
+    if args.langs is None and not lang_dict:
+        return None
+    if args.langs is not None and lang_dict:
+        raise HltmtConfigError("give the language list once: --langs or --lang-dict, not both")
+    if lang_dict and not os.path.isfile(lang_dict):
+        raise HltmtConfigError(f"--lang-dict {lang_dict} does not exist")
+    fairseq_log = logging.getLogger(MultilingualDatasetManager.__module__)
+    level = fairseq_log.level
+    fairseq_log.setLevel(logging.WARNING)  # fairseq logs the list itself when it reads it next
+    try:
+        langs = MultilingualDatasetManager.load_langs(
+            Namespace(langs=split_list(args.langs) if args.langs is not None else None, lang_dict=lang_dict))
+    finally:
+        fairseq_log.setLevel(level)
+    return split_list(langs)
 
 
 def _directions(args) -> List[str]:

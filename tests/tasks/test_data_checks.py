@@ -28,6 +28,25 @@ def test_training_options(data_bin, tmp_path, extra, message):
     assert not (tmp_path / "s").exists() or not os.listdir(tmp_path / "s")
 
 
+# ---- the language list, read as fairseq reads it
+def test_the_language_list_is_fairseqs_own_reading_of_langs_or_lang_dict(tmp_path):
+    from argparse import Namespace
+
+    from hltmt_plugin.errors import HltmtConfigError
+    from hltmt_plugin.tasks.data_checks import task_languages
+
+    listed = tmp_path / "langs.txt"
+    listed.write_text("en\n\nde \nfr\n")
+    assert task_languages(Namespace(langs="en, de,fr", lang_dict=None)) == ["en", "de", "fr"]
+    assert task_languages(Namespace(langs=["en", "de"], lang_dict=None)) == ["en", "de"]
+    assert task_languages(Namespace(langs=None, lang_dict=str(listed))) == ["en", "de", "fr"]
+    assert task_languages(Namespace(langs=None, lang_dict=None)) is None
+    with pytest.raises(HltmtConfigError, match="does not exist"):
+        task_languages(Namespace(langs=None, lang_dict=str(tmp_path / "none.txt")))
+    with pytest.raises(HltmtConfigError, match="--langs or --lang-dict, not both"):
+        task_languages(Namespace(langs="en,de", lang_dict=str(listed)))
+
+
 # ---- truncated or empty binarized files: one line naming the file
 def broken_copy(data_bin, tmp_path, name, cut):
     """A copy of the data folder whose file ``name`` is cut to ``cut`` bytes."""
