@@ -33,11 +33,11 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
-import tempfile
 import time
+
+from timing import median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
@@ -74,6 +74,41 @@ def sentences(raw, src, tgt, n):
     return lines[:n]
 
 
+def select_items(raw, langs, n):
+    """(src, tgt, sentence): the first ``n`` test sentences of every direction, shuffled (seed 1)."""
+    items = [(s, t, text) for s, t in directions(langs) for text in sentences(raw, s, t, n)]
+    random.Random(1).shuffle(items)
+    return items
+
+
+def by_direction(items):
+    """{(src, tgt): the indices of its items}, directions in the order they first occur."""
+    groups = {}
+    for i, (s, t, _) in enumerate(items):
+        groups.setdefault((s, t), []).append(i)
+    return groups
+
+
+# ---------------------------------------------------------------------------------------
+# the model: prepared and trained under --work unless --checkpoint names one
+
+
+def train_command(args, data, save):
+    """fairseq-train of HLT-MT hltmt_transformer_tiny on ``data`` (half stage high, half all)."""
+    high = [x for x in HIGH if x in args.langs]
+    return [*fairseq("train"), os.path.join(data, "bin"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
+            "--arch", "hltmt_transformer_tiny", "--langs", ",".join(["en"] + args.langs),
+            "--lang-pairs", ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
+            "--encoder-langtok", "tgt", "--high-resource-langs", ",".join(high),
+            "--slp-pool-size", str(min(3, len(high))), "--criterion", "hltmt_cross_entropy",
+            "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(max(1, args.train_updates // 4)),
+            "--dropout", "0.1", "--max-tokens", "4096", "--max-update", str(args.train_updates),
+            "--high-stage-updates", str(args.train_updates // 2), "--sampling-method", "temperature",
+            "--sampling-temperature", "5", "--save-dir", save, "--no-epoch-checkpoints",
+            "--disable-validation", "--seed", "1", *(["--cpu"] if args.device == "cpu" else [])]
+
+
 def prepare_model(args):
     """Data and a trained checkpoint under --work (each step skipped when its output exists)."""
     work = os.path.abspath(args.work)
@@ -88,21 +123,33 @@ def prepare_model(args):
     save = os.path.join(work, "model")
     ckpt = os.path.join(save, "checkpoint_last.pt")
     if not os.path.isfile(ckpt):
-        high = [x for x in HIGH if x in args.langs]
         log(f"training hltmt_transformer_tiny for {args.train_updates} updates (log: {work}/train.log)")
-        check_call([*fairseq("train"), os.path.join(data, "bin"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                    "--arch", "hltmt_transformer_tiny", "--langs", ",".join(["en"] + args.langs),
-                    "--lang-pairs", ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
-                    "--encoder-langtok", "tgt", "--high-resource-langs", ",".join(high),
-                    "--slp-pool-size", str(min(3, len(high))), "--criterion", "hltmt_cross_entropy",
-                    "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
-                    "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(max(1, args.train_updates // 4)),
-                    "--dropout", "0.1", "--max-tokens", "4096", "--max-update", str(args.train_updates),
-                    "--high-stage-updates", str(args.train_updates // 2), "--sampling-method", "temperature",
-                    "--sampling-temperature", "5", "--save-dir", save, "--no-epoch-checkpoints",
-                    "--disable-validation", "--seed", "1", *(["--cpu"] if args.device == "cpu" else [])],
-                   os.path.join(work, "train.log"))
+        check_call(train_command(args, data, save), os.path.join(work, "train.log"))
     return ckpt, os.path.join(data, "bin"), os.path.join(data, "spm", "spm.model")
+
+
+def resolve_model(args):
+    """Load the checkpoint once, as the workers will: sets args.spm, args.data and the
+    --langs / --lang-pairs options of fairseq-interactive; exits with one error line when it
+    cannot be loaded or does not know every language of --langs."""
+    sys.path.insert(0, ROOT)
+    import logging
+
+    logging.disable(logging.WARNING)  # the probe load's fairseq messages
+    from hltmt_plugin.errors import HltmtError
+    from hltmt_plugin.hub import HltmtTranslator
+
+    try:  # resolve the data folder, spm model and language list once, as the workers will
+        probe = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device="cpu")
+    except HltmtError as error:
+        sys.exit(f"bench_translate: error: {error}")
+    args.spm, args.data = probe.spm, args.data or str(probe.task.args.data)
+    args.langs_option = ",".join(probe.langs)
+    args.pairs_option = ",".join(probe.task.lang_pairs)
+    missing = [x for x in ["en"] + args.langs if x not in probe.langs]
+    if missing:
+        sys.exit(f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has "
+                 f"{args.langs_option})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,74 +175,156 @@ def worker(args):
         outputs = translator.translate_batch(items, **options)
     else:
         outputs = [None] * len(items)
-        for src, tgt in dict.fromkeys((s, t) for s, t, _ in items):
-            where = [i for i, (s, t, _) in enumerate(items) if (s, t) == (src, tgt)]
+        for (src, tgt), where in by_direction(items).items():
             for i, text in zip(where, translator.translate([items[i][2] for i in where], src=src, tgt=tgt, **options)):
                 outputs[i] = text
     done = time.perf_counter()
     print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "outputs": outputs}))
 
 
-def run_measured(cmd, env, stdin_path=None):
-    """Run ``cmd``; return (wall seconds, peak RSS MiB, stdout text)."""
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as out, \
-            open(stdin_path or os.devnull, encoding="utf-8") as stdin:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL,
-                                env=env, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read()
-    if proc.returncode != 0:
-        sys.exit(f"bench_translate: error: {' '.join(cmd[:6])} ... failed (exit {proc.returncode})")
-    return wall, usage.ru_maxrss / 1024.0, text
+def run_checked(cmd, env, stdin_path=None):
+    """Run ``cmd``; return (wall seconds, peak RSS MiB, stdout text); exit with one error line
+    when it fails."""
+    code, wall, rss, text = run_measured(cmd, env=env, cwd=ROOT, stdin_path=stdin_path)
+    if code != 0:
+        sys.exit(f"bench_translate: error: {' '.join(cmd[:6])} ... failed (exit {code})")
+    return wall, rss, text
+
+
+def worker_command(mode, args, items_path):
+    """This script as a worker of ``mode`` (mixed or per-direction) on the items of ``items_path``."""
+    return [sys.executable, os.path.abspath(__file__), "--worker", mode, "--items", items_path,
+            "--checkpoint", args.checkpoint, "--spm", args.spm, "--data", args.data, "--beam", str(args.beam),
+            "--max-len", str(args.max_len), "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens),
+            "--threads", str(args.threads), "--device", args.device]
+
+
+def interactive_command(args, src, tgt, sentences_in):
+    """fairseq-interactive for one direction, ``sentences_in`` lines read in one buffer."""
+    return [*fairseq("interactive"), args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+            "--langs", args.langs_option, "--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt",
+            "-s", src, "-t", tgt, "--path", args.checkpoint, "--bpe", "sentencepiece",
+            "--sentencepiece-model", args.spm, "--beam", str(args.beam), "--max-len-b", str(args.max_len),
+            "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens), "--buffer-size", str(sentences_in),
+            *(["--cpu"] if args.device == "cpu" else [])]
+
+
+def interactive_hypotheses(text):
+    """{input line number: detokenized hypothesis} from fairseq-interactive's ``D-`` lines."""
+    hyps = {}
+    for line in text.splitlines():
+        if line.startswith("D-"):
+            fields = line[2:].split("\t")
+            hyps[int(fields[0])] = fields[2] if len(fields) > 2 else ""
+    return hyps
 
 
 def run_mode(mode, args, items, items_path, env, work):
+    """One round of ``mode``: its sentences, times, peak memory, processes and outputs."""
     n = len(items)
     if mode in ("mixed", "per-direction"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--items", items_path,
-               "--checkpoint", args.checkpoint, "--spm", args.spm, "--data", args.data, "--beam", str(args.beam),
-               "--max-len", str(args.max_len), "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens),
-               "--threads", str(args.threads), "--device", args.device]
-        wall, rss, text = run_measured(cmd, env)
+        wall, rss, text = run_checked(worker_command(mode, args, items_path), env)
         result = json.loads(text.strip().splitlines()[-1])
         return {"sentences": n, "translate_s": result["translate_s"], "wall_s": wall, "peak_rss_mib": rss,
                 "peak_rss_sum_mib": rss, "processes": 1, "outputs": result["outputs"]}
     outputs, walls, peaks = [None] * n, [], []
-    for src, tgt in dict.fromkeys((s, t) for s, t, _ in items):
-        where = [i for i, (s, t, _) in enumerate(items) if (s, t) == (src, tgt)]
+    for (src, tgt), where in by_direction(items).items():
         path = os.path.join(work, f"in.{src}-{tgt}.txt")
         with open(path, "w", encoding="utf-8") as f:
             f.writelines(items[i][2] + "\n" for i in where)
-        cmd = [*fairseq("interactive"), args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-               "--langs", args.langs_option, "--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt",
-               "-s", src, "-t", tgt, "--path", args.checkpoint, "--bpe", "sentencepiece",
-               "--sentencepiece-model", args.spm, "--beam", str(args.beam), "--max-len-b", str(args.max_len),
-               "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens), "--buffer-size", str(len(where)),
-               *(["--cpu"] if args.device == "cpu" else [])]
-        wall, rss, text = run_measured(cmd, env, stdin_path=path)
+        wall, rss, text = run_checked(interactive_command(args, src, tgt, len(where)), env, stdin_path=path)
         walls.append(wall)
         peaks.append(rss)
-        hyps = {}
-        for line in text.splitlines():
-            if line.startswith("D-"):
-                fields = line[2:].split("\t")
-                hyps[int(fields[0])] = fields[2] if len(fields) > 2 else ""
+        hyps = interactive_hypotheses(text)
         for k, i in enumerate(where):
             outputs[i] = hyps.get(k)
     return {"sentences": n, "translate_s": None, "wall_s": sum(walls), "peak_rss_mib": max(peaks),
             "peak_rss_sum_mib": sum(peaks), "processes": len(walls), "outputs": outputs}
 
 
-def median(values):
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else None
+def run_rounds(args, items, items_path, env, work):
+    """--rounds rounds of every mode, interleaved; {mode: [each round's result]}."""
+    runs = {mode: [] for mode in MODES}
+    for r in range(args.rounds):
+        for mode in MODES:
+            result = run_mode(mode, args, items, items_path, env, work)
+            runs[mode].append(result)
+            rate = result["sentences"] / (result["translate_s"] or result["wall_s"])
+            log(f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, {rate:.1f} sentences/s"
+                f"{' translating' if result['translate_s'] else ''}, peak {result['peak_rss_mib']:.0f} MiB")
+    return runs
 
 
-def main(argv=None):
+# ---------------------------------------------------------------------------------------
+# the summary
+
+
+def mode_table(runs, n):
+    """Each mode's medians over the rounds: sentences/s translating and end to end, wall time,
+    peak memory (of one process, and summed over its processes)."""
+    table = {}
+    for mode in MODES:
+        rs = runs[mode]
+        translate_s, wall_s = median([r["translate_s"] for r in rs]), median([r["wall_s"] for r in rs])
+        table[mode] = {"translate_sent_per_s": n / translate_s if translate_s else None,
+                       "end_to_end_sent_per_s": n / wall_s, "wall_s": wall_s,
+                       "peak_rss_mib": median([r["peak_rss_mib"] for r in rs]),
+                       "peak_rss_sum_mib": median([r["peak_rss_sum_mib"] for r in rs]),
+                       "processes": rs[0]["processes"]}
+    return table
+
+
+def identical(runs):
+    """How many hypotheses of the first round mixed shares with per-direction and per-process."""
+    outs = {mode: runs[mode][0]["outputs"] for mode in MODES}
+    return {"mixed=per-direction": sum(a == b for a, b in zip(outs["mixed"], outs["per-direction"])),
+            "mixed=per-process": sum(a == b for a, b in zip(outs["mixed"], outs["per-process"]))}
+
+
+def ratios_of(table):
+    mixed, per_dir, per_proc = table["mixed"], table["per-direction"], table["per-process"]
+    return {
+        "mixed/per-direction translating": mixed["translate_sent_per_s"] / per_dir["translate_sent_per_s"],
+        "mixed/per-direction end to end": mixed["end_to_end_sent_per_s"] / per_dir["end_to_end_sent_per_s"],
+        "mixed/per-process end to end": mixed["end_to_end_sent_per_s"] / per_proc["end_to_end_sent_per_s"],
+        "mixed/per-direction peak memory": mixed["peak_rss_mib"] / per_dir["peak_rss_mib"],
+        "mixed/per-process peak memory (largest process)": mixed["peak_rss_mib"] / per_proc["peak_rss_mib"],
+        f"mixed/per-process memory ({per_proc['processes']} servers up at once)":
+            mixed["peak_rss_mib"] / per_proc["peak_rss_sum_mib"],
+    }
+
+
+def report_lines(table, ratios, same, n):
+    """The Markdown table of the modes, the ratios and the identical hypotheses, as printed."""
+    lines = ["| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
+             "|---|---|---|---|---|---|"]
+    for mode in MODES:
+        row = table[mode]
+        tr = f"{row['translate_sent_per_s']:.1f}" if row["translate_sent_per_s"] else "-"
+        mem = f"{row['peak_rss_mib']:.0f}" + (f" (sum {row['peak_rss_sum_mib']:.0f})" if row["processes"] > 1 else "")
+        lines.append(f"| {mode} | {row['processes']} | {tr} | {row['end_to_end_sent_per_s']:.1f} | {row['wall_s']:.1f} "
+                     f"| {mem} |")
+    lines.append("")
+    lines += [f"- {name}: **{value:.2f}**" for name, value in ratios.items()]
+    lines.append(f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "
+                 f"mixed = per-process (fairseq-interactive) {same['mixed=per-process']}/{n}")
+    return lines
+
+
+def write_json(path, args, n, table, ratios, same, runs):
+    with open(path, "w") as f:
+        json.dump({"sentences": n, "per_direction": args.per_direction, "directions": len(directions(args.langs)),
+                   "beam": args.beam, "max_len": args.max_len, "max_tokens": args.max_tokens,
+                   "threads": args.threads, "rounds": args.rounds, "checkpoint": args.checkpoint,
+                   "modes": table, "ratios": ratios, "identical": same,
+                   "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]]
+                                  for m in MODES}}, f, indent=1)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default=None, help="an hltmt_transformer checkpoint trained on DebMT-10 "
                                                       "(default: prepare and train one under --work)")
@@ -219,98 +348,42 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--worker", choices=["mixed", "per-direction"], help=argparse.SUPPRESS)
     p.add_argument("--items", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def child_env(threads):
+    """The environment of every measured process: ``threads`` OpenMP / MKL threads, the plugin importable."""
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+                PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     args.langs = [x.strip() for x in args.langs.split(",") if x.strip()]
     if args.worker:
         return worker(args)
-
     if args.checkpoint is None:
         args.checkpoint, data, spm = prepare_model(args)
         args.data, args.spm = args.data or data, args.spm or spm
-    sys.path.insert(0, ROOT)
-    import logging
-
-    logging.disable(logging.WARNING)  # the probe load's fairseq messages
-    from hltmt_plugin.errors import HltmtError
-    from hltmt_plugin.hub import HltmtTranslator
-
-    try:  # resolve the data folder, spm model and language list once, as the workers will
-        probe = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device="cpu")
-    except HltmtError as error:
-        sys.exit(f"bench_translate: error: {error}")
-    args.spm, args.data = probe.spm, args.data or str(probe.task.args.data)
-    args.langs_option = ",".join(probe.langs)
-    args.pairs_option = ",".join(probe.task.lang_pairs)
-    missing = [x for x in ["en"] + args.langs if x not in probe.langs]
-    if missing:
-        sys.exit(f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has "
-                 f"{args.langs_option})")
-    del probe
+    resolve_model(args)
 
     work = os.path.abspath(args.work)
     os.makedirs(work, exist_ok=True)
-    items = [(s, t, text) for s, t in directions(args.langs) for text in sentences(args.raw, s, t, args.per_direction)]
-    random.Random(1).shuffle(items)
+    items = select_items(args.raw, args.langs, args.per_direction)
     items_path = os.path.join(work, "items.json")
     with open(items_path, "w", encoding="utf-8") as f:
         json.dump(items, f, ensure_ascii=False)
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     log(f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
         f"beam {args.beam}, max length {args.max_len}, {args.max_tokens} tokens per batch, {args.threads} thread(s), "
         f"{args.rounds} round(s)")
-    runs = {mode: [] for mode in MODES}
-    for r in range(args.rounds):
-        for mode in MODES:
-            result = run_mode(mode, args, items, items_path, env, work)
-            runs[mode].append(result)
-            rate = result["sentences"] / (result["translate_s"] or result["wall_s"])
-            log(f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, {rate:.1f} sentences/s"
-                f"{' translating' if result['translate_s'] else ''}, peak {result['peak_rss_mib']:.0f} MiB")
+    runs = run_rounds(args, items, items_path, child_env(args.threads), work)
 
     n = len(items)
-    table = {}
-    for mode in MODES:
-        rs = runs[mode]
-        translate_s, wall_s = median([r["translate_s"] for r in rs]), median([r["wall_s"] for r in rs])
-        table[mode] = {"translate_sent_per_s": n / translate_s if translate_s else None,
-                       "end_to_end_sent_per_s": n / wall_s, "wall_s": wall_s,
-                       "peak_rss_mib": median([r["peak_rss_mib"] for r in rs]),
-                       "peak_rss_sum_mib": median([r["peak_rss_sum_mib"] for r in rs]),
-                       "processes": rs[0]["processes"]}
-    outs = {mode: runs[mode][0]["outputs"] for mode in MODES}
-    same = {"mixed=per-direction": sum(a == b for a, b in zip(outs["mixed"], outs["per-direction"])),
-            "mixed=per-process": sum(a == b for a, b in zip(outs["mixed"], outs["per-process"]))}
-    mixed, per_dir, per_proc = table["mixed"], table["per-direction"], table["per-process"]
-    ratios = {
-        "mixed/per-direction translating": mixed["translate_sent_per_s"] / per_dir["translate_sent_per_s"],
-        "mixed/per-direction end to end": mixed["end_to_end_sent_per_s"] / per_dir["end_to_end_sent_per_s"],
-        "mixed/per-process end to end": mixed["end_to_end_sent_per_s"] / per_proc["end_to_end_sent_per_s"],
-        "mixed/per-direction peak memory": mixed["peak_rss_mib"] / per_dir["peak_rss_mib"],
-        "mixed/per-process peak memory (largest process)": mixed["peak_rss_mib"] / per_proc["peak_rss_mib"],
-        f"mixed/per-process memory ({per_proc['processes']} servers up at once)":
-            mixed["peak_rss_mib"] / per_proc["peak_rss_sum_mib"],
-    }
-    print("| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |")
-    print("|---|---|---|---|---|---|")
-    for mode in MODES:
-        row = table[mode]
-        tr = f"{row['translate_sent_per_s']:.1f}" if row["translate_sent_per_s"] else "-"
-        mem = f"{row['peak_rss_mib']:.0f}" + (f" (sum {row['peak_rss_sum_mib']:.0f})" if row["processes"] > 1 else "")
-        print(f"| {mode} | {row['processes']} | {tr} | {row['end_to_end_sent_per_s']:.1f} | {row['wall_s']:.1f} | {mem} |")
-    print()
-    for name, value in ratios.items():
-        print(f"- {name}: **{value:.2f}**")
-    print(f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "
-          f"mixed = per-process (fairseq-interactive) {same['mixed=per-process']}/{n}")
+    table = mode_table(runs, n)
+    ratios, same = ratios_of(table), identical(runs)
+    print("\n".join(report_lines(table, ratios, same, n)))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"sentences": n, "per_direction": args.per_direction, "directions": len(directions(args.langs)),
-                       "beam": args.beam, "max_len": args.max_len, "max_tokens": args.max_tokens,
-                       "threads": args.threads, "rounds": args.rounds, "checkpoint": args.checkpoint,
-                       "modes": table, "ratios": ratios, "identical": same,
-                       "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]]
-                                      for m in MODES}}, f, indent=1)
+        write_json(args.json, args, n, table, ratios, same, runs)
     return 0
 
 

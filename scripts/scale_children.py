@@ -1,0 +1,344 @@
+"""The measures of scripts/scale_bench.py that each run in a process of their own.
+
+:func:`run_measure` forks the benchmark's process (which imported torch, fairseq and the
+plugin once, :func:`import_everything`) and runs one of :data:`CHILDREN` there, so that each
+measure starts from the same state and its memory and caches end with it:
+
+- ``prepare``: hltmt-prepare-data's steps called one by one, each phase timed;
+- ``data``: task set-up, the train split and two epochs of batches (no model), with memory;
+- ``fairseq``: fairseq-train or fairseq-generate itself, its steps timed;
+- ``speed``: training words/s of the systems on the same mixed-direction batches.
+
+Also here: the fairseq-train and fairseq-generate options of each system.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+from scale_corpus import ROOT, ScaleError, high_and_pool, pairs_of
+from timing import rss_mib, span, stamp
+
+SCRIPTS = os.path.join(ROOT, "scripts")
+PLUGIN = os.path.join(ROOT, "hltmt_plugin")
+SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
+BENCH_NAME = {"mnmt": "baseline", "hltmt": "hltmt", "hltmt+adapters": "hltmt+adapters",
+              "hltmt+skills": "hltmt+skills"}  # scripts/bench.py's names
+ADAPTERS = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters"]
+SKILLS = ["--skill-ffn", "--skill-attention"]
+GEN_SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters"]
+GEN_DIRECTION = ("en", "fr")
+
+
+def child_prepare(spec):
+    """The preparation of hltmt-prepare-data in one interpreter: the same reading,
+    sentencepiece model, encoding, and fairseq_cli.preprocess.main once per pair."""
+    t = {"start": stamp()}
+    import hltmt_plugin.cli.prepare_data as pd
+    import fairseq_cli.preprocess  # noqa: F401 (imports timed here, not in the binarization)
+
+    t["imports"] = stamp()
+    langs, raw, out = spec["langs"], spec["raw"], spec["out"]
+    data = {(s, lang): pd.load_pair(raw, s, lang, None) for s in pd.SPLITS for lang in langs}
+    for lang in langs:
+        en, xx, _ = pd.drop_unusable(*data[("train", lang)], 250)
+        data[("train", lang)] = (en, xx)
+    t["read"] = stamp()
+    spm_dir, bin_dir = os.path.join(out, "spm"), os.path.join(out, "bin")
+    os.makedirs(spm_dir, exist_ok=True)
+    texts = [x for lang in langs for side in data[("train", lang)] for x in side]
+    sp = pd.train_spm(texts, os.path.join(spm_dir, "spm"), spec["vocab"], 1)
+    pd.write_dict(sp, os.path.join(spm_dir, "dict.txt"))
+    t["spm"] = stamp()
+    for (split, lang), (en, xx) in data.items():
+        for side, lines in (("en", en), (lang, xx)):
+            with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
+                f.writelines(" ".join(p) + "\n" for p in sp.encode(lines, out_type=str))
+    t["encode"] = stamp()
+    for lang in langs:
+        pd.binarize(spm_dir, bin_dir, lang, 1)
+    for lang in ["en"] + langs:
+        shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(bin_dir, f"dict.{lang}.txt"))
+    with open(os.path.join(bin_dir, "langs.txt"), "w") as f:
+        f.write("\n".join(["en"] + langs) + "\n")
+    pd.write_fingerprint(bin_dir)  # what hltmt-prepare-data writes besides the data
+    t["binarize"] = stamp()
+    keys = list(t)
+    return {"spans": {k: span(t[p], t[k]) for p, k in zip(keys, keys[1:])}}
+
+
+def training_args(spec, system, save_dir=None):
+    """fairseq-train options of one system (see the module doc)."""
+    langs = spec["langs"]
+    high, pool = high_and_pool(langs)
+    cli = [spec["data"], "--user-dir", PLUGIN, "--langs", ",".join(["en"] + langs),
+           "--lang-pairs", ",".join(pairs_of(langs)), "--encoder-langtok", "tgt", "--max-tokens",
+           str(spec["max_tokens"]), "--optimizer", "adam", "--lr", "1e-4", "--dropout", "0.1", "--seed", "1", "--cpu",
+           "--label-smoothing", "0.1"]
+    if system == "mnmt":
+        cli += ["--task", "translation_multi_simple_epoch", "--arch", "transformer_hltmt_tiny",
+                "--criterion", "label_smoothed_cross_entropy"]
+    else:
+        low = [x for x in langs if x not in high]
+        cli += ["--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny", "--criterion", "hltmt_cross_entropy",
+                "--enable-lang-ids", "--high-resource-langs", ",".join(high), "--slp-pool-size", str(pool),
+                "--hlt-stage", "high", "--pivot-langs", ",".join(["en"] + low), "--slp-hard-prob", "1"]
+        cli += {"hltmt": [], "hltmt+adapters": ADAPTERS, "hltmt+skills": SKILLS}[system]
+    if save_dir:
+        cli += ["--save-dir", save_dir, "--max-update", str(spec["updates"]), "--log-format", "json",
+                "--log-interval", "1", "--no-epoch-checkpoints", "--disable-validation"]
+    return cli
+
+
+def generate_args(spec, system, ckpt):
+    """fairseq-generate options of one system: one direction (GEN_DIRECTION), test split."""
+    src, tgt = GEN_DIRECTION
+    cli = [spec["data"], "--user-dir", PLUGIN, "--langs", ",".join(["en"] + spec["langs"]),
+           "--lang-pairs", f"{src}-{tgt}", "--encoder-langtok", "tgt", "-s", src, "-t", tgt, "--path", ckpt,
+           "--gen-subset", "test", "--beam", "5", "--max-len-b", "20", "--batch-size", "16", "--cpu",
+           "--required-batch-size-multiple", "1"]  # fairseq 0.12 drops a last partial batch otherwise
+    if system == "mnmt":
+        return cli + ["--task", "translation_multi_simple_epoch"]
+    return cli + ["--task", "hltmt_translation", "--enable-lang-ids"]
+
+
+def child_data(spec):
+    """Task set-up, train split and two epochs of batches (no model), with resident memory."""
+    from fairseq import options, tasks
+
+    out = {"rss_mib": {"start": rss_mib()[0]}}
+    args = options.parse_args_and_arch(options.get_training_parser(), training_args(spec, spec["system"]))
+    for name in ("max_source_positions", "max_target_positions"):  # what building the model sets in fairseq-train
+        if getattr(args, name, None) is None:
+            setattr(args, name, 1024)
+    t = stamp()
+    task = tasks.setup_task(args)
+    out["setup_task"] = span(t, stamp())
+    out["rss_mib"]["setup_task"] = rss_mib()[0]
+    t = stamp()
+    task.load_dataset("train", epoch=1)
+    out["load_train"] = span(t, stamp())
+    out["rss_mib"]["load_train"] = rss_mib()[0]
+    out["epochs"] = []
+    for epoch in (1, 2):
+        t = stamp()
+        itr = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=spec["max_tokens"],
+                                      max_positions=(1024, 1024), ignore_invalid_inputs=True,
+                                      required_batch_size_multiple=8, seed=1, epoch=epoch, num_workers=0)
+        batches = itr.next_epoch_itr(shuffle=True)
+        made = span(t, stamp())
+        n = tokens = 0
+        for sample in batches:
+            n += 1
+            tokens += int(sample["ntokens"])
+        out["epochs"].append({"iterator": made, "total": span(t, stamp()), "batches": n, "tokens": tokens,
+                              "rss_mib": rss_mib()[0]})
+    out["peak_rss_mib"] = rss_mib()[1]
+    return out
+
+
+def _timed(owner, name, record, key):
+    """Wrap owner.name so that each call's (start, end) stamps are appended to record[key]."""
+    inner = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        start = stamp()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            record.setdefault(key, []).append((start, stamp()))
+
+    setattr(owner, name, wrapper)
+    return wrapper
+
+
+def child_fairseq(spec):
+    """fairseq-train or fairseq-generate itself (fairseq_cli's cli_main), with its steps timed."""
+    start = stamp()
+    import fairseq.checkpoint_utils as cu
+    import fairseq.tasks as ft
+    from fairseq.trainer import Trainer
+
+    record = {"start": start}
+    setup = ft.setup_task
+
+    def setup_task(*args, **kwargs):
+        t = stamp()
+        task = setup(*args, **kwargs)
+        record.setdefault("setup_task", []).append((t, stamp()))
+        _timed(task, "load_dataset", record, "load_dataset")
+        _timed(task, "build_model", record, "build_model")
+        _timed(task, "inference_step", record, "inference_step")
+        return task
+
+    ft.setup_task = setup_task
+    tokens = record.setdefault("step_tokens", [])
+    train_step = Trainer.train_step
+
+    def step(self, samples, *args, **kwargs):
+        tokens.append(sum(int(s.get("ntokens", 0)) for s in samples if s))
+        return train_step(self, samples, *args, **kwargs)
+
+    Trainer.train_step = step
+    _timed(Trainer, "train_step", record, "train_step")
+    _timed(Trainer, "get_train_iterator", record, "get_train_iterator")
+    _timed(cu, "save_checkpoint", record, "save_checkpoint")
+    _timed(cu, "load_model_ensemble", record, "load_model_ensemble")
+    sys.argv = [spec["kind"]] + spec["argv"]
+    if spec["kind"] == "fairseq-train":
+        from fairseq_cli.train import cli_main
+    else:
+        from fairseq_cli.generate import cli_main
+    cli_main()
+    record["end"] = stamp()
+    record["peak_rss_mib"] = rss_mib()[1]
+    return record
+
+
+def child_speed(spec):
+    """Training words/s of the systems on the same mixed-direction batches (bench.py's step)."""
+    import torch
+
+    sys.path.insert(0, SCRIPTS)
+    import bench
+
+    torch.manual_seed(1)
+    langs = spec["langs"]
+    high, pool = high_and_pool(langs)
+    ns = argparse.Namespace(data=spec["data"], langs=",".join(langs), high=",".join(high), pool_size=pool,
+                            size="tiny", max_tokens=spec["max_tokens"], device="cpu", dtype="fp32",
+                            rounds=spec["rounds"], clock="cpu")
+    systems, build_s = {}, {}
+    for name in spec["systems"]:
+        t = stamp()
+        systems[name] = bench.build(ns, BENCH_NAME[name])
+        build_s[name] = span(t, stamp())
+    first = systems["hltmt"] if "hltmt" in systems else next(iter(systems.values()))
+    samples = bench.batches(ns, first["task"], spec["batches"])
+    task = first["task"]
+    groups = routing_groups(task, samples)
+    rates, work = bench.time_training(ns, {BENCH_NAME[n]: s for n, s in systems.items()}, samples)
+    words = sum(int(s["ntokens"]) for s in samples)
+    # the cost of the routing groups, arithmetic held equal: the same batches with every row
+    # relabelled to one direction (one group in every routed layer), interleaved with the real ones
+    single = [one_group(s, task, "en", langs[0]) for s in samples]
+    grouping = {n: bench.time_pair(ns, s, samples, single) for n, s in systems.items()}
+    return {"build_s": build_s, "words": words, "batches": len(samples), "grouping": grouping,
+            "rates": {n: rates[BENCH_NAME[n]] for n in systems},
+            "flops": {n: work[BENCH_NAME[n]] for n in systems},
+            "params": {n: sum(p.numel() for p in s["model"].parameters()) for n, s in systems.items()},
+            "groups": groups, "threads": torch.get_num_threads()}
+
+
+def routing_groups(task, samples):
+    """Routing groups per batch: rows, distinct source languages, target languages and
+    directions (the target language from the __xx__ token --encoder-langtok tgt puts first,
+    the source from --enable-lang-ids)."""
+    pad, lang_dict = task.source_dictionary.pad(), task.data_manager.lang_dict
+    groups = []
+    for s in samples:
+        src_tokens = s["net_input"]["src_tokens"]
+        first_tok = src_tokens.gather(1, src_tokens.ne(pad).long().argmax(dim=1, keepdim=True)).view(-1)
+        tgt = [task.source_dictionary[int(t)] for t in first_tok]
+        src = [lang_dict[int(i)] for i in s["net_input"]["src_lang_id"].view(-1)]
+        groups.append({"rows": len(tgt), "src": len(set(src)), "tgt": len(set(tgt)),
+                       "directions": len(set(zip(src, tgt)))})
+    return groups
+
+
+def one_group(sample, task, src_lang, tgt_lang):
+    """The sample with every row relabelled to one direction: the same tokens, so the same
+    arithmetic, but one routing group in every routed layer."""
+    import torch
+
+    net = dict(sample["net_input"])
+    src = net["src_tokens"].clone()
+    first = src.ne(task.source_dictionary.pad()).long().argmax(dim=1)
+    src[torch.arange(src.size(0)), first] = task.data_manager.get_encoder_langtok(src_lang, tgt_lang, "tgt")
+    net["src_tokens"] = src
+    for key, lang in (("src_lang_id", src_lang), ("tgt_lang_id", tgt_lang)):
+        if key in net:
+            net[key] = torch.full_like(net[key], task.data_manager.lang_dict.index(lang))
+    return dict(sample, net_input=net)
+
+
+CHILDREN = {"prepare": child_prepare, "data": child_data, "fairseq": child_fairseq, "speed": child_speed}
+
+
+def run_measure(kind, spec, work, timeout, show=False):
+    """Run one measure in a fork of this process (which imported torch, fairseq and the plugin
+    once: see ``import_everything``), so that each measure starts from the same clean state
+    and its memory and caches end with it; returns its result (a dict) and its wall time."""
+    fd, result_path = tempfile.mkstemp(suffix=".json", dir=work)
+    os.close(fd)
+    log_path = result_path[:-5] + ".log"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    start = time.time()
+    pid = os.fork()
+    if pid == 0:  # the measure
+        code = 1
+        try:
+            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            if not show:
+                os.dup2(out, 1)
+            os.dup2(out, 2)
+            result = CHILDREN[kind](dict(spec, parent_start=start))
+            with open(result_path, "w") as f:
+                json.dump(result, f)
+            code = 0
+        except BaseException:  # noqa: B902 - reported by the parent with the log's tail
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.time() - start > timeout:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise ScaleError(f"the {kind} measure ran past --timeout {timeout}s")
+            time.sleep(0.02)
+        wall = time.time() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            with open(log_path, errors="replace") as f:
+                tail = f.read()[-3000:]
+            raise ScaleError(f"the {kind} measure failed (exit {os.waitstatus_to_exitcode(status)}):\n{tail}")
+        with open(result_path) as f:
+            result = json.load(f)
+    finally:
+        for path in (result_path, log_path):
+            if os.path.exists(path):
+                os.remove(path)
+    result["wall_s"] = wall
+    return result
+
+
+def import_everything():
+    """Import what every measure needs, once (the time every process start pays before any
+    work; it does not depend on K): a span (wall, CPU)."""
+    t = stamp()
+    import torch
+
+    torch.set_num_threads(1)
+    import fairseq_cli.generate  # noqa: F401
+    import fairseq_cli.preprocess  # noqa: F401
+    import fairseq_cli.train  # noqa: F401
+    import sentencepiece  # noqa: F401
+
+    import hltmt_plugin  # noqa: F401
+
+    sys.path.insert(0, SCRIPTS)
+    import bench  # noqa: F401
+    import hltmt_plugin.cli.prepare_data  # noqa: F401
+
+    return span(t, stamp())

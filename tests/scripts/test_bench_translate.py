@@ -1,0 +1,114 @@
+"""scripts/bench_translate.py without a model: its one-line errors, the sentences it serves,
+how it reads fairseq-interactive's output, the worker's command line and the summary it
+prints. The measurement itself (a trained model, three modes) is in docs/benchmarks.md."""
+import argparse
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT, assert_one_error_line, run
+
+BENCH = os.path.join(ROOT, "scripts", "bench_translate.py")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import bench_translate as bt  # noqa: E402
+
+
+def test_bad_option_and_missing_checkpoint_are_one_error_line(tmp_path):
+    done = run([sys.executable, BENCH, "--rounds", "x", "--work", str(tmp_path)])
+    assert done.returncode == 2
+    assert_one_error_line(done, "--rounds", "invalid int value")
+    done = run([sys.executable, BENCH, "--checkpoint", str(tmp_path / "none.pt"), "--work", str(tmp_path)])
+    line = assert_one_error_line(done, "bench_translate: error:", "none.pt")
+    assert line.startswith("bench_translate: error:")
+    assert not (tmp_path / "items.json").exists()
+
+
+def test_a_failing_child_is_one_error_line_with_its_exit_code():
+    with pytest.raises(SystemExit) as stopped:
+        bt.run_checked([sys.executable, "-c", "import sys; print('x'); sys.exit(3)"], dict(os.environ))
+    assert str(stopped.value).startswith("bench_translate: error: ") and str(stopped.value).endswith(
+        "... failed (exit 3)")
+    assert "\n" not in str(stopped.value)
+    wall, rss, text = bt.run_checked([sys.executable, "-c", "print('out')"], dict(os.environ))
+    assert text == "out\n" and wall > 0 and rss > 1
+
+
+def test_directions_and_the_sentences_of_each(tmp_path):
+    assert bt.directions(["de", "gu"]) == [("en", "de"), ("en", "gu"), ("de", "en"), ("gu", "en")]
+    for lang in ("de", "gu"):
+        for side in ("en", lang):
+            (tmp_path / f"test.en-{lang}.{side}").write_text("".join(f"{side}{lang} {i}\n" for i in range(5)),
+                                                             encoding="utf-8")
+    assert bt.sentences(str(tmp_path), "gu", "en", 2) == ["gugu 0", "gugu 1"]
+    assert bt.sentences(str(tmp_path), "en", "gu", 9) == [f"engu {i}" for i in range(5)]
+    items = bt.select_items(str(tmp_path), ["de", "gu"], 3)
+    assert items == bt.select_items(str(tmp_path), ["de", "gu"], 3)  # the same shuffle every run
+    in_order = [(s, t, f"{s}{t if s == 'en' else s} {i}") for s, t in bt.directions(["de", "gu"]) for i in range(3)]
+    assert sorted(items) == sorted(in_order) and items != in_order  # the first 3 of each direction, shuffled
+    groups = bt.by_direction(items)
+    assert list(groups) == list(dict.fromkeys((s, t) for s, t, _ in items))
+    assert sorted(i for where in groups.values() for i in where) == list(range(12))
+    assert all(items[i][:2] == key for key, where in groups.items() for i in where)
+
+
+def test_interactive_hypotheses_read_the_detokenized_lines_by_input_line():
+    text = ("S-1\tsecond\nW-1\t0.1\tseconds\nH-1\t-0.3\t▁zweite\nD-1\t-0.3\tzweite\nP-1\t-0.1 -0.2\n"
+            "S-0\tfirst\nD-0\t-0.5\terste Zeile\tmit Tab\nD-2\t-9.0\n2024-01-01 | INFO | fairseq | done\n")
+    assert bt.interactive_hypotheses(text) == {0: "erste Zeile", 1: "zweite", 2: ""}
+    assert bt.interactive_hypotheses("") == {}
+
+
+def options(**extra):
+    values = dict(checkpoint="/m/c.pt", spm="/m/spm.model", data="/m/bin", beam=4, max_len=30, lenpen=0.8,
+                  max_tokens=900, threads=2, device="cpu", langs_option="en,de,gu", pairs_option="en-de,de-en")
+    return argparse.Namespace(**{**values, **extra})
+
+
+def test_the_worker_command_parses_back_to_the_same_options():
+    cmd = bt.worker_command("per-direction", options(), "/w/items.json")
+    assert cmd[:2] == [sys.executable, os.path.abspath(bt.__file__)]
+    args = bt.build_parser().parse_args(cmd[2:])
+    assert (args.worker, args.items, args.checkpoint, args.spm, args.data) == (
+        "per-direction", "/w/items.json", "/m/c.pt", "/m/spm.model", "/m/bin")
+    assert (args.beam, args.max_len, args.lenpen, args.max_tokens, args.threads, args.device) == (
+        4, 30, 0.8, 900, 2, "cpu")
+    cmd = bt.interactive_command(options(device="cuda"), "gu", "en", 7)
+    assert cmd[1:3] == ["-m", "fairseq_cli.interactive"] and "--cpu" not in cmd
+    assert cmd[cmd.index("-s") + 1] == "gu" and cmd[cmd.index("-t") + 1] == "en"
+    assert cmd[cmd.index("--buffer-size") + 1] == "7" and cmd[cmd.index("--max-len-b") + 1] == "30"
+    assert "--cpu" in bt.interactive_command(options(), "gu", "en", 7)
+
+
+def round_of(processes, translate_s, wall_s, peak, peak_sum, outputs):
+    return {"sentences": len(outputs), "translate_s": translate_s, "wall_s": wall_s, "peak_rss_mib": peak,
+            "peak_rss_sum_mib": peak_sum, "processes": processes, "outputs": outputs}
+
+
+def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
+    runs = {"mixed": [round_of(1, 2.0, 4.0, 100.0, 100.0, ["a", "b", "c", "d"]),
+                      round_of(1, 4.0, 6.0, 300.0, 300.0, ["x"] * 4)],
+            "per-direction": [round_of(1, 4.0, 8.0, 50.0, 50.0, ["a", "b", "c", "z"]),
+                              round_of(1, 4.0, 8.0, 50.0, 50.0, ["a"] * 4)],
+            "per-process": [round_of(4, None, 16.0, 40.0, 160.0, ["a", "y", None, "d"]),
+                            round_of(4, None, 16.0, 40.0, 160.0, ["a"] * 4)]}
+    table = bt.mode_table(runs, 4)
+    assert table["mixed"] == {"translate_sent_per_s": 4 / 3.0, "end_to_end_sent_per_s": 4 / 5.0, "wall_s": 5.0,
+                              "peak_rss_mib": 200.0, "peak_rss_sum_mib": 200.0, "processes": 1}
+    assert table["per-process"]["translate_sent_per_s"] is None and table["per-process"]["processes"] == 4
+    same = bt.identical(runs)  # the first round's hypotheses
+    assert same == {"mixed=per-direction": 3, "mixed=per-process": 2}
+    ratios = bt.ratios_of(table)
+    assert ratios["mixed/per-direction translating"] == pytest.approx(4 / 3.0)
+    assert ratios["mixed/per-process end to end"] == pytest.approx(16 / 5.0)
+    assert ratios["mixed/per-process memory (4 servers up at once)"] == pytest.approx(200 / 160)
+    lines = bt.report_lines(table, ratios, same, 4)
+    assert lines[:2] == [
+        "| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
+        "|---|---|---|---|---|---|"]
+    assert lines[2] == "| mixed | 1 | 1.3 | 0.8 | 5.0 | 200 |"
+    assert lines[4] == "| per-process | 4 | - | 0.2 | 16.0 | 40 (sum 160) |"
+    assert lines[5] == "" and lines[6] == "- mixed/per-direction translating: **1.33**"
+    assert lines[-1] == ("- identical hypotheses: mixed = per-direction 3/4, "
+                         "mixed = per-process (fairseq-interactive) 2/4")
