@@ -20,7 +20,6 @@ measures; nothing here passes or fails.
 import argparse
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +30,7 @@ sys.path.insert(0, ROOT)
 from hltmt_plugin.adapters.modules import ADAPTER_IDS, AdapterStack  # noqa: E402
 from hltmt_plugin.languages import PassRows  # noqa: E402
 from hltmt_plugin.modules.routing import RoutePlan  # noqa: E402
+from timing import Clock, per_call  # noqa: E402
 
 
 def grouped_site(stack: AdapterStack, h, r, plan: RoutePlan):
@@ -55,23 +55,7 @@ def grouped_site(stack: AdapterStack, h, r, plan: RoutePlan):
     return out.transpose(0, 1) + r
 
 
-def time_ms(fn, reps, device):
-    """ms per call: this process's CPU time on a CPU (robust to other processes' load), wall
-    time between synchronisations on a GPU."""
-    clock = time.process_time if device == "cpu" else time.perf_counter
-    for _ in range(3):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t = clock()
-    for _ in range(reps):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return (clock() - t) / reps * 1000
-
-
-def main(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--groups", default="1,2,8,28,60,100", help="languages among the batch's rows")
     p.add_argument("--languages", type=int, default=100, help="language adapters at the site")
@@ -82,7 +66,12 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=20, help="timed forward+backward passes per form")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="weights and activations")
-    args = p.parse_args(argv)
+    return p
+
+
+def check_args(p, args):
+    """The numbers of languages in the batch (--groups); refuses, through ``p.error``, what
+    cannot be run."""
     try:
         groups = [int(g) for g in args.groups.split(",")]
     except ValueError:
@@ -91,9 +80,12 @@ def main(argv=None):
         p.error(f"--groups must lie in [1, min(--languages, --rows) = {min(args.languages, args.rows)}]")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: this torch sees no GPU")
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
+    return groups
+
+
+def adapter_site(args, dtype):
+    """The site: --languages language adapters with random weights, and the rows' language ids
+    it routes by."""
     langs = [f"l{i:03d}" for i in range(args.languages)]
     stack = AdapterStack(args.dim, args.hidden, langs, None, langs)
     for param in stack.parameters():
@@ -101,43 +93,75 @@ def main(argv=None):
     stack.to(args.device, dtype)
     rows = PassRows("encoder")
     rows.define(ADAPTER_IDS, lambda record: record)
+    return stack, rows
+
+
+def batch_of(args, g, dtype):
+    """Language ids of the rows spread over ``g`` languages, an input batch and the gradient
+    its output gets."""
+    ids = torch.arange(args.rows) % g  # every group gets rows, as evenly as B allows
+    ids = ids[torch.randperm(args.rows)].to(args.device)
+    x = torch.randn(args.tokens, args.rows, args.dim, device=args.device, dtype=dtype, requires_grad=True)
+    grad = torch.randn(args.tokens, args.rows, args.dim, device=args.device, dtype=dtype)
+    return ids, x, grad
+
+
+def forms_of(stack, rows, ids, x, dtype, has_grouped):
+    """The forms to time on this batch: shipped, and grouped_mm where it runs here (checked to
+    give shipped's output)."""
+    def shipped():
+        with rows.use(ids):
+            return stack(x, x, rows)
+
+    def grouped():
+        return grouped_site(stack, x, x, RoutePlan(ids))
+
+    forms = {"shipped": shipped}
+    if has_grouped:
+        try:
+            got = grouped()
+        except (RuntimeError, NotImplementedError) as error:  # not for this device / dtype
+            print(f"# grouped_mm: {str(error).splitlines()[0]}")
+        else:
+            tol = 1e-4 if dtype == torch.float32 else 3e-2
+            torch.testing.assert_close(got, shipped(), rtol=tol, atol=tol)
+            forms["grouped_mm"] = grouped
+    return forms
+
+
+def table_row(g, ms, base, has_grouped):
+    """The table's line for ``g`` languages: ms per pass of each form, and its ratio to G = 1."""
+    cells = [f"{ms['shipped']:.1f}", f"{ms['shipped'] / base['shipped']:.2f}"]
+    cells += ([f"{ms['grouped_mm']:.1f}", f"{ms['grouped_mm'] / base['grouped_mm']:.2f}",
+               f"{ms['grouped_mm'] / ms['shipped']:.2f}"] if has_grouped else ["(no grouped_mm)", "", ""])
+    return f"| {g} | " + " | ".join(cells) + " |"
+
+
+def main(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    groups = check_args(p, args)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    stack, rows = adapter_site(args, dtype)
     has_grouped = hasattr(F, "grouped_mm")
     print(f"# one adapter site: {args.languages} languages, B={args.rows}, T={args.tokens}, C={args.dim}, "
           f"bottleneck {args.hidden}; torch {torch.__version__}, {args.device} {args.dtype}, "
           + ("1 thread, CPU ms" if args.device == "cpu" else "wall ms") + " per forward+backward")
     print("| languages in the batch | shipped (per-group matmuls) | x G=1 | grouped_mm | x G=1 | grouped_mm / shipped |")
     print("|---|---|---|---|---|---|")
+    # this process's CPU time on a CPU (robust to other processes' load), wall time between
+    # synchronisations on a GPU
+    clock = Clock("cpu" if args.device == "cpu" else "wall", args.device)
     base = {}
     for g in groups:
-        ids = torch.arange(args.rows) % g  # every group gets rows, as evenly as B allows
-        ids = ids[torch.randperm(args.rows)].to(args.device)
-        x = torch.randn(args.tokens, args.rows, args.dim, device=args.device, dtype=dtype, requires_grad=True)
-        grad = torch.randn(args.tokens, args.rows, args.dim, device=args.device, dtype=dtype)
-
-        def shipped():
-            with rows.use(ids):
-                return stack(x, x, rows)
-
-        def grouped():
-            return grouped_site(stack, x, x, RoutePlan(ids))
-
-        forms = {"shipped": shipped}
-        if has_grouped:
-            try:
-                got = grouped()
-            except (RuntimeError, NotImplementedError) as error:  # not for this device / dtype
-                print(f"# grouped_mm: {str(error).splitlines()[0]}")
-                has_grouped = False
-            else:
-                tol = 1e-4 if dtype == torch.float32 else 3e-2
-                torch.testing.assert_close(got, shipped(), rtol=tol, atol=tol)
-                forms["grouped_mm"] = grouped
-        ms = {name: time_ms(lambda f=f: f().backward(grad), args.reps, args.device) for name, f in forms.items()}
+        ids, x, grad = batch_of(args, g, dtype)
+        forms = forms_of(stack, rows, ids, x, dtype, has_grouped)
+        has_grouped = "grouped_mm" in forms
+        ms = {name: per_call(lambda f=f: f().backward(grad), args.reps, clock) * 1000 for name, f in forms.items()}
         base = base or ms
-        cells = [f"{ms['shipped']:.1f}", f"{ms['shipped'] / base['shipped']:.2f}"]
-        cells += ([f"{ms['grouped_mm']:.1f}", f"{ms['grouped_mm'] / base['grouped_mm']:.2f}",
-                   f"{ms['grouped_mm'] / ms['shipped']:.2f}"] if has_grouped else ["(no grouped_mm)", "", ""])
-        print(f"| {g} | " + " | ".join(cells) + " |", flush=True)
+        print(table_row(g, ms, base, has_grouped), flush=True)
     return 0
 
 

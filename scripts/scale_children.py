@@ -205,7 +205,8 @@ def child_speed(spec):
     import torch
 
     sys.path.insert(0, SCRIPTS)
-    import bench
+    from bench_speed import time_pair, time_training
+    from bench_systems import batches, build
 
     torch.manual_seed(1)
     langs = spec["langs"]
@@ -216,18 +217,18 @@ def child_speed(spec):
     systems, build_s = {}, {}
     for name in spec["systems"]:
         t = stamp()
-        systems[name] = bench.build(ns, BENCH_NAME[name])
+        systems[name] = build(ns, BENCH_NAME[name])
         build_s[name] = span(t, stamp())
     first = systems["hltmt"] if "hltmt" in systems else next(iter(systems.values()))
-    samples = bench.batches(ns, first["task"], spec["batches"])
+    samples = batches(ns, first["task"], spec["batches"])
     task = first["task"]
     groups = routing_groups(task, samples)
-    rates, work = bench.time_training(ns, {BENCH_NAME[n]: s for n, s in systems.items()}, samples)
+    rates, work = time_training(ns, {BENCH_NAME[n]: s for n, s in systems.items()}, samples)
     words = sum(int(s["ntokens"]) for s in samples)
     # the cost of the routing groups, arithmetic held equal: the same batches with every row
     # relabelled to one direction (one group in every routed layer), interleaved with the real ones
     single = [one_group(s, task, "en", langs[0]) for s in samples]
-    grouping = {n: bench.time_pair(ns, s, samples, single) for n, s in systems.items()}
+    grouping = {n: time_pair(ns, s, samples, single) for n, s in systems.items()}
     return {"build_s": build_s, "words": words, "batches": len(samples), "grouping": grouping,
             "rates": {n: rates[BENCH_NAME[n]] for n in systems},
             "flops": {n: work[BENCH_NAME[n]] for n in systems},
@@ -338,7 +339,7 @@ def import_everything():
     import hltmt_plugin  # noqa: F401
 
     sys.path.insert(0, SCRIPTS)
-    import bench  # noqa: F401
+    import bench_speed  # noqa: F401
     import hltmt_plugin.cli.prepare_data  # noqa: F401
 
     return span(t, stamp())

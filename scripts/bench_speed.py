@@ -1,0 +1,312 @@
+"""The in-process measures of ``scripts/bench.py``: every system built in this process on the
+same task and data, timed on the same batches with the systems interleaved round by round:
+training words/s, a mixed-direction batch against single-direction ones, beam-5 generation
+tokens/s, parameters and training memory, each speed with the ratio its arithmetic predicts
+(:func:`~bench_systems.flops`); the table, the JSON figures and the plot."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+
+from bench_systems import BENCH, DTYPES, PLUGIN, batches, build, flops, for_model, pairs_of, train_step_fn
+from timing import Clock, alternating, median
+
+# what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
+RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)",
+            "size": "size: system / baseline"}
+TARGET = 1.06  # the target for HLT-MT's time ratios (1.10 for its training memory)
+
+
+def clock_of(args):
+    """The clock the measures use: CPU time of this process (``--clock cpu``: one thread on a
+    shared machine, where other processes' load inflates wall time but not the CPU time this
+    process spends), or wall time (otherwise: several threads, or a GPU)."""
+    return Clock("cpu" if getattr(args, "clock", "wall") == "cpu" else "wall", args.device)
+
+
+def time_training(args, systems, samples):
+    """Words/s per system over rounds of the batches, the systems alternating batch by batch;
+    also the FLOPs of one round."""
+    steps = {name: train_step_fn(args, s) for name, s in systems.items()}
+    for name, step in steps.items():  # warm-up
+        for i, s in enumerate(samples[:3]):
+            step(s, i)
+    words = sum(int(s["ntokens"]) for s in samples)
+    rates = {name: [] for name in systems}
+    for r in range(args.rounds):
+        spent = alternating(steps, {name: samples for name in steps}, clock_of(args), 1000 * r)
+        for name in steps:
+            rates[name].append(words / spent[name])
+        print(f"# training round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{name} {v[-1]:,.0f}" for name, v in rates.items()) + " words/s", flush=True)
+    work = {name: flops(lambda: [step(s, i) for i, s in enumerate(samples)]) for name, step in steps.items()}
+    return rates, work
+
+
+def generation_setup(args, direction):
+    """The test batches of one direction and a beam-5 generator that runs every hypothesis to
+    the same length."""
+    from fairseq import options, tasks, utils
+
+    src, tgt = direction.split("-")
+    langs, _ = pairs_of(args)
+    inference = options.parse_args_and_arch(options.get_generation_parser(), [
+        args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", ",".join(langs),
+        "--lang-pairs", direction, "--encoder-langtok", "tgt", "--enable-lang-ids", "-s", src, "-t", tgt,
+        "--path", BENCH])
+    task = tasks.setup_task(inference)  # the data side only: the models are the ones being timed
+    task.load_dataset("test")
+    itr = task.get_batch_iterator(dataset=task.dataset("test"), max_tokens=4000, max_sentences=args.gen_batch_size or None,
+                                  max_positions=(1024, 1024), seed=1)
+    samples, n = [], 0
+    for sample in itr.next_epoch_itr(shuffle=False):
+        samples.append(utils.move_to_cuda(sample) if args.device == "cuda" else sample)
+        n += len(sample["id"])
+        if n >= args.gen_sentences:
+            break
+    gen_args = argparse.Namespace(beam=5, max_len_a=0, max_len_b=args.gen_len, min_len=args.gen_len,
+                                  unnormalized=False, lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
+                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
+                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0, sampling_topk=-1,
+                                  sampling_topp=-1.0, constraints=None, print_alignment=None, retain_dropout=False,
+                                  score_reference=False)
+    return task, samples, gen_args
+
+
+def generate_fn(args, task, samples, gen_args, system):
+    generator = task.build_generator([system["model"]], gen_args)
+    dtype = DTYPES[args.dtype]
+
+    def run():
+        system["model"].eval()
+        toks = 0
+        with torch.no_grad(), torch.autocast(args.device, dtype=dtype, enabled=dtype is not None):
+            for sample in samples:
+                for nbest in task.inference_step(generator, [system["model"]], for_model(system, sample)):
+                    toks += len(nbest[0]["tokens"])
+        return toks
+
+    return run
+
+
+
+def time_generation(args, systems, directions):
+    """Beam-5 tokens/s per (system, direction), rounds interleaved; also the FLOPs of one pass."""
+    rates, work = {}, {}
+    clock = clock_of(args)
+    for direction in directions:
+        task, samples, gen_args = generation_setup(args, direction)
+        runs = {name: generate_fn(args, task, samples, gen_args, s) for name, s in systems.items()}
+        for run in runs.values():
+            run()  # warm-up
+        for r in range(args.rounds):
+            for name, run in runs.items():
+                seconds, toks = clock.seconds(run)
+                rates.setdefault((name, direction), []).append(toks / seconds)
+        for name, run in runs.items():
+            work[(name, direction)] = flops(run)
+        print(f"# generation {direction}: " + ", ".join(
+            f"{name} {median(rates[(name, direction)]):,.0f}" for name in systems) + " tokens/s", flush=True)
+    return rates, work
+
+
+def one_direction(sample, task, lang):
+    """A copy of sample whose rows all carry lang's target-language token."""
+    src = sample["net_input"]["src_tokens"].clone()
+    first = src.ne(task.source_dictionary.pad()).long().argmax(dim=1)
+    src[torch.arange(src.size(0)), first] = task.data_manager.get_encoder_langtok("en", lang, "tgt")
+    return {**sample, "net_input": {**sample["net_input"], "src_tokens": src}}
+
+
+
+def time_pair(args, system, first, second):
+    """Words/s of the same model on two lists of batches of the same tokens, after one step of
+    each, alternating batch by batch."""
+    step = train_step_fn(args, system)
+    words = sum(int(s["ntokens"]) for s in first)
+    rates = {"mixed": [], "single": []}
+    step(first[0], 0)
+    step(second[0], 1)
+    for r in range(args.rounds):
+        spent = alternating({"mixed": step, "single": step}, {"mixed": first, "single": second}, clock_of(args),
+                            1000 * r)
+        for name in rates:
+            rates[name].append(words / spent[name])
+    return {k: median(v) for k, v in rates.items()}
+
+
+def params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def training_bytes(args, system, samples):
+    """Bytes one training step holds at its peak: weights, their gradients and Adam's two
+    moments (trainable parameters only), plus the largest set of activations a batch saves
+    for the backward pass."""
+    model = system["model"]
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    criterion = LabelSmoothedCrossEntropyCriterion(system["task"], False, 0.1)
+    peak = 0
+    model.train()
+    for i, sample in enumerate(samples):
+        seen = {}
+
+        def pack(t):
+            storage = t.untyped_storage()
+            if storage.data_ptr() not in weights:
+                seen[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        model.set_num_updates(i)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss, _, _ = criterion(model, for_model(system, sample))
+        peak = max(peak, sum(seen.values()))
+        del loss
+    return 4 * trainable + frozen + peak
+
+
+def cuda_memory_child(args, name):
+    """Measured peak CUDA memory of a training loop of one system, in its own process (MiB)."""
+    system = build(args, name)
+    samples = batches(args, system["task"], args.batches)
+    step = train_step_fn(args, system)
+    torch.cuda.reset_peak_memory_stats()
+    for i, sample in enumerate(samples):
+        step(sample, i)
+    print(json.dumps({"peak_mib": torch.cuda.max_memory_allocated() / 2 ** 20}))
+
+
+
+def measured_cuda_memory(args, names):
+    """Peak CUDA memory (MiB) of each system's training run, each in its own process
+    (``bench.py --memory-child NAME``); ``None`` where that process failed."""
+    measured = {}
+    for name in names:
+        cmd = [sys.executable, BENCH, "--data", args.data, "--langs", args.langs, "--high", args.high,
+               "--size", args.size, "--pool-size", str(args.pool_size), "--max-tokens", str(args.max_tokens),
+               "--batches", str(min(args.batches, 10)), "--device", args.device, "--dtype", args.dtype,
+               "--memory-child", name]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        measured[name] = json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"] if out.returncode == 0 else None
+    return measured
+
+
+def measure(args, names):
+    """Every measure of the systems ``names``: training, mixed against single-direction
+    batches, generation, memory (and on CUDA the measured peak memory)."""
+    systems = {name: build(args, name) for name in names}
+    samples = batches(args, systems["hltmt" if "hltmt" in systems else "baseline"]["task"], args.batches)
+    tgt_tokens = sum(int(s["ntokens"]) for s in samples)
+    print(f"# {len(samples)} training batches, {tgt_tokens} target tokens per round, device {args.device}, "
+          f"{torch.get_num_threads()} threads, {args.clock} clock, load {os.getloadavg()[0]:.2f}, torch "
+          f"{torch.__version__}, systems {', '.join(names)}", flush=True)
+    got = {"systems": systems, "gen_dirs": args.gen_directions.split(",")}
+    got["rates"], got["work"] = time_training(args, systems, samples)
+    got["mix_rates"] = None
+    if "hltmt" in systems:  # the same batches with every row's language token set to one language
+        single = [one_direction(s, systems["hltmt"]["task"], args.high.split(",")[0]) for s in samples]
+        got["mix_rates"] = time_pair(args, systems["hltmt"], samples, single)
+    got["gen_systems"] = {n: s for n, s in systems.items() if n != "hltmt high"}  # stage high decodes as stage all
+    got["gen"], got["gen_work"] = time_generation(args, got["gen_systems"], got["gen_dirs"])
+    got["memory"] = {name: training_bytes(args, s, samples[:5]) / 2 ** 20 for name, s in systems.items()}
+    got["measured"] = measured_cuda_memory(args, names) if args.device == "cuda" else {}
+    return got
+
+
+def table_rows(names, got):
+    """(measure, system, baseline figure, system figure, kind, predicted) of every row."""
+    med = {name: median(v) for name, v in got["rates"].items()}
+    work, gen, gen_work, memory, measured = (got[k] for k in ("work", "gen", "gen_work", "memory", "measured"))
+    rows = []
+    base_model = got["systems"]["baseline"]["model"]
+    for name in names[1:]:
+        rows.append(("parameters", name, params(base_model), params(got["systems"][name]["model"]), "size", None))
+        rows.append(("train words/s", name, med["baseline"], med[name], "speed", work[name] / work["baseline"]))
+        for d in got["gen_dirs"]:
+            if name in got["gen_systems"]:
+                rows.append((f"beam-5 tokens/s {d}", name, median(gen[("baseline", d)]), median(gen[(name, d)]),
+                             "speed", gen_work[(name, d)] / gen_work[("baseline", d)]))
+        rows.append(("training memory (MiB, model)", name, memory["baseline"], memory[name], "size", None))
+        if measured:
+            rows.append(("peak CUDA memory (MiB)", name, measured["baseline"], measured[name], "size", None))
+    if got["mix_rates"]:
+        rows.append(("train words/s, mixed vs single-direction batches", "hltmt", got["mix_rates"]["single"],
+                     got["mix_rates"]["mixed"], "speed", 1.0))
+    return rows
+
+
+def print_table(rows):
+    """Print the rows as a Markdown table; the figures of the rows that have both numbers."""
+    print("\n| measure | system | baseline | system | ratio | the ratio is | predicted |")
+    print("|---|---|---|---|---|---|---|")
+    figures = []
+    for measure, name, base, ours, kind, pred in rows:
+        if base is None or ours is None:
+            print(f"| {measure} | {name} | {base} | {ours} | | | |")
+            continue
+        ratio = base / ours if kind == "speed" else ours / base
+        digits = 0 if measure == "parameters" else 1
+        print(f"| {measure} | {name} | {base:,.{digits}f} | {ours:,.{digits}f} | {ratio:.3f} | {RATIO_IS[kind]} | "
+              f"{'' if pred is None else f'{pred:.3f}'} |")
+        figures.append({"measure": measure, "system": name, "baseline": base, "value": ours, "ratio": ratio,
+                        "ratio_is": RATIO_IS[kind], "predicted": pred})
+    print("\n(speed rows: the ratio is a time ratio, > 1 when the system is slower; size rows: > 1 when the "
+          "system is larger. 'predicted' is the system's arithmetic over the baseline's on the same work.)")
+    return figures
+
+
+def speed_main(args, names):
+    """The in-process measures of the systems ``names`` (the baseline first): the table, the
+    per-round spread, and --png / --json."""
+    got = measure(args, names)
+    figures = print_table(table_rows(names, got))
+    rates = got["rates"]
+    spread = {name: [round(min(v)), round(max(v))] for name, v in rates.items()}
+    print(f"\nper-round training words/s (min, max): {json.dumps(spread)}")
+    if args.png:
+        plot(figures, args.png, f"{args.size} models, {args.device}, {torch.get_num_threads()} thread(s), "
+                                f"{args.clock} clock, generation batches of {args.gen_batch_size or 'up to 4,000 tokens'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": args.device, "threads": torch.get_num_threads(), "clock": args.clock,
+                       "load": os.getloadavg()[0], "torch": torch.__version__, "rows": figures, "train_rounds": rates,
+                       "gen_rounds": {f"{n} {d}": v for (n, d), v in got["gen"].items()}}, f, indent=1)
+    return 0
+
+
+def plot(figures, path, title):
+    """Bars: measured time (or size) ratio per system and measure; dots: the predicted ratio."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [f for f in figures if f["measure"] != "parameters"]
+    labels = [f"{f['system']}: {f['measure']}" for f in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.6))
+    y = range(len(rows))
+    ax.barh(list(y), [f["ratio"] - 1 for f in rows], left=1, color="#4c72b0", label="measured")
+    pred = [(i, f["predicted"]) for i, f in enumerate(rows) if f["predicted"] is not None]
+    ax.scatter([p for _, p in pred], [i for i, _ in pred], color="#dd8452", zorder=3, label="predicted (arithmetic)")
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.axvline(TARGET, color="grey", ls="--", lw=0.8,
+               label=f"{TARGET}: the target for HLT-MT's time ratios (none for adapters, skills)")
+    ax.set_yticks(list(y), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio to the plain fairseq transformer of the same size: time (system time / baseline time = "
+                  "baseline speed / system speed), or size\n> 1: the system is slower (or larger)", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+

@@ -1,0 +1,220 @@
+"""The systems the benchmarks compare and what they run on: the HLT-MT variants and the
+plain fairseq transformer built in this process on one task (:func:`build`), the real
+multilingual training batches (:func:`batches`), one training step (:func:`train_step_fn`),
+the arithmetic of a piece of work (:func:`flops`), the languages a data folder holds
+(:func:`derive_languages`), and the same systems as ``fairseq-train`` command lines
+(:func:`fairseq_train_cmd`)."""
+import inspect
+import os
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLUGIN = os.path.join(ROOT, "hltmt_plugin")
+# the command the benchmarks' child processes run (python scripts/bench.py --...-child SPEC)
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
+
+ADAPTERS = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters"]
+SKILLS = ["--skill-ffn", "--skill-attention"]
+# name -> (HLT-MT model?, extra options); every system sees --enable-lang-ids batches
+SYSTEMS = {
+    "baseline": (False, []),
+    "hltmt": (True, []),
+    "hltmt high": (True, ["--hlt-stage", "high"]),
+    "hltmt+adapters": (True, ADAPTERS),
+    "hltmt+skills": (True, SKILLS),
+}
+DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+ARCHS = {"tiny": ("transformer_hltmt_tiny", "hltmt_transformer_tiny"),
+         "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
+         "base": ("transformer", "hltmt_transformer")}
+
+# name -> (HLT-MT?, criterion); every run trains the stage-high directions (each high-resource
+# language with English, both ways) on the same batches; HLT-MT routes hard at every update
+TRAIN_SYSTEMS = {
+    "baseline": (False, "label_smoothed_cross_entropy"),
+    "hltmt": (True, "hltmt_cross_entropy"),
+    "hltmt lsce": (True, "label_smoothed_cross_entropy"),  # the same model, fairseq's criterion
+}
+
+DEBMT10_HIGH = ["fr", "de", "cs", "tr", "fi", "et"]  # data/debmt10/README.md: the high-resource languages
+DEBMT10_LOW = ["ro", "lv", "hi", "gu"]
+
+
+class BenchError(Exception):
+    pass
+
+
+def pairs_of(args):
+    langs = args.langs.split(",")
+    return ["en"] + langs, [f"en-{x}" for x in langs] + [f"{x}-en" for x in langs]
+
+
+def data_languages(data):
+    """The non-English languages of a binarized folder: its langs.txt (hltmt-prepare-data
+    writes it), else every dict.XX.txt; English-centric data has train.en-XX.*.idx files."""
+    path = os.path.join(data, "langs.txt")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            langs = [x.strip() for x in f if x.strip()]
+    else:
+        langs = sorted(name[len("dict."):-len(".txt")] for name in os.listdir(data)
+                       if name.startswith("dict.") and name.endswith(".txt"))
+    return [x for x in langs if x != "en"]
+
+
+def train_sentences(data, lang):
+    """Training sentence pairs of en-XX in a binarized folder (0 if there are none)."""
+    from fairseq.data import data_utils
+
+    for prefix in (f"train.en-{lang}.en", f"train.{lang}-en.en"):
+        if os.path.isfile(os.path.join(data, prefix + ".idx")):
+            dataset = data_utils.load_indexed_dataset(os.path.join(data, prefix), None)
+            return len(dataset) if dataset is not None else 0
+    return 0
+
+
+def derive_languages(args):
+    """Fill --langs, --high and --pool-size from the data folder where they were not given:
+    every language of the data; the high-resource ones are DebMT-10's (fr, de, cs, tr, fi, et)
+    among them when the data holds DebMT-10 languages, otherwise those with at least half the
+    training sentences of the largest pair; T = min(3, number of high-resource languages)."""
+    found = data_languages(args.data)
+    if args.langs is None:
+        if not found:
+            raise BenchError(f"--data {args.data}: no languages found (no langs.txt, no dict.XX.txt besides en); "
+                             "give --langs")
+        args.langs = ",".join(found)
+        args.derived.append(f"--langs {args.langs}")
+    langs = [x for x in args.langs.split(",") if x]
+    missing = [x for x in langs if not os.path.isfile(os.path.join(args.data, f"dict.{x}.txt"))]
+    if missing:
+        raise BenchError(f"--langs names {','.join(missing)}, which --data {args.data} has no dictionary for "
+                         f"(it has {','.join(found) or 'none'})")
+    if args.high is None:
+        high = [x for x in DEBMT10_HIGH if x in langs]
+        if not high or not set(langs) <= set(DEBMT10_HIGH + DEBMT10_LOW):
+            sizes = {x: train_sentences(args.data, x) for x in langs}
+            top = max(sizes.values()) if sizes else 0
+            high = [x for x in langs if top and sizes[x] >= top / 2]
+        args.high = ",".join(high)
+        args.derived.append(f"--high {args.high}")
+    high = [x for x in args.high.split(",") if x]
+    if not high or any(x not in langs for x in high):
+        raise BenchError(f"--high {args.high}: the high-resource languages must be some of --langs ({args.langs})")
+    if args.pool_size is None:
+        args.pool_size = min(3, len(high))
+        args.derived.append(f"--pool-size {args.pool_size}")
+    if not 1 <= args.pool_size <= len(high):
+        raise BenchError(f"--pool-size must lie in [1, {len(high)}] (the number of high-resource languages), "
+                         f"got {args.pool_size}")
+
+
+def build(args, name):
+    from fairseq import options, tasks
+
+    is_hltmt, extra = SYSTEMS[name]
+    langs, pairs = pairs_of(args)
+    pairs = getattr(args, "pairs", None) or pairs
+    cli = [args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", ARCHS[args.size][is_hltmt],
+           "--langs", ",".join(langs), "--lang-pairs", ",".join(pairs), "--encoder-langtok", "tgt",
+           "--enable-lang-ids", "--hlt-stage", "all", "--max-tokens", str(args.max_tokens), "--optimizer", "adam",
+           "--lr", "1e-4", "--dropout", "0.1", "--seed", "1", *extra]
+    if is_hltmt:
+        cli += ["--high-resource-langs", args.high, "--slp-pool-size", str(args.pool_size)]
+    if args.device == "cpu":
+        cli.append("--cpu")
+    parsed = options.parse_args_and_arch(options.get_training_parser(), cli)
+    task = tasks.setup_task(parsed)
+    torch.manual_seed(1)
+    model = task.build_model(parsed).to(args.device)
+    if is_hltmt and "--hlt-stage" not in extra:  # stage all: a fixed map, as after stage high
+        model.slp_router.fix_map_to(torch.arange(len(args.high.split(","))) % args.pool_size)
+    return {"args": parsed, "task": task, "model": model,
+            "lang_ids": "src_lang_id" in inspect.signature(model.encoder.forward).parameters}
+
+
+def batches(args, task, n):
+    from fairseq import utils
+
+    task.load_dataset("train", epoch=1)
+    itr = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=args.max_tokens,
+                                  max_positions=(1024, 1024), seed=1, epoch=1, required_batch_size_multiple=8,
+                                  ignore_invalid_inputs=True)
+    out = []
+    for sample in itr.next_epoch_itr(shuffle=True):
+        out.append(utils.move_to_cuda(sample) if args.device == "cuda" else sample)
+        if len(out) == n:
+            break
+    return out
+
+
+def for_model(system, sample):
+    """The sample as this model takes it (the plain transformer has no language-id inputs)."""
+    if system["lang_ids"]:
+        return sample
+    net = {k: v for k, v in sample["net_input"].items() if k not in ("src_lang_id", "tgt_lang_id")}
+    return {**sample, "net_input": net}
+
+
+def train_step_fn(args, system):
+    from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
+
+    model = system["model"]
+    criterion = LabelSmoothedCrossEntropyCriterion(system["task"], False, 0.1)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    dtype = DTYPES[args.dtype]
+
+    def step(sample, update):
+        model.train()
+        model.set_num_updates(update)
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(args.device, dtype=dtype, enabled=dtype is not None):
+            loss, _, _ = criterion(model, for_model(system, sample))
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def flops(fn):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def high_pairs(args):
+    high = args.high.split(",")
+    return [f"en-{x}" for x in high] + [f"{x}-en" for x in high]
+
+
+def fairseq_train_cmd(args, system, size, save_dir, updates):
+    """fairseq-train of one system: plain ``transformer`` on fairseq's own
+    ``translation_multi_simple_epoch`` task, or ``hltmt_transformer`` of the same sizes on
+    ``hltmt_translation`` (stage high, hard routing at every update); same data, options and
+    seed, so the same batches."""
+    is_hltmt, criterion = TRAIN_SYSTEMS[system]
+    langs, _ = pairs_of(args)
+    cli = [args.data, "--user-dir", PLUGIN, "--langs", ",".join(langs), "--lang-pairs", ",".join(high_pairs(args)),
+           "--encoder-langtok", "tgt", "--arch", ARCHS[size][is_hltmt], "--criterion", criterion,
+           "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-4", "--dropout", "0.1", "--seed", "1",
+           "--max-tokens", str(args.max_tokens), "--max-update", str(updates), "--log-format", "json",
+           "--log-interval", str(args.train_log_interval), "--save-dir", save_dir, "--no-save",
+           "--disable-validation"]
+    if is_hltmt:
+        cli += ["--task", "hltmt_translation", "--high-resource-langs", args.high, "--slp-pool-size",
+                str(args.pool_size), "--hlt-stage", "high", "--slp-hard-prob", "1"]
+    else:
+        cli += ["--task", "translation_multi_simple_epoch"]
+    if args.device == "cpu":
+        cli.append("--cpu")
+    return cli
+
+
+def child_env():
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
