@@ -229,7 +229,8 @@ def binarize(spm_dir, bin_dir, lang, workers):
             handler.close()
 
 
-def main(argv=None):
+def build_parser():
+    """The command line of hltmt-prepare-data."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
     p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
@@ -255,48 +256,79 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1, help="seed of the sentencepiece input shuffle")
     p.add_argument("--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (one per core by default)")
     p.add_argument("--threads", type=int, default=nproc(), help="sentencepiece training threads (one per core by default)")
-    args = p.parse_args(argv)
+    return p
 
+
+def fail(error, status):
+    """``error`` as one line on stderr; returns the exit status."""
+    print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
+    return status
+
+
+def check_languages(args, langs):
+    """--langs against --raw (data for every language) and --raw against --out."""
+    if not langs:
+        raise DataError("--langs is empty")
+    if "en" in langs:
+        raise DataError("--langs lists the non-English languages; en is always included")
+    if not os.path.isdir(args.raw):
+        raise DataError(f"raw data folder {args.raw} does not exist")
+    for made in ("spm", "bin"):  # replaced whole at the end: the raw text must not lie in them
+        if inside(args.raw, os.path.join(args.out, made)):
+            raise DataError(f"--raw {args.raw} lies in {os.path.join(args.out, made)}, which this command "
+                            f"replaces with its {made} output: give another --out")
+    known = sorted({f.split(".")[1].split("-")[1] for f in os.listdir(args.raw) if f.count(".") == 2 and "-" in f})
+    unknown = [lang for lang in langs if lang not in known]
+    if unknown:
+        raise DataError(f"no data for language(s) {','.join(unknown)} in {args.raw} (it has {','.join(known)})")
+
+
+def train_limits(args, langs):
+    """--max-train-lang as {language: lines}."""
+    per_lang = {}
+    for item in filter(None, args.max_train_lang.split(",")):
+        lang, _, n = item.partition("=")
+        if lang not in langs or not n.isdigit():
+            raise DataError(f"--max-train-lang: {item!r} is not LANG=N for a language of --langs")
+        per_lang[lang] = int(n)
+    return per_lang
+
+
+def load_data(args, langs):
+    """{(split, language): (English lines, other lines)} of every split of every pair, within
+    the --max-* limits; unusable training pairs dropped (and counted in the log)."""
+    limits = {"train": args.max_train, "valid": args.max_valid, "test": args.max_test}
+    segment_words = parse_segment_words(args.segment_words)
+    per_lang = train_limits(args, langs)
+    data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s],
+                                 segment_words)
+            for s in SPLITS for lang in langs}
+    for lang in langs:
+        en, xx, dropped = drop_unusable(*data[("train", lang)], args.max_words)
+        if dropped:
+            log(f"train en-{lang}: dropped {dropped} pairs with an empty side or over {args.max_words} words")
+        if not en:
+            raise DataError(f"no usable training pair for en-{lang}")
+        data[("train", lang)] = (en, xx)
+    return data
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     langs = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
     try:
         check_options(args)
         check_writable(args.out)
-        if not langs:
-            raise DataError("--langs is empty")
-        if "en" in langs:
-            raise DataError("--langs lists the non-English languages; en is always included")
-        if not os.path.isdir(args.raw):
-            raise DataError(f"raw data folder {args.raw} does not exist")
-        for made in ("spm", "bin"):  # replaced whole at the end: the raw text must not lie in them
-            if inside(args.raw, os.path.join(args.out, made)):
-                raise DataError(f"--raw {args.raw} lies in {os.path.join(args.out, made)}, which this command "
-                                f"replaces with its {made} output: give another --out")
-        known = sorted({f.split(".")[1].split("-")[1] for f in os.listdir(args.raw) if f.count(".") == 2 and "-" in f})
-        unknown = [lang for lang in langs if lang not in known]
-        if unknown:
-            raise DataError(f"no data for language(s) {','.join(unknown)} in {args.raw} (it has {','.join(known)})")
-        limits = {"train": args.max_train, "valid": args.max_valid, "test": args.max_test}
-        segment_words = parse_segment_words(args.segment_words)
-        per_lang = {}
-        for item in filter(None, args.max_train_lang.split(",")):
-            lang, _, n = item.partition("=")
-            if lang not in langs or not n.isdigit():
-                raise DataError(f"--max-train-lang: {item!r} is not LANG=N for a language of --langs")
-            per_lang[lang] = int(n)
-        data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s],
-                                     segment_words)
-                for s in SPLITS for lang in langs}
-        for lang in langs:
-            en, xx, dropped = drop_unusable(*data[("train", lang)], args.max_words)
-            if dropped:
-                log(f"train en-{lang}: dropped {dropped} pairs with an empty side or over {args.max_words} words")
-            if not en:
-                raise DataError(f"no usable training pair for en-{lang}")
-            data[("train", lang)] = (en, xx)
+        check_languages(args, langs)
+        data = load_data(args, langs)
     except DataError as error:
-        print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
-        return 2
+        return fail(error, 2)
+    return write_output(args, data, langs)
 
+
+def write_output(args, data, langs):
+    """Build spm/ and bin/ of --out beside them, and put them in place only when both are
+    complete (a failed run leaves the previous ones); the exit status."""
     t0 = time.time()
     spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
     work_spm, tmp_bin = spm_dir + ".partial", bin_dir + ".partial"  # both replace spm/ and bin/ when complete
@@ -320,36 +352,64 @@ def build(args, data, langs, spm_dir, tmp_bin):
     into ``tmp_bin`` (both new folders); 0 when both are complete, else an exit status."""
     try:
         check_writable(spm_dir)
-        if args.spm_model:
-            import sentencepiece as spm
-
-            try:
-                sp = spm.SentencePieceProcessor(model_file=args.spm_model)
-            except (RuntimeError, OSError) as error:
-                raise DataError(f"--spm-model {args.spm_model} is not a sentencepiece model "
-                                f"({str(error).strip().splitlines()[0] if str(error).strip() else error})") from None
-            shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
-        else:
-            texts = [t for lang in langs for side in data[("train", lang)] for t in side]
-            log(f"training a {args.vocab_size}-piece sentencepiece model on {len(texts)} lines")
-            sp = train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed, max(1, args.threads))
-        if args.dict:
-            symbols = set(read_fairseq_dict(args.dict))
-            shutil.copy(args.dict, os.path.join(spm_dir, "dict.txt"))
-            pieces = [p for lang in langs for side in data[("train", lang)] for line in side[:2000]
-                      for p in sp.encode(line, out_type=str)]
-            unknown = sum(p not in symbols for p in pieces) / max(1, len(pieces))
-            if unknown > 0.5:
-                raise DataError(f"--dict {args.dict} does not belong to --spm-model {args.spm_model}: "
-                                f"{100 * unknown:.0f}% of the training pieces are not in it")
-            log(f"fixed dictionary {args.dict}: {len(symbols)} symbols; {100 * unknown:.2f}% of the training "
-                "pieces are not in it (they become <unk>)")
-        else:
-            write_dict(sp, os.path.join(spm_dir, "dict.txt"))
+        sp = sentencepiece_model(args, data, langs, spm_dir)
+        write_dictionary(args, data, langs, sp, spm_dir)
+        encode_splits(args, data, sp, spm_dir)
     except DataError as error:
-        print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
-        return 2
+        return fail(error, 2)
+    for i, lang in enumerate(langs, 1):
+        log(f"[{i}/{len(langs)}] binarizing en-{lang}")
+        try:
+            binarize(spm_dir, tmp_bin, lang, args.workers)
+        except DataError as error:
+            return fail(error, 1)
+    for lang in ["en"] + langs:
+        shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))
+    with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
+        f.write("\n".join(["en"] + langs) + "\n")
+    write_fingerprint(tmp_bin)  # refuse training on a dictionary changed later
+    return 0
 
+
+def sentencepiece_model(args, data, langs, spm_dir):
+    """The sentencepiece model: --spm-model (copied to ``spm_dir/spm.model``), or one trained
+    there on the training text of every pair."""
+    if args.spm_model:
+        import sentencepiece as spm
+
+        try:
+            sp = spm.SentencePieceProcessor(model_file=args.spm_model)
+        except (RuntimeError, OSError) as error:
+            raise DataError(f"--spm-model {args.spm_model} is not a sentencepiece model "
+                            f"({str(error).strip().splitlines()[0] if str(error).strip() else error})") from None
+        shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
+        return sp
+    texts = [t for lang in langs for side in data[("train", lang)] for t in side]
+    log(f"training a {args.vocab_size}-piece sentencepiece model on {len(texts)} lines")
+    return train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed, max(1, args.threads))
+
+
+def write_dictionary(args, data, langs, sp, spm_dir):
+    """``spm_dir/dict.txt``: --dict, refused when most training pieces are not in it, or a
+    dictionary of every piece of the model."""
+    if not args.dict:
+        write_dict(sp, os.path.join(spm_dir, "dict.txt"))
+        return
+    symbols = set(read_fairseq_dict(args.dict))
+    shutil.copy(args.dict, os.path.join(spm_dir, "dict.txt"))
+    pieces = [p for lang in langs for side in data[("train", lang)] for line in side[:2000]
+              for p in sp.encode(line, out_type=str)]
+    unknown = sum(p not in symbols for p in pieces) / max(1, len(pieces))
+    if unknown > 0.5:
+        raise DataError(f"--dict {args.dict} does not belong to --spm-model {args.spm_model}: "
+                        f"{100 * unknown:.0f}% of the training pieces are not in it")
+    log(f"fixed dictionary {args.dict}: {len(symbols)} symbols; {100 * unknown:.2f}% of the training "
+        "pieces are not in it (they become <unk>)")
+
+
+def encode_splits(args, data, sp, spm_dir):
+    """Every split of every pair as sentencepiece pieces, ``spm_dir/{split}.en-XX.{side}``; a
+    valid/test line over --max-eval-pieces is a DataError."""
     for i, ((split, lang), (en, xx)) in enumerate(data.items(), 1):
         log(f"[{i}/{len(data)}] encoding {split} en-{lang} ({len(en)} lines)")
         for side, lines in (("en", en), (lang, xx)):
@@ -357,26 +417,10 @@ def build(args, data, langs, spm_dir, tmp_bin):
             if split != "train":
                 longest = max(range(len(encoded)), key=lambda j: len(encoded[j]))
                 if len(encoded[longest]) > args.max_eval_pieces:
-                    print(f"hltmt-prepare-data: error: {split}.en-{lang}.{side} line {longest + 1} has "
-                          f"{len(encoded[longest])} pieces, more than --max-eval-pieces {args.max_eval_pieces}",
-                          file=sys.stderr)
-                    return 2
+                    raise DataError(f"{split}.en-{lang}.{side} line {longest + 1} has {len(encoded[longest])} "
+                                    f"pieces, more than --max-eval-pieces {args.max_eval_pieces}")
             with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
                 f.writelines(" ".join(pieces) + "\n" for pieces in encoded)
-
-    for i, lang in enumerate(langs, 1):
-        log(f"[{i}/{len(langs)}] binarizing en-{lang}")
-        try:
-            binarize(spm_dir, tmp_bin, lang, args.workers)
-        except DataError as error:
-            print(f"hltmt-prepare-data: error: {error}", file=sys.stderr)
-            return 1
-    for lang in ["en"] + langs:
-        shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))
-    with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
-        f.write("\n".join(["en"] + langs) + "\n")
-    write_fingerprint(tmp_bin)  # refuse training on a dictionary changed later
-    return 0
 
 
 if __name__ == "__main__":

@@ -267,6 +267,7 @@ def save_figure(fig, path):
 
 def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds, valid=None,
                    machine=None, run_info=None, conv=None):
+    """results.md: the run's facts, convergence, validation, and the BLEU and chrF tables."""
     lines = [f"# {title}", "", f"Systems: {', '.join(systems)}; seeds: {seeds}. Test split, "
              "detokenized, case-sensitive; mean ± standard deviation over seeds.", ""]
     if machine:
@@ -274,53 +275,75 @@ def write_markdown(path, table, systems, directions, baseline, system, signature
     for sig_name, sig in signatures.items():
         lines.append(f"- sacreBLEU {sig_name} signature: `{sig}`")
     if conv is not None:
-        flat = bool(conv) and all(st == "flat" for st, _ in conv.values())
-        if flat:
-            verdict = "**Converged**: every validation curve is flat."
-        elif conv:
-            verdict = ("**NOT CONVERGED**: " + "; ".join(f"{s} {st}" for s, (st, _) in sorted(conv.items())
-                                                         if st != "flat")
-                       + " — BLEU differences between these systems do not rank the methods.")
-        else:
-            verdict = "**Convergence not shown**: no validation in the training logs."
-        lines += ["", verdict]
+        lines += ["", verdict_of(conv)]
     if note:
         lines += ["", f"**Note.** {note}"]
     if run_info:
         lines += run_info_lines(run_info)
     if conv:
-        lines += ["", "## Convergence (validation loss curves, valid_loss.png)", "",
-                  f"A curve is *flat* when the validation loss fell by less than {100 * FLAT_DROP:.0f}% over the "
-                  "last quarter of the run's updates; *falling* otherwise; *unknown* with fewer than 3 "
-                  "validations.", "", "| system | status | evidence |", "|---|---|---|"]
-        for name in sorted(conv, key=lambda s: (s != baseline, s)):
-            st, why = conv[name]
-            lines.append(f"| {name} | {st} | {why} |")
+        lines += convergence_lines(conv, baseline)
     if valid:
-        lines += ["", "## Validation at the end of training", "",
-                  "The last validation of each run (valid split; label-smoothed loss, nll in bits, perplexity); "
-                  "lower is better, and the first place to look for convergence.", "",
-                  "| system | updates in the run | loss | nll_loss | ppl |", "|---|---|---|---|---|"]
-        for name in sorted(valid, key=lambda s: (s != baseline, s)):
-            runs = valid[name]
-            updates = sorted({r[4] for r in runs})
-            lines.append(f"| {name} | {','.join(map(str, updates))} | " + " | ".join(
-                fmt([r[i] for r in runs]) for i in (1, 2, 3)) + " |")
+        lines += valid_lines(valid, baseline)
     for metric, label in (("bleu", "BLEU"), ("chrf", "chrF")):
-        diff = baseline in systems and system in systems
-        header = ["direction"] + systems + ([f"{system} − {baseline}"] if diff else [])
-        lines += ["", f"## {label}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for key in directions + groups_present(table, systems):
-            cells = [fmt(table[(s, metric)].get(key, [])) for s in systems]
-            if diff:
-                a, b = table[(system, metric)].get(key, []), table[(baseline, metric)].get(key, [])
-                cells.append(f"{mean_std(a)[0] - mean_std(b)[0]:+.2f}" if a and b else "")
-            name = f"**avg {key}**" if key in GROUPS else key
-            lines.append("| " + " | ".join([name] + cells) + " |")
+        lines += score_lines(table, systems, directions, baseline, system, metric, label)
         if metric == "bleu":
             lines += paper_lines(table, systems, baseline)
     with AtomicOutput(path, "--out") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def verdict_of(conv):
+    """One line: whether every system's validation curves are flat (see :func:`converged_summary`)."""
+    flat = bool(conv) and all(st == "flat" for st, _ in conv.values())
+    if flat:
+        return "**Converged**: every validation curve is flat."
+    if conv:
+        return ("**NOT CONVERGED**: " + "; ".join(f"{s} {st}" for s, (st, _) in sorted(conv.items())
+                                                  if st != "flat")
+                + " — BLEU differences between these systems do not rank the methods.")
+    return "**Convergence not shown**: no validation in the training logs."
+
+
+def convergence_lines(conv, baseline):
+    """The convergence table: each system's status and its evidence."""
+    lines = ["", "## Convergence (validation loss curves, valid_loss.png)", "",
+             f"A curve is *flat* when the validation loss fell by less than {100 * FLAT_DROP:.0f}% over the "
+             "last quarter of the run's updates; *falling* otherwise; *unknown* with fewer than 3 "
+             "validations.", "", "| system | status | evidence |", "|---|---|---|"]
+    for name in sorted(conv, key=lambda s: (s != baseline, s)):
+        st, why = conv[name]
+        lines.append(f"| {name} | {st} | {why} |")
+    return lines
+
+
+def valid_lines(valid, baseline):
+    """The last validation of each system's runs (mean ± std over seeds)."""
+    lines = ["", "## Validation at the end of training", "",
+             "The last validation of each run (valid split; label-smoothed loss, nll in bits, perplexity); "
+             "lower is better, and the first place to look for convergence.", "",
+             "| system | updates in the run | loss | nll_loss | ppl |", "|---|---|---|---|---|"]
+    for name in sorted(valid, key=lambda s: (s != baseline, s)):
+        runs = valid[name]
+        updates = sorted({r[4] for r in runs})
+        lines.append(f"| {name} | {','.join(map(str, updates))} | " + " | ".join(
+            fmt([r[i] for r in runs]) for i in (1, 2, 3)) + " |")
+    return lines
+
+
+def score_lines(table, systems, directions, baseline, system, metric, label):
+    """The table of one metric: each direction and average per system, and ``system`` minus
+    ``baseline`` when both ran."""
+    diff = baseline in systems and system in systems
+    header = ["direction"] + systems + ([f"{system} − {baseline}"] if diff else [])
+    lines = ["", f"## {label}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key in directions + groups_present(table, systems):
+        cells = [fmt(table[(s, metric)].get(key, [])) for s in systems]
+        if diff:
+            a, b = table[(system, metric)].get(key, []), table[(baseline, metric)].get(key, [])
+            cells.append(f"{mean_std(a)[0] - mean_std(b)[0]:+.2f}" if a and b else "")
+        name = f"**avg {key}**" if key in GROUPS else key
+        lines.append("| " + " | ".join([name] + cells) + " |")
+    return lines
 
 
 def plot_bleu(path, table, systems, directions, title, warning=None):
@@ -438,7 +461,8 @@ def gate_heatmap(path, checkpoint):
     return langs, chosen
 
 
-def main(argv=None):
+def build_parser():
+    """The command line of hltmt-report."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--decode-dir", required=True)
     p.add_argument("--out", required=True)
@@ -454,18 +478,66 @@ def main(argv=None):
     p.add_argument("--machine", default=None, help="the machine, in words (default: detected here)")
     p.add_argument("--run-info", default=None, help="JSON of the run (scripts/gpu_run.py's run.json): sizes, "
                                                     "updates, tokens/s")
-    args = p.parse_args(argv)
+    return p
+
+
+def read_inputs(args):
+    """(scored rows, sacreBLEU signatures, last validations, validation curves, run info or
+    None) from --decode-dir, --valid-log and --run-info; ValueError or OSError when one cannot
+    be read."""
+    rows, signatures = score_all(args.decode_dir)
+    valid, curves = read_valid_logs(args.valid_log)
+    run_info = None
+    if args.run_info:
+        with open(args.run_info, encoding="utf-8") as f:
+            run_info = json.load(f)
+    return rows, signatures, valid, curves, run_info
+
+
+def write_csv(path, rows):
+    """results.csv: one row per system, seed and direction."""
+    with AtomicOutput(path, "--out") as f:
+        writer = csv.DictWriter(f, fieldnames=["system", "seed", "direction", "sentences", "bleu", "chrf"])
+        writer.writeheader()
+        writer.writerows({**r, "bleu": f"{r['bleu']:.2f}", "chrf": f"{r['chrf']:.2f}"} for r in rows)
+
+
+def add_gate_heatmap(out, checkpoint, note, written):
+    """gate_heatmap.png from ``checkpoint`` (added to ``written``); returns ``note`` with the
+    routing map, or with why there is no heatmap."""
+    try:
+        langs, chosen = gate_heatmap(os.path.join(out, "gate_heatmap.png"), checkpoint)
+    except ImportError as error:
+        return (note + " " if note else "") + f"No gate heatmap: {error} (torch and fairseq must import)."
+    except LookupError as error:
+        return (note + " " if note else "") + f"No gate heatmap: {error}."
+    from hltmt_plugin.modules.language_router import map_text  # torch and fairseq imported above
+
+    mapping = map_text(dict(zip(langs, chosen)))
+    written.append("gate_heatmap.png")
+    return (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
+
+
+def bleu_warning(conv, rows, note):
+    """The line written across bleu.png when the models are not shown to be converged (None
+    when they are, or when nothing says otherwise)."""
+    if conv is not None and not (conv and all(st == "flat" for st, _ in conv.values())):
+        return ("NOT CONVERGED: validation loss still falling or not shown"
+                + (" (every score near 0)" if all(r["bleu"] < 0.5 for r in rows) else "")
+                + " - these bars do not rank the methods")
+    if conv is None and note:
+        return "Models not shown to be converged - these bars do not rank the methods"
+    return None
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's imports may set the root to DEBUG
     high = set(args.high.split(","))
     try:
-        rows, signatures = score_all(args.decode_dir)
-        valid, curves = read_valid_logs(args.valid_log)
-        run_info = None
-        if args.run_info:
-            with open(args.run_info, encoding="utf-8") as f:
-                run_info = json.load(f)
+        rows, signatures, valid, curves, run_info = read_inputs(args)
     except (ValueError, OSError) as error:
         print(f"hltmt-report: error: {error}", file=sys.stderr)
         return 2
@@ -478,37 +550,17 @@ def main(argv=None):
     directions = sorted({r["direction"] for r in rows}, key=lambda d: (not d.startswith("en-"), d))
     seeds = sorted({r["seed"] for r in rows})
     table = summarise(rows, high)
-    with AtomicOutput(os.path.join(args.out, "results.csv"), "--out") as f:
-        writer = csv.DictWriter(f, fieldnames=["system", "seed", "direction", "sentences", "bleu", "chrf"])
-        writer.writeheader()
-        writer.writerows({**r, "bleu": f"{r['bleu']:.2f}", "chrf": f"{r['chrf']:.2f}"} for r in rows)
+    write_csv(os.path.join(args.out, "results.csv"), rows)
     note = args.note
     written = ["results.md", "results.csv", "bleu.png"]
     if args.gate_checkpoint and os.path.exists(args.gate_checkpoint):
-        try:
-            langs, chosen = gate_heatmap(os.path.join(args.out, "gate_heatmap.png"), args.gate_checkpoint)
-        except ImportError as error:
-            note = (note + " " if note else "") + f"No gate heatmap: {error} (torch and fairseq must import)."
-        except LookupError as error:
-            note = (note + " " if note else "") + f"No gate heatmap: {error}."
-        else:
-            from hltmt_plugin.modules.language_router import map_text  # torch and fairseq imported above
-
-            mapping = map_text(dict(zip(langs, chosen)))
-            note = (note + " " if note else "") + f"Routing map after stage 1: {mapping} (gate_heatmap.png)."
-            written.append("gate_heatmap.png")
+        note = add_gate_heatmap(args.out, args.gate_checkpoint, note, written)
     conv = converged_summary(curves) if args.valid_log else None
     write_markdown(os.path.join(args.out, "results.md"), table, systems, directions, args.baseline, args.system,
                    signatures, args.title, note, seeds, valid, machine=args.machine or detect_machine(),
                    run_info=run_info, conv=conv)
-    warning = None
-    if conv is not None and not (conv and all(st == "flat" for st, _ in conv.values())):
-        warning = ("NOT CONVERGED: validation loss still falling or not shown"
-                   + (" (every score near 0)" if all(r["bleu"] < 0.5 for r in rows) else "")
-                   + " - these bars do not rank the methods")
-    elif conv is None and args.note:
-        warning = "Models not shown to be converged - these bars do not rank the methods"
-    plot_bleu(os.path.join(args.out, "bleu.png"), table, systems, directions, args.title, warning)
+    plot_bleu(os.path.join(args.out, "bleu.png"), table, systems, directions, args.title,
+              bleu_warning(conv, rows, args.note))
     if curves:
         plot_valid(os.path.join(args.out, "valid_loss.png"), curves, conv, args.title)
         written.append("valid_loss.png")

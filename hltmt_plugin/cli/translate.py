@@ -60,7 +60,8 @@ def finite_float(text):
     return value
 
 
-def parse_args(argv=None):
+def build_parser():
+    """The command line of hltmt-translate."""
     p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", "--path", required=True,
                    help="checkpoint of --task hltmt_translation or translation_multi_simple_epoch "
@@ -87,7 +88,11 @@ def parse_args(argv=None):
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="fairseq's log messages on stderr")
-    args = p.parse_args(argv)
+    return p
+
+
+def check_args(p, args):
+    """Options that cannot work together or cannot work at all: ``p.error`` (one line, exit 2)."""
     if (args.src is None) != (args.tgt is None):
         p.error("give both --src and --tgt (plain-text input), or neither (SRC<TAB>TGT<TAB>TEXT lines)")
     for name in ("beam", "max_len", "max_tokens"):
@@ -95,6 +100,13 @@ def parse_args(argv=None):
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.buffer_size is not None and args.buffer_size < 1:
         p.error("--buffer-size must be at least 1")
+
+
+def parse_args(argv=None):
+    """The options of ``argv`` (default: the command line), checked."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    check_args(p, args)
     return args
 
 
@@ -202,13 +214,7 @@ def main(argv=None):
         return fail(f"input file {args.input} does not exist")
     sink = None
     try:
-        if args.output != "-":
-            refuse_inputs("--output", args.output, {"the --input file": None if args.input == "-" else args.input,
-                                                    "the checkpoint": args.checkpoint, "the --spm model": args.spm})
-            if args.input == "-" and same_as_stdin(args.output):
-                raise OutputError(f"--output {args.output} is the file on stdin: writing there would replace it; "
-                                  "name another file")
-            sink = AtomicOutput(args.output, "--output")  # created now: an unwritable place fails before loading
+        sink = open_output(args)
         status = translate_all(args, sink, HltmtTranslator, HltmtError)
     except OutputError as error:
         status = fail(error)
@@ -218,23 +224,49 @@ def main(argv=None):
     return status
 
 
-def translate_all(args, sink, HltmtTranslator, HltmtError):
+def open_output(args):
+    """The :class:`AtomicOutput` of --output (None for stdout), created now so that an
+    unwritable place fails before loading; an --output that is an input raises OutputError."""
+    if args.output == "-":
+        return None
+    refuse_inputs("--output", args.output, {"the --input file": None if args.input == "-" else args.input,
+                                            "the checkpoint": args.checkpoint, "the --spm model": args.spm})
+    if args.input == "-" and same_as_stdin(args.output):
+        raise OutputError(f"--output {args.output} is the file on stdin: writing there would replace it; "
+                          "name another file")
+    return AtomicOutput(args.output, "--output")
+
+
+class LoadError(Exception):
+    """A checkpoint the command cannot load (one line, exit 2)."""
+
+
+def load_translator(args, sink, HltmtTranslator, HltmtError):
+    """The translator of --checkpoint; --output checked against the files it reads, --src and
+    --tgt against the model. Raises LoadError, HltmtError or OutputError."""
     try:
         translator = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device=args.device,
                                           fp16=args.fp16, max_tokens=args.max_tokens, max_sentences=args.batch_size)
-    except HltmtError as error:
-        return fail(error)
+    except HltmtError:
+        raise
     except Exception as error:  # noqa: BLE001 (whatever fairseq raises on a file it cannot use: one line)
-        return fail(f"cannot load {args.checkpoint}: {type(error).__name__}: {str(error).strip()[:300]}")
+        raise LoadError(f"cannot load {args.checkpoint}: {type(error).__name__}: {str(error).strip()[:300]}") \
+            from None
     if sink is not None:
         refuse_inputs("--output", args.output, {"the sentencepiece model": translator.spm},
                       {"the data folder": str(translator.task.args.data).split(os.pathsep)[0]})
     if args.src is not None:
-        try:
-            translator.routing(args.src, args.tgt)
-        except HltmtError as error:
-            return fail(error)
+        translator.routing(args.src, args.tgt)
+    return translator
 
+
+def translate_all(args, sink, HltmtTranslator, HltmtError):
+    """Load the checkpoint and write the translation of every input line to ``sink`` (stdout when
+    None), chunk by chunk; the exit status."""
+    try:
+        translator = load_translator(args, sink, HltmtTranslator, HltmtError)
+    except (LoadError, HltmtError) as error:
+        return fail(error)
     out = sink.file if sink is not None else sys.stdout
     if sink is None and hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(encoding="utf-8", newline="\n")
@@ -247,42 +279,16 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
     done = failed = 0
     start = time.perf_counter()
     try:
-        if args.input != "-" and not args.no_progress:
-            from tqdm import tqdm
-
-            with open(args.input, "rb") as f:
-                total = sum(1 for _ in raw_lines(f))
-            bar = tqdm(total=total, unit="sent", file=sys.stderr, dynamic_ncols=True, desc=PROG)
+        bar = progress_bar(args)
         for chunk in chunks(source, size):
-            items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
-            results = translator.translate_batch(
-                items, beam=args.beam, lenpen=args.lenpen, max_len=args.max_len, details=True, errors="keep",
-                first_line=done + 1, progress=bar.update if bar is not None else None)
-            for (text, unreadable), item, result in zip(chunk, items, results):
-                if unreadable is not None:
-                    result.error, result.src, result.tgt, result.source = unreadable, "", "", ""
-                elif item[2] is None:
-                    result.error = "expected SRC<TAB>TGT<TAB>TEXT (or give --src and --tgt for plain text)"
-                    result.src = result.tgt = ""
-                    result.source = text
-                if result.error is not None:
-                    failed += 1
-                    message = f"{PROG}: line {result.line}: {result.error}"
-                    if bar is not None:
-                        bar.write(message, file=sys.stderr)
-                    else:
-                        sys.stderr.write(message + "\n")
-                out.write(output_line(result, args.json))
-            out.flush()
+            failed += translate_chunk(translator, chunk, args, done + 1, out, bar)
             done += len(chunk)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
         return fail(f"interrupted after {done} line(s)" + (f"; --output {args.output} left as it was" if sink else ""),
                     130)
-    except InputError as error:
-        return fail(error)
-    except HltmtError as error:
+    except (InputError, HltmtError) as error:
         return fail(error)
     finally:
         if bar is not None:
@@ -291,7 +297,51 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
             source.close()
     if sink is not None:
         sink.commit()  # every line written: the output replaces the old file now
-    seconds = time.perf_counter() - start
+    return summary(done, failed, time.perf_counter() - start)
+
+
+def progress_bar(args):
+    """A progress bar on stderr over the lines of the --input file (None for stdin or with
+    --no-progress)."""
+    if args.input == "-" or args.no_progress:
+        return None
+    from tqdm import tqdm
+
+    with open(args.input, "rb") as f:
+        total = sum(1 for _ in raw_lines(f))
+    return tqdm(total=total, unit="sent", file=sys.stderr, dynamic_ncols=True, desc=PROG)
+
+
+def translate_chunk(translator, chunk, args, first_line, out, bar):
+    """Translate one chunk of ``(text, why unreadable)`` lines, numbered from ``first_line``;
+    write an output line for each (flushed) and each failure on stderr. Returns the number
+    of lines that failed."""
+    items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
+    results = translator.translate_batch(
+        items, beam=args.beam, lenpen=args.lenpen, max_len=args.max_len, details=True, errors="keep",
+        first_line=first_line, progress=bar.update if bar is not None else None)
+    failed = 0
+    for (text, unreadable), item, result in zip(chunk, items, results):
+        if unreadable is not None:
+            result.error, result.src, result.tgt, result.source = unreadable, "", "", ""
+        elif item[2] is None:
+            result.error = "expected SRC<TAB>TGT<TAB>TEXT (or give --src and --tgt for plain text)"
+            result.src = result.tgt = ""
+            result.source = text
+        if result.error is not None:
+            failed += 1
+            message = f"{PROG}: line {result.line}: {result.error}"
+            if bar is not None:
+                bar.write(message, file=sys.stderr)
+            else:
+                sys.stderr.write(message + "\n")
+        out.write(output_line(result, args.json))
+    out.flush()
+    return failed
+
+
+def summary(done, failed, seconds):
+    """The closing line on stderr (translated lines and rate); the exit status."""
     rate = (done - failed) / seconds if seconds > 0 else 0.0
     sys.stderr.write(f"{PROG}: {done - failed} of {done} sentence(s) translated in {seconds:.1f} s: "
                      f"{rate:.1f} sentences/s\n")

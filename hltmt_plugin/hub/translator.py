@@ -243,16 +243,24 @@ class HltmtTranslator:
         :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
         holding a NUL character or a lone surrogate fails alone, like an empty one.
         """
-        if not isinstance(errors, str) or errors not in ("raise", "keep"):
-            raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
-        items = arguments.as_list("items", items, "(src, tgt, text) tuples")
-        beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
-        max_tokens = arguments.positive_int("max_tokens", max_tokens, optional=True)
-        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
-        if isinstance(first_line, bool) or not isinstance(first_line, int):
-            raise HltmtConfigError(f"first_line must be a whole number, got {first_line!r:.60}")
-        if progress is not None and not callable(progress):
-            raise HltmtConfigError(f"progress must be a function (or None), got {type(progress).__name__}")
+        items, (beam, lenpen, max_len), max_tokens, max_sentences = _batch_arguments(
+            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress)
+        results, prepared = self._prepare_items(items, first_line)
+        failed_early = len(items) - len(prepared)
+        if progress is not None and failed_early:
+            progress(failed_early)
+        if prepared:
+            generator = self.generator(beam, lenpen, max_len)
+            entries = self._datasets(prepared)
+            for sample in self._batches(entries, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
+                self._run(generator, sample, results, entries)
+                if progress is not None:
+                    progress(len(sample["id"]))
+        return _outcome(results, details, errors)
+
+    def _prepare_items(self, items, first_line: int) -> Tuple[List[Translation], list]:
+        """A :class:`Translation` per item (with its error if it cannot be translated), and
+        ``(index, src, tgt, tokens)`` of the items that can."""
         results: List[Translation] = []
         prepared = []
         for i, item in enumerate(items):
@@ -269,27 +277,7 @@ class HltmtTranslator:
                 if len(results) == i:
                     results.append(Translation(line, "", "", ""))
                 results[-1].error = str(error)
-        failed_early = len(items) - len(prepared)
-        if progress is not None and failed_early:
-            progress(failed_early)
-        if prepared:
-            generator = self.generator(beam, lenpen, max_len)
-            entries = self._datasets(prepared)
-            for sample in self._batches(entries, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
-                self._run(generator, sample, results, entries)
-                if progress is not None:
-                    progress(len(sample["id"]))
-        failed = [r for r in results if r.error is not None]
-        if details:
-            out = results
-        else:
-            out = [r.text for r in results]
-        if failed and errors == "raise":
-            shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
-            more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-            raise TranslationErrors(f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}",
-                                    out, failed)
-        return out
+        return results, prepared
 
     def _run(self, generator, sample, results: List[Translation], entries) -> None:
         """Beam search on one batch; if the model refuses the batch, each sentence alone, so
@@ -326,6 +314,38 @@ class HltmtTranslator:
                 best["tokens"].int().cpu(), extra_symbols_to_ignore=strip))
             result.score = float(best["score"]) / math.log(2)
             result.tokens = int(best["tokens"].numel())
+
+
+def _batch_arguments(items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress):
+    """The arguments of :meth:`HltmtTranslator.translate_batch`, checked in order: ``(items as a
+    list, (beam, lenpen, max_len), max_tokens, max_sentences)``; a bad one raises."""
+    if not isinstance(errors, str) or errors not in ("raise", "keep"):
+        raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
+    items = arguments.as_list("items", items, "(src, tgt, text) tuples")
+    generation = arguments.generation(beam, lenpen, max_len)
+    max_tokens = arguments.positive_int("max_tokens", max_tokens, optional=True)
+    max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
+    if isinstance(first_line, bool) or not isinstance(first_line, int):
+        raise HltmtConfigError(f"first_line must be a whole number, got {first_line!r:.60}")
+    if progress is not None and not callable(progress):
+        raise HltmtConfigError(f"progress must be a function (or None), got {type(progress).__name__}")
+    return items, generation, max_tokens, max_sentences
+
+
+def _outcome(results: List[Translation], details: bool, errors: str) -> list:
+    """What :meth:`HltmtTranslator.translate_batch` returns: the texts (or the Translations
+    with ``details``); with ``errors="raise"`` and a failed sentence, TranslationErrors."""
+    failed = [r for r in results if r.error is not None]
+    if details:
+        out = results
+    else:
+        out = [r.text for r in results]
+    if failed and errors == "raise":
+        shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
+        more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+        raise TranslationErrors(f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}",
+                                out, failed)
+    return out
 
 
 def _device(device: Optional[str]) -> torch.device:
