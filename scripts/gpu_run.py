@@ -193,7 +193,7 @@ class GpuRun:
         if not self.high:
             raise RunFailed("no high-resource language among --langs: HLT-MT needs at least one")
         self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
-        self.work = os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}"))
+        self.work = work_dir(args)
         self.out = os.path.abspath(args.out)
         self.data = os.path.join(self.work, "data", "bin")
         self.logs = os.path.join(self.work, "logs")
@@ -202,23 +202,29 @@ class GpuRun:
         self.procs = []
         self.fell_back = False
         self.dry_run = args.dry_run
-        if args.gpu and args.cpu:
-            raise RunFailed("--gpu and --cpu exclude each other")
-        if args.gpu and args.dry_run:
-            self.cuda = True  # a dry run takes --gpu as given
-        elif args.cpu:
-            self.cuda = False
-        else:
-            import torch
-
-            self.cuda = torch.cuda.is_available()
-            if args.gpu and not self.cuda:
-                raise RunFailed("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
+        self.cuda = self.use_gpu()
         self.precision = args.precision if args.precision != "auto" else ("amp" if self.cuda else "fp32")
         if self.precision == "fp16" and not self.cuda:
             raise RunFailed("--precision fp16 needs a GPU")
         if args.ngpu > 1 and not self.cuda:
             raise RunFailed(f"--ngpu {args.ngpu} needs a GPU")
+
+    def use_gpu(self):
+        """Whether the run trains on the GPU: --gpu (taken as given by a dry run), --cpu, else
+        whether torch sees one."""
+        args = self.args
+        if args.gpu and args.cpu:
+            raise RunFailed("--gpu and --cpu exclude each other")
+        if args.gpu and args.dry_run:
+            return True  # a dry run takes --gpu as given
+        if args.cpu:
+            return False
+        import torch
+
+        cuda = torch.cuda.is_available()
+        if args.gpu and not cuda:
+            raise RunFailed("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
+        return cuda
 
     # ---- bookkeeping --------------------------------------------------------------------
     def elapsed(self):
@@ -326,45 +332,63 @@ class GpuRun:
 
     # ---- 2. calibration -----------------------------------------------------------------
     def calibrate(self):
-        s = self.size
-        big = 10 ** 7
+        """The three systems started together and stopped once each has logged a few progress
+        lines: (the slowest one's updates/s, the start-up time). A system that fails in mixed
+        precision makes the three calibrate again in fp32."""
         launched = time.time()
         runs = {}
         for system in SYSTEMS:
             log = os.path.join(self.logs, f"calibrate_{system}.log")
             save = os.path.join(self.work, "calibrate", system)
-            runs[system] = (self.launch(system, self.train_cmd(system, big, save, calibrate=True), log), log)
-        first_seen = {}
-        deadline = launched + max(120.0, 0.4 * self.budget)
+            runs[system] = (self.launch(system, self.train_cmd(system, 10 ** 7, save, calibrate=True), log), log)
         try:
-            while True:
-                time.sleep(0.5)
-                lines = {sys_: progress(log) for sys_, (_, log) in runs.items()}
-                for sys_, pl in lines.items():
-                    if pl and sys_ not in first_seen:
-                        first_seen[sys_] = time.time()
-                for sys_, (proc, log) in runs.items():
-                    if proc.poll() is not None:
-                        if self.precision != "fp32" and not self.fell_back:
-                            # a mixed-precision failure must not cost the device run: say why and
-                            # calibrate again, all three in fp32 (the same precision for all)
-                            last = tail(log, 1).strip()
-                            self.fact("precision fallback", f"{self.precision} failed for {sys_} ({last[:200]}); "
-                                                            "all systems run in fp32")
-                            say(self.t0, f"warning: {sys_} failed in {self.precision} ({last[:200]}); "
-                                         "calibrating again in fp32")
-                            self.precision, self.fell_back = "fp32", True
-                            self.stop_all()
-                            return self.calibrate()
-                        raise RunFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{tail(log)}")
-                if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
-                    break
-                if time.time() > deadline:
-                    raise RunFailed("calibration: no steady progress within "
-                                    f"{deadline - launched:.0f}s: " + ", ".join(
-                                        f"{k} {len(v)} progress lines" for k, v in lines.items()))
+            seen = self.await_progress(runs, launched)
         finally:
             self.stop_all()
+        if seen is None:
+            return self.calibrate()
+        lines, first_seen = seen
+        return self.calibration_rates(lines, first_seen, launched)
+
+    def await_progress(self, runs, launched):
+        """Every half second, the calibration logs read until each system has logged
+        calib_lines + 1 progress lines: ({system: progress lines}, {system: when its first line
+        appeared}); None when a system failed in mixed precision (then the precision is fp32)."""
+        s = self.size
+        first_seen = {}
+        deadline = launched + max(120.0, 0.4 * self.budget)
+        while True:
+            time.sleep(0.5)
+            lines = {sys_: progress(log) for sys_, (_, log) in runs.items()}
+            for sys_, pl in lines.items():
+                if pl and sys_ not in first_seen:
+                    first_seen[sys_] = time.time()
+            for sys_, (proc, log) in runs.items():
+                if proc.poll() is not None:
+                    if self.precision != "fp32" and not self.fell_back:
+                        self.fall_back_to_fp32(sys_, log)
+                        return None
+                    raise RunFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{tail(log)}")
+            if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
+                return lines, first_seen
+            if time.time() > deadline:
+                raise RunFailed("calibration: no steady progress within "
+                                f"{deadline - launched:.0f}s: " + ", ".join(
+                                    f"{k} {len(v)} progress lines" for k, v in lines.items()))
+
+    def fall_back_to_fp32(self, system, log):
+        """A mixed-precision failure must not cost the device run: say why and switch all three
+        systems to fp32 (the same precision for all)."""
+        last = tail(log, 1).strip()
+        self.fact("precision fallback", f"{self.precision} failed for {system} ({last[:200]}); "
+                                        "all systems run in fp32")
+        say(self.t0, f"warning: {system} failed in {self.precision} ({last[:200]}); "
+                     "calibrating again in fp32")
+        self.precision, self.fell_back = "fp32", True
+
+    def calibration_rates(self, lines, first_seen, launched):
+        """Each system's median updates/s and tokens/s over its steady progress lines (recorded in
+        run.json), and the start-up time: (the slowest system's updates/s, start-up seconds)."""
         rates, startup = {}, 0.0
         for system, pl in lines.items():
             steady = pl[1:] or pl
@@ -377,7 +401,7 @@ class GpuRun:
             startup = max(startup, first_seen[system] - launched - first_interval)
         self.info["facts"]["calibration"] = (
             "the three systems trained together until each logged "
-            f"{s.calib_lines + 1} progress lines ({time.time() - launched:.0f}s); start-up {startup:.0f}s; "
+            f"{self.size.calib_lines + 1} progress lines ({time.time() - launched:.0f}s); start-up {startup:.0f}s; "
             + ", ".join(f"{k} {v:.2f} updates/s" for k, v in rates.items()))
         return min(rates.values()), startup
 
@@ -625,7 +649,7 @@ def collect(run):
     return ours
 
 
-def main(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="small", help="default: %(default)s")
     p.add_argument("--budget-s", type=int, default=0,
@@ -650,8 +674,12 @@ def main(argv=None):
     p.add_argument("--decode-workers", type=int, default=0, help="default: min(12, cores) on a GPU, cores on CPU")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--status-every", type=float, default=15.0, help="seconds between training status lines")
-    args = p.parse_args(argv)
-    t0 = float(os.environ.get("GPU_RUN_T0") or time.time())
+    return p
+
+
+def check_options(p, args):
+    """Stops on an option out of range (argparse's one-line error); 2 after the one-line
+    refusal of --bf16; None when the options are fine."""
     for name in ("budget_s", "updates", "decode_workers"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must be >= 0")
@@ -660,17 +688,29 @@ def main(argv=None):
         return 2
     if args.ngpu < 1:
         p.error("--ngpu must be >= 1")
-    if args.out is None:
-        args.out = os.path.join(os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}")), "out")
-    if args.dry_run:
-        try:
-            GpuRun(args, t0).print_plan()
-        except RunFailed as error:
-            print(f"gpu_run: error: {error}", file=sys.stderr)
-            return 2
-        except BrokenPipeError:
-            return reader_gone()
-        return 0
+    return None
+
+
+def work_dir(args):
+    """The working folder: --work, else runs/gpu-SIZE in the checkout."""
+    return os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}"))
+
+
+def dry_run(args, t0):
+    """--dry-run: the plan printed, nothing run or written; the exit code."""
+    try:
+        GpuRun(args, t0).print_plan()
+    except RunFailed as error:
+        print(f"gpu_run: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return reader_gone()
+    return 0
+
+
+def full_run(args, t0):
+    """The run, its console output also in OUT/gpu_run.log, the outputs collected into --out
+    whether it finished or not, and the report printed when it finished; the exit code."""
     os.makedirs(args.out, exist_ok=True)
     sys.stdout = Tee(os.path.join(args.out, "gpu_run.log"))
     run = None
@@ -695,6 +735,18 @@ def main(argv=None):
     if ok:
         print(open(os.path.join(args.out, "results.md"), encoding="utf-8").read())
     return 0 if ok else 1
+
+
+def main(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    t0 = float(os.environ.get("GPU_RUN_T0") or time.time())
+    refused = check_options(p, args)
+    if refused is not None:
+        return refused
+    if args.out is None:
+        args.out = os.path.join(work_dir(args), "out")
+    return dry_run(args, t0) if args.dry_run else full_run(args, t0)
 
 
 if __name__ == "__main__":

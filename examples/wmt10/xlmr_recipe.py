@@ -176,8 +176,7 @@ class Recipe:
 
     def train(self, system, k, temperature, last):
         """Epoch k of the temperature schedule (the last one trains on to --max-update)."""
-        previous = os.path.join(self.logs, f"train_{system}.t{k - 1}.log")
-        if not self.dry_run and k > 1 and os.path.exists(previous) and STOPPED_AT_MAX_UPDATE in open(previous, encoding="utf-8").read():
+        if not self.dry_run and k > 1 and self.reached_max_update(system, k - 1):
             say(f"{system}: --max-update was reached in epoch {k - 1}; nothing left to train")
             open(os.path.join(self.logs, f"train_{system}.t{k}.log"), "w").write(STOPPED_AT_MAX_UPDATE + " (earlier)\n")
             return
@@ -190,6 +189,11 @@ class Recipe:
                       encoding="utf-8") as out:
                 for j in range(1, k + 1):
                     out.write(open(os.path.join(self.logs, f"train_{system}.t{j}.log"), encoding="utf-8").read())
+
+    def reached_max_update(self, system, k):
+        """Whether epoch k's training log says fairseq stopped at --max-update."""
+        log = os.path.join(self.logs, f"train_{system}.t{k}.log")
+        return os.path.exists(log) and STOPPED_AT_MAX_UPDATE in open(log, encoding="utf-8").read()
 
     def decode(self):
         """Every direction of every system with fairseq-generate's own main, many directions per
@@ -253,10 +257,11 @@ class Recipe:
         a = self.args
         steps = self.steps()
         gpus = f"{a.ngpu} GPU(s), {self.precision}" if a.gpu else f"CPU, {self.precision}"
-        print(f"{'# ' if self.dry_run else ''}xlmr recipe: {gpus}; systems {','.join(self.systems)}, {len(self.directions)} directions, high "
-              f"{','.join(self.high)}; temperature {', '.join(f'{t:g}' for t in temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs))} "
-              f"over the first epochs; lr {a.lr}, {a.max_tokens} tokens x update-freq {self.update_freq}; run folder "
-              f"{self.run_dir}", flush=True)
+        schedule = temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs)
+        print(f"{'# ' if self.dry_run else ''}xlmr recipe: {gpus}; systems {','.join(self.systems)}, "
+              f"{len(self.directions)} directions, high {','.join(self.high)}; temperature "
+              f"{', '.join(f'{t:g}' for t in schedule)} over the first epochs; lr {a.lr}, {a.max_tokens} tokens x "
+              f"update-freq {self.update_freq}; run folder {self.run_dir}", flush=True)
         if not self.dry_run and not os.environ.get("PYTHONWARNINGS"):
             os.environ["PYTHONWARNINGS"] = QUIET
         run_steps(steps, self.run_dir, self.dry_run)
@@ -298,7 +303,7 @@ def check(args):
     return None
 
 
-def main(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--raw", required=True, help="cleaned parallel data, {split}.en-XX.{en,XX} (examples/wmt10/clean.py)")
     p.add_argument("--xlmr", required=True, help="XLM-R folder: model.pt, dict.txt, sentencepiece.bpe.model")
@@ -342,7 +347,11 @@ def main(argv=None):
     p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line
     p.add_argument("--dry-run", action="store_true",
                    help="print every command the recipe would run, one per line, and run nothing")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     problem = check(args)
     if problem:
         print(f"xlmr_recipe: error: {problem}", file=sys.stderr)

@@ -49,8 +49,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
     """The module docstring as written, and every option's default in --help."""
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter,
                                 usage="%(prog)s [options] -- FAIRSEQ_TRAIN_ARGUMENTS")
     p.add_argument("--nproc", type=int, default=2, help="processes (ranks) on this machine")
@@ -60,65 +59,72 @@ def main(argv=None):
     p.add_argument("--master-port", type=int, default=0, help="default: a free port (single machine only)")
     p.add_argument("--gpu", action="store_true", help="NCCL, one GPU per local rank")
     p.add_argument("--log-dir", default=None, help="where rank{R}.log go (default: the --save-dir, or .)")
-    if "--" not in argv:
-        if any(a in ("-h", "--help") for a in argv):
-            p.print_help()
-            return 0
-        print("hltmt-launch: error: put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
-              "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    args = p.parse_args(argv[:split])
-    train = argv[split + 1:]
+    return p
+
+
+def refuse(message):
+    """One error line on stderr; the exit code 2."""
+    print(f"hltmt-launch: error: {message}", file=sys.stderr)
+    return 2
+
+
+def check_options(args, train):
+    """What is wrong with the launcher's options or the fairseq-train arguments, in one line;
+    None when nothing is."""
     clash = [o for o in OWN if any(a == o or a.startswith(o + "=") for a in train)]
     if clash:
-        print(f"hltmt-launch: error: {', '.join(clash)} is set by the launcher; remove it from the fairseq-train "
-              "arguments", file=sys.stderr)
-        return 2
+        return f"{', '.join(clash)} is set by the launcher; remove it from the fairseq-train arguments"
     if args.nproc < 1 or args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
-        print("hltmt-launch: error: need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes", file=sys.stderr)
-        return 2
+        return "need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes"
     if args.nnodes > 1 and args.master_port == 0:
-        print("hltmt-launch: error: with several machines give the same --master-port on each", file=sys.stderr)
-        return 2
-    world = args.nproc * args.nnodes
-    port = args.master_port or free_port()
-    if "--ddp-backend" not in train and not args.gpu:
+        return "with several machines give the same --master-port on each"
+    return None
+
+
+def device_defaults(train, gpu):
+    """The fairseq-train arguments with the CPU's defaults added: ``--ddp-backend legacy_ddp``
+    unless one is given, and ``--cpu``."""
+    train = list(train)
+    if "--ddp-backend" not in train and not gpu:
         train += ["--ddp-backend", "legacy_ddp"]
-    if not args.gpu and "--cpu" not in train:
+    if not gpu and "--cpu" not in train:
         train += ["--cpu"]
-    save_dir = train[train.index("--save-dir") + 1] if "--save-dir" in train else "."
-    log_dir = args.log_dir or save_dir
-    os.makedirs(log_dir, exist_ok=True)
-    fairseq_train = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
-    procs, logs = [], []
-    for local in range(args.nproc):
-        rank = args.node_rank * args.nproc + local
-        cmd = [fairseq_train, *train, "--distributed-init-method", f"tcp://{args.master_addr}:{port}",
-               "--distributed-world-size", str(world), "--distributed-rank", str(rank), "--distributed-no-spawn",
-               "--distributed-backend", "nccl" if args.gpu else "gloo"]
-        if args.gpu:
-            cmd += ["--device-id", str(local)]
-        log = open(os.path.join(log_dir, f"rank{rank}.log"), "w", encoding="utf-8")
-        logs.append(log)
-        env = dict(os.environ)
-        if not env.get("PYTHONWARNINGS"):
-            env["PYTHONWARNINGS"] = QUIET_WARNINGS
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      start_new_session=True, env=env))
-    print(f"hltmt-launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
-          f"tcp://{args.master_addr}:{port}, logs in {log_dir}/rank*.log", flush=True)
+    return train
 
-    def pump(i):
-        for line in procs[i].stdout:
-            logs[i].write(line)
-            logs[i].flush()
-            if i == 0 and args.node_rank == 0 and not any(n in line for n in NOISE):
-                print(line, end="", flush=True)
 
-    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(len(procs))]
-    for t in threads:
-        t.start()
+def rank_command(args, train, rendezvous, world, local):
+    """The fairseq-train command line of local rank ``local`` on this machine."""
+    rank = args.node_rank * args.nproc + local
+    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-train"), *train,
+           "--distributed-init-method", rendezvous, "--distributed-world-size", str(world),
+           "--distributed-rank", str(rank), "--distributed-no-spawn",
+           "--distributed-backend", "nccl" if args.gpu else "gloo"]
+    if args.gpu:
+        cmd += ["--device-id", str(local)]
+    return cmd
+
+
+def rank_env():
+    """The ranks' environment: this one, with fairseq's start-up warnings off unless
+    PYTHONWARNINGS is set."""
+    env = dict(os.environ)
+    if not env.get("PYTHONWARNINGS"):
+        env["PYTHONWARNINGS"] = QUIET_WARNINGS
+    return env
+
+
+def pump(proc, log, echo):
+    """Copies a rank's output into its log, and to the console when ``echo`` (fairseq's noise left out)."""
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        if echo and not any(n in line for n in NOISE):
+            print(line, end="", flush=True)
+
+
+def wait_for_ranks(procs):
+    """Waits until every rank has finished or one has failed: the index of the first failed
+    rank, -1 on Ctrl-C, None when all succeeded."""
     failed = None
     try:
         while failed is None and any(proc.poll() is None for proc in procs):
@@ -128,28 +134,78 @@ def main(argv=None):
             failed = next((i for i, proc in enumerate(procs) if proc.returncode != 0), None)
     except KeyboardInterrupt:
         failed = -1
+    return failed
+
+
+def stop_ranks(procs):
+    """SIGTERM to every rank still running, SIGKILL to those not gone after 20 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def report_failure(log_path, rank, code):
+    """The failed rank's log tail, then one error line, on stderr."""
+    tail = open(log_path, encoding="utf-8").read().splitlines()[-20:]
+    print("\n".join(line[:300] for line in tail), file=sys.stderr)
+    print(f"hltmt-launch: error: rank {rank} failed (exit {code}); the other ranks were stopped", file=sys.stderr)
+
+
+def launch(args, train):
+    """Starts this machine's ranks, streams rank 0's output, waits for them, and stops them all
+    when one fails; the exit code."""
+    world = args.nproc * args.nnodes
+    rendezvous = f"tcp://{args.master_addr}:{args.master_port or free_port()}"
+    train = device_defaults(train, args.gpu)
+    save_dir = train[train.index("--save-dir") + 1] if "--save-dir" in train else "."
+    log_dir = args.log_dir or save_dir
+    os.makedirs(log_dir, exist_ok=True)
+    ranks = [args.node_rank * args.nproc + local for local in range(args.nproc)]
+    procs, logs = [], []
+    for local, rank in enumerate(ranks):
+        logs.append(open(os.path.join(log_dir, f"rank{rank}.log"), "w", encoding="utf-8"))
+        procs.append(subprocess.Popen(rank_command(args, train, rendezvous, world, local), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True, env=rank_env()))
+    print(f"hltmt-launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
+          f"{rendezvous}, logs in {log_dir}/rank*.log", flush=True)
+    threads = [threading.Thread(target=pump, args=(proc, log, i == 0 and args.node_rank == 0), daemon=True)
+               for i, (proc, log) in enumerate(zip(procs, logs))]
+    for t in threads:
+        t.start()
+    failed = wait_for_ranks(procs)
     if failed is not None:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_ranks(procs)
     for t in threads:
         t.join(timeout=5)
     for log in logs:
         log.close()
-    if failed is not None:
-        if failed >= 0:
-            rank = args.node_rank * args.nproc + failed
-            tail = open(os.path.join(log_dir, f"rank{rank}.log"), encoding="utf-8").read().splitlines()[-20:]
-            print("\n".join(line[:300] for line in tail), file=sys.stderr)
-            print(f"hltmt-launch: error: rank {rank} failed (exit {procs[failed].returncode}); the other ranks were "
-                  "stopped", file=sys.stderr)
-        return 1
-    return 0
+    if failed is None:
+        return 0
+    if failed >= 0:
+        report_failure(os.path.join(log_dir, f"rank{ranks[failed]}.log"), ranks[failed], procs[failed].returncode)
+    return 1
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    p = build_parser()
+    if "--" not in argv:
+        if any(a in ("-h", "--help") for a in argv):
+            p.print_help()
+            return 0
+        return refuse("put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
+                      "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)")
+    split = argv.index("--")
+    args = p.parse_args(argv[:split])
+    problem = check_options(args, argv[split + 1:])
+    if problem:
+        return refuse(problem)
+    return launch(args, argv[split + 1:])
 
 
 if __name__ == "__main__":

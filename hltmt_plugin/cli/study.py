@@ -452,7 +452,7 @@ def summary_line(study, system, seed):
     return f"BLEU high-resource mean {sum(high) / len(high):.1f}, low-resource mean {sum(low) / len(low):.1f}"
 
 
-def main(argv=None):
+def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
     p.add_argument("--run-dir", default=os.path.join("runs", "cpu-study"),
@@ -475,25 +475,31 @@ def main(argv=None):
                         "(results/calibration.csv), then stop")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the results folder")
     p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
-    args = p.parse_args(argv)
+    return p
+
+
+def check_options(p, args):
+    """The --runs as [(system, seed)]; stops with argparse's one-line error on a bad --runs or
+    --parallel."""
     try:
         runs = parse_runs(args.runs)
     except ValueError as error:
         p.error(str(error))
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
-    setting = Setting(**{k: v for k, v in (("updates", args.updates), ("high_updates", args.high_updates),
-                                           ("vocab", args.vocab)) if v is not None})
-    study = Study(args, setting)
-    if args.dry_run:
-        prepare(study)
-        for run in runs:
-            print(f"# {run[0]} seed {run[1]}")
-            study.run(*run)
-        return 0
-    if args.calibrate:
-        calibrate(study, runs, args.calibrate)
-        return 0
+    return runs
+
+
+def print_plan(study: Study, runs):
+    """--dry-run: every command of the preparation and of each run, printed."""
+    prepare(study)
+    for run in runs:
+        print(f"# {run[0]} seed {run[1]}")
+        study.run(*run)
+
+
+def run_study(study: Study, runs, args):
+    """The preparation and the runs (unless --report-only), then the report; the exit code."""
     failures = []
     if not args.report_only:
         try:
@@ -508,6 +514,22 @@ def main(argv=None):
     for (system, seed), message in failures:
         print(f"hltmt-study: error: {system}:{seed}: {message}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def main(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    runs = check_options(p, args)
+    setting = Setting(**{k: v for k, v in (("updates", args.updates), ("high_updates", args.high_updates),
+                                           ("vocab", args.vocab)) if v is not None})
+    study = Study(args, setting)
+    if args.dry_run:
+        print_plan(study, runs)
+        return 0
+    if args.calibrate:
+        calibrate(study, runs, args.calibrate)
+        return 0
+    return run_study(study, runs, args)
 
 
 if __name__ == "__main__":

@@ -25,3 +25,20 @@ def test_launch_keeps_fairseqs_start_up_noise_out_of_its_output(data_bin, tmp_pa
     assert "done training" in done.stdout
     for noise in ("UserWarning", "FutureWarning", "tensorboardX"):
         assert noise not in done.stdout + done.stderr, noise
+
+
+def test_launch_builds_each_ranks_command_and_refuses_the_options_it_sets():
+    from hltmt_plugin.cli.launch import build_parser, check_options, device_defaults, rank_command
+
+    args = build_parser().parse_args(["--nproc", "2", "--nnodes", "2", "--node-rank", "1", "--master-port", "1234"])
+    train = device_defaults(["data", "--save-dir", "s"], gpu=False)
+    assert train == ["data", "--save-dir", "s", "--ddp-backend", "legacy_ddp", "--cpu"]
+    cmd = rank_command(args, train, "tcp://127.0.0.1:1234", 4, 1)
+    assert os.path.basename(cmd[0]) == "fairseq-train" and cmd[1:len(train) + 1] == train
+    opts = dict(zip(cmd, cmd[1:]))
+    assert (opts["--distributed-rank"], opts["--distributed-world-size"], opts["--distributed-backend"]) == \
+        ("3", "4", "gloo")
+    assert "--device-id" not in cmd
+    assert check_options(args, train) is None
+    assert "is set by the launcher" in check_options(args, [*train, "--distributed-port=5"])
+    assert "--master-port" in check_options(build_parser().parse_args(["--nnodes", "2"]), train)
