@@ -49,7 +49,8 @@ from hltmt_plugin.atomic_files import save_torch, write_text
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 # seed 1 of every system first (a first comparison, and the models a user can try), then seeds
-DEFAULT_RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2,mnmt:3,hltmt:3"
+# 2 and 3 of MNMT and HLT-MT, then those of the staged MNMT (the schedule's share needs its spread too)
+DEFAULT_RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2,mnmt:3,hltmt:3,mnmt-staged:2,mnmt-staged:3"
 
 
 @dataclass
