@@ -15,6 +15,7 @@ import sys
 import time
 
 from bench_systems import BENCH, BenchError, child_env, fairseq_train_cmd
+from timing import span, stamp
 
 # (phase, module, owner, attribute) of the methods timed as phases of a training step, an
 # attribute None for a module-level function (owner is then its name); indented phases are
@@ -155,7 +156,7 @@ class PairUpdates:
         trainer = self.trainers[name]
         if tool == "cprofile":
             self.profs[name].enable()
-        t, c = time.perf_counter(), time.process_time()
+        start = stamp()
         self.active["on"] = name if tool == "phases" else None
         try:
             with metrics.aggregate("train_inner"):
@@ -168,10 +169,10 @@ class PairUpdates:
             if tool == "cprofile":
                 self.profs[name].disable()
             if tool == "phases":
-                out = self.out
-                out["cpu"][name] += time.process_time() - c
-                out["wall"][name] += time.perf_counter() - t
-                out["update_cpu"][name].append(time.process_time() - c)
+                spent = span(start, stamp())
+                self.out["cpu"][name] += spent["cpu"]
+                self.out["wall"][name] += spent["wall"]
+                self.out["update_cpu"][name].append(spent["cpu"])
 
     def _operators(self, name, trainer, sample):
         """One update under torch.profiler; its operators' own time and calls added to ``ops``."""

@@ -21,7 +21,7 @@ import torch
 from bench_profile import profile_fairseq_train, run_pair
 from bench_systems import (ARCHS, BENCH, TRAIN_SYSTEMS, BenchError, batches, build, child_env, fairseq_train_cmd,
                            flops, high_pairs, train_step_fn)
-from timing import median
+from timing import median, span, stamp
 
 TRAIN_INNER = re.compile(r"\btrain_inner\b[ |:]*(\{.*\})\s*$")
 
@@ -76,13 +76,14 @@ def profile_child(spec_path):
 
     def train_step(self, samples, *a, **k):
         state["n"] += 1
-        t, c = time.perf_counter(), time.process_time()
+        start = stamp()
         try:
             return inner(self, samples, *a, **k)
         finally:
             if spec["warmup"] < state["n"] <= spec["warmup"] + spec["updates"]:
-                state["cpu"] += time.process_time() - c
-                state["wall"] += time.perf_counter() - t
+                spent = span(start, stamp())
+                state["cpu"] += spent["cpu"]
+                state["wall"] += spent["wall"]
                 state["words"] += sum(int(s.get("ntokens", 0)) for s in samples if s)
 
     Trainer.train_step = train_step

@@ -51,10 +51,6 @@ def log(message):
     print(f"[bench_translate] {message}", file=sys.stderr, flush=True)
 
 
-def fairseq(tool):
-    return [sys.executable, "-m", f"fairseq_cli.{tool}"]
-
-
 def check_call(cmd, log_path):
     with open(log_path, "w") as out:
         done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -95,8 +91,10 @@ def by_direction(items):
 
 def train_command(args, data, save):
     """fairseq-train of HLT-MT hltmt_transformer_tiny on ``data`` (half stage high, half all)."""
+    from hltmt_plugin.cli import fairseq_cli
+
     high = [x for x in HIGH if x in args.langs]
-    return [*fairseq("train"), os.path.join(data, "bin"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
+    return [*fairseq_cli("train"), os.path.join(data, "bin"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
             "--arch", "hltmt_transformer_tiny", "--langs", ",".join(["en"] + args.langs),
             "--lang-pairs", ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
             "--encoder-langtok", "tgt", "--high-resource-langs", ",".join(high),
@@ -201,7 +199,9 @@ def worker_command(mode, args, items_path):
 
 def interactive_command(args, src, tgt, sentences_in):
     """fairseq-interactive for one direction, ``sentences_in`` lines read in one buffer."""
-    return [*fairseq("interactive"), args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
+    from hltmt_plugin.cli import fairseq_cli
+
+    return [*fairseq_cli("interactive"), args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
             "--langs", args.langs_option, "--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt",
             "-s", src, "-t", tgt, "--path", args.checkpoint, "--bpe", "sentencepiece",
             "--sentencepiece-model", args.spm, "--beam", str(args.beam), "--max-len-b", str(args.max_len),

@@ -60,3 +60,20 @@ def check_text(text: str) -> None:
     except UnicodeEncodeError as error:
         raise HltmtInputError(f"the text is not valid Unicode ({error.object[error.start]!r} at position {error.start + 1}, "
                               "a lone surrogate): not translated") from None
+
+
+def translate_batch(items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress):
+    """The arguments of :meth:`~hltmt_plugin.hub.HltmtTranslator.translate_batch`, checked in
+    order: ``(items as a list, (beam, lenpen, max_len), max_tokens, max_sentences)``; a bad one
+    raises."""
+    if not isinstance(errors, str) or errors not in ("raise", "keep"):
+        raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
+    items = as_list("items", items, "(src, tgt, text) tuples")
+    search = generation(beam, lenpen, max_len)
+    max_tokens = positive_int("max_tokens", max_tokens, optional=True)
+    max_sentences = positive_int("max_sentences", max_sentences, optional=True)
+    if isinstance(first_line, bool) or not isinstance(first_line, int):
+        raise HltmtConfigError(f"first_line must be a whole number, got {first_line!r:.60}")
+    if progress is not None and not callable(progress):
+        raise HltmtConfigError(f"progress must be a function (or None), got {type(progress).__name__}")
+    return items, search, max_tokens, max_sentences

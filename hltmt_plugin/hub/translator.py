@@ -243,7 +243,7 @@ class HltmtTranslator:
         :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
         holding a NUL character or a lone surrogate fails alone, like an empty one.
         """
-        items, (beam, lenpen, max_len), max_tokens, max_sentences = _batch_arguments(
+        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
             items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress)
         results, prepared = self._prepare_items(items, first_line)
         failed_early = len(items) - len(prepared)
@@ -314,22 +314,6 @@ class HltmtTranslator:
                 best["tokens"].int().cpu(), extra_symbols_to_ignore=strip))
             result.score = float(best["score"]) / math.log(2)
             result.tokens = int(best["tokens"].numel())
-
-
-def _batch_arguments(items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress):
-    """The arguments of :meth:`HltmtTranslator.translate_batch`, checked in order: ``(items as a
-    list, (beam, lenpen, max_len), max_tokens, max_sentences)``; a bad one raises."""
-    if not isinstance(errors, str) or errors not in ("raise", "keep"):
-        raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
-    items = arguments.as_list("items", items, "(src, tgt, text) tuples")
-    generation = arguments.generation(beam, lenpen, max_len)
-    max_tokens = arguments.positive_int("max_tokens", max_tokens, optional=True)
-    max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
-    if isinstance(first_line, bool) or not isinstance(first_line, int):
-        raise HltmtConfigError(f"first_line must be a whole number, got {first_line!r:.60}")
-    if progress is not None and not callable(progress):
-        raise HltmtConfigError(f"progress must be a function (or None), got {type(progress).__name__}")
-    return items, generation, max_tokens, max_sentences
 
 
 def _outcome(results: List[Translation], details: bool, errors: str) -> list:
