@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The main job: train, decode and score MNMT, HLT-MT (and LS-MNMT) on one data set, end to end.
 
-    hltmt-main-job --size quick                       # DebMT-10 on the CPU: about 20 minutes on 2 cores
+    hltmt-main-job --size quick                       # DebMT-10 on the CPU: about 27 minutes on 2 cores
     hltmt-main-job --size full                        # DebMT-10 on the CPU: all data, 3 seeds
     hltmt-main-job --size base --gpu --ngpu 8 --raw RUN/clean --high fr,cs,de,fi,lv,et --ls-mnmt
                                                       # the paper's setting (examples/wmt10/run.sh)
@@ -161,6 +161,7 @@ class Size:
     segment_words: tuple = ()  # (EN, XX): only segment pairs of at most EN English and XX other words, every split
     to_english: bool = True  # the X->En directions too (else one-to-many En->X only)
     train_jobs: int = 1  # on the CPU, a seed's fairseq-train runs side by side, this many at once (a core each)
+    valid_interval: int = 0  # validate every this many updates, for the report's loss curves (0: at each epoch's end)
 
 
 SIZES: Dict[str, Size] = {
@@ -168,13 +169,13 @@ SIZES: Dict[str, Size] = {
     # is 16 tokens and the valid set is cut (decoding and validation dominated its time)
     "smoke": Size(max_train=300, max_test=12, vocab=1000, hltmt_arch="hltmt_transformer_tiny",
                   baseline_arch="transformer_hltmt_tiny", high_updates=6, all_updates=6,
-                  max_tokens=2048, warmup=4, max_valid=40, gen_len=(0, 16)),
+                  max_tokens=2048, warmup=4, max_valid=40, gen_len=(0, 16), valid_interval=4),
     # the quality study's setting (docs/quality-study.md: one-to-many En->X over the segments of
     # at most 12 English and 16 target words), cut to what 30 minutes of two cores train: MNMT
     # and HLT-MT side by side at one thread each
     "quick": Size(max_train=0, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
                   baseline_arch="transformer_hltmt_tiny", high_updates=600, all_updates=800,
-                  max_tokens=4096, segment_words=(12, 16), to_english=False, train_jobs=2),
+                  max_tokens=4096, segment_words=(12, 16), to_english=False, train_jobs=2, valid_interval=200),
     # all training data, 3 seeds; sized so the whole job fits in about 2 hours on 2 CPU cores
     # (a larger model would not fit: see docs/results/debmt10-full/README.md)
     "full": Size(max_train=0, max_test=500, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
@@ -290,12 +291,13 @@ class Job:
     def train_args(self, seed, updates, save):
         s = self.size
         freq = ["--update-freq", str(self.update_freq)] if self.update_freq > 1 else []
+        valid = ["--validate-interval-updates", str(s.valid_interval)] if s.valid_interval else []
         return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                 "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
                 "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
                 "--max-tokens", str(s.max_tokens), *freq, "--max-update", str(updates),
                 "--sampling-method", "temperature", "--sampling-temperature", "5",
-                "--save-dir", save, "--no-epoch-checkpoints", "--log-interval", "50",
+                "--save-dir", save, "--no-epoch-checkpoints", "--log-interval", "50", *valid,
                 "--seed", str(seed), *self.device_flags]
 
     def hltmt_args(self, langs, pool_size):

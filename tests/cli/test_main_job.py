@@ -71,6 +71,9 @@ def test_one_run_schedule_side_by_side_trains_both_stages_in_one_fairseq_run(tmp
     assert "[train_" not in log and "num_updates 12" in open(folder / "logs" / "train_mnmt.seed1.log").read()
     md = open(folder / "report" / "results.md").read()
     assert "| mnmt | 12 |" in md and "| hltmt | 12 |" in md and "Routing map after stage 1: de->m0" in md
+    # validated every 4 updates (the size's valid_interval): each system's loss curve has points enough to judge
+    for system in ("mnmt", "hltmt"):
+        assert f"| {system} | falling |" in md or f"| {system} | flat |" in md, md
     # stopped while MNMT trained: a rerun trains MNMT only, then decodes again
     for marker in (".done-train.seed1", ".done-train_mnmt.seed1", ".done-decode.seed1", ".done-report"):
         os.remove(folder / marker)
