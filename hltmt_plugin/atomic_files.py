@@ -8,8 +8,13 @@ the file (also the process writing it, when a command's output is one of its own
 sees either the old file or the whole new one, never part of one.
 
 The destination gets what an ordinary ``open`` would give it: a symbolic link keeps pointing
-at the new file, an existing file keeps its permission bits, a new one gets ``0o666`` less
-the umask (not the ``0o600`` of a temporary file).
+at the new file, an existing file keeps its permission bits and (where the system lets this
+process) its owner and group, a new one gets ``0o666`` less the umask (not the ``0o600`` of a
+temporary file). A destination that is not a regular file or a new name (a device, a FIFO, a
+socket, a ``/dev/std*`` or ``/proc/*/fd`` path standing for another file) is refused before
+anything is written (:func:`check_destination`): renaming over it would put a regular file in
+place of the device or pipe, and a reader waiting on it would wait forever. SIGTERM, like an
+exception or Ctrl-C, removes every temporary file a write had open before the process ends.
 
 - :func:`write_text`, :func:`write_bytes`, :func:`save_torch`: a whole file in one call; a
   failure is one :class:`HltmtInputError` naming the file and whether it is unchanged;
@@ -23,10 +28,14 @@ the umask (not the ``0o600`` of a temporary file).
 Reading is :mod:`hltmt_plugin.compat.safe_loading`'s: every checkpoint and adapter file is
 read weights-only, with the allowlist of types fairseq checkpoints hold.
 """
+import errno
 import os
 import shutil
+import signal
+import stat
 import tempfile
-from typing import Callable, Optional
+import threading
+from typing import Callable, Optional, Set
 
 import torch
 
@@ -64,6 +73,72 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
+class UnsafeDestination(OSError):
+    """A destination that must not be replaced by a renamed file (see :func:`check_destination`)."""
+
+
+# paths that stand for another file or stream: /dev/stdout, /dev/fd/1, /proc/self/fd/1, ...
+_STREAM_PREFIXES = ("/dev/", "/proc/")
+
+
+def check_destination(path: str) -> None:
+    """Raise :class:`UnsafeDestination` unless ``path`` is a regular file (or a link to one) or a
+    new name in an existing place: a device, FIFO or socket would be replaced by a regular file,
+    and a ``/dev/std*`` / ``/proc/*/fd`` path stands for a stream whose file (opened by the shell,
+    perhaps for appending) the rename would replace."""
+    shown = os.path.abspath(path)
+    real = os.path.realpath(path)
+    if shown.startswith(_STREAM_PREFIXES) or real.startswith(_STREAM_PREFIXES):
+        raise UnsafeDestination(errno.EINVAL, "it names a device or a stream, not a file: name a regular file "
+                                              "(or leave the option out to write to standard output)")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # the write itself reports what is wrong with the place
+    if stat.S_ISDIR(mode):
+        raise UnsafeDestination(errno.EISDIR, "it is a folder: name a file")
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        raise UnsafeDestination(errno.EINVAL, f"it is {kind}, which a new file would replace: name a regular file")
+
+
+# temporary files being written, removed by the SIGTERM handler before the process ends
+_LIVE: Set[str] = set()
+_handler_installed = False
+
+
+def _on_sigterm(signum, frame):
+    for tmp in list(_LIVE):
+        _remove_quietly(tmp)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # end as SIGTERM ends a process (status 143 in a shell)
+
+
+def _watch_sigterm() -> None:
+    """Make SIGTERM remove the live temporary files first (when nobody else handles it)."""
+    global _handler_installed
+    if _handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        return
+    _handler_installed = True
+
+
+def _final_owner(target: str):
+    """The (uid, gid) of an existing ``target`` (kept by the new file), or None."""
+    try:
+        st = os.stat(target)
+    except OSError:
+        return None
+    return st.st_uid, st.st_gid
+
+
 def _final_mode(target: str) -> int:
     """The mode ``open`` would leave ``target`` with: its own, or a new file's."""
     try:
@@ -89,9 +164,12 @@ class AtomicFile:
 
     def __init__(self, path: str, suffix: str = PARTIAL):
         self.path = path
+        check_destination(path)
         self.target = os.path.realpath(path)  # a symbolic link keeps pointing at the new file
+        _watch_sigterm()
         self._fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.target)}.", suffix=suffix,
                                               dir=os.path.dirname(self.target))
+        _LIVE.add(self.tmp)
         self.file = None
         self.finished = False
 
@@ -117,11 +195,12 @@ class AtomicFile:
             if self.file is not None:
                 self.file.flush()
             self._close()
-            replace_file(self.tmp, self.target, mode=_final_mode(self.target))
+            replace_file(self.tmp, self.target, mode=_final_mode(self.target), owner=_final_owner(self.target))
         except BaseException:
             self.discard()
             raise
         self.finished = True
+        _LIVE.discard(self.tmp)
 
     def discard(self) -> None:
         """Remove the temporary file (unless committed): the destination stays as it was."""
@@ -133,6 +212,7 @@ class AtomicFile:
         except OSError:
             pass
         _remove_quietly(self.tmp)
+        _LIVE.discard(self.tmp)
 
     def __enter__(self):
         return self
@@ -209,12 +289,18 @@ def save_torch(obj, path: str, what: Optional[str] = None) -> None:
     _write_whole(path, torch_writer(obj), TORCH_TEMP, what)
 
 
-def replace_file(new: str, final: str, mode: Optional[int] = None) -> None:
+def replace_file(new: str, final: str, mode: Optional[int] = None, owner=None) -> None:
     """Put the complete file ``new`` (in ``final``'s folder) in place of ``final``: flushed to
-    disk (given ``mode``), renamed over it, the rename itself made durable."""
+    disk (given ``mode`` and, where allowed, ``owner`` = (uid, gid)), renamed over it, the rename
+    itself made durable."""
     fd = os.open(new, os.O_RDONLY)
     try:
         os.fsync(fd)
+        if owner is not None and hasattr(os, "fchown"):
+            try:
+                os.fchown(fd, *owner)
+            except OSError:  # not allowed to give the file away: it stays this process's
+                pass
         if mode is not None:
             try:
                 os.fchmod(fd, mode)

@@ -26,7 +26,8 @@ FORMAT = "hltmt_plugin.dict_fingerprint"
 VERSION = 1
 
 
-def _sha256(path: str) -> str:
+def sha256_file(path: str) -> str:
+    """The sha256 of a file's bytes, as hex."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -38,7 +39,7 @@ def dictionary_fingerprint(folder: str) -> Dict[str, str]:
     """sha256 of every ``dict.*.txt`` in ``folder`` (file name -> hex digest), sorted by name."""
     names = sorted(n for n in os.listdir(folder)
                    if n.startswith("dict.") and n.endswith(".txt") and os.path.isfile(os.path.join(folder, n)))
-    return {name: _sha256(os.path.join(folder, name)) for name in names}
+    return {name: sha256_file(os.path.join(folder, name)) for name in names}
 
 
 def write_fingerprint(folder: str) -> Dict[str, object]:

@@ -3,10 +3,19 @@
 Code anywhere in the plugin raises :class:`HltmtError` (or a subclass) with a message that
 names the problem and the option that fixes it. In a command-line run (fairseq-train,
 fairseq-generate, ...) the hook installed at import prints ``hltmt_plugin: error: <message>``
-and Python exits with status 1 as for any uncaught exception; any other exception keeps Python's usual report. In Python code
-(and tests) the exceptions are ordinary exceptions.
+and Python exits with status 1 as for any uncaught exception. Two more kinds end in one line:
+Ctrl-C (``interrupted``; Python then ends the process as SIGINT does) and a write that the
+system refuses where no file is named, which is the standard output (``/dev/full``, a closed
+pipe, a file-size limit: ``cannot write standard output (No space left on device)``); any
+other exception keeps Python's usual report. In Python code (and tests) the exceptions are
+ordinary exceptions.
 """
+import errno
+import os
 import sys
+
+# errors of writing that name no file when the stream is standard output
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EFBIG, errno.EIO, errno.EROFS, errno.EDQUOT, errno.EBADF}
 
 
 class HltmtError(ValueError):
@@ -32,10 +41,33 @@ def _plugin_error(exc):
     return None
 
 
+def _stdout_failure(exc) -> bool:
+    """Whether ``exc`` is the system refusing a write to standard output."""
+    return (isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS and getattr(exc, "filename", None) is None)
+
+
+def _silence_stdout() -> None:
+    """Point the broken standard output at /dev/null, so that the exit's flush fails no more."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
     error = _plugin_error(exc)
     if error is not None:
         sys.stderr.write(f"hltmt_plugin: error: {error}\n")
+        return
+    if isinstance(exc, KeyboardInterrupt):
+        sys.stderr.write("hltmt_plugin: interrupted\n")
+        return
+    if _stdout_failure(exc):
+        _silence_stdout()
+        sys.stderr.write(f"hltmt_plugin: error: cannot write standard output ({exc.strerror or exc}): the output "
+                         "is incomplete\n")
         return
     _previous(exc_type, exc, tb)
 

@@ -32,7 +32,7 @@ import hltmt_plugin  # noqa: F401  (safe loading, one-line errors)
 from hltmt_plugin.compat.atomic_copy import save_checkpoint_file
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.tasks.data_checks import language_marking
+from hltmt_plugin.compatibility import language_marking
 
 # model options that decide what a weight means beyond its name and shape
 MEANING = ("arch", "langs", "lang_dict", "high_resource_langs", "slp_pool_size", "slp_language_specific",

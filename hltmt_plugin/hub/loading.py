@@ -7,7 +7,11 @@ from typing import Optional
 
 
 import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
+from hltmt_plugin.compatibility import record_of_options, spm_coverage
+from hltmt_plugin.data_fingerprint import sha256_file
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+SPM_COVERAGE = 0.9  # the least share of the dictionary's pieces that the sentencepiece model must make
 
 
 TASK_NAME, MODEL_NAME = "hltmt_translation", "hltmt_transformer"
@@ -91,3 +95,25 @@ def _read_checkpoint(path: str, data: Optional[str]):
         for key, value in overrides.items():
             setattr(state["args"], key, value)
     return state, folder
+
+
+def check_spm(spm_path: str, symbols, model_options) -> None:
+    """The sentencepiece model is the one that made the checkpoint's pieces: the one its record
+    names (by content), and in any case one that makes nearly all of the dictionary's pieces
+    (another model's pieces would be read as ``<unk>``)."""
+    import sentencepiece
+
+    recorded = record_of_options(model_options).get("spm")
+    if recorded and recorded != sha256_file(spm_path):
+        raise HltmtConfigError(f"sentencepiece model {spm_path} is not the one the checkpoint was trained with "
+                               f"(sha256 {sha256_file(spm_path)[:12]}, recorded {recorded[:12]}): give the training "
+                               "data's model (hltmt-prepare-data writes OUT/spm/spm.model)")
+    try:
+        model = sentencepiece.SentencePieceProcessor(model_file=spm_path)
+    except (OSError, RuntimeError) as error:
+        raise HltmtInputError(f"{spm_path} is not a sentencepiece model ({str(error).strip()[:200]})") from None
+    share = spm_coverage([model.id_to_piece(i) for i in range(model.get_piece_size())], symbols)
+    if share < SPM_COVERAGE:
+        raise HltmtConfigError(f"sentencepiece model {spm_path} does not fit the checkpoint's dictionary: it makes "
+                               f"only {share:.0%} of the dictionary's pieces (the rest would be read as <unk>): give "
+                               "the sentencepiece model of the training data")

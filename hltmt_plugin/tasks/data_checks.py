@@ -1,18 +1,16 @@
 """The data folder, languages, dictionaries and split files the options name, checked before
 fairseq reads them, so a mistake is one clear line instead of a traceback."""
-import hashlib
 import itertools
 import logging
 import os
 import struct
 from argparse import Namespace
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 from fairseq import utils
 from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 
 from hltmt_plugin.data_fingerprint import check_dictionaries as changed_dictionaries
-from hltmt_plugin.data_fingerprint import dictionary_fingerprint
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list, unknown_languages
 
@@ -81,9 +79,6 @@ def check_data(args) -> None:
                 raise HltmtConfigError(f"--path {path}: checkpoint does not exist")
 
 
-SAVED_DICTS = "hltmt_dict_fingerprint"  # model args attribute: the training data's dictionaries, in checkpoints
-
-
 def check_dictionaries(args) -> None:
     """The data folder's dictionaries are the ones its binarized files were made with (the
     fingerprint that hltmt-prepare-data records)."""
@@ -96,92 +91,6 @@ def check_dictionaries(args) -> None:
         raise HltmtConfigError(f"{folder}: {'; '.join(problems)}: the token ids of its binarized files no longer "
                                "mean what they meant; binarize again (hltmt-prepare-data) or restore the "
                                "dictionaries")
-
-
-def record_or_check_dictionaries(model_args, data: str) -> None:
-    """A new model records its data's dictionaries in its arguments (saved in every checkpoint);
-    a model from a checkpoint refuses a data folder whose dictionaries differ from its own."""
-    folder = utils.split_paths(data)[0]
-    now = dictionary_fingerprint(folder)
-    saved = getattr(model_args, SAVED_DICTS, None)
-    if not isinstance(saved, dict):
-        setattr(model_args, SAVED_DICTS, now)
-        return
-    differ = sorted(name for name in saved if name in now and now[name] != saved[name])
-    if differ:
-        raise HltmtConfigError(f"{folder}: {','.join(differ)} differ from the dictionaries the checkpoint was "
-                               "trained with: use the training run's data folder (or its dictionaries)")
-
-
-# ---- how a sentence's languages are marked: the training run's options against these ------
-def _main_langtoks(args) -> Tuple[Optional[str], Optional[str]]:
-    """The (source, target) language-token specs of the main data, as fairseq's data manager
-    derives them: ``--langtoks``'s ``main`` entry, else ``--encoder-langtok`` / ``--decoder-langtok``."""
-    langtoks = getattr(args, "langtoks", None)
-    if isinstance(langtoks, dict) and langtoks.get("main") is not None:
-        src, tgt = tuple(langtoks["main"])
-        return src or None, tgt or None
-    return getattr(args, "encoder_langtok", None) or None, "tgt" if getattr(args, "decoder_langtok", False) else None
-
-
-def language_marking(args) -> List[Tuple[str, object]]:
-    """Every option of fairseq's multilingual data manager that changes the token sequence a
-    model sees (where the language tokens go, how they are written, which ones the dictionary
-    holds), as (option, value). ``--langs`` / ``--lang-dict`` and the dictionaries are checked
-    where they are loaded (the language table, :func:`record_or_check_vocabulary`). Not marking
-    options: ``--left-pad-source`` / ``--left-pad-target`` (the model reads either padding),
-    ``--truncate-source`` (cuts only over-long input), ``--keep-inference-langtok`` (output
-    only), ``--enable-lang-ids`` (a model that needs the ids says so per batch),
-    ``--enable-reservsed-directions-shared-datasets`` (memory only)."""
-    src, tgt = _main_langtoks(args)
-    extra = getattr(args, "extra_data", None)
-    return [("--encoder-langtok", src or "none"), ("--decoder-langtok", {None: "off", "tgt": "on"}.get(tgt, tgt)),
-            ("--lang-tok-replacing-bos-eos", "on" if getattr(args, "lang_tok_replacing_bos_eos", False) else "off"),
-            ("--lang-tok-style", getattr(args, "lang_tok_style", "multilingual")),
-            ("--langtoks-specs", ",".join(getattr(args, "langtoks_specs", None) or ["main"])),
-            ("--extra-data mono_dae", "on" if isinstance(extra, dict) and "mono_dae" in extra else "off")]
-
-
-def check_language_marking(trained_args, task_args) -> None:
-    """Refuse decoding options that mark languages otherwise than the model was trained
-    (``trained_args``: the model options a checkpoint stores, which hold the task's options of
-    its training run), naming each option, its trained value and the one given here."""
-    if not isinstance(trained_args, Namespace) or trained_args is task_args or \
-            not hasattr(trained_args, "lang_tok_style"):
-        return
-    langtoks = isinstance(getattr(trained_args, "langtoks", None), dict) and "main" in trained_args.langtoks
-    differ = [f"{option if not (langtoks and i < 2) else f'--langtoks main ({option})'}: trained {was}, given {now}"
-              for i, ((option, was), (_, now)) in enumerate(zip(language_marking(trained_args),
-                                                                language_marking(task_args))) if was != now]
-    if differ:
-        raise HltmtConfigError(f"the checkpoint was trained with other language-token options than these: "
-                               f"{'; '.join(differ)}: decode with the training run's options (they change the "
-                               "tokens the model reads)")
-
-
-SAVED_VOCAB = "hltmt_vocab_fingerprint"  # model args attribute: the task's dictionary with its language tokens
-
-
-def vocabulary_fingerprint(dictionary) -> Dict[str, object]:
-    digest = hashlib.sha256("\n".join(dictionary.symbols).encode("utf-8", "surrogatepass")).hexdigest()
-    return {"symbols": len(dictionary), "sha256": digest}
-
-
-def record_or_check_vocabulary(model_args, dictionary, langs: List[str]) -> None:
-    """A new model records its dictionary as the task built it (the data's pieces plus the
-    language tokens); a model from a checkpoint refuses a dictionary built otherwise
-    (``--source-dict``, ``--fixed-dictionary``, ``--extra-data``, ...). A checkpoint of another
-    language list is left to the language table, which names both lists."""
-    now = vocabulary_fingerprint(dictionary)
-    saved = getattr(model_args, SAVED_VOCAB, None)
-    if not isinstance(saved, dict):
-        setattr(model_args, SAVED_VOCAB, now)
-        return
-    if saved != now and list(getattr(model_args, "langs", None) or []) == list(langs):
-        raise HltmtConfigError(f"the dictionary these options build ({now['symbols']} symbols with the language "
-                               f"tokens) is not the one the checkpoint was trained with ({saved['symbols']} "
-                               "symbols): use the training run's data folder and dictionary options "
-                               "(--source-dict, --target-dict, --fixed-dictionary)")
 
 
 def check_split(args, split: str, pairs: List[str]) -> None:

@@ -1,0 +1,228 @@
+"""The compatibility record: everything that gives a checkpoint's weights their meaning, and the
+one comparison that every route makes before it uses a checkpoint.
+
+A weight means something only with the token ids it was trained on (the data folder's
+dictionaries, by content, and the task's dictionary with its language tokens), the languages
+in their order (a language token's index, a language id), the way sentences are marked with
+language tokens (``--encoder-langtok``, ``--decoder-langtok``, ...), the architecture and its
+shape options, the pool and its routing options, the adapters' and skills' layout, and the
+sentencepiece model that made the pieces. The record holds them, one field each:
+
+    {"dictionaries": {"dict.de.txt": "<sha256>", ...},     # the binarized data's dictionaries
+     "vocabulary": {"symbols": 8004, "sha256": "..."},    # the task's dictionary + language tokens
+     "languages": ["en", "de", "fr"],                      # --langs / --lang-dict, in order
+     "marking": {"--encoder-langtok": "tgt", ...},         # how languages are marked in the tokens
+     "model": {"arch": "hltmt_transformer_tiny", "encoder_embed_dim": 128, ...},
+     "spm": "<sha256 of the sentencepiece model>"}         # when known
+
+A model built by ``--task hltmt_translation`` stores its record in its options
+(``hltmt_compat``, saved in every checkpoint); a checkpoint without one (fairseq's own,
+``translation_multi_simple_epoch``, or the plugin's from before the record) gets what its stored
+options say (:func:`record_of_options`). :func:`mismatches` compares two records field by
+field, over the fields both have; :func:`check` turns the differences into one line that names
+each field, the checkpoint's value and the given one. The routes that call it: fairseq-train's
+resume, ``--restore-file`` and ``--finetune-from-model`` (``tasks/resume_check.py``), the task's
+``build_model`` for a checkpoint (fairseq-generate, -interactive, -validate, fairseq's hub,
+``hltmt-translate`` and the Python API), ``hltmt-average-checkpoints``, the sentencepiece
+model of the translator, and the export.
+"""
+import hashlib
+from argparse import Namespace
+from typing import Dict, List, Optional, Sequence
+
+from hltmt_plugin.data_fingerprint import dictionary_fingerprint, sha256_file
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+RECORD_KEY = "hltmt_compat"  # the model options' attribute that holds the record in a checkpoint
+# the record's parts as the plugin stored them before the record (read from old checkpoints)
+OLD_DICTS, OLD_VOCAB = "hltmt_dict_fingerprint", "hltmt_vocab_fingerprint"
+
+# model options that decide the shape or the meaning of weights (read where present)
+SHAPE_OPTIONS = (
+    "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
+    "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads",
+    "decoder_output_dim", "decoder_input_dim", "share_all_embeddings", "share_decoder_input_output_embed",
+    "encoder_normalize_before", "decoder_normalize_before", "activation_fn", "layernorm_embedding",
+    "no_scale_embedding", "encoder_learned_pos", "decoder_learned_pos", "no_token_positional_embeddings",
+    "adaptive_softmax_cutoff", "encoder_layers_to_keep", "decoder_layers_to_keep", "quant_noise_pq",
+)
+# the plugin's options of the same kind: the pool, the adapters, the skills
+FEATURE_OPTIONS = (
+    "high_resource_langs", "slp_pool_size", "slp_hidden_dim", "slp_language_specific",
+    "language_adapters", "shared_adapters", "decoder_adapters", "invertible_adapters", "adapter_placement",
+    "adapter_reduction_factor", "adapter_dim", "shared_adapter_reduction_factor", "shared_adapter_dim",
+    "invertible_adapter_reduction_factor", "adapter_layers", "decoder_adapter_layers", "adapter_langs",
+    "skill_ffn", "skill_attention", "skill_layers", "skill_matrix",
+)
+
+
+def vocabulary_fingerprint(symbols: Sequence[str]) -> Dict[str, object]:
+    """The task's dictionary (pieces and language tokens, in index order) as size and digest."""
+    digest = hashlib.sha256("\n".join(symbols).encode("utf-8", "surrogatepass")).hexdigest()
+    return {"symbols": len(symbols), "sha256": digest}
+
+
+def _main_langtoks(options):
+    """The (source, target) language-token specs of the main data, as fairseq's data manager
+    derives them: ``--langtoks``'s ``main`` entry, else ``--encoder-langtok`` / ``--decoder-langtok``."""
+    langtoks = getattr(options, "langtoks", None)
+    if isinstance(langtoks, dict) and langtoks.get("main") is not None:
+        src, tgt = tuple(langtoks["main"])
+        return src or None, tgt or None
+    return getattr(options, "encoder_langtok", None) or None, "tgt" if getattr(options, "decoder_langtok", False) else None
+
+
+def language_marking(options) -> List[tuple]:
+    """Every option of fairseq's multilingual data manager that changes the token sequence a
+    model sees (where the language tokens go, how they are written, which ones the dictionary
+    holds), as (option, value). Not marking: ``--left-pad-*`` (the model reads either padding),
+    ``--truncate-source`` (cuts only over-long input), ``--keep-inference-langtok`` (output only),
+    ``--enable-lang-ids`` (a model that needs the ids says so per batch),
+    ``--enable-reservsed-directions-shared-datasets`` (memory only)."""
+    src, tgt = _main_langtoks(options)
+    extra = getattr(options, "extra_data", None)
+    return [("--encoder-langtok", src or "none"), ("--decoder-langtok", {None: "off", "tgt": "on"}.get(tgt, tgt)),
+            ("--lang-tok-replacing-bos-eos", "on" if getattr(options, "lang_tok_replacing_bos_eos", False) else "off"),
+            ("--lang-tok-style", getattr(options, "lang_tok_style", "multilingual")),
+            ("--langtoks-specs", ",".join(getattr(options, "langtoks_specs", None) or ["main"])),
+            ("--extra-data mono_dae", "on" if isinstance(extra, dict) and "mono_dae" in extra else "off")]
+
+
+def _plain(value):
+    """An option value as the record keeps it (plain types only: a checkpoint loads weights-only)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def model_fields(options) -> Dict[str, object]:
+    """The architecture and every shape / feature option ``options`` holds."""
+    fields = {"arch": getattr(options, "arch", None) or getattr(options, "_name", None)}
+    for name in SHAPE_OPTIONS + FEATURE_OPTIONS:
+        if hasattr(options, name):
+            fields[name] = _plain(getattr(options, name))
+    return fields
+
+
+def build_record(options, data: Optional[str] = None, symbols: Optional[Sequence[str]] = None,
+                 languages: Optional[Sequence[str]] = None, spm: Optional[str] = None) -> Dict[str, object]:
+    """The record of a model built from ``options`` on the data folder ``data`` (its
+    dictionaries), with the task's dictionary ``symbols``, ``languages`` (default: ``--langs``)
+    and the sentencepiece model file ``spm``: the parts that are given."""
+    record: Dict[str, object] = {"marking": dict(language_marking(options)), "model": model_fields(options)}
+    if data:
+        record["dictionaries"] = dictionary_fingerprint(data)
+    if symbols is not None:
+        record["vocabulary"] = vocabulary_fingerprint(symbols)
+    langs = list(languages) if languages is not None else getattr(options, "langs", None)
+    if langs:
+        record["languages"] = [str(x) for x in langs]
+    if spm:
+        record["spm"] = sha256_file(spm)
+    return record
+
+
+def stored_record(options) -> Optional[Dict[str, object]]:
+    """The record a checkpoint's model options hold, or None."""
+    record = getattr(options, RECORD_KEY, None) if not isinstance(options, dict) else options.get(RECORD_KEY)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def record_of_options(options) -> Dict[str, object]:
+    """What a checkpoint's stored model options say: the languages, marking and model options as
+    they stand (what fairseq will build), with the dictionaries, vocabulary and sentencepiece
+    model of the stored record (or of the plugin's older records). A stored record whose
+    languages, marking or model options differ from the options means the options were edited
+    after the checkpoint was written: :class:`HltmtInputError` naming each difference."""
+    if isinstance(options, dict):
+        options = Namespace(**options)
+    record = build_record(options)
+    for old, field in ((OLD_DICTS, "dictionaries"), (OLD_VOCAB, "vocabulary")):
+        if isinstance(getattr(options, old, None), dict):
+            record[field] = dict(getattr(options, old))
+    stored = stored_record(options)
+    if stored is None:
+        return record
+    edited = mismatches(stored, record, fields=("languages", "marking", "model"), labels=("written", "now"))
+    if edited:
+        raise HltmtInputError(f"the checkpoint's stored options were changed after it was written "
+                              f"({'; '.join(edited)}): use the checkpoint as its training run wrote it")
+    for field in ("dictionaries", "vocabulary", "spm"):
+        if field in stored:
+            record[field] = stored[field]
+    return record
+
+
+def _short(value, width: int = 60) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _dict_mismatches(was: dict, now: dict) -> List[str]:
+    differ = sorted(n for n in was if n in now and was[n] != now[n])
+    return [f"dictionaries: {', '.join(differ)} differ in content"] if differ else []
+
+
+def mismatches(checkpoint: Dict[str, object], given: Dict[str, object],
+               fields: Sequence[str] = ("dictionaries", "vocabulary", "languages", "marking", "model", "spm"),
+               model_options: Optional[Sequence[str]] = None, labels=("checkpoint", "given")) -> List[str]:
+    """Each difference between the records ``checkpoint`` and ``given`` as ``FIELD: checkpoint X,
+    given Y`` (``labels`` name the two sides), over ``fields`` that both hold (``model_options``:
+    only these model options)."""
+    a, b = labels
+    out: List[str] = []
+    for field in fields:
+        was, now = checkpoint.get(field), given.get(field)
+        if was is None or now is None:
+            continue
+        if field == "dictionaries":
+            out += _dict_mismatches(was, now)
+        elif field == "vocabulary" and was != now:
+            same = was.get("symbols") == now.get("symbols")
+            out.append(f"vocabulary: {a} {was.get('symbols')} symbols, {b} {now.get('symbols')}"
+                       + (" (same size, other symbols)" if same else ""))
+        elif field in ("marking", "model"):
+            names = [n for n in was if n in now and (model_options is None or field != "model" or n in model_options)]
+            out += [f"{n if field == 'marking' else '--' + n.replace('_', '-')}: {a} {_short(was[n])}, "
+                    f"{b} {_short(now[n])}" for n in names if was[n] != now[n]]
+        elif field == "spm" and was != now:
+            out.append(f"sentencepiece model: {a} {str(was)[:12]}, {b} {str(now)[:12]} (sha256)")
+        elif was != now:
+            out.append(f"{field}: {a} {_short(was)}, {b} {_short(now)}")
+    return out
+
+
+def check(checkpoint: Dict[str, object], given: Dict[str, object], what: str, fix: str, **kwargs) -> None:
+    """Refuse, in one line, a checkpoint (``what``) whose record differs from ``given``."""
+    differ = mismatches(checkpoint, given, **kwargs)
+    if differ:
+        raise HltmtConfigError(f"{what} does not fit: {'; '.join(differ)}: {fix}")
+
+
+def spm_coverage(spm_pieces: Sequence[str], symbols: Sequence[str]) -> float:
+    """The share of the dictionary's pieces (language tokens and fairseq's specials left out) that
+    the sentencepiece model can produce: about 1 for the model that made the pieces."""
+    pieces = set(spm_pieces)
+    words = [s for s in symbols if not (s.startswith("__") and s.endswith("__")) and not s.startswith("madeupword")
+             and s not in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
+    return sum(1 for s in words if s in pieces) / max(1, len(words))
+
+
+def stored_options(state) -> Namespace:
+    """The model options a checkpoint's state stores (``cfg.model``, or a legacy ``args``)."""
+    cfg = state.get("cfg") if isinstance(state, dict) else None
+    model = cfg.get("model") if hasattr(cfg, "get") else None
+    if model is None and isinstance(state, dict):
+        model = state.get("args")
+    if isinstance(model, Namespace):
+        return model
+    if hasattr(model, "items"):
+        return Namespace(**{str(k): v for k, v in model.items()})
+    return Namespace()
+
+
+def record_of_state(state) -> Dict[str, object]:
+    """The record of a checkpoint's state (see :func:`record_of_options`)."""
+    return record_of_options(stored_options(state))

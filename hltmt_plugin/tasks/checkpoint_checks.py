@@ -1,0 +1,110 @@
+"""The compatibility record (:mod:`hltmt_plugin.compatibility`) on the task's routes.
+
+- :func:`stamp_record` / :func:`check_record` (the task's ``build_model``): a new model stores
+  the record of what it is built on in its options (so in every checkpoint); a model built from a checkpoint
+  (fairseq-generate, -interactive, -validate, fairseq's hub, ``hltmt-translate``, the Python API)
+  is checked against the data, dictionary, languages and language-token options given now.
+- :func:`check_checkpoint_to_load` (the task's set-up, in fairseq-train): the checkpoint that
+  fairseq-train is about to load (``checkpoint_last.pt`` of ``--save-dir``, ``--restore-file``,
+  ``--finetune-from-model``) against the run's options, before fairseq reads it, so that a
+  resumed or fine-tuned run never trains on data or options its weights do not mean, and never
+  stores the new options' record over the old one. A resume without ``--reset-optimizer`` also
+  needs the same criterion and optimizer (fairseq's "Criterion does not match").
+"""
+import os
+from typing import Optional
+
+from fairseq import utils
+
+from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
+from hltmt_plugin.compatibility import (FEATURE_OPTIONS, RECORD_KEY, build_record, check, record_of_options,
+                                        record_of_state, stored_options)
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.tasks.fairseq_command import running_fairseq
+
+LAST = "checkpoint_last.pt"
+DECODE_FIX = ("decode with the training run's data folder, dictionaries, --langs and language-token options "
+              "(they change what the model's token ids mean)")
+
+
+def given_record(task, options):
+    """The record of a model built from ``options`` by ``task`` (its data, dictionary, languages)."""
+    folder = utils.split_paths(task.args.data)[0]
+    spm = os.path.join(os.path.dirname(os.path.abspath(folder)), "spm", "spm.model")  # hltmt-prepare-data's
+    return build_record(options, data=folder if os.path.isdir(folder) else None,
+                        symbols=list(task.source_dictionary.symbols), languages=task.langs,
+                        spm=spm if os.path.isfile(spm) else None)
+
+
+def check_record(model_args, task) -> None:
+    """A model about to be built from a checkpoint's options: its record against ``task``."""
+    check(record_of_options(model_args), given_record(task, task.args), "the checkpoint", DECODE_FIX,
+          fields=("dictionaries", "vocabulary", "languages", "marking"))
+
+
+def stamp_record(model_args, task) -> None:
+    """A new model (built, so that its options are final): its record stored in its options."""
+    setattr(model_args, RECORD_KEY, given_record(task, model_args))
+
+
+def checkpoint_to_load(args) -> Optional[str]:
+    """The file fairseq-train loads at start (fairseq 0.12's ``checkpoint_utils.load_checkpoint``),
+    and whether it is a fine-tuning start; None when it starts from scratch."""
+    restore = getattr(args, "restore_file", LAST) or LAST
+    if restore == LAST:
+        path = os.path.join(getattr(args, "save_dir", "checkpoints"), LAST)
+        if os.path.isfile(path):
+            return path
+        finetune = getattr(args, "finetune_from_model", None)
+        return finetune if finetune and os.path.isfile(finetune) else None
+    return restore if os.path.isfile(restore) else None
+
+
+def _fine_tuning(args, path: str) -> bool:
+    finetune = getattr(args, "finetune_from_model", None)
+    return bool(finetune) and os.path.abspath(finetune) == os.path.abspath(path)
+
+
+def _model_options_to_compare(stored_options, given_options, fine_tuning: bool):
+    """Every model option, except for a fine-tuning start from a model without the plugin's
+    features (a dense model turned into HLT-MT): then the shared transformer's options only."""
+    if not fine_tuning:
+        return None
+    stored_arch_has_features = any(getattr(stored_options, name, None) for name in FEATURE_OPTIONS)
+    if stored_arch_has_features:
+        return None
+    return [n for n in vars(given_options) if n not in FEATURE_OPTIONS and n != "arch"]
+
+
+def check_checkpoint_to_load(args, task) -> None:
+    """Refuse, in one line, a checkpoint that fairseq-train would load but whose weights mean
+    something else under these options."""
+    if not running_fairseq("train") or getattr(args, "distributed_rank", 0) != 0:
+        return
+    path = checkpoint_to_load(args)
+    if path is None:
+        return
+    state = load_state(path)
+    check_fairseq_state(path, state)
+    record = record_of_state(state)
+    fine_tuning = _fine_tuning(args, path)
+    options = _model_options_to_compare(stored_options(state), args, fine_tuning)
+    fix = ("give this run its own --save-dir, or the training run's data and options" if not fine_tuning else
+           "fine-tune on the data and options the model was trained with")
+    check(record, given_record(task, args), f"checkpoint {path}", fix, model_options=options)
+    if not fine_tuning and not getattr(args, "reset_optimizer", False):
+        _check_training_state(path, state, args)
+
+
+def _check_training_state(path: str, state, args) -> None:
+    """A resume keeps the criterion (fairseq checks it after building everything, with a traceback)."""
+    from fairseq.criterions import CRITERION_REGISTRY
+
+    history = state.get("optimizer_history") or []
+    last = history[-1] if history and isinstance(history[-1], dict) else {}
+    stored = last.get("criterion_name")
+    given = getattr(CRITERION_REGISTRY.get(getattr(args, "criterion", None)), "__name__", None)
+    if stored and given and stored != given:
+        raise HltmtConfigError(f"checkpoint {path} does not fit: criterion: checkpoint {stored}, given {given}: "
+                               "resume with the training run's --criterion, or add --reset-optimizer to start its "
+                               "training state afresh")
