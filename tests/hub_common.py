@@ -52,3 +52,8 @@ def assert_same(results, expected, what):
         assert result.text == text, f"{what} #{k}: {result.text!r} != fairseq's {text!r}"
         assert result.score == pytest.approx(score, abs=1e-3), f"{what} #{k}: score"
     assert len(results) == len(expected)
+
+
+# the study's committed HLT-MT model: trained on English into ten languages only, its dictionaries and
+# sentencepiece model beside it
+STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")

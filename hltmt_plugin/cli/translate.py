@@ -21,11 +21,17 @@ gets a space there, and with --json they are escaped). A UTF-8 byte order mark a
 the input is dropped; a UTF-16 or UTF-32 one is refused (convert the file to UTF-8). The
 output has exactly one line per input line, in order.
 
-A line that cannot be translated (unknown language, a direction the model cannot serve,
-empty, longer than the model's source positions, not valid UTF-8, holding a NUL byte) is
-reported on stderr with its line number and written as an empty line (with --json: an object
-with "error"); the other lines are translated. Exit status: 0 all translated, 1 some lines
-failed, 2 nothing could start (bad checkpoint, options or files), with one line on stderr.
+Directions: a line in a direction the model was trained on (its --lang-pairs) is translated;
+one into a language the model never produced (or from one it never read) is refused; one
+between languages the model saw in other directions is zero-shot: translated only with
+--zero-shot, and marked ``"zero_shot": true`` with --json.
+
+A line that cannot be translated (unknown language, a direction the model cannot serve or
+refuses, a zero-shot direction without --zero-shot, empty, longer than the model's source
+positions, not valid UTF-8, holding a NUL byte) is reported on stderr with its line number
+and written as an empty line (with --json: an object with "error"); the other lines are
+translated. Exit status: 0 all translated, 1 some lines failed, 2 nothing could start (bad
+checkpoint, options or files), with one line on stderr.
 
 --output is written to a temporary file beside it and renamed over it only when every line
 is written: a failure or an interrupt leaves the old file as it was. An --output that is one
@@ -84,6 +90,9 @@ def build_parser():
                    help="lines read and batched together before their translations are written (default: 1024, "
                         "1 when stdin is a terminal)")
     p.add_argument("--json", action="store_true", help="one JSON object per line: translation, score, routing")
+    p.add_argument("--zero-shot", action="store_true",
+                   help="also translate directions the model was not trained on whose languages it saw in others "
+                        "(marked \"zero_shot\": true with --json); without it such lines fail")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -319,7 +328,7 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
     items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
     results = translator.translate_batch(
         items, beam=args.beam, lenpen=args.lenpen, max_len=args.max_len, details=True, errors="keep",
-        first_line=first_line, progress=bar.update if bar is not None else None)
+        first_line=first_line, progress=bar.update if bar is not None else None, zero_shot=args.zero_shot)
     failed = 0
     for (text, unreadable), item, result in zip(chunk, items, results):
         if unreadable is not None:

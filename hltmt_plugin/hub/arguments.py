@@ -29,6 +29,13 @@ def finite_float(name: str, value) -> float:
     return float(value)
 
 
+def flag(name: str, value) -> bool:
+    """``value`` as a bool (True or False only)."""
+    if not isinstance(value, bool):
+        raise HltmtConfigError(f"{name} must be True or False, got {value!r:.60}")
+    return value
+
+
 def generation(beam, lenpen, max_len):
     """(beam, lenpen, max_len) checked."""
     return positive_int("beam", beam), finite_float("lenpen", lenpen), positive_int("max_len", max_len)

@@ -28,10 +28,14 @@ class Translation:
     tokens: Optional[int] = None  # pieces of the translation, end of sentence included
     routing: Optional[Dict[str, object]] = None
     error: Optional[str] = None
+    zero_shot: bool = False  # a direction outside the model's training directions (hltmt_plugin.directions)
 
     def to_dict(self) -> Dict[str, object]:
-        """For JSON: every field; ``error`` only on a failed sentence."""
+        """For JSON: every field; ``error`` only on a failed sentence, ``zero_shot`` only on a
+        sentence translated in a zero-shot direction."""
         out = asdict(self)
         if out["error"] is None:
             del out["error"]
+        if not out["zero_shot"]:
+            del out["zero_shot"]
         return out

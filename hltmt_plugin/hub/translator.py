@@ -28,10 +28,16 @@ task's own generator and ``inference_step``, so a sentence gets the translation
 ``--decoder-langtok`` each row's translation starts with its own target-language token,
 forced as fairseq-generate forces it (``prefix_tokens``) and left out of the text.
 
+A direction the model was not trained on is served by the rule of
+:mod:`hltmt_plugin.directions`: into a language the model never produced (or from one it never
+read) it is refused; between languages it saw in other directions it is a zero-shot direction,
+translated only with ``zero_shot=True`` and marked (``Translation.zero_shot``).
+
 A sentence that cannot be translated (unknown language, a direction the model cannot serve,
-an empty line, a line longer than the model's source positions: refused, not cut; a NUL
-character or a lone surrogate) is reported with its line number; the others are still
-translated. A sentence longer than the token budget is a batch of its own.
+a direction refused or zero-shot without ``zero_shot=True``, an empty line, a line longer
+than the model's source positions: refused, not cut; a NUL character or a lone surrogate) is
+reported with its line number; the others are still translated. A sentence longer than the
+token budget is a batch of its own.
 """
 import logging
 import math
@@ -42,7 +48,9 @@ import numpy as np
 import torch
 
 import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
+from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.export.manifest import is_export
 from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored
 from hltmt_plugin.hub.results import Translation, TranslationErrors
@@ -67,6 +75,9 @@ class HltmtTranslator:
             task.max_positions(), model.max_positions())
         self._generators: Dict[Tuple, object] = {}
         self._routes: Dict[Tuple[str, str], Dict[str, object]] = {}
+        # the directions it was trained on; languages whose adapters were imported later
+        pairs, added = list(getattr(task, "lang_pairs", None) or []), _stored(cfg, "model", "adapter_langs") or ()
+        self.directions = TrainedDirections(pairs, added) if pairs else None
         # The task knows a dictionary per language of its training pairs; all are the one shared
         # dictionary (the task asserts it). Languages of --langs outside those pairs (served by
         # imported adapters or the skill matrix) get it too, so the data manager finds their tokens.
@@ -76,12 +87,15 @@ class HltmtTranslator:
     @classmethod
     def load(cls, checkpoint: str, spm: Optional[str] = None, data: Optional[str] = None,
              device: Optional[str] = None, fp16: bool = False, max_tokens: int = 4000,
-             max_sentences: Optional[int] = None) -> "HltmtTranslator":
+             max_sentences: Optional[int] = None, **engine) -> "HltmtTranslator":
         """Load ``checkpoint`` once.
 
         Args:
             checkpoint: a checkpoint written by fairseq-train for ``--task hltmt_translation`` or
-                ``translation_multi_simple_epoch`` (any of their models).
+                ``translation_multi_simple_epoch`` (any of their models); or a folder written by
+                ``hltmt-export``, served by CTranslate2 with the same contract
+                (:class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`; ``engine``: its
+                ``compute_type`` and ``threads``).
             spm: the sentencepiece model of the data (default: found, see the module docstring).
             data: the binarized data folder (default: the one stored in the checkpoint, or the
                 checkpoint's own folder when that one is gone and holds the dict.*.txt).
@@ -92,6 +106,13 @@ class HltmtTranslator:
         from fairseq import checkpoint_utils
         from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 
+        if is_export(checkpoint):  # a folder written by hltmt-export
+            from hltmt_plugin.hub.ct2_engine import Ct2Translator
+
+            return Ct2Translator.load(checkpoint, spm=spm, data=data, device=device, max_tokens=max_tokens,
+                                      max_sentences=max_sentences, fp16=fp16, **engine)
+        if engine:
+            raise HltmtConfigError(f"{', '.join(engine)}: options of an exported model (hltmt-export), not of a checkpoint")
         max_tokens = arguments.positive_int("max_tokens", max_tokens)
         max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         device = _device(device)
@@ -131,14 +152,22 @@ class HltmtTranslator:
             raise found
         return dict(found)
 
+    def direction(self, src: str, tgt: str) -> str:
+        """Whether the model serves ``src -> tgt`` as a direction it was trained on
+        (``"trained"``), only when asked (``"zero-shot"``) or not at all (``"refused"``); see
+        :mod:`hltmt_plugin.directions`. An unknown language is an error."""
+        self.routing(src, tgt)
+        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
+
     def encode(self, text: str) -> torch.Tensor:
         """The binarized pieces of ``text`` with end of sentence (as the test sets are)."""
         return self.dictionary.encode_line(self.bpe.encode(text), add_if_not_exist=False, append_eos=True).long()
 
-    def _prepare(self, src: str, tgt: str, text: str) -> Tuple[torch.Tensor, Dict[str, object]]:
+    def _prepare(self, src: str, tgt: str, text: str, zero_shot: bool) -> Tuple[torch.Tensor, Dict, str]:
         if not isinstance(text, str):
             raise HltmtInputError(f"expected text, got {type(text).__name__}")
         routing = self.routing(src, tgt)
+        kind = self.directions.check(src, tgt, zero_shot) if self.directions is not None else TRAINED
         arguments.check_text(text)
         if not text.strip():
             raise HltmtInputError("empty line: nothing to translate")
@@ -148,7 +177,7 @@ class HltmtTranslator:
             raise HltmtInputError(
                 f"{length} tokens (pieces, language token and end of sentence), more than the model's "
                 f"{self.max_source_positions} source positions: split the line into sentences")
-        return tokens, routing
+        return tokens, routing, kind
 
     # ---- batching ----------------------------------------------------------------------
     def _datasets(self, prepared: Sequence[Tuple[int, str, str, torch.Tensor]]):
@@ -224,7 +253,8 @@ class HltmtTranslator:
     def translate_batch(self, items: Sequence[Tuple[str, str, str]], beam: int = 5, lenpen: float = 1.0,
                         max_len: int = 200, details: bool = False, errors: str = "raise",
                         max_tokens: Optional[int] = None, max_sentences: Optional[int] = None,
-                        first_line: int = 1, progress: Optional[Callable[[int], None]] = None) -> list:
+                        first_line: int = 1, progress: Optional[Callable[[int], None]] = None,
+                        zero_shot: bool = False) -> list:
         """Translate ``(src, tgt, text)`` items of any directions together, in input order.
 
         Args:
@@ -237,6 +267,9 @@ class HltmtTranslator:
                 ``"keep"``: return them as ``None`` (or a Translation with ``error``).
             first_line: the line number of the first item, for messages.
             progress: called with the number of sentences finished after each batch.
+            zero_shot: also translate the directions the model was not trained on whose
+                languages it saw in others (:mod:`hltmt_plugin.directions`; each result's
+                ``zero_shot`` says which); without it they fail like any bad sentence.
 
         Every argument is checked first, as the command line checks its options
         (:mod:`hltmt_plugin.hub.arguments`): a bad one is one :class:`HltmtConfigError` or
@@ -245,7 +278,8 @@ class HltmtTranslator:
         """
         items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
             items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress)
-        results, prepared = self._prepare_items(items, first_line)
+        zero_shot = arguments.flag("zero_shot", zero_shot)
+        results, prepared = self._prepare_items(items, first_line, zero_shot)
         failed_early = len(items) - len(prepared)
         if progress is not None and failed_early:
             progress(failed_early)
@@ -258,7 +292,7 @@ class HltmtTranslator:
                     progress(len(sample["id"]))
         return _outcome(results, details, errors)
 
-    def _prepare_items(self, items, first_line: int) -> Tuple[List[Translation], list]:
+    def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
         """A :class:`Translation` per item (with its error if it cannot be translated), and
         ``(index, src, tgt, tokens)`` of the items that can."""
         results: List[Translation] = []
@@ -270,8 +304,8 @@ class HltmtTranslator:
                     raise HltmtInputError(f"expected (src, tgt, text), got {item!r:.80}")
                 src, tgt, text = item
                 results.append(Translation(line, src, tgt, text))
-                tokens, routing = self._prepare(src, tgt, text)
-                results[-1].routing = routing
+                tokens, routing, kind = self._prepare(src, tgt, text, zero_shot)
+                results[-1].routing, results[-1].zero_shot = routing, kind == ZERO_SHOT
                 prepared.append((i, src, tgt, tokens))
             except HltmtInputError as error:
                 if len(results) == i:

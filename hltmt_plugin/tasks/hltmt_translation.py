@@ -12,10 +12,12 @@ What lives where: the stages in :mod:`~hltmt_plugin.tasks.stages`, the distribut
 """
 import logging
 import sys
+from argparse import Namespace
 
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
+from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model
 from hltmt_plugin.pretrained import load_pretrained
@@ -83,6 +85,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
 
     def build_model(self, args, from_checkpoint=False):
         check_language_marking(args, self.args)  # a checkpoint's stored options against these
+        if from_checkpoint:
+            self.check_direction(args)
         model = super().build_model(args, from_checkpoint)
         ours = plugin_model(model) is not None
         if ours:
@@ -98,6 +102,23 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             raise HltmtConfigError("--high-resource-langs and the HLT-MT stages need --arch hltmt_transformer*")
         self.model = model
         return model
+
+    def check_direction(self, trained_args) -> None:
+        """Decoding one direction (``-s SRC -t TGT``) with a checkpoint whose stored options
+        (``trained_args``) name its training directions (:mod:`hltmt_plugin.directions`): a
+        target the model never produced, or a source it never read, is refused; a direction
+        outside the trained ones is decoded with a line on stderr naming it."""
+        src, tgt = getattr(self.args, "source_lang", None), getattr(self.args, "target_lang", None)
+        directions = TrainedDirections.from_options(trained_args) if isinstance(trained_args, Namespace) else None
+        if not (src and tgt) or directions is None:
+            return
+        kind = directions.kind(src, tgt)
+        if kind == REFUSED:
+            raise HltmtConfigError(f"-s {src} -t {tgt}: direction {src}-{tgt} refused: "
+                                   f"{directions.why_refused(src, tgt)}; the checkpoint was {directions.describe()}")
+        if kind == ZERO_SHOT:
+            print(f"hltmt_translation: direction {src}-{tgt} is zero-shot: the checkpoint was {directions.describe()}; "
+                  "its output may not be in the target language", file=sys.stderr, flush=True)
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):

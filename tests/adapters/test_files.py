@@ -198,7 +198,12 @@ def test_generation_with_the_new_language_and_a_language_without_adapters(data_b
     done = run(generate_args(data_bin, with_hi[0], "hi", "en"))  # one source language: no --enable-lang-ids needed
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(re.findall(r"^H-\d+\t", done.stdout, re.M)) == 37
-    done = run(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids"))
+    done = run(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids"))  # the base never produced hi
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "hltmt_plugin: error: -s en -t hi: direction en-hi refused: the model never produced hi" in done.stderr
+    # told that it was trained into hi, the model still meets no adapter for hi in its decoder
+    done = run(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids", "--model-overrides",
+                             "{'lang_pairs': 'en-de,en-hi'}"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert re.search(r"hltmt_plugin: error: a sentence with target language 'hi' reached the decoder, which has no "
                      r"\w+ adapter for 'hi'", done.stderr)

@@ -211,3 +211,34 @@ def test_a_sentence_longer_than_the_token_budget_is_translated_alone(hltmt, tran
                      "--max-len", "10", "--max-tokens", "4", input="".join(t + "\n" for t in texts))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == translator.translate(texts, "en", "de", beam=2, max_len=10)
+
+
+# ---- directions a model never learned: the study's committed model translates English into ten languages only
+STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
+MIXED = "de\ten\tHallo Welt\nen\tde\tThe file is open.\nfr\tde\tLe fichier est ouvert.\n"
+
+
+def test_a_target_never_produced_is_a_failed_line_and_zero_shot_is_served_only_when_asked():
+    done = run(["bash", "-c", f"printf 'de\\ten\\tHallo Welt\\n' | {SCRIPT} --checkpoint {STUDY_MODEL}"])
+    assert done.returncode == 1 and done.stdout == "\n", done.stderr[-2000:]
+    assert re.search(r"^hltmt-translate: line 1: direction de-en refused: the model never produced en; it was trained "
+                     r"on en-\w\w(,en-\w\w)+ \(targets [a-z,]+\)$", done.stderr, re.M), done.stderr[-2000:]
+    options = ["--checkpoint", STUDY_MODEL, "--device", "cpu", "--beam", "2", "--max-len", "12", "--json"]
+    done = translate(*options, input=MIXED)
+    assert done.returncode == 1, done.stderr[-2000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert records[0]["translation"] is None and records[0]["error"].startswith("direction de-en refused")
+    assert records[1]["translation"] and "error" not in records[1] and "zero_shot" not in records[1]
+    assert records[2]["translation"] is None and "direction fr-de is zero-shot" in records[2]["error"]
+    errors = [line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("hltmt-translate: line ")]
+    assert errors == ["line 1", "line 3"] and "hltmt-translate: 1 of 3 sentence(s) translated" in done.stderr
+    asked = translate(*options, "--zero-shot", input=MIXED)
+    assert asked.returncode == 1, asked.stderr[-2000:]
+    again = [json.loads(line) for line in asked.stdout.splitlines()]
+    assert again[0] == records[0]  # refused whatever is asked
+    assert again[1]["translation"] and "zero_shot" not in again[1] and "error" not in again[1]
+    assert again[2]["zero_shot"] is True and again[2]["translation"] and "error" not in again[2]
+    assert "hltmt-translate: 2 of 3 sentence(s) translated" in asked.stderr
+    plain = translate("--checkpoint", STUDY_MODEL, "--src", "de", "--tgt", "en", input="Hallo Welt\nGuten Tag\n")
+    assert plain.returncode == 1 and plain.stdout == "\n\n", plain.stderr[-2000:]
+    assert plain.stderr.count("direction de-en refused") == 2

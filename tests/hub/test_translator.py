@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from conftest import LANGS, PAIRS, PLUGIN, cli, perturbed, run, spm_of
-from hub_common import (BEAM, DIRECTIONS, MAX_LEN, N, assert_same, parse_hypotheses, reference, sentences,
-                        task_args)
+from hub_common import (BEAM, DIRECTIONS, MAX_LEN, N, STUDY_MODEL, assert_same, parse_hypotheses, reference,
+                        sentences, task_args)
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
@@ -137,6 +137,54 @@ def test_moved_data_folder_and_missing_files_are_one_line(hltmt, data_bin, tmp_p
 
 
 # ---------------------------------------------------------------------------------------
+# Directions outside the training directions: zero-shot only when asked, a target never produced refused
+
+
+def test_a_zero_shot_direction_is_served_only_when_asked_and_marked(translator, data_bin, hltmt):
+    texts = sentences("de", "en", 4)  # German sentences; the session's model never trained de-fr
+    assert translator.direction("de", "fr") == "zero-shot" and translator.direction("en", "de") == "trained"
+    with pytest.raises(TranslationErrors, match=r"^4 of 5 sentence\(s\) not translated: line 1: direction de-fr is "
+                                                r"zero-shot \(the model was trained on en-de,.*\): translated only "
+                                                r"with zero_shot=True"):
+        translator.translate_batch([("de", "fr", t) for t in texts] + [("en", "de", "Hello.")], beam=BEAM,
+                                   max_len=MAX_LEN)
+    results = translator.translate(texts, src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True,
+                                   zero_shot=True)
+    assert all(r.zero_shot for r in results) and results[0].to_dict()["zero_shot"] is True
+    # the translation fairseq-interactive gives the same direction (which says it is zero-shot on stderr)
+    done = run([cli("fairseq-interactive"), *task_args(data_bin, hltmt, "de", "fr"), "--bpe", "sentencepiece",
+                "--sentencepiece-model", spm_of(data_bin), "--buffer-size", "64", "--max-tokens", "3000"],
+               input="".join(t + "\n" for t in texts))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "hltmt_translation: direction de-fr is zero-shot: the checkpoint was trained on en-de," in done.stderr
+    found = parse_hypotheses(done.stdout)
+    assert_same(results, [found[i] for i in range(len(texts))], "de-fr")
+    trained = translator.translate(["Hello."], src="en", tgt="de", details=True, zero_shot=True)[0]
+    assert not trained.zero_shot and "zero_shot" not in trained.to_dict()
+    with pytest.raises(HltmtConfigError, match="zero_shot must be True or False"):
+        translator.translate(texts, src="de", tgt="fr", zero_shot="yes")
+
+
+def test_a_target_the_model_never_produced_is_refused_per_sentence():
+    mt = HltmtTranslator.load(STUDY_MODEL, device="cpu")  # English into ten languages
+    assert [mt.direction(*d) for d in [("en", "de"), ("de", "en"), ("fr", "de")]] == ["trained", "refused",
+                                                                                       "zero-shot"]
+    items = [("en", "de", "The file is open."), ("de", "en", "Hallo Welt."), ("fr", "de", "Bonjour."),
+             ("gu", "en", "x"), ("xx", "de", "x")]
+    results = mt.translate_batch(items, beam=2, max_len=10, details=True, errors="keep", zero_shot=True)
+    assert results[0].error is None and results[0].text and not results[0].zero_shot
+    assert results[1].text is None and results[1].error == (
+        "direction de-en refused: the model never produced en; it was trained on en-fr,en-cs,en-de,en-fi,en-lv,"
+        "en-et,en-ro,en-hi,en-tr,en-gu (targets cs,de,et,fi,fr,gu,hi,lv,ro,tr)")
+    assert results[2].error is None and results[2].text and results[2].zero_shot
+    assert results[3].error.startswith("direction gu-en refused: the model never produced en")
+    assert results[4].error.startswith("unknown language 'xx'")
+    with pytest.raises(TranslationErrors, match=r"^1 of 1 sentence\(s\) not translated: line 1: direction de-en "
+                                                r"refused"):
+        mt.translate(["Hallo Welt."], src="de", tgt="en", zero_shot=True)
+
+
+# ---------------------------------------------------------------------------------------
 # LS-MNMT with MAD-X adapters; a language imported with hltmt-adapters
 
 MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
@@ -197,14 +245,16 @@ def test_ls_mnmt_with_adapters_and_an_imported_language(ls_mnmt, ls_mnmt_hi, dat
     assert mt.model.routing_map() == {"de": 0, "fr": 1}  # LS-MNMT: one module per language
     directions = [("en", "hi"), ("gu", "en"), ("en", "fr")]
     refs = {d: reference(data_bin, ls_mnmt_hi, *d)[:N] for d in directions}
-    assert_same(mt.translate(sentences("en", "hi"), src="en", tgt="hi", beam=BEAM, max_len=MAX_LEN, details=True),
-                refs[("en", "hi")], "en-hi")
+    assert mt.direction("en", "hi") == "zero-shot" and mt.direction("gu", "en") == "trained"  # hi: imported
+    assert_same(mt.translate(sentences("en", "hi"), src="en", tgt="hi", beam=BEAM, max_len=MAX_LEN, details=True,
+                             zero_shot=True), refs[("en", "hi")], "en-hi")
     items = shuffled_items(directions, refs, seed=1)
-    results = mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True)
+    results = mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True)
     assert_same(results, [i[3] for i in items], "mixed")
     for (src, tgt, _, _), result in zip(items, results):
         assert result.routing == {"slp": expected_slp(mt.model, tgt),
                                   "adapters": {"encoder": src, "decoder": tgt, "shared": True}}
+        assert result.zero_shot == (tgt == "hi")
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,20 +279,22 @@ def test_skills_serve_an_untrained_direction_of_the_matrix(skills, data_bin):
     mt = HltmtTranslator.load(ckpt, device="cpu")
     refs = {("de", "fr"): interactive_reference(data_bin, ckpt, "de", "fr"),
             ("en", "de"): reference(data_bin, ckpt, "en", "de")[:N]}
-    assert_same(mt.translate(sentences("de", "fr"), src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True),
-                refs[("de", "fr")], "de-fr")
+    assert_same(mt.translate(sentences("de", "fr"), src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True,
+                             zero_shot=True), refs[("de", "fr")], "de-fr")
     items = shuffled_items(list(refs), refs, seed=2)
     items.insert(3, ("fr", "de", "Bonjour.", None))
     with pytest.raises(TranslationErrors, match=r"^1 of .*: line 4: direction fr-de is not in the model's skill "
                                                 r"matrix .*--skill-matrix"):
-        mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True)
-    results = mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, errors="keep")
+        mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True)
+    results = mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, errors="keep",
+                                 zero_shot=True)
     assert results[3].error is not None
     del items[3], results[3]
     assert_same(results, [i[3] for i in items], "mixed")
     for (src, tgt, _, _), result in zip(items, results):
         assert result.routing == {"slp": expected_slp(mt.model, tgt),
                                   "skills": {"ffn": matrix[f"{src}-{tgt}"], "attention": src}}
+        assert result.zero_shot == ((src, tgt) == ("de", "fr"))
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conftest import PLUGIN, TEST_SIZE, build, cli, run, train_args
+from conftest import PLUGIN, TEST_SIZE, assert_one_error_line, build, cli, run, train_args
 from hltmt_plugin.errors import HltmtConfigError
 
 LOW = {"en-gu", "en-hi", "gu-en"}  # a low-resource language on either side
@@ -133,6 +133,33 @@ def test_validate_and_interactive_load_the_checkpoint(data_bin, trained):
                input="▁The ▁file ▁is ▁open\n")
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"^H-0\t", done.stdout, re.M)
+
+
+def test_a_direction_outside_the_training_directions_is_named_on_stderr_or_refused(data_bin, trained):
+    """The rule of hltmt_plugin.directions in fairseq's own commands, with the study's committed
+    model (English into ten languages): a zero-shot direction is decoded with a line on stderr
+    naming it and the training directions; a target the model never produced ends the command
+    with one line."""
+    from hub_common import STUDY_MODEL
+
+    folder = os.path.dirname(STUDY_MODEL)
+    langs, targets = "en,fr,cs,de,fi,lv,et,ro,hi,tr,gu", ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
+    pairs = ",".join(f"en-{t}" for t in targets)
+    study = [folder, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", pairs,
+             "--encoder-langtok", "tgt", "--path", STUDY_MODEL, "--cpu", "--beam", "2", "--max-len-b", "10",
+             "--bpe", "sentencepiece", "--sentencepiece-model", os.path.join(folder, "spm.model")]
+    done = run([cli("fairseq-interactive"), *study, "-s", "fr", "-t", "de"], input="Le fichier est ouvert.\n")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"^H-0\t", done.stdout, re.M)
+    assert (f"hltmt_translation: direction fr-de is zero-shot: the checkpoint was trained on {pairs} (targets "
+            "cs,de,et,fi,fr,gu,hi,lv,ro,tr); its output may not be in the target language") in done.stderr.splitlines()
+    done = run([cli("fairseq-interactive"), *study, "-s", "de", "-t", "en"], input="Hallo Welt.\n")
+    assert_one_error_line(done, f"hltmt_plugin: error: -s de -t en: direction de-en refused: the model never produced "
+                                f"en; the checkpoint was trained on {pairs}")
+    assert "H-" not in done.stdout
+    done = run([cli("fairseq-generate"), *generate_args(data_bin, trained[0], "de", "en", "--beam", "1",
+                                                        "--max-len-b", "3", "--max-tokens", "3000")])
+    assert done.returncode == 0 and "zero-shot" not in done.stderr, done.stderr[-3000:]  # trained: no word
 
 
 def test_training_log_reports_the_pool(trained):
