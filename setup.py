@@ -26,7 +26,7 @@ setup(
         "sacremoses",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3"]},
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3"], "ctranslate2": ["ctranslate2>=4.5"]},
     entry_points={"console_scripts": [
         "hltmt-prepare-data = hltmt_plugin.cli.prepare_data:main",
         "hltmt-translate = hltmt_plugin.cli.translate:main",
@@ -38,5 +38,6 @@ setup(
         "hltmt-options = hltmt_plugin.cli.options:main",
         "hltmt-average-checkpoints = hltmt_plugin.cli.average_checkpoints:main",
         "hltmt-study = hltmt_plugin.cli.study:main",
+        "hltmt-export = hltmt_plugin.cli.export:main",
     ]},
 )

@@ -22,7 +22,9 @@ LAYERS = [
     ["peft", "pretrained"],
     ["models"],
     ["tasks", "criterions"],  # the model's public surface only
+    ["export.manifest"],  # the export folder's manifest: read by the hub, written by export
     ["hub"],
+    ["export"],  # models that leave fairseq: CTranslate2 export
     ["cli"],
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}

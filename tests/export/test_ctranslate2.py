@@ -1,0 +1,133 @@
+"""hltmt_plugin.export.ctranslate2: tiny models trained by fairseq-train (with seeded noise on
+their weights, so that every direction and route writes its own text), exported, and served
+side by side with the checkpoint: the same translations, line for line, and the same scores.
+
+Covered: HLT-MT post-norm with ``--encoder-langtok tgt`` (pool modules and the universal
+layer), HLT-MT pre-norm with ``--encoder-langtok src --decoder-langtok``, fairseq's plain
+``transformer`` of ``translation_multi_simple_epoch`` with both conventions; int8; refusals."""
+import functools
+import os
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import LANGS, PAIRS, PLUGIN, build, cli, perturbed, run, spm_of
+from hub_common import DIRECTIONS, sentences
+
+ct2 = pytest.importorskip("ctranslate2")
+
+from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
+from hltmt_plugin.export.ctranslate2 import check_exportable, export  # noqa: E402
+from hltmt_plugin.hub import HltmtTranslator  # noqa: E402
+
+BEAM, MAX_LEN = 4, 20
+SMALL = ["--encoder-layers", "1", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+         "--decoder-attention-heads", "2"]
+SRC_CONVENTION = ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"]
+SHORT = ["--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--disable-validation",
+         "--no-save-optimizer-state", "--no-epoch-checkpoints"]
+
+
+def items_of(directions=DIRECTIONS, n=10, seed=1):
+    items = [(src, tgt, text) for src, tgt in directions for text in sentences(src, tgt, n)]
+    random.Random(seed).shuffle(items)
+    return items
+
+
+def assert_served_alike(checkpoint, folder, items, spm=None, exact_scores=True):
+    """The checkpoint's translator and the export folder's give the same lines (and scores
+    where the translation ended by itself, not cut at MAX_LEN); returns the export's results."""
+    mt = HltmtTranslator.load(checkpoint, spm=spm, device="cpu")
+    served = HltmtTranslator.load(folder)
+    assert type(served).__name__ == "Ct2Translator"
+    expected = mt.translate_batch(items, beam=BEAM, max_len=MAX_LEN, details=True, max_tokens=300)
+    found = served.translate_batch(items, beam=BEAM, max_len=MAX_LEN, details=True, max_tokens=300)
+    assert [r.text for r in found] == [r.text for r in expected]
+    assert [r.routing for r in found] == [r.routing for r in expected]
+    assert [r.tokens for r in found] == [r.tokens for r in expected]
+    for mine, theirs in zip(found, expected):
+        if exact_scores and theirs.tokens <= MAX_LEN:  # a cut translation: fairseq adds the forced eos
+            assert mine.score == pytest.approx(theirs.score, abs=2e-3), (mine, theirs)
+    assert len({r.text for r in found}) > 5  # the directions and sentences write different text
+    return found
+
+
+def test_hltmt_post_norm_exports_one_model_per_route_and_translates_as_the_checkpoint(hltmt, tmp_path):
+    folder = str(tmp_path / "hltmt")
+    record = export(hltmt, folder)
+    assert record["targets"]["gu"] == record["targets"]["en"] == "universal"
+    assert {record["targets"]["de"], record["targets"]["fr"]} <= {"m0", "m1"}
+    assert set(record["models"]) == set(record["targets"].values())
+    found = assert_served_alike(hltmt, folder, items_of())
+    assert {r.routing["slp"] for r in found} == {record["targets"][t] for _, t in DIRECTIONS}
+
+
+@functools.lru_cache(maxsize=None)
+def trained(data_bin, folder, name, *options):
+    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--langs", LANGS, "--lang-pairs", PAIRS,
+                *options, *SHORT, "--save-dir", f"{folder}/{name}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return perturbed(f"{folder}/{name}/checkpoint_last.pt", f"{folder}/{name}.pt")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("export_models"))
+
+
+def test_hltmt_pre_norm_with_the_decoder_language_token_translates_as_the_checkpoint(data_bin, folder):
+    ckpt = trained(data_bin, folder, "prenorm", "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny",
+                   "--high-resource-langs", "de,fr", "--slp-pool-size", "2", *SRC_CONVENTION, "--enable-lang-ids",
+                   "--encoder-normalize-before", "--decoder-normalize-before", "--high-stage-updates", "2",
+                   "--max-update", "4")
+    record = export(ckpt, f"{folder}/prenorm-export", spm=spm_of(data_bin))
+    assert record["encoder_langtok"] == "src" and record["decoder_langtok"]
+    assert_served_alike(ckpt, f"{folder}/prenorm-export", items_of(), spm=spm_of(data_bin))
+
+
+@pytest.mark.parametrize("convention", ["tgt", "src"])
+def test_fairseqs_plain_multilingual_transformer_translates_as_the_checkpoint(data_bin, folder, convention):
+    marking = ["--encoder-langtok", "tgt"] if convention == "tgt" else SRC_CONVENTION
+    norm = ["--encoder-normalize-before", "--decoder-normalize-before"] if convention == "src" else []
+    ckpt = trained(data_bin, folder, f"plain-{convention}", "--task", "translation_multi_simple_epoch",
+                   "--arch", "transformer", *SMALL, *marking, *norm, "--max-update", "3")
+    out = f"{folder}/plain-{convention}-export"
+    record = export(ckpt, out, spm=spm_of(data_bin))
+    assert record["models"] == {"main": "models/main"} and set(record["targets"].values()) == {"main"}
+    found = assert_served_alike(ckpt, out, items_of(), spm=spm_of(data_bin))
+    assert all(r.routing == {} for r in found)
+
+
+def test_int8_weights_load_translate_and_are_smaller(hltmt, tmp_path):
+    export(hltmt, str(tmp_path / "f32"))
+    export(hltmt, str(tmp_path / "i8"), quantization="int8")
+    size = lambda q: os.path.getsize(tmp_path / q / "models" / "universal" / "model.bin")  # noqa: E731
+    assert size("i8") < 0.5 * size("f32")
+    served = HltmtTranslator.load(str(tmp_path / "i8"))
+    results = served.translate_batch(items_of(n=3), beam=BEAM, max_len=MAX_LEN)
+    assert len(results) == 9 and all(isinstance(r, str) for r in results)
+
+
+def test_an_existing_folder_is_kept_unless_forced(hltmt, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(HltmtConfigError, match="exists.*--force"):
+        export(hltmt, str(out))
+    assert (out / "keep.txt").read_text() == "mine"
+    with pytest.raises(HltmtConfigError, match="--quantization int3"):
+        export(hltmt, str(tmp_path / "q"), quantization="int3")
+    assert not (tmp_path / "q").exists()
+
+
+@pytest.mark.parametrize("options,what", [
+    (["--language-adapters", "--enable-lang-ids"], "cannot export adapters"),
+    (["--skill-ffn", "--enable-lang-ids", "--lang-pairs", "en-de,de-en,en-fr"], "cannot export skills"),
+])
+def test_adapters_and_skills_are_refused_in_one_line(data_bin, options, what):
+    args, _, model = build(data_bin, *options)
+    with pytest.raises(HltmtConfigError, match=what) as refused:
+        check_exportable(SimpleNamespace(model=model, cfg=SimpleNamespace(model=args)))
+    assert "\n" not in str(refused.value)
