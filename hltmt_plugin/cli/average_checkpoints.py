@@ -12,9 +12,10 @@ checkpoints are taken (none above ``--checkpoint-upper-bound``).
 Every file is read weights-only and checked as fairseq's loader checks it under the plugin.
 Floating-point weights are averaged (in float64, stored in their own type); every other tensor
 must be the same in all checkpoints: the routing map (fixed once, at the stage switch, and
-open in stage high), the gate's step count, the language names. So must the options that say
-what the weights mean (architecture, languages and their order, high-resource languages, pool,
-adapters, skills, how languages are marked). Anything else is refused in one line naming two
+open in stage high), the gate's step count, the language names. So must the compatibility
+record (:mod:`hltmt_plugin.compatibility`: the dictionaries, languages and their order, how
+languages are marked, the architecture, pool, adapters and skills), for the plugin's checkpoints
+and fairseq's own alike; a file named twice is refused. Anything else is refused in one line naming two
 checkpoints and what differs: in practice, average checkpoints of stage all of one run. The
 output holds the first checkpoint's other records (options, training state), as fairseq's
 script writes it, and is written atomically: ``--output`` is its old self or the whole new
@@ -24,7 +25,6 @@ import argparse
 import os
 import re
 import sys
-from argparse import Namespace
 
 import torch
 
@@ -32,14 +32,7 @@ import hltmt_plugin  # noqa: F401  (safe loading, one-line errors)
 from hltmt_plugin.compat.atomic_copy import save_checkpoint_file
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.compatibility import language_marking
-
-# model options that decide what a weight means beyond its name and shape
-MEANING = ("arch", "langs", "lang_dict", "high_resource_langs", "slp_pool_size", "slp_language_specific",
-           "adapter_langs", "adapter_placement", "adapter_layers", "decoder_adapter_layers", "skill_matrix",
-           "skill_layers", "activation_fn", "encoder_normalize_before", "decoder_normalize_before",
-           "hltmt_vocab_fingerprint")
-
+from hltmt_plugin.compatibility import mismatches, record_of_state
 
 def last_checkpoints(folder: str, n: int, update_based: bool, upper_bound=None):
     """The last ``n`` checkpoints of ``folder`` by epoch (``checkpointEPOCH.pt``) or update
@@ -59,17 +52,12 @@ def last_checkpoints(folder: str, n: int, update_based: bool, upper_bound=None):
     return [os.path.join(folder, name) for _, name in found[:n]]
 
 
-def _model_options(state) -> Namespace:
-    cfg = state.get("cfg")
-    model = cfg.get("model") if isinstance(cfg, dict) else None
-    if model is None:
-        model = state.get("args")
-    return Namespace(**model) if isinstance(model, dict) else (model or Namespace())
-
-
-def _meaning(state):
-    options = _model_options(state)
-    return [(f"--{k.replace('_', '-')}", getattr(options, k, None)) for k in MEANING] + language_marking(options)
+def _record(path, state):
+    """The compatibility record of ``path``'s state (its stored options, checked unedited)."""
+    try:
+        return record_of_state(state)
+    except HltmtInputError as error:
+        raise HltmtInputError(f"checkpoint {path}: {error}") from None
 
 
 def _differ(first, path, what):
@@ -84,10 +72,10 @@ def _compare(first, first_state, path, state) -> None:
         what = (f"{only[0]} is in only one of them" + (f" (and {len(only) - 1} more)" if len(only) > 1 else "")
                 if only else "their weights come in another order")
         raise _differ(first, path, f"{what}: they are not checkpoints of one model")
-    for (option, was), (_, now) in zip(_meaning(first_state), _meaning(state)):
-        if was != now:
-            raise _differ(first, path, f"they were trained with other {option} ({was} and {now}), so the same weight "
-                                       "means something else in each")
+    differ = mismatches(_record(first, first_state), _record(path, state), labels=("first", "second"))
+    if differ:
+        raise _differ(first, path, f"they were trained on other data or options ({'; '.join(differ)}), so the same "
+                                   "weight means something else in each")
     for key, x in a.items():
         y = b[key]
         if x.shape != y.shape or x.dtype != y.dtype:
@@ -110,9 +98,25 @@ def _why_not_averaged(key: str, x, y) -> str:
             "cannot be averaged. Average checkpoints of one run and stage")
 
 
+def refuse_repeats(paths) -> None:
+    """A file named twice (by another path too) would count twice in the average."""
+    seen = {}
+    for path in paths:
+        try:
+            key = os.stat(path)
+            key = (key.st_dev, key.st_ino)
+        except OSError:
+            continue  # missing: the loader says so
+        if key in seen:
+            raise HltmtConfigError(f"--inputs names {seen[key]}{' twice' if seen[key] == path else f' and {path}, one file,'}"
+                                   ": it would count twice in the average; name each checkpoint once")
+        seen[key] = path
+
+
 def average(paths):
     """The first checkpoint's state with the float weights averaged over ``paths`` (weights that
     share one tensor there, as tied embeddings do, share their average)."""
+    refuse_repeats(paths)
     first, first_state, total = paths[0], None, None
     for path in paths:
         state = load_state(path)

@@ -77,6 +77,19 @@ def say(msg):
     print(f"==> [study {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def same_length(a: str, b: str) -> None:
+    """Both sides of a pair hold as many lines (else line N would not translate line N)."""
+    counts = []
+    for path in (a, b):
+        if not os.path.isfile(path):
+            raise StepFailed(f"{path} is missing")
+        with open(path, "rb") as f:
+            counts.append(sum(1 for _ in f))
+    if counts[0] != counts[1]:
+        raise StepFailed(f"{a} holds {counts[0]} lines and {b} {counts[1]}: the two sides of a pair must match line "
+                         "by line")
+
+
 def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: int = 0) -> dict:
     """Write the study's subset of ``raw`` (every split, every pair) to ``out``: the pairs whose
     English has at most ``max_en_words`` words and whose target at most ``max_xx_words``.
@@ -86,6 +99,7 @@ def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: in
     for split in ("train", "valid", "test"):
         for lang in langs:
             prefix = os.path.join(raw, f"{split}.en-{lang}")
+            same_length(f"{prefix}.en", f"{prefix}.{lang}")
             with open(f"{prefix}.en", encoding="utf-8") as f_en, open(f"{prefix}.{lang}", encoding="utf-8") as f_xx:
                 pairs = [(en, xx) for en, xx in zip(f_en, f_xx)
                          if short_pair(en, xx, setting.max_en_words, setting.max_xx_words)]
@@ -103,7 +117,7 @@ class Study:
     def __init__(self, args, setting: Setting):
         self.args, self.s = args, setting
         self.run_dir = os.path.abspath(args.run_dir)
-        self.results = os.path.abspath(args.results)
+        self.results = os.path.abspath(args.results or os.path.join(args.run_dir, "results"))
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.langs = args.langs.split(",") if args.langs else LANGS
         self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
@@ -383,13 +397,31 @@ def prepare(study: Study):
         print_command(cmd)
         return
     marker = os.path.join(study.run_dir, ".done-prepare")
+    made = {"raw": os.path.abspath(study.args.raw), "langs": study.langs, "vocab": study.s.vocab,
+            "max_train": study.args.max_train, "max_en_words": study.s.max_en_words,
+            "max_xx_words": study.s.max_xx_words}
     if os.path.exists(marker):
+        check_prepared(marker, made)
         return
     kept = select(study.args.raw, raw, study.langs, study.s, study.args.max_train)
     say("selected: " + ", ".join(f"{split} {sum(n.values())} pairs" for split, n in kept.items()))
     run_quiet(cmd, os.path.join(study.run_dir, "logs", "prepare.log"))
     write_lines(os.path.join(study.results, "data.json"), [json.dumps(kept, indent=1)])
-    write_text(marker, "")
+    write_text(marker, json.dumps(made, sort_keys=True) + "\n")
+
+
+def check_prepared(marker: str, made: dict) -> None:
+    """A run folder's data was prepared with these options (a folder prepared otherwise would be
+    trained on silently, and its report would name the new options)."""
+    try:
+        with open(marker, encoding="utf-8") as f:
+            was = json.loads(f.read() or "{}")
+    except (OSError, ValueError):
+        was = {}
+    differ = [f"{k}: prepared {was[k]}, asked {made[k]}" for k in sorted(made) if k in was and was[k] != made[k]]
+    if differ:
+        raise StepFailed(f"the run folder {os.path.dirname(marker)} holds data prepared otherwise ({'; '.join(differ)}): "
+                         "give another --run-dir, or the options it was prepared with")
 
 
 def parse_runs(text: str) -> List[Tuple[str, int]]:
@@ -398,6 +430,8 @@ def parse_runs(text: str) -> List[Tuple[str, int]]:
         system, _, seed = item.partition(":")
         if system not in SYSTEMS or not seed.isdigit():
             raise ValueError(f"--runs {item!r}: expected SYSTEM:SEED with SYSTEM one of {', '.join(SYSTEMS)}")
+        if (system, int(seed)) in runs:
+            raise ValueError(f"--runs names {system}:{int(seed)} twice: both would train one folder at once")
         runs.append((system, int(seed)))
     return runs
 
@@ -458,8 +492,9 @@ def build_parser():
     p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
     p.add_argument("--run-dir", default=os.path.join("runs", "cpu-study"),
                    help="data, checkpoints and logs (default: runs/cpu-study)")
-    p.add_argument("--results", default=os.path.join(CHECKOUT, "docs", "results", "cpu-study"),
-                   help="scores, hypotheses, logs, report and the seed-1 models (default: docs/results/cpu-study)")
+    p.add_argument("--results", default=None,
+                   help="scores, hypotheses, logs, report and the seed-1 models (default: RUN_DIR/results; the "
+                        "recorded study of a source checkout is docs/results/cpu-study, written only when named here)")
     p.add_argument("--langs", default=None, help="target languages (default: the ten of DebMT-10)")
     p.add_argument("--high", default=None, help="high-resource targets (default: DebMT-10's fr,de,cs,tr,fi,et)")
     p.add_argument("--vocab", type=int, default=None, help=f"joint sentencepiece vocabulary (default {Setting.vocab})")
@@ -488,6 +523,20 @@ def check_options(p, args):
         p.error(str(error))
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
+    langs = args.langs.split(",") if args.langs else LANGS
+    high = args.high.split(",") if args.high else [x for x in HIGH if x in langs]
+    for option, values in (("--langs", langs), ("--high", high)):
+        twice = sorted({x for x in values if values.count(x) > 1})
+        if twice or "" in values:
+            p.error(f"{option} names {','.join(twice) or 'an empty language'} {'twice' if twice else ''}".strip())
+    outside = [x for x in high if x not in langs]
+    if outside:
+        p.error(f"--high {','.join(outside)} not in --langs ({','.join(langs)}): HLT-MT's pool would have no "
+                "language of its own")
+    if not args.report_only and not args.dry_run:
+        missing = [x for x in langs if not os.path.isfile(os.path.join(args.raw, f"train.en-{x}.{x}"))]
+        if missing:
+            p.error(f"--raw {args.raw} has no data for {','.join(missing)} (train.en-XX.XX)")
     return runs
 
 

@@ -112,7 +112,7 @@ def test_averaging_options_that_cannot_work_are_one_line(two_stages, tmp_path, a
 def test_averaging_a_checkpoint_holding_code_runs_none_of_it(trained, two_stages, tmp_path):
     """The averaging command loads as fairseq's loader does under the plugin."""
     ckpt, marker, option = craft(trained[0], tmp_path, "eval_str_list")
-    line = one_error(average_cmd("--inputs", ckpt, ckpt, "--output", tmp_path / "a.pt"))
+    line = one_error(average_cmd("--inputs", ckpt, trained[0], "--output", tmp_path / "a.pt"))
     assert line.startswith(f"hltmt_plugin: error: refused to load checkpoint {ckpt}: its stored option {option}"), line
     assert not marker.exists() and not (tmp_path / "a.pt").exists()
 
@@ -120,10 +120,31 @@ def test_averaging_a_checkpoint_holding_code_runs_none_of_it(trained, two_stages
 def test_averaging_checkpoints_trained_with_other_options_is_refused(two_stages, tmp_path):
     state = torch.load(two_stages / "checkpoint_2_6.pt", map_location="cpu", weights_only=True)
     state["cfg"]["model"].high_resource_langs = "fr,de"  # the same weights would mean the other language
+    state["cfg"]["model"].hltmt_compat["model"]["high_resource_langs"] = "fr,de"  # and the record says so
     other = tmp_path / "other.pt"
     torch.save(state, other)
     line = one_error(average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", other, "--output", tmp_path / "a.pt"))
     assert line == (f"hltmt_plugin: error: cannot average {two_stages / 'checkpoint_2_8.pt'} and {other}: they were "
-                    "trained with other --high-resource-langs (de,fr and fr,de), so the same weight means something "
-                    "else in each"), line
+                    "trained on other data or options (--high-resource-langs: first de,fr, second fr,de), so the same "
+                    "weight means something else in each"), line
     assert sorted(os.listdir(tmp_path)) == ["other.pt"]
+
+
+def test_a_checkpoint_whose_stored_options_were_edited_is_refused(two_stages, tmp_path):
+    state = torch.load(two_stages / "checkpoint_2_6.pt", map_location="cpu", weights_only=True)
+    state["cfg"]["model"].high_resource_langs = "fr,de"  # the options no longer say what the record says
+    other = tmp_path / "other.pt"
+    torch.save(state, other)
+    line = one_error(average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", other, "--output", tmp_path / "a.pt"))
+    assert f"checkpoint {other}: the checkpoint's stored options were changed after it was written " \
+           "(--high-resource-langs: written de,fr, now fr,de)" in line, line
+    assert sorted(os.listdir(tmp_path)) == ["other.pt"]
+
+
+def test_a_checkpoint_named_twice_is_refused(two_stages, tmp_path):
+    ckpt = two_stages / "checkpoint_2_8.pt"
+    (tmp_path / "link.pt").symlink_to(ckpt)
+    for again in (ckpt, tmp_path / "link.pt"):
+        line = one_error(average_cmd("--inputs", ckpt, again, "--output", tmp_path / "a.pt"))
+        assert "it would count twice in the average" in line, line
+    assert sorted(os.listdir(tmp_path)) == ["link.pt"]

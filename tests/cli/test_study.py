@@ -130,3 +130,45 @@ def test_the_progress_line_follows_the_part_that_runs(tmp_path, capsys):
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert "hltmt:1 decoding" in line
     assert "mnmt-staged:1 300/2000 updates (high-resource directions only), valid loss 8.123" in line
+
+
+# ---- options that cannot work, refused before anything is written
+@pytest.mark.parametrize("extra, message", [
+    (["--runs", "mnmt:1,mnmt:1"], "--runs names mnmt:1 twice"),
+    (["--langs", "de,gu", "--high", "fr"], "--high fr not in --langs (de,gu)"),
+    (["--langs", "de,de"], "--langs names de twice"),
+    (["--langs", "de,xx", "--high", "de"], "has no data for xx"),
+])
+def test_study_options_that_cannot_work_are_one_line(tmp_path, extra, message):
+    done = run([STUDY, "--run-dir", str(tmp_path / "run"), *extra])
+    assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "run").exists()
+
+
+def test_results_go_under_the_run_folder_unless_named(tmp_path):
+    from hltmt_plugin.cli.study import Setting, Study, build_parser
+
+    study_ = Study(build_parser().parse_args(["--run-dir", str(tmp_path / "run")]), Setting())
+    assert study_.results == str(tmp_path / "run" / "results")
+    assert not study_.results.startswith(os.path.join(ROOT, "docs"))
+
+
+def test_a_run_folder_prepared_otherwise_is_refused(tmp_path):
+    from hltmt_plugin.cli.main_job import StepFailed
+    from hltmt_plugin.cli.study import check_prepared
+
+    marker = tmp_path / ".done-prepare"
+    marker.write_text(json.dumps({"vocab": 8000, "langs": ["de", "gu"]}))
+    check_prepared(str(marker), {"vocab": 8000, "langs": ["de", "gu"]})
+    with pytest.raises(StepFailed, match=r"prepared otherwise \(vocab: prepared 8000, asked 4000\)"):
+        check_prepared(str(marker), {"vocab": 4000, "langs": ["de", "gu"]})
+
+
+def test_the_two_sides_of_a_pair_must_have_as_many_lines(tmp_path):
+    from hltmt_plugin.cli.main_job import StepFailed
+    from hltmt_plugin.cli.study import same_length
+
+    (tmp_path / "a.en").write_text("one\ntwo\n")
+    (tmp_path / "a.de").write_text("eins\n")
+    with pytest.raises(StepFailed, match="holds 2 lines and .* 1"):
+        same_length(str(tmp_path / "a.en"), str(tmp_path / "a.de"))
