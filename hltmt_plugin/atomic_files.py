@@ -37,8 +37,6 @@ import tempfile
 import threading
 from typing import Callable, Optional, Set
 
-import torch
-
 from hltmt_plugin.errors import HltmtInputError
 
 PARTIAL = ".partial"  # the temporary file of a text / bytes output: .NAME.XXXXXXXX.partial
@@ -234,6 +232,8 @@ def write_atomically(path: str, write: Callable[[str], object], suffix: str = PA
 
 def torch_writer(obj) -> Callable[[str], None]:
     """The writer (for :func:`write_atomically`) of ``torch.save(obj)``."""
+    import torch  # here, not at the top: the commands that import this module answer --help without torch
+
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
             torch.save(obj, f)

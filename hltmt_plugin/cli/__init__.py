@@ -1,6 +1,8 @@
 """The plugin's commands, installed with the package (``hltmt-translate``, ``hltmt-prepare-data``,
 ...; see ``setup.py``'s ``console_scripts``). Each module is one command: a ``main(argv)`` over
-functions a test can call. Shared here: where the plugin and its example data are, and how one
+functions a test can call. Each command's module imports neither torch nor fairseq at its top:
+``--help``, ``--version`` and argument errors answer at once, and ``main`` calls :func:`register`
+once its arguments are read. Shared here: where the plugin and its example data are, and how one
 command runs another or one of fairseq's (by this Python, ``python -m``), so that the commands
 work from a virtual environment, ``pip install --target`` and an editable checkout alike."""
 import os
@@ -16,6 +18,23 @@ def fairseq_cli(tool):
     module: works wherever ``import fairseq`` does (a venv, ``pip install --target`` +
     PYTHONPATH), unlike looking for a ``fairseq-train`` script next to the interpreter."""
     return [sys.executable, "-m", f"fairseq_cli.{tool}"]
+
+
+def add_version(parser):
+    """``--version``: the command's name and the package's version (answered before torch and
+    fairseq are imported)."""
+    from hltmt_plugin import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def register():
+    """What a command does once its arguments are read: register the plugin with fairseq and
+    apply its workarounds (imports torch and fairseq; ``hltmt_plugin.register``)."""
+    import hltmt_plugin
+
+    hltmt_plugin.register()
 
 
 def plugin_cli(command):

@@ -31,7 +31,8 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)  # "Please install tensorboardX"
 
-import hltmt_plugin  # noqa: E402  (registers the task and model, safe loading, one-line errors)
+from hltmt_plugin.atomic_files import check_output
+from hltmt_plugin.cli import add_version, register  # noqa: E402
 from hltmt_plugin.errors import HltmtInputError  # noqa: E402
 
 
@@ -98,7 +99,7 @@ def import_(args):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add_version(argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("export", help="write one language's adapters to a small file")
     e.add_argument("--path", required=True, help="checkpoint holding the adapters")
@@ -112,6 +113,8 @@ def main(argv=None):
         sp.add_argument("--data", default=None, help="binarized data folder (default: the one the checkpoint "
                                                      "was trained on)")
     args = p.parse_args(argv)
+    check_output(args.out, "--out")  # a device, FIFO or stream path: refused before any work
+    register()  # the task and model, safe loading: once the arguments are read
     if args.command == "export":
         export(args)
     else:

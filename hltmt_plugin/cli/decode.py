@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 
-from hltmt_plugin.cli import CHECKOUT, plugin_cli
+from hltmt_plugin.cli import CHECKOUT, plugin_cli, register
 from hltmt_plugin.atomic_files import replace_file
 
 
@@ -38,6 +38,7 @@ def run_jobs(jobs, common):
     # output file; one handler on stderr, set first, keeps every job's log in the worker log
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
                         stream=sys.stderr)
+    register()  # the plugin's task and model, before fairseq reads --user-dir (an imported package is not read again)
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import generate

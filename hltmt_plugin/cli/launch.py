@@ -29,6 +29,8 @@ import sys
 import threading
 import time
 
+from hltmt_plugin.cli import add_version
+
 # fairseq 0.12's own noise on every start (hydra's deprecation notices, pin_memory without a GPU,
 # torch.cuda.amp FutureWarnings, tensorboardX missing): kept out of the ranks' output unless the
 # user set PYTHONWARNINGS; the plugin itself emits no Python warnings
@@ -59,7 +61,7 @@ def build_parser():
     p.add_argument("--master-port", type=int, default=0, help="default: a free port (single machine only)")
     p.add_argument("--gpu", action="store_true", help="NCCL, one GPU per local rank")
     p.add_argument("--log-dir", default=None, help="where rank{R}.log go (default: the --save-dir, or .)")
-    return p
+    return add_version(p)
 
 
 def refuse(message):
@@ -198,6 +200,8 @@ def main(argv=None):
         if any(a in ("-h", "--help") for a in argv):
             p.print_help()
             return 0
+        if "--version" in argv:
+            p.parse_args(["--version"])  # prints it and exits 0
         return refuse("put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
                       "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)")
     split = argv.index("--")

@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
+from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, add_version, fairseq_cli, plugin_cli, register
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.cli.launch import NOISE, QUIET_WARNINGS  # fairseq's own start-up noise, as hltmt-launch keeps it out
 from hltmt_plugin.atomic_files import write_text
@@ -519,9 +519,11 @@ def main(argv=None):
                         "once, each at its share of the cores (default: the size's: 2 for quick, else 1)")
     p.add_argument("--decode-workers", type=int, default=0,
                    help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)")
+    add_version(p)
     args = p.parse_args(argv)
     if args.decode_workers < 0 or args.update_freq < 0 or args.train_jobs < 0:
         p.error("--decode-workers, --update-freq and --train-jobs must be >= 0")
+    register()  # torch and fairseq, once the arguments are checked
     try:
         Job(args).run()
     except OptionError as error:

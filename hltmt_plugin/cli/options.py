@@ -18,7 +18,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Callable, List, Sequence, Tuple
 
-import hltmt_plugin  # noqa: F401  (registers the task, model and criterion; keeps fairseq's start-up noise out)
+from hltmt_plugin.cli import add_version, register
 
 MARKDOWN_HEAD = """\
 # Options of hltmt_plugin
@@ -192,7 +192,9 @@ def main(argv=None):
     what.add_argument("--markdown", action="store_true", help="write the Markdown reference (docs/options.md)")
     what.add_argument("--check", metavar="FILE",
                       help="exit 1 when FILE is not what --markdown writes (a stale reference)")
+    add_version(parser)
     args = parser.parse_args(argv)
+    register()  # the task, model and criterion; keeps fairseq's start-up noise out
     if args.check:
         problem = check(args.check)
         if problem:

@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 
-from hltmt_plugin.cli import DEBMT10
+from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.data_fingerprint import write_fingerprint
 from hltmt_plugin.atomic_files import inside, replace_folder
 
@@ -314,7 +314,7 @@ def load_data(args, langs):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = add_version(build_parser()).parse_args(argv)
     langs = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
     try:
         check_options(args)
@@ -323,6 +323,7 @@ def main(argv=None):
         data = load_data(args, langs)
     except DataError as error:
         return fail(error, 2)
+    register()  # fairseq's preprocessing, with the plugin's workarounds: once the arguments and data are checked
     return write_output(args, data, langs)
 
 

@@ -37,6 +37,7 @@ import statistics
 import sys
 from collections import defaultdict
 
+from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
 
 # the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
@@ -531,7 +532,8 @@ def bleu_warning(conv, rows, note):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = add_version(build_parser()).parse_args(argv)
+    register()  # torch and fairseq (checkpoints, the gate), once the arguments are read
     import logging
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's imports may set the root to DEBUG

@@ -33,9 +33,7 @@ for _category in (UserWarning, DeprecationWarning, FutureWarning):
     warnings.filterwarnings("ignore", category=_category)
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
-import torch  # noqa: E402
-
-import hltmt_plugin  # noqa: E402,F401  (registers the task and model, safe loading)
+from hltmt_plugin.cli import add_version, register  # noqa: E402
 from hltmt_plugin.errors import HltmtError, HltmtInputError  # noqa: E402
 
 MAX_UNKNOWN = 0.2  # more <unk> pieces than this: not the model's sentencepiece model, or a script it lacks
@@ -91,6 +89,8 @@ def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=Non
           log=print):
     """Adam on ``lang``'s encoder language + invertible adapters for ``steps`` updates of the
     MLM loss (everything else frozen); returns the loss of every step (base 2, per masked token)."""
+    import torch
+
     from hltmt_plugin.adapters.mlm import EncoderMLM, epoch_batches, freeze_all_but_language, mlm_criterion
 
     trained = freeze_all_but_language(model, lang)
@@ -134,6 +134,9 @@ def run(args):
                                           "the --spm model": args.spm}, {"the data folder --data": args.data})
     except OutputError as error:
         raise HltmtInputError(str(error)) from None
+    register()  # torch and fairseq, once the arguments are checked
+    import torch
+
     torch.manual_seed(args.seed)
     model = load_model(args.path, args.data)
     add_language(model, args.lang)  # refuses a language outside --langs; keeps existing adapters
@@ -175,6 +178,7 @@ def parse_args(argv=None):
     p.add_argument("--log-interval", type=int, default=50, help="log the mean MLM loss every this many steps")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is there")
+    add_version(p)
     return p.parse_args(argv)
 
 

@@ -46,6 +46,7 @@ import os
 import sys
 import time
 
+from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs
 
 
@@ -97,7 +98,7 @@ def build_parser():
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="fairseq's log messages on stderr")
-    return p
+    return add_version(p)
 
 
 def check_args(p, args):
