@@ -17,14 +17,19 @@ with the checkpoint's contract (docs/deploying.md).
 Needs CTranslate2: ``pip install -e ".[ctranslate2]"``.
 """
 import argparse
+import atexit
 import logging
+import os
+import shutil
 import sys
+import tempfile
 
 PROG = "hltmt-export"
 
 
 def build_parser():
-    from hltmt_plugin.export.ctranslate2 import QUANTIZATIONS
+    from hltmt_plugin.cli import add_version
+    from hltmt_plugin.export.manifest import QUANTIZATIONS
 
     p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", "--path", required=True, help="the checkpoint to export")
@@ -36,7 +41,7 @@ def build_parser():
     p.add_argument("--data", default=None, help="binarized data folder with the dict.*.txt (default: the stored one)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--verbose", action="store_true", help="fairseq's log messages on stderr")
-    return p
+    return add_version(p)
 
 
 def main(argv=None):
@@ -61,6 +66,46 @@ def main(argv=None):
     print(f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
           f"{args.quantization}): {len(record['models'])} model(s): {groups}")
     return 0
+
+
+def add_engine_options(p) -> None:
+    """hltmt-translate's options for an exported model."""
+    p.add_argument("--engine", default=None, choices=["fairseq", "ctranslate2"],
+                   help="what translates (default: fairseq for a checkpoint, CTranslate2 for a folder written by "
+                        "hltmt-export); ctranslate2 with a checkpoint exports it to a temporary folder first")
+    p.add_argument("--compute-type", default=None, help="an exported model's CTranslate2 compute type (default: "
+                                                         "the exported weights' type): int8, float32, float16 ...")
+    p.add_argument("--threads", type=int, default=None,
+                   help="an exported model's CTranslate2 threads (default: $OMP_NUM_THREADS, else CTranslate2's)")
+
+
+def engine_load_options(args):
+    """``(checkpoint, spm, data, engine options)`` for ``HltmtTranslator.load`` from
+    hltmt-translate's options: ``--engine ctranslate2`` with a checkpoint serves its export,
+    made in a temporary folder (removed at exit)."""
+    from hltmt_plugin.errors import HltmtConfigError
+    from hltmt_plugin.export.manifest import is_export
+
+    engine = {k: v for k, v in (("compute_type", args.compute_type), ("threads", args.threads)) if v is not None}
+    exported = is_export(args.checkpoint)
+    if args.engine == "fairseq" and exported:
+        raise HltmtConfigError(f"--checkpoint {args.checkpoint} is an exported model: CTranslate2 serves it "
+                               "(leave out --engine fairseq)")
+    if args.engine != "ctranslate2" or exported:
+        return args.checkpoint, args.spm, args.data, engine
+    from hltmt_plugin.export.ctranslate2 import export
+
+    work = tempfile.mkdtemp(prefix="hltmt-export.")
+    atexit.register(shutil.rmtree, work, True)
+    folder = os.path.join(work, "model")
+    export(args.checkpoint, folder, spm=args.spm, data=args.data)
+    return folder, None, None, engine
+
+
+def served_folder(translator) -> str:
+    """The folder a loaded translator reads from: an export folder, or the checkpoint's data folder."""
+    folder = getattr(translator, "folder", None)
+    return folder if folder is not None else str(translator.task.args.data).split(os.pathsep)[0]
 
 
 def fail(message, status=2):

@@ -48,6 +48,7 @@ import time
 
 from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs
+from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
 
 
 PROG = "hltmt-translate"
@@ -98,6 +99,7 @@ def build_parser():
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", action="store_true", help="fairseq's log messages on stderr")
+    add_engine_options(p)  # an exported model (hltmt-export): --engine, --compute-type, --threads
     return add_version(p)
 
 
@@ -255,8 +257,9 @@ def load_translator(args, sink, HltmtTranslator, HltmtError):
     """The translator of --checkpoint; --output checked against the files it reads, --src and
     --tgt against the model. Raises LoadError, HltmtError or OutputError."""
     try:
-        translator = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device=args.device,
-                                          fp16=args.fp16, max_tokens=args.max_tokens, max_sentences=args.batch_size)
+        checkpoint, spm, data, engine = engine_load_options(args)
+        translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device=args.device, fp16=args.fp16,
+                                          max_tokens=args.max_tokens, max_sentences=args.batch_size, **engine)
     except HltmtError:
         raise
     except Exception as error:  # noqa: BLE001 (whatever fairseq raises on a file it cannot use: one line)
@@ -264,7 +267,7 @@ def load_translator(args, sink, HltmtTranslator, HltmtError):
             from None
     if sink is not None:
         refuse_inputs("--output", args.output, {"the sentencepiece model": translator.spm},
-                      {"the data folder": str(translator.task.args.data).split(os.pathsep)[0]})
+                      {"the data folder": served_folder(translator)})
     if args.src is not None:
         translator.routing(args.src, args.tgt)
     return translator

@@ -1,0 +1,45 @@
+"""hltmt_plugin.export.manifest: an export folder is checked on load like a checkpoint is:
+its record, its languages and groups, and every file by content (no CTranslate2 needed)."""
+import os
+
+import pytest
+
+from export_common import make_folder
+from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.export import manifest
+
+
+def test_the_folder_as_written_is_read(tmp_path):
+    folder = make_folder(tmp_path / "ok")
+    assert manifest.is_export(folder) and not manifest.is_export(str(tmp_path))
+    assert manifest.read(folder)["targets"] == {"en": "main", "de": "main"}
+
+
+@pytest.mark.parametrize("tamper,message", [
+    (lambda d: open(os.path.join(d, "models/main/model.bin"), "a").write("x"), "model.bin is not the file"),
+    (lambda d: os.remove(os.path.join(d, "spm.model")), "spm.model is missing"),
+    (lambda d: open(os.path.join(d, "extra.bin"), "w").write("x"), "extra.bin is not a file of the export"),
+    (lambda d: open(os.path.join(d, manifest.MANIFEST), "w").write("{"), "is not an export manifest"),
+])
+def test_a_changed_missing_or_extra_file_is_refused_in_one_line(tmp_path, tamper, message):
+    folder = make_folder(tmp_path / "f")
+    tamper(folder)
+    with pytest.raises(HltmtInputError, match=message) as refused:
+        manifest.read(folder)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"version": 99}, "version 99 of the export format"),
+    ({"format": "other"}, "not an hltmt-ctranslate2 manifest"),
+    ({"langs": "en,de"}, "field 'langs'"),
+    ({"decoder_langtok": 1}, "field 'decoder_langtok'"),
+    ({"targets": {"en": "main"}}, "'targets' must name the model serving each language"),
+    ({"targets": {"en": "main", "de": "m0"}}, "names model.s. m0 that 'models' lacks"),
+    ({"routing_map": {"xx": 0}}, "'routing_map' must map languages"),
+    ({"models": {"main": "../elsewhere"}}, "does not list"),
+])
+def test_a_record_that_does_not_hold_together_is_refused(tmp_path, changes, message):
+    folder = make_folder(tmp_path / "f", **changes)
+    with pytest.raises(HltmtInputError, match=message):
+        manifest.read(folder)
