@@ -26,11 +26,7 @@ import os
 import re
 import sys
 
-import torch
-
-import hltmt_plugin  # noqa: F401  (safe loading, one-line errors)
-from hltmt_plugin.compat.atomic_copy import save_checkpoint_file
-from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
+from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.compatibility import mismatches, record_of_state
 
@@ -116,6 +112,10 @@ def refuse_repeats(paths) -> None:
 def average(paths):
     """The first checkpoint's state with the float weights averaged over ``paths`` (weights that
     share one tensor there, as tied embeddings do, share their average)."""
+    import torch
+
+    from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
+
     refuse_repeats(paths)
     first, first_state, total = paths[0], None, None
     for path in paths:
@@ -155,7 +155,7 @@ def main(argv=None):
                      help="average the last N checkpoints checkpoint_EPOCH_UPDATE.pt of the folder --inputs")
     p.add_argument("--checkpoint-upper-bound", type=int, metavar="K",
                    help="with --num-*-checkpoints: take no checkpoint of an epoch (update) above K")
-    args = p.parse_args(argv)
+    args = add_version(p).parse_args(argv)
     n = args.num_update_checkpoints if args.num_update_checkpoints is not None else args.num_epoch_checkpoints
     if n is None:
         if args.checkpoint_upper_bound is not None:
@@ -166,6 +166,9 @@ def main(argv=None):
     else:
         paths = last_checkpoints(args.inputs[0], n, args.num_update_checkpoints is not None,
                                  args.checkpoint_upper_bound)
+    register()  # torch and fairseq (safe loading, atomic checkpoint writes), once the arguments are checked
+    from hltmt_plugin.compat.atomic_copy import save_checkpoint_file
+
     state = average(paths)
     save_checkpoint_file(state, args.output)
     print(f"averaged {len(paths)} checkpoint(s) into {args.output}: {', '.join(paths)}")

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
-from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, fairseq_cli, plugin_cli
+from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, add_version, fairseq_cli, plugin_cli, register
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
@@ -511,7 +511,7 @@ def build_parser():
                         "(results/calibration.csv), then stop")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the results folder")
     p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
-    return p
+    return add_version(p)
 
 
 def check_options(p, args):
@@ -570,6 +570,7 @@ def main(argv=None):
     p = build_parser()
     args = p.parse_args(argv)
     runs = check_options(p, args)
+    register()  # torch and fairseq, once the arguments are checked
     setting = Setting(**{k: v for k, v in (("updates", args.updates), ("high_updates", args.high_updates),
                                            ("vocab", args.vocab)) if v is not None})
     study = Study(args, setting)
