@@ -1,0 +1,39 @@
+"""scripts/bench_export.py on the session's tiny model: the sentences it selects, one
+alternating run (checkpoint, float32, int8) with its figures, and what it writes. The
+measurement itself (the study's models) is in docs/benchmarks.md."""
+import json
+import os
+import sys
+
+import pytest
+
+import hltmt_plugin.hub  # noqa: F401  (the plugin's safe loading, for the fixtures' checkpoints)
+from conftest import ROOT, run
+
+BENCH = os.path.join(ROOT, "scripts", "bench_export.py")
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import bench_export as be  # noqa: E402
+
+
+def test_the_studys_rule_picks_short_segments_of_each_direction():
+    assert be.short("a b c", "x y") and not be.short(" ".join(["w"] * 13), "x") and not be.short("a", "")
+    items = be.select_items(["en-de", "en-gu"], 4)
+    assert [i[:2] for i in items] == [("en", "de")] * 4 + [("en", "gu")] * 4
+    assert all(len(i[2].split()) <= 12 and len(i[3].split()) <= 16 for i in items)
+
+
+def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path):
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "result.json"
+    done = run([sys.executable, BENCH, "--work", str(tmp_path / "work"), "--out", str(out), "--models",
+                f"tiny={hltmt}", "--per-direction", "2", "--threads", "1", "--modes", "batch", "--beam", "2"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert [(r["engine"], r["mode"]) for r in result["runs"]] == [(e, "batch") for e in be.ENGINES]
+    assert all(r["sent_per_s"] > 0 and r["peak_mib"] > 50 and r["sentences"] == 6 for r in result["runs"])
+    quality = result["quality"]
+    assert quality["tiny/float32"]["identical"] == quality["tiny/float32"]["lines"] == 6
+    assert 0 <= quality["tiny/int8"]["identical"] <= 6 and "bleu" in quality["tiny/int8"]
+    assert result["max_logprob_diff"]["tiny/float32"] < 1e-3
+    assert result["sizes"]["tiny/int8"] < result["sizes"]["tiny/float32"]
