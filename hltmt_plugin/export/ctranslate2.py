@@ -39,7 +39,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export import manifest
 from hltmt_plugin.hub import HltmtTranslator
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
+QUANTIZATIONS = manifest.QUANTIZATIONS
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh",
                "swish": "SWISH"}
 PAD_LOGIT = -1e9  # the output bias of the padding token: fairseq's beam search never picks it

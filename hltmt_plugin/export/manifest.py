@@ -21,6 +21,9 @@ from typing import Dict, List
 
 from hltmt_plugin.errors import HltmtInputError
 
+# CTranslate2's weight types (hltmt-export --quantization), here so that the command's options need no model code
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
+
 MANIFEST = "manifest.json"
 FORMAT = "hltmt-ctranslate2"
 VERSION = 1
