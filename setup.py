@@ -14,7 +14,15 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     packages=find_packages(include=["hltmt_plugin", "hltmt_plugin.*"]),
-    python_requires=">=3.8",
+    # checked: 3.11 (make setup, the test suite), 3.12 and 3.13 (make check-python)
+    python_requires=">=3.11",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     install_requires=[
         # a range the CPU build satisfies, so pip does not reach for a multi-GB CUDA build
         # when torch is already installed (the set-up script installs torch first)

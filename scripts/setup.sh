@@ -10,10 +10,11 @@ want="$(sha1sum setup.py | cut -d' ' -f1) $TORCH_SPEC"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import hltmt_plugin" 2>/dev/null; then
   exit 0
 fi
-echo "[setup] creating .venv (torch: $TORCH_SPEC; fairseq builds its C extensions: about 5 minutes)"
+echo "[setup] creating .venv (torch: $TORCH_SPEC; fairseq builds its C extensions: several minutes)"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip wheel setuptools
 .venv/bin/python -m pip install -q "$TORCH_SPEC"
-.venv/bin/python -m pip install -q -e ".[test]"
+# the test extra and the optional CTranslate2 engine (pip only warns about an extra setup.py lacks)
+.venv/bin/python -m pip install -q -e ".[test,ctranslate2]"
 .venv/bin/python -c "import hltmt_plugin, torch, fairseq; print('[setup] ok: torch', torch.__version__, '| fairseq', fairseq.__version__)"
 echo "$want" > "$stamp"

@@ -27,6 +27,81 @@ def cli(name):
     return os.path.join(BIN, name)
 
 
+# ---- test tiers
+# `make test` runs the fast tier (pytest -m "not slow"): unit tests, the golden test and one end-to-end
+# path of each command; `make test-full` runs the fast tier, then every other test (pytest -m slow). A
+# test is fast when its file (relative to tests/) is listed here with ALL, or its function's name is
+# listed under its file; every other test is marked slow below, so that each test is in exactly one
+# tier and a new test file runs in the full suite until it is listed here.
+ALL = "all"
+FAST = {
+    # unit tests (in-process; some build a model on the session's data slice)
+    "test_atomic_files.py": ALL,
+    "test_directions.py": ALL,
+    "test_function_size.py": ALL,
+    "test_golden.py": ALL,
+    "test_layering.py": ALL,
+    "test_pretrained.py": ALL,
+    "cli/test_report.py": ALL,
+    "cli/test_study_report.py": ALL,
+    "criterions/test_hltmt_cross_entropy.py": ALL,
+    "hub/test_arguments.py": ALL,
+    "models/test_hltmt_transformer.py": ALL,
+    "models/test_host_syncs.py": ALL,
+    "modules/test_language_pool.py": ALL,
+    "modules/test_language_router.py": ALL,  # with the routing map of a fairseq-train checkpoint in fairseq-generate
+    "modules/test_routing.py": ALL,
+    "scripts/test_timing.py": ALL,
+    "tasks/test_collation.py": ALL,
+    # the pages, their fairseq command lines, every command's --help
+    "test_docs.py": ALL,
+    # one end-to-end path of each command
+    "cli/test_prepare_data.py": {"test_help_shows_every_default",
+                                 "test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries"},
+    "cli/test_translate.py": {"test_a_mixed_file_comes_back_in_input_order_as_fairseq_generate_writes_it"},
+    "hub/test_translator.py": {"test_mixed_directions_in_one_shuffled_call_equal_fairseq_generate"},
+    "adapters/test_files.py": {"test_export_import_round_trip_through_the_cli_gives_identical_outputs"},
+    "adapters/test_mlm.py": {"test_the_script_end_to_end_in_process"},
+    "cli/test_launch.py": {"test_launch_help_is_help_and_a_missing_separator_is_one_line",
+                           "test_launch_keeps_fairseqs_start_up_noise_out_of_its_output"},
+    "cli/test_main_job.py": {"test_the_job_reports_every_direction_of_every_system"},
+    "cli/test_output.py": {"test_report_writes_whole_files_and_reads_past_its_own"},
+    "test_options.py": {"test_reference_is_up_to_date"},
+    "cli/test_average_checkpoints.py": {"test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map"},
+    "cli/test_study.py": {"test_every_system_and_seed_is_scored_from_its_text"},
+}
+
+
+def unknown_fast_entries():
+    """FAST's files that do not exist and test names their file does not define."""
+    tests, unknown = os.path.dirname(os.path.abspath(__file__)), []
+    for name, functions in FAST.items():
+        path = os.path.join(tests, name)
+        if not os.path.isfile(path):
+            unknown.append(name)
+            continue
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        unknown += [f"{name}::{fn}" for fn in ([] if functions == ALL else sorted(functions))
+                    if not re.search(rf"^def {fn}\(", text, re.M)]
+    return unknown
+
+
+def is_fast(item):
+    name = os.path.relpath(str(item.path), os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/")
+    functions = FAST.get(name, ())
+    return functions == ALL or getattr(item, "originalname", item.name) in functions
+
+
+def pytest_collection_modifyitems(config, items):
+    unknown = unknown_fast_entries()
+    if unknown:
+        raise pytest.UsageError(f"tests/conftest.py: FAST names tests that do not exist: {', '.join(unknown)}")
+    for item in items:
+        if not is_fast(item):
+            item.add_marker(pytest.mark.slow)
+
+
 def run(cmd, env_extra=None, **kwargs):
     """Run a command, return CompletedProcess (text), never raising on failure. One OpenMP
     thread unless the caller set OMP_NUM_THREADS: on a shared 2-core machine two spinning
