@@ -1,0 +1,69 @@
+"""docs/migrating.md as a fairseq user types it: every command block of the page, taken from the
+page (a diff block gives the command of its + side, and its - side must be the page's command
+you have), run in order as one shell script from a folder outside the checkout, with the
+installed commands and this environment's python first on the PATH."""
+import os
+import re
+
+from conftest import BIN, ROOT, run
+
+PAGE = os.path.join(ROOT, "docs", "migrating.md")
+MARK = "<!-- runs -->"
+BLOCK = re.compile(r"^(<!-- runs -->\n)?```(\w+)\n(.*?)^```$", re.M | re.S)
+
+
+def blocks():
+    """(language, text, marked) of each fenced block of the page, in order."""
+    with open(PAGE, encoding="utf-8") as f:
+        return [(m.group(2), m.group(3), bool(m.group(1))) for m in BLOCK.finditer(f.read())]
+
+
+def sides(diff):
+    """The old (' ' and '-' lines) and new (' ' and '+' lines) text of a diff block."""
+    old = [line[1:] for line in diff.splitlines() if line[:1] in (" ", "-")]
+    new = [line[1:] for line in diff.splitlines() if line[:1] in (" ", "+")]
+    return "\n".join(old) + "\n", "\n".join(new) + "\n"
+
+
+def script(folder):
+    """The page's marked blocks as one bash script (python blocks written to files beside it)."""
+    lines, commands = ["set -euo pipefail"], []
+    for n, (language, text, _) in enumerate(b for b in blocks() if b[2]):
+        if language == "bash":
+            commands.append(text)
+            lines.append(text)
+        elif language == "diff":
+            old, new = sides(text)
+            assert old in commands, f"the - side of diff block {n} is no command of the page:\n{old}"
+            lines.append(new)
+        elif language == "python":
+            path = folder / f"block{n}.py"
+            path.write_text(text, encoding="utf-8")
+            lines.append(f"python {path}")
+        else:
+            raise AssertionError(f"a marked {language} block: nothing to run")
+    return "\n".join(lines) + "\n"
+
+
+def test_every_command_block_of_the_page_is_marked_to_run():
+    unmarked = [text[:80] for language, text, marked in blocks() if language in ("bash", "diff", "python")
+                and not marked]
+    assert not unmarked, unmarked
+    assert [b[0] for b in blocks()].count("diff") >= 4
+
+
+def test_the_pages_commands_run_as_shown_from_a_folder_outside_the_checkout(tmp_path):
+    folder = tmp_path / "work"
+    folder.mkdir()
+    assert not str(folder).startswith(ROOT + os.sep)
+    (folder / "page.sh").write_text(script(folder), encoding="utf-8")
+    done = run(["bash", "page.sh"], cwd=str(folder), env_extra={"PATH": BIN + os.pathsep + os.environ["PATH"]})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    for system in ("dense", "hltmt", "lsmnmt", "adapters", "skills"):
+        assert (folder / "ckpt" / system / "checkpoint_best.pt").is_file(), system
+    hypotheses = [line for line in (folder / "en-de.gen").read_text(encoding="utf-8").splitlines()
+                  if line.startswith("H-")]
+    assert len(hypotheses) == 20
+    compared = [line for line in done.stdout.splitlines() if "dense:" in line and "hltmt:" in line]
+    assert [line.split()[0] for line in compared] == ["en-de", "de-en"], done.stdout[-2000:]
+    assert "stage all" in done.stderr + done.stdout  # the HLT-MT run went on to stage all
