@@ -191,7 +191,8 @@ class Ct2Translator:
         sources = [tokens for _, tokens in batch]
         outputs = model.translate_batch(
             sources, target_prefix=prefix, beam_size=beam, length_penalty=lenpen, max_input_length=0,
-            max_decoding_length=max_len, min_decoding_length=1, return_scores=True, num_hypotheses=beam)
+            max_decoding_length=max_len, return_scores=True, num_hypotheses=beam,
+            min_decoding_length=0 if prefix else 1)  # fairseq: no end of sentence at the first step only
         # CTranslate2 leaves a forced prefix's log-probability out of the scores; fairseq counts it
         forced = [s.log_probs[0] for s in model.score_batch(sources, prefix)] if prefix else [0.0] * len(batch)
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
