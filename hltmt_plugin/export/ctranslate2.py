@@ -102,12 +102,13 @@ def check_exportable(translator) -> None:
     model = translator.model
     encoder, decoder = model.encoder, model.decoder
     if getattr(encoder, "adapter_layout", None) is not None or getattr(decoder, "adapter_layout", None) is not None:
-        raise HltmtConfigError("cannot export adapters to CTranslate2: each sentence goes through its source (or "
-                               "target) language's bottleneck modules inside the layers, and a CTranslate2 model "
-                               "has one fixed set of layers with no module chosen per language")
+        raise HltmtConfigError("cannot export adapters to CTranslate2: an adapter transforms a sublayer's output "
+                               "before its residual connection (x + U relu(D x)), a step CTranslate2's layers do not "
+                               "have, with modules chosen by each sentence's language")
     if getattr(encoder, "skill_layout", None) is not None:
         raise HltmtConfigError("cannot export skills to CTranslate2: the encoder's skill modules are chosen and "
-                               "mixed per direction inside its layers, which a CTranslate2 encoder layer cannot do")
+                               "mixed per direction inside its layers, which a CTranslate2 encoder layer cannot do "
+                               "(it has one attention and one feed-forward sublayer)")
     activation = getattr(translator.cfg.model, "activation_fn", "relu")
     if activation not in ACTIVATIONS:
         raise HltmtConfigError(f"cannot export --activation-fn {activation}: CTranslate2 has "
