@@ -17,7 +17,7 @@ def make_folder(path, **changes):
               "language_tokens": {"en": "__en__", "de": "__de__"}, "routing_map": {},
               "targets": {"en": "main", "de": "main"}, "models": {"main": "models/main"}, "routes": False,
               "quantization": "float32", "max_source_positions": 1024, "max_target_positions": 1024,
-              "source": {}, "files": manifest.files_of(path)}
+              "source": {}, "patches": {}, "files": manifest.files_of(path)}
     record.update(changes)
     with open(os.path.join(path, manifest.MANIFEST), "w") as f:
         json.dump(record, f)

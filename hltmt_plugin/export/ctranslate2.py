@@ -83,9 +83,11 @@ def export(checkpoint: str, out: str, quantization: str = "float32", spm: Option
             spec.optimize(quantization=quantization)
             os.makedirs(os.path.join(work, models[group]))
             spec.save(os.path.join(work, models[group]))
+        patches = store_once(work, models)
         shutil.copyfile(translator.spm, os.path.join(work, "spm.model"))
         translator.dictionary.save(os.path.join(work, "dict.txt"))
         record = describe(translator, targets, models, quantization, checkpoint, ct2.__version__)
+        record["patches"] = patches
         record["files"] = manifest.files_of(work)
         with open(os.path.join(work, manifest.MANIFEST), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1, sort_keys=True)
@@ -95,6 +97,29 @@ def export(checkpoint: str, out: str, quantization: str = "float32", spm: Option
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return record
+
+
+def store_once(work: str, models: Dict[str, str]) -> Dict[str, str]:
+    """Keep the first group's model.bin whole and replace every other group's by a patch of it
+    (the byte ranges that differ: the routed layer), checked to rebuild the file exactly; a
+    group whose file does not line up with the first's stays whole. Returns group -> base group."""
+    groups = sorted(models)
+    base = groups[0]
+    with open(os.path.join(work, models[base], "model.bin"), "rb") as f:
+        base_bytes = f.read()
+    patches = {}
+    for group in groups[1:]:
+        path = os.path.join(work, models[group], "model.bin")
+        with open(path, "rb") as f:
+            other = f.read()
+        patch = manifest.make_patch(base_bytes, other)
+        if patch is None or manifest.apply_patch(base_bytes, patch, path) != other:
+            continue
+        with open(os.path.join(work, models[group], "model.patch"), "wb") as f:
+            f.write(patch)
+        os.remove(path)
+        patches[group] = base
+    return patches
 
 
 def check_exportable(translator) -> None:

@@ -6,7 +6,10 @@ written by :mod:`hltmt_plugin.export.ctranslate2` and checked on load like a che
     EXPORT_DIR/manifest.json        this record
     EXPORT_DIR/spm.model            the sentencepiece model of the data
     EXPORT_DIR/dict.txt             the shared dictionary the model was trained with
-    EXPORT_DIR/models/<group>/      one CTranslate2 model per group of target languages
+    EXPORT_DIR/models/<group>/      one CTranslate2 model per group of target languages: the first
+                                    whole, each other one as the byte ranges of its model.bin that
+                                    differ (model.patch: the routed layer), with its config.json
+                                    and vocabulary
 
 The record names the languages (in the order of the model's ``--langs``), the language-token
 convention (``encoder_langtok``: ``tgt``, ``src`` or none; ``decoder_langtok``; the token of
@@ -17,7 +20,8 @@ so that a folder whose files were changed, cut or swapped is refused before anyt
 import hashlib
 import json
 import os
-from typing import Dict, List
+import struct
+from typing import Dict, List, Optional
 
 from hltmt_plugin.errors import HltmtInputError
 
@@ -33,7 +37,7 @@ FIELDS = {
     "format": str, "version": int, "engine": str, "langs": list, "lang_pairs": list, "encoder_langtok": (str, type(None)),
     "decoder_langtok": bool, "language_tokens": dict, "routing_map": dict, "targets": dict, "models": dict,
     "routes": bool, "quantization": str, "max_source_positions": int, "max_target_positions": int, "files": dict,
-    "source": dict,
+    "source": dict, "patches": dict,
 }
 
 
@@ -105,8 +109,11 @@ def _check_languages(record: dict, path: str) -> None:
 
 
 def _check_files(record: dict, folder: str) -> None:
-    wanted = ["spm.model", "dict.txt"] + [f"{entry}/model.bin" for entry in record["models"].values()
-                                          if isinstance(entry, str)]
+    patches = record["patches"]  # group -> the group whose model.bin its model.patch applies to
+    if any(base not in record["models"] or base in patches for base in patches.values()):
+        raise HltmtInputError(f"{folder}: the manifest's 'patches' must name models stored whole")
+    wanted = ["spm.model", "dict.txt"] + [f"{entry}/model.{'patch' if group in patches else 'bin'}"
+                                          for group, entry in record["models"].items() if isinstance(entry, str)]
     listed = record["files"]
     missing = [name for name in wanted if name not in listed]
     if missing or not all(isinstance(m, str) and not os.path.isabs(m) and ".." not in m.split("/")
@@ -122,3 +129,47 @@ def _check_files(record: dict, folder: str) -> None:
     extra = sorted(set(present) - set(listed))
     if extra:
         raise HltmtInputError(f"{folder}: {extra[0]} is not a file of the export (the manifest does not list it)")
+
+
+# ---- weights shared by the groups, stored once ---------------------------------------------
+# A group's model.bin is the base group's with a few byte ranges replaced (the routed layer):
+# ``model.patch`` holds PATCH_MAGIC, then (offset, length, bytes) records, offsets and lengths as
+# little-endian uint64. CTranslate2 loads the rebuilt file from memory.
+PATCH_MAGIC = b"HLTMT-PATCH-1\n"
+_RECORD = struct.Struct("<QQ")
+
+
+def make_patch(base: bytes, other: bytes, gap: int = 64) -> Optional[bytes]:
+    """The patch that turns ``base`` into ``other`` (None when their lengths differ)."""
+    import numpy as np
+
+    if len(base) != len(other):
+        return None
+    differ = np.flatnonzero(np.frombuffer(base, np.uint8) != np.frombuffer(other, np.uint8))
+    out = [PATCH_MAGIC]
+    start = 0
+    while start < len(differ):
+        end = start
+        while end + 1 < len(differ) and differ[end + 1] - differ[end] <= gap:
+            end += 1
+        offset, stop = int(differ[start]), int(differ[end]) + 1
+        out += [_RECORD.pack(offset, stop - offset), other[offset:stop]]
+        start = end + 1
+    return b"".join(out)
+
+
+def apply_patch(base: bytes, patch: bytes, where: str) -> bytes:
+    """``base`` with the records of ``patch`` applied; HltmtInputError if ``patch`` does not fit."""
+    if not patch.startswith(PATCH_MAGIC):
+        raise HltmtInputError(f"{where} is not a model patch written by hltmt-export")
+    out, at = bytearray(base), len(PATCH_MAGIC)
+    while at < len(patch):
+        if at + _RECORD.size > len(patch):
+            raise HltmtInputError(f"{where} is cut short")
+        offset, length = _RECORD.unpack_from(patch, at)
+        at += _RECORD.size
+        if offset + length > len(out) or at + length > len(patch):
+            raise HltmtInputError(f"{where} does not fit the model it patches")
+        out[offset:offset + length] = patch[at:at + length]
+        at += length
+    return bytes(out)

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.export.manifest import read as read_manifest
+from hltmt_plugin.export.manifest import apply_patch, read as read_manifest
 from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.results import Translation, TranslationErrors
 
@@ -88,8 +88,11 @@ class Ct2Translator:
         for group, path in record["models"].items():
             try:
                 models[group] = ct2.Translator(os.path.join(folder, path), device=device, compute_type=compute_type,
-                                               inter_threads=1, intra_threads=threads or 0)
+                                               inter_threads=1, intra_threads=threads or 0,
+                                               files=_patched_files(folder, record, group))
             except (RuntimeError, ValueError) as error:
+                if isinstance(error, HltmtInputError):
+                    raise
                 raise HltmtInputError(f"CTranslate2 cannot load {os.path.join(folder, path)}: "
                                       f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
         return cls(folder, record, models, dictionary, bpe, max_tokens=max_tokens, max_sentences=max_sentences)
@@ -219,6 +222,24 @@ def _best(model, source: List[str], output, max_len: int, lenpen: float, forced:
             scores[i] = sum(scored.log_probs) / (len(scored.log_probs) ** lenpen)
     best = max(range(len(hypotheses)), key=lambda i: (scores[i], -i))
     return hypotheses[best], scores[best]
+
+
+def _patched_files(folder: str, record: dict, group: str) -> Optional[Dict[str, bytes]]:
+    """The files of a group stored as a patch of another group's model.bin, rebuilt in memory
+    (None for a group stored whole: CTranslate2 reads its folder)."""
+    base = record["patches"].get(group)
+    if base is None:
+        return None
+    where = os.path.join(folder, record["models"][group])
+    files = {}
+    for name in os.listdir(where):
+        if name != "model.patch":
+            with open(os.path.join(where, name), "rb") as f:
+                files[name] = f.read()
+    with open(os.path.join(folder, record["models"][base], "model.bin"), "rb") as f, \
+            open(os.path.join(where, "model.patch"), "rb") as p:
+        files["model.bin"] = apply_patch(f.read(), p.read(), os.path.join(where, "model.patch"))
+    return files
 
 
 def _tensor(ids):

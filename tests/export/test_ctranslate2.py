@@ -60,6 +60,10 @@ def test_hltmt_post_norm_exports_one_model_per_route_and_translates_as_the_check
     assert record["targets"]["gu"] == record["targets"]["en"] == "universal"
     assert {record["targets"]["de"], record["targets"]["fr"]} <= {"m0", "m1"}
     assert set(record["models"]) == set(record["targets"].values())
+    # the shared weights stored once: the other groups are patches of the first
+    assert set(record["patches"]) == set(record["models"]) - {"m0"} and set(record["patches"].values()) == {"m0"}
+    whole = os.path.getsize(os.path.join(folder, "models", "m0", "model.bin"))
+    assert all(os.path.getsize(os.path.join(folder, "models", g, "model.patch")) < whole / 5 for g in record["patches"])
     found = assert_served_alike(hltmt, folder, items_of())
     assert {r.routing["slp"] for r in found} == {record["targets"][t] for _, t in DIRECTIONS}
 
@@ -103,7 +107,7 @@ def test_fairseqs_plain_multilingual_transformer_translates_as_the_checkpoint(da
 def test_int8_weights_load_translate_and_are_smaller(hltmt, tmp_path):
     export(hltmt, str(tmp_path / "f32"))
     export(hltmt, str(tmp_path / "i8"), quantization="int8")
-    size = lambda q: os.path.getsize(tmp_path / q / "models" / "universal" / "model.bin")  # noqa: E731
+    size = lambda q: os.path.getsize(tmp_path / q / "models" / "m0" / "model.bin")  # noqa: E731 (stored whole)
     assert size("i8") < 0.5 * size("f32")
     served = HltmtTranslator.load(str(tmp_path / "i8"))
     results = served.translate_batch(items_of(n=3), beam=BEAM, max_len=MAX_LEN)
