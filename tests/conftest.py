@@ -55,6 +55,7 @@ FAST = {
     "tasks/test_collation.py": ALL,
     # the pages, their fairseq command lines, every command's --help
     "test_docs.py": ALL,
+    "test_migrating.py": {"test_every_command_block_of_the_page_is_marked_to_run"},
     # one end-to-end path of each command
     "cli/test_prepare_data.py": {"test_help_shows_every_default",
                                  "test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries"},
