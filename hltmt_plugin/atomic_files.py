@@ -103,6 +103,15 @@ def check_destination(path: str) -> None:
         raise UnsafeDestination(errno.EINVAL, f"it is {kind}, which a new file would replace: name a regular file")
 
 
+def check_output(path: str, label: str) -> None:
+    """A command's output ``path`` (named by the option ``label``) checked before any work: one
+    :class:`HltmtInputError` when it is a folder, a device, a FIFO or a stream path."""
+    try:
+        check_destination(path)
+    except UnsafeDestination as error:
+        raise HltmtInputError(f"cannot write {label} {path}: {error.strerror}") from None
+
+
 # temporary files being written, removed by the SIGTERM handler before the process ends
 _LIVE: Set[str] = set()
 _handler_installed = False

@@ -2,6 +2,8 @@
 
 :class:`OptionGroup` is a fairseq dataclass (help text, argparse through
 ``gen_parser_from_dataclass``) that can be read back from fairseq's flat argument namespace."""
+import math
+import os
 from typing import List, Optional
 
 from fairseq.dataclass import FairseqDataclass
@@ -29,3 +31,29 @@ def parse_layers(value: Optional[str], num_layers: int, option: str) -> List[int
         raise HltmtConfigError(f"--{option} names layer(s) {','.join(map(str, bad)) or '(none)'}; "
                                f"this model has layers 0..{num_layers - 1}")
     return layers
+
+
+def physical_memory() -> int:
+    """This machine's memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_allocation(option: str, value, parameters: int, bytes_per: int = 4) -> None:
+    """Refuse an option whose ``parameters`` (float32 unless ``bytes_per`` says) would not fit in
+    this machine's memory, before anything is allocated."""
+    memory = physical_memory()
+    need = int(parameters) * bytes_per
+    if memory and need > memory:
+        raise HltmtConfigError(f"{option} {value} asks for {parameters:,} parameters ({need / 2**30:.1f} GiB) in one "
+                               f"module, more than this machine's memory ({memory / 2**30:.1f} GiB)")
+
+
+def check_finite(args) -> None:
+    """Every floating-point option in ``args`` is a number: nan and inf are refused by name."""
+    for name, value in sorted(vars(args).items()):
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise HltmtConfigError(f"--{name.replace('_', '-')} {value}: give a finite number")

@@ -16,7 +16,7 @@ LAYERS = [
     ["atomic_files"],  # every file written whole or not at all
     ["config", "compat", "data_fingerprint"],
     ["modules", "modules.routing"],  # modules/__init__.py is empty
-    ["languages", "directions"],  # directions: which directions a checkpoint serves, from its options
+    ["languages", "directions", "compatibility"],  # directions: which directions a checkpoint serves, from its options
     ["modules.language_pool"],  # the SLP's modules, routed by a decision: routing only
     ["modules.language_router", "adapters", "skills"],  # the features: each knows languages and routing only
     ["peft", "pretrained"],

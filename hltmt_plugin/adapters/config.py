@@ -3,7 +3,7 @@ model sizes (:class:`AdapterLayout`, made by :func:`layout_adapters` before the 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from hltmt_plugin.config import OptionGroup, parse_layers
+from hltmt_plugin.config import OptionGroup, check_allocation, parse_layers
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import check_known, single_source_language, split_list
 
@@ -70,6 +70,7 @@ def _size(dim: int, factor: float, explicit: Optional[int], option: str) -> int:
     if explicit is not None:
         if explicit < 1:
             raise HltmtConfigError(f"--{option}-dim must be positive, got {explicit}")
+        check_allocation(f"--{option}-dim", explicit, 2 * dim * explicit)  # one adapter: down and up
         return explicit
     if not factor > 0:
         raise HltmtConfigError(f"--{option}-reduction-factor must be positive, got {factor}")

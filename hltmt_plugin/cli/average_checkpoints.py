@@ -27,6 +27,7 @@ import re
 import sys
 
 from hltmt_plugin.cli import add_version, register
+from hltmt_plugin.atomic_files import check_output
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.compatibility import mismatches, record_of_state
 
@@ -156,6 +157,7 @@ def main(argv=None):
     p.add_argument("--checkpoint-upper-bound", type=int, metavar="K",
                    help="with --num-*-checkpoints: take no checkpoint of an epoch (update) above K")
     args = add_version(p).parse_args(argv)
+    check_output(args.output, "--output")  # a device, FIFO or stream path: refused before any work
     n = args.num_update_checkpoints if args.num_update_checkpoints is not None else args.num_epoch_checkpoints
     if n is None:
         if args.checkpoint_upper_bound is not None:

@@ -269,6 +269,9 @@ def check_languages(args, langs):
     """--langs against --raw (data for every language) and --raw against --out."""
     if not langs:
         raise DataError("--langs is empty")
+    twice = sorted({lang for lang in langs if langs.count(lang) > 1})
+    if twice:
+        raise DataError(f"--langs names {','.join(twice)} twice: name each language once")
     if "en" in langs:
         raise DataError("--langs lists the non-English languages; en is always included")
     if not os.path.isdir(args.raw):
@@ -386,8 +389,12 @@ def sentencepiece_model(args, data, langs, spm_dir):
         shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
         return sp
     texts = [t for lang in langs for side in data[("train", lang)] for t in side]
-    log(f"training a {args.vocab_size}-piece sentencepiece model on {len(texts)} lines")
-    return train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed, max(1, args.threads))
+    log(f"training a sentencepiece model of at most {args.vocab_size} pieces on {len(texts)} lines")
+    sp = train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed, max(1, args.threads))
+    if sp.get_piece_size() < args.vocab_size:
+        log(f"the text allows {sp.get_piece_size()} pieces, fewer than --vocab-size {args.vocab_size}: the model "
+            f"has {sp.get_piece_size()}")
+    return sp
 
 
 def write_dictionary(args, data, langs, sp, spm_dir):

@@ -58,8 +58,8 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
     def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
                  disparity_weight=1.0, disparity_batch_size=4096):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
-        if disparity_weight < 0:
-            raise HltmtConfigError(f"--disparity-weight must be >= 0, got {disparity_weight}")
+        if not 0 <= disparity_weight < float("inf"):
+            raise HltmtConfigError(f"--disparity-weight must be a finite number >= 0, got {disparity_weight}")
         if not disparity_batch_size > 0:
             raise HltmtConfigError(f"--disparity-batch-size must be positive, got {disparity_batch_size}")
         self.disparity_weight = disparity_weight

@@ -52,7 +52,7 @@ from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.manifest import is_export
 from hltmt_plugin.hub import arguments
-from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored
+from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm
 from hltmt_plugin.hub.results import Translation, TranslationErrors
 from hltmt_plugin.models.hltmt_transformer import plugin_model
 
@@ -122,6 +122,7 @@ class HltmtTranslator:
         state, folder = _read_checkpoint(checkpoint, data)
         spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
+        check_spm(spm_path, task.source_dictionary.symbols, cfg.model)
         model = models[0]
         model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
         if fp16:

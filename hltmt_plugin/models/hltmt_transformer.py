@@ -21,7 +21,7 @@ from fairseq.tasks import TASK_REGISTRY
 
 from hltmt_plugin.adapters import feature as adapter_feature
 from hltmt_plugin.adapters.config import AdapterConfig, layout_adapters
-from hltmt_plugin.config import OptionGroup
+from hltmt_plugin.config import OptionGroup, check_allocation
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import LanguageTable, check_known, split_list
 from hltmt_plugin.models.decoder import HltmtTransformerDecoder
@@ -67,7 +67,7 @@ class SlpConfig(OptionGroup):
         return split_list(self.high_resource_langs)
 
 
-def validate(slp: SlpConfig, task) -> List[str]:
+def validate(slp: SlpConfig, task, width: int = 1) -> List[str]:
     """Check the SLP options against the task; return the high-resource languages."""
     # Not the parent task either: it would decode with fairseq 0.12's first-direction language
     # ids and drop the last partial batch (fairseq issue 5036), both fixed by hltmt_translation.
@@ -88,6 +88,9 @@ def validate(slp: SlpConfig, task) -> List[str]:
                                f"high-resource languages), got {slp.slp_pool_size}")
     if slp.slp_hidden_dim is not None and slp.slp_hidden_dim < 1:
         raise HltmtConfigError(f"--slp-hidden-dim must be positive, got {slp.slp_hidden_dim}")
+    if slp.slp_hidden_dim is not None:  # one pool module: in and out projections of the decoder's width
+        check_allocation("--slp-hidden-dim", slp.slp_hidden_dim,
+                         2 * slp.slp_hidden_dim * width)
     if slp.slp_language_specific and slp.slp_pool_size != len(high):
         raise HltmtConfigError(f"--slp-language-specific gives each of the {len(high)} languages of "
                                f"--high-resource-langs its own module: set --slp-pool-size {len(high)}")
@@ -150,7 +153,7 @@ class HltmtTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         slp = SlpConfig.from_namespace(args)
-        high = validate(slp, task)
+        high = validate(slp, task, width=int(getattr(args, "decoder_embed_dim", 1) or 1))
         layouts = Layouts(**{name: layout_of(args, task) for name, layout_of, _ in FEATURES})
         with _layouts_for_build(layouts):
             model = super().build_model(args, task)

@@ -18,12 +18,13 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
+from hltmt_plugin.config import check_finite
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
-from hltmt_plugin.tasks.data_checks import (OverlongInputs, check_data, check_language_marking, check_split,
-                                            record_or_check_dictionaries, record_or_check_vocabulary)
+from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record
+from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.fairseq_command import running_fairseq
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
@@ -56,10 +57,13 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
 
     @classmethod
     def setup_task(cls, args, **kwargs):
+        check_finite(args)  # nan / inf in any floating-point option
         temperature.check(args)
         check_data(args)
         save_dir.prepare(args)
-        return super().setup_task(args, **kwargs)
+        task = super().setup_task(args, **kwargs)
+        check_checkpoint_to_load(args, task)  # resume, --restore-file, --finetune-from-model
+        return task
 
     def __init__(self, args, langs, dicts, training):
         super().__init__(args, langs, dicts, training)
@@ -84,14 +88,13 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
 
     def build_model(self, args, from_checkpoint=False):
-        check_language_marking(args, self.args)  # a checkpoint's stored options against these
         if from_checkpoint:
+            check_record(args, self)  # a checkpoint's record against these options
             self.check_direction(args)
         model = super().build_model(args, from_checkpoint)
+        if not from_checkpoint:
+            stamp_record(args, self)  # saved in every checkpoint
         ours = plugin_model(model) is not None
-        if ours:
-            record_or_check_dictionaries(args, self.args.data)
-            record_or_check_vocabulary(args, self.source_dictionary, self.langs)
         if self.training and ours:
             check_ddp_backend(args)
             check_precision(args)
@@ -127,6 +130,10 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         multilingual task does not accept (a constrained prefix is not supported here)."""
         if prefix_allowed_tokens_fn is not None:
             raise HltmtConfigError("prefix_allowed_tokens_fn is not supported by --task hltmt_translation")
+        beam, size = getattr(args, "beam", None), len(self.target_dictionary)
+        if isinstance(beam, int) and beam > size:
+            raise HltmtConfigError(f"--beam {beam} is larger than the model's vocabulary ({size} symbols): a beam "
+                                   f"keeps at most one hypothesis per symbol; give at most {size}")
         return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
                                        extra_gen_cls_kwargs=extra_gen_cls_kwargs)
 

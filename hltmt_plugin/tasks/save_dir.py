@@ -94,7 +94,7 @@ def restore_last(save_dir: str) -> None:
     fallback = newest_loadable(save_dir)
     if fallback is None:
         if os.path.exists(last):
-            raise HltmtConfigError(f"{last} is broken (not a whole checkpoint) and no other checkpoint in "
+            raise HltmtConfigError(f"{last} is truncated or not a checkpoint (not a whole file) and no other checkpoint in "
                                    f"{save_dir} opens: remove it to start from scratch")
         return
     what = "is broken" if os.path.exists(last) else "is missing"

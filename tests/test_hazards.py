@@ -1,0 +1,316 @@
+"""Every route that loads a checkpoint or writes a file, crossed with every kind of bad input,
+through the real commands.
+
+Two tables: :data:`LOAD_ROUTES` (fairseq's commands under the plugin's task, fairseq-train's
+three ways of starting from a checkpoint, fairseq's hub, the plugin's commands and Python API)
+against :data:`LOAD_HAZARDS` (a data folder of other dictionaries, other language-token
+options, other languages, edited stored options, code in a stored option, a truncated file),
+and :data:`WRITE_ROUTES` (every command option that names a file to write) against
+:data:`WRITE_HAZARDS` (a FIFO, a device, a ``/dev/std*`` path, a file-size limit, a file whose
+mode and owner must stay). A route answers each hazard with the phrase of its one-line refusal
+or with the reason it cannot meet that hazard (:data:`NOT_MET`): a new route joins a table and
+meets every hazard at once. docs/bad-input.md holds :func:`doc_table`'s rendering of both
+tables (``test_the_bad_input_page_shows_the_tables``).
+"""
+import os
+import shutil
+import stat
+import subprocess
+
+import pytest
+import torch
+
+from checkpoint_common import craft
+from conftest import (DECODE_EN_DE, LANGS, LIKE_TRAINED, PAIRS, PLUGIN, RESET, ROOT, cli, file_size_limit, run,
+                      spm_of, train_args)
+
+DOC = os.path.join(ROOT, "docs", "bad-input.md")
+
+
+# ---- the hazards of loading: each makes (data folder, checkpoint, extra options) from the good ones
+def other_dictionaries(data_bin, ckpt, tmp):
+    """The data folder with two pieces swapped in every dictionary (its fingerprint made anew)."""
+    from hltmt_plugin.data_fingerprint import write_fingerprint
+
+    folder = tmp / "other-dicts"
+    shutil.copytree(data_bin, folder)
+    for name in os.listdir(folder):
+        if name.startswith("dict.") and name.endswith(".txt"):
+            lines = (folder / name).read_text(encoding="utf-8").splitlines(keepends=True)
+            lines[10], lines[11] = lines[11], lines[10]
+            (folder / name).write_text("".join(lines), encoding="utf-8")
+    write_fingerprint(str(folder))
+    return str(folder), ckpt, []
+
+
+def other_marking(data_bin, ckpt, tmp):
+    return data_bin, ckpt, ["--decoder-langtok"]
+
+
+def other_languages(data_bin, ckpt, tmp):
+    return data_bin, ckpt, ["--langs", "en,fr,de,gu,hi"]
+
+
+def edited_options(data_bin, ckpt, tmp):
+    """The checkpoint with a stored model option changed after training (its record unchanged)."""
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    state["cfg"]["model"].high_resource_langs = "fr,de"
+    path = tmp / "edited.pt"
+    torch.save(state, path)
+    return data_bin, str(path), []
+
+
+def code_in_options(data_bin, ckpt, tmp):
+    path, _, _ = craft(ckpt, tmp, "eval_str_list")
+    return data_bin, path, []
+
+
+def truncated(data_bin, ckpt, tmp):
+    path = tmp / "truncated.pt"
+    with open(ckpt, "rb") as f:
+        path.write_bytes(f.read()[:5000])
+    return data_bin, str(path), []
+
+
+# hazard -> (what it is, how it is made, a phrase of the refusal)
+LOAD_HAZARDS = {
+    "other-dictionaries": ("a data folder whose dictionaries hold the same pieces in another order",
+                           other_dictionaries, "dictionaries: dict.de.txt"),
+    "other-marking": ("language-token options other than training's (--decoder-langtok added)", other_marking,
+                      "--decoder-langtok: checkpoint off, given on"),
+    "other-languages": ("--langs in another order", other_languages,
+                        "languages: checkpoint en,de,fr,gu,hi, given en,fr,de,gu,hi"),
+    "edited-options": ("a stored model option edited after training", edited_options,
+                       "stored options were changed after it was written (--high-resource-langs: written de,fr, "
+                       "now fr,de)"),
+    "code": ("a stored option that would run code", code_in_options, "refused to load checkpoint"),
+    "truncated": ("a truncated checkpoint", truncated, "is truncated or not a checkpoint"),
+}
+
+
+# ---- the routes that load a checkpoint: each runs (data folder, checkpoint, extra options, tmp)
+def fairseq_tool(tool, *more):
+    def route(data, ckpt, extra, tmp):
+        options = DECODE_EN_DE if tool != "fairseq-validate" else VALIDATE
+        if "--langs" in extra:  # the one --langs given here
+            options = [o for o in options if o not in ("--langs", LANGS)]
+        return run([cli(tool), data, *options, "--path", ckpt, *more, *extra],
+                   input="The file is open.\n" if tool == "fairseq-interactive" else None)
+    return route
+
+
+VALIDATE = ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", LANGS, "--lang-pairs", PAIRS,
+            "--encoder-langtok", "tgt", "--cpu"]
+
+
+def train_from(how):
+    """fairseq-train starting from ``ckpt``: resumed from its --save-dir, --restore-file or
+    --finetune-from-model."""
+    def route(data, ckpt, extra, tmp):
+        save = tmp / "save"
+        save.mkdir(exist_ok=True)
+        start = []
+        if how == "resume":
+            shutil.copyfile(ckpt, save / "checkpoint_last.pt")
+        elif how == "restore":
+            start = ["--restore-file", ckpt, *RESET]
+        else:
+            start = ["--finetune-from-model", ckpt]
+        args = train_args(data, *LIKE_TRAINED, "--save-dir", str(save), "--max-update", "31", *start, *extra)
+        if "--langs" in extra:  # the one --langs given here
+            i = args.index("--langs")
+            del args[i:i + 2]
+        return run([cli("fairseq-train"), *args])
+    return route
+
+
+def translate_command(data, ckpt, extra, tmp):
+    return run([cli("hltmt-translate"), "--checkpoint", ckpt, "--data", data, "--src", "en", "--tgt", "de"],
+               input="The file is open.\n")
+
+
+PY_API = ("import sys, hltmt_plugin.hub as hub; "
+          "hub.HltmtTranslator.load(sys.argv[1], data=sys.argv[2], device='cpu').translate('The file is open.', "
+          "'en', 'de')")
+PY_FAIRSEQ_HUB = ("import sys, os, hltmt_plugin; from fairseq import hub_utils; "
+                  "hub_utils.from_pretrained(os.path.dirname(sys.argv[1]), os.path.basename(sys.argv[1]), sys.argv[2])")
+
+
+def python(code):
+    def route(data, ckpt, extra, tmp):
+        return run([cli("python"), "-c", code, ckpt, data])
+    return route
+
+
+def average(data, ckpt, extra, tmp):
+    return run([cli("hltmt-average-checkpoints"), "--inputs", ckpt, ckpt + ".copy.pt", "--output",
+                str(tmp / "averaged.pt")])
+
+
+def export(data, ckpt, extra, tmp):
+    return run([cli("hltmt-export"), "--checkpoint", ckpt, "--data", data, "--out", str(tmp / "exported")])
+
+
+LOAD_ROUTES = {
+    "fairseq-generate": fairseq_tool("fairseq-generate", "--gen-subset", "test", "--max-len-b", "3"),
+    "fairseq-interactive": fairseq_tool("fairseq-interactive", "--max-len-b", "3"),
+    "fairseq-validate": fairseq_tool("fairseq-validate", "--valid-subset", "test", "--max-tokens", "1000"),
+    "fairseq-train (resume)": train_from("resume"),
+    "fairseq-train --restore-file": train_from("restore"),
+    "fairseq-train --finetune-from-model": train_from("finetune"),
+    "fairseq hub (from_pretrained)": python(PY_FAIRSEQ_HUB),
+    "hltmt-translate": translate_command,
+    "Python API (HltmtTranslator.load)": python(PY_API),
+    "hltmt-average-checkpoints": average,
+    "hltmt-export": export,
+}
+
+FROM_CHECKPOINT = "the model's languages and language-token options are read from the checkpoint itself"
+NO_DATA = "reads no data folder: its checkpoints are compared with each other"
+# (route, hazard) -> why the route cannot meet it
+NOT_MET = {
+    **{(r, h): FROM_CHECKPOINT for r in ("hltmt-translate", "Python API (HltmtTranslator.load)",
+                                         "fairseq hub (from_pretrained)", "hltmt-export")
+       for h in ("other-marking", "other-languages")},
+    **{("hltmt-average-checkpoints", h): NO_DATA for h in ("other-dictionaries", "other-marking", "other-languages")},
+}
+SLOW_ROUTES_NEED = {"hltmt-export": "ctranslate2"}
+
+
+def load_cases():
+    return [(r, h) for r in LOAD_ROUTES for h in LOAD_HAZARDS if (r, h) not in NOT_MET]
+
+
+@pytest.mark.parametrize("route, hazard", load_cases(), ids=[f"{r}-{h}" for r, h in load_cases()])
+def test_every_loading_route_refuses_every_hazard_in_one_line(data_bin, trained, tmp_path, route, hazard):
+    if route in SLOW_ROUTES_NEED:
+        pytest.importorskip(SLOW_ROUTES_NEED[route])
+    _, make, phrase = LOAD_HAZARDS[hazard]
+    data, ckpt, extra = make(data_bin, trained[0], tmp_path)
+    if route == "hltmt-average-checkpoints":
+        shutil.copyfile(trained[0], ckpt + ".copy.pt")
+    before = set(os.listdir(tmp_path))
+    done = LOAD_ROUTES[route](data, ckpt, extra, tmp_path)
+    assert done.returncode != 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert phrase in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not any(line.startswith(("H-", "D-")) for line in done.stdout.splitlines())
+    left = set(os.listdir(tmp_path)) - before - {"save"}
+    assert not left, left  # no output that looks done
+    save = tmp_path / "save"
+    if save.exists():  # a refused training run saved nothing
+        assert not [n for n in os.listdir(save) if n.endswith(".pt") and n != "checkpoint_last.pt"]
+
+
+def test_every_loading_route_meets_every_hazard_or_says_why():
+    for route in LOAD_ROUTES:
+        for hazard in LOAD_HAZARDS:
+            assert (route, hazard) in load_cases() or NOT_MET.get((route, hazard)), (route, hazard)
+
+
+# ---- the hazards of writing: each makes the destination and says what must hold afterwards
+def fifo(tmp):
+    path = tmp / "fifo"
+    os.mkfifo(path)
+    return str(path), lambda: stat.S_ISFIFO(os.stat(path).st_mode)
+
+
+def device(tmp):
+    path = tmp / "null-device"
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    return str(path), lambda: stat.S_ISCHR(os.stat(path).st_mode)
+
+
+def stdout_path(tmp):
+    return "/dev/stdout", lambda: True
+
+
+WRITE_HAZARDS = {
+    "fifo": ("a FIFO (a reader waiting on it)", fifo, "it is a FIFO"),
+    "device": ("a device node", device, "it is a device"),
+    "stdout": ("/dev/stdout (the shell's >> file behind it)", stdout_path, "it names a device or a stream"),
+}
+
+
+def translate_to(out, data_bin, ckpt, tmp):
+    return run([cli("hltmt-translate"), "--checkpoint", ckpt, "--src", "en", "--tgt", "de", "-o", out],
+               input="The file is open.\n")
+
+
+def average_to(out, data_bin, ckpt, tmp):
+    return run([cli("hltmt-average-checkpoints"), "--inputs", ckpt, "--output", out])
+
+
+def export_adapters_to(out, data_bin, ckpt, tmp):
+    return run([cli("hltmt-adapters"), "export", "--path", ckpt, "--lang", "de", "--out", out])
+
+
+WRITE_ROUTES = {
+    "hltmt-translate -o": translate_to,
+    "hltmt-average-checkpoints --output": average_to,
+    "hltmt-adapters export --out": export_adapters_to,
+}
+
+
+def write_cases():
+    return [(r, h) for r in WRITE_ROUTES for h in WRITE_HAZARDS]
+
+
+@pytest.mark.parametrize("route, hazard", write_cases(), ids=[f"{r}-{h}" for r, h in write_cases()])
+def test_every_writing_route_refuses_a_destination_that_is_not_a_file(data_bin, trained, tmp_path, route, hazard):
+    _, make, phrase = WRITE_HAZARDS[hazard]
+    out, still = make(tmp_path)
+    before = set(os.listdir(tmp_path))
+    done = WRITE_ROUTES[route](out, data_bin, trained[0], tmp_path)
+    assert done.returncode != 0 and phrase in done.stderr, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert still() and set(os.listdir(tmp_path)) == before
+
+
+def test_a_replaced_output_keeps_its_mode_and_owner_and_a_size_limit_is_one_line(trained, tmp_path):
+    out = tmp_path / "averaged.pt"
+    out.write_bytes(b"old")
+    os.chmod(out, 0o640)
+    try:
+        os.chown(out, 65534, 65534)
+        owner = (65534, 65534)
+    except PermissionError:
+        owner = (os.getuid(), os.getgid())
+    done = average_to(str(out), None, trained[0], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    st = os.stat(out)
+    assert stat.S_IMODE(st.st_mode) == 0o640 and (st.st_uid, st.st_gid) == owner
+    kept = out.read_bytes()
+    limited = subprocess.run([cli("hltmt-average-checkpoints"), "--inputs", trained[0], "--output", str(out)],
+                             capture_output=True, text=True, preexec_fn=file_size_limit(100_000))
+    assert limited.returncode != 0 and "error:" in limited.stderr and "Traceback" not in limited.stderr, \
+        limited.stderr[-2000:]
+    assert out.read_bytes() == kept and sorted(os.listdir(tmp_path)) == ["averaged.pt"]
+
+
+# ---- docs/bad-input.md shows both tables
+def doc_table() -> str:
+    """The two tables as docs/bad-input.md shows them."""
+    lines = ["| route | " + " | ".join(LOAD_HAZARDS) + " |", "|---|" + "---|" * len(LOAD_HAZARDS)]
+    for route in LOAD_ROUTES:
+        cells = ["refused" if (route, h) not in NOT_MET else f"n/a ({NOT_MET[(route, h)]})" for h in LOAD_HAZARDS]
+        lines.append(f"| {route} | " + " | ".join(cells) + " |")
+    lines += ["", "| hazard | what it is | the one line says |", "|---|---|---|"]
+    lines += [f"| {h} | {what} | `{phrase}` |" for h, (what, _, phrase) in LOAD_HAZARDS.items()]
+    lines += ["", "| route | " + " | ".join(WRITE_HAZARDS) + " |", "|---|" + "---|" * len(WRITE_HAZARDS)]
+    lines += [f"| {route} | " + " | ".join("refused" for _ in WRITE_HAZARDS) + " |" for route in WRITE_ROUTES]
+    lines += ["", "| hazard | what it is | the one line says |", "|---|---|---|"]
+    lines += [f"| {h} | {what} | `{phrase}` |" for h, (what, _, phrase) in WRITE_HAZARDS.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_bad_input_page_shows_the_tables():
+    text = open(DOC, encoding="utf-8").read()
+    assert doc_table() in text, "docs/bad-input.md: paste the output of `python tests/test_hazards.py`"
+
+
+if __name__ == "__main__":
+    print(doc_table(), end="")
