@@ -130,29 +130,30 @@ def stored_record(options) -> Optional[Dict[str, object]]:
     return dict(record) if isinstance(record, dict) else None
 
 
-def record_of_options(options) -> Dict[str, object]:
-    """What a checkpoint's stored model options say: the languages, marking and model options as
-    they stand (what fairseq will build), with the dictionaries, vocabulary and sentencepiece
-    model of the stored record (or of the plugin's older records). A stored record whose
-    languages, marking or model options differ from the options means the options were edited
-    after the checkpoint was written: :class:`HltmtInputError` naming each difference."""
+def record_of_options(options, edits: bool = True) -> Dict[str, object]:
+    """What a checkpoint's stored model options say: the record stored with them (what training
+    saw, whatever a command's overrides put in the options since), else (fairseq's own
+    checkpoints, or the plugin's from before the record) the record read from the options, with
+    the plugin's older records of the dictionaries and vocabulary. With ``edits``, a stored record
+    whose shape options or language-token marking differ from the options means the file's options
+    were edited (or overridden) so that the weights no longer fit them or the model would read its
+    languages otherwise: :class:`HltmtInputError` naming each difference."""
     if isinstance(options, dict):
         options = Namespace(**options)
     record = build_record(options)
-    for old, field in ((OLD_DICTS, "dictionaries"), (OLD_VOCAB, "vocabulary")):
-        if isinstance(getattr(options, old, None), dict):
-            record[field] = dict(getattr(options, old))
     stored = stored_record(options)
     if stored is None:
+        for old, field in ((OLD_DICTS, "dictionaries"), (OLD_VOCAB, "vocabulary")):
+            if isinstance(getattr(options, old, None), dict):
+                record[field] = dict(getattr(options, old))
         return record
-    edited = mismatches(stored, record, fields=("languages", "marking", "model"), labels=("written", "now"))
-    if edited:
+    edited = mismatches(stored, record, fields=("model", "marking"), model_options=SHAPE_OPTIONS,
+                        labels=("written", "now"))
+    if edited and edits:
         raise HltmtInputError(f"the checkpoint's stored options were changed after it was written "
-                              f"({'; '.join(edited)}): use the checkpoint as its training run wrote it")
-    for field in ("dictionaries", "vocabulary", "spm"):
-        if field in stored:
-            record[field] = stored[field]
-    return record
+                              f"({'; '.join(edited)}): the weights no longer mean what the options say; use the "
+                              "checkpoint as its training run wrote it")
+    return stored
 
 
 def _short(value, width: int = 60) -> str:

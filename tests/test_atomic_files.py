@@ -116,3 +116,53 @@ def test_a_complete_file_and_folder_are_put_in_place(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["bin", "out.gen", "work"]
     assert files.inside(str(tmp_path / "bin" / "new.idx"), str(tmp_path / "bin"))
     assert not files.inside(str(tmp_path / "bin.partial"), str(tmp_path / "bin"))
+
+
+def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
+    """SIGTERM, like an exception or Ctrl-C, removes the temporary file before the process ends."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out.txt"
+    out.write_text("old\n")
+    code = ("import sys, time; from hltmt_plugin.atomic_files import AtomicFile\n"
+            "f = AtomicFile(sys.argv[1]); f.open().write('new'); print('ready', flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    assert len(list(tmp_path.iterdir())) == 2  # the output and its temporary file
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == -signal.SIGTERM
+    time.sleep(0.1)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and out.read_text() == "old\n"
+
+
+@pytest.mark.parametrize("make, said", [
+    (lambda p: os.mkfifo(p), "it is a FIFO"),
+    (lambda p: os.mkdir(p), "it is a folder"),
+])
+def test_a_destination_that_is_not_a_regular_file_is_refused_untouched(tmp_path, make, said):
+    from hltmt_plugin.atomic_files import check_output
+    from hltmt_plugin.errors import HltmtInputError
+
+    path = tmp_path / "dest"
+    make(path)
+    with pytest.raises(HltmtInputError, match=said):
+        check_output(str(path), "--output")
+    with pytest.raises(HltmtInputError, match="it names a device or a stream"):
+        check_output("/dev/stdout", "--output")
+    assert [p.name for p in tmp_path.iterdir()] == ["dest"]
+
+
+def test_a_full_standard_output_is_one_line():
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", "import hltmt_plugin.errors as e; e.install_excepthook(); "
+                               "import sys; print('x' * 100000); sys.stdout.flush()"],
+                              stdout=full, stderr=subprocess.PIPE, text=True)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "hltmt_plugin: error: cannot write standard output (No space left on device): the output is incomplete"]

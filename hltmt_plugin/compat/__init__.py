@@ -23,6 +23,11 @@ atomic_copy            fairseq 0.12.x              ``save_checkpoint`` copying c
 quiet                  fairseq 0.12.x              fairseq's start-up noise (tensorboardX notice,
                                                    hydra deprecation warnings) in the plugin's
                                                    commands and Python use (``quiet.py``)
+hub_generator          fairseq 0.12.x              fairseq's hub on a multilingual task: a
+                                                   ``TypeError`` from ``build_generator``
+                                                   (``prefix_allowed_tokens_fn``), the
+                                                   target-language token left in ``translate``'s
+                                                   text with ``--decoder-langtok``
 excepthook             any                         an uncaught :class:`HltmtError` printing a
                                                    traceback from deep inside fairseq instead of
                                                    one line (``errors.install_excepthook``)
@@ -51,7 +56,7 @@ def install() -> None:
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from hltmt_plugin.compat import atomic_copy, safe_eval, safe_loading
+    from hltmt_plugin.compat import atomic_copy, hub_generator, safe_eval, safe_loading
 
     if not hasattr(torch.serialization, "add_safe_globals"):
         raise HltmtError(f"hltmt_plugin needs torch >= {TORCH_FLOOR} (safe checkpoint loading with an "
@@ -60,4 +65,8 @@ def install() -> None:
     if _version(fairseq.__version__)[:2] == (0, 12):
         safe_eval.install()
         atomic_copy.install(PathManager, checkpoint_utils)
+        from fairseq.hub_utils import GeneratorHubInterface
+        from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
+
+        hub_generator.install(TranslationMultiSimpleEpochTask, GeneratorHubInterface)
     install_excepthook()

@@ -17,8 +17,8 @@ from typing import Optional
 from fairseq import utils
 
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
-from hltmt_plugin.compatibility import (FEATURE_OPTIONS, RECORD_KEY, build_record, check, record_of_options,
-                                        record_of_state, stored_options)
+from hltmt_plugin.compatibility import (SHAPE_OPTIONS, RECORD_KEY, build_record, check, record_of_options,
+                                        record_of_state)
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.tasks.fairseq_command import running_fairseq
 
@@ -38,8 +38,9 @@ def given_record(task, options):
 
 def check_record(model_args, task) -> None:
     """A model about to be built from a checkpoint's options: its record against ``task``."""
-    check(record_of_options(model_args), given_record(task, task.args), "the checkpoint", DECODE_FIX,
+    check(record_of_options(model_args, edits=False), given_record(task, task.args), "the checkpoint", DECODE_FIX,
           fields=("dictionaries", "vocabulary", "languages", "marking"))
+    record_of_options(model_args)  # then the options against the record (edited in the file, or overridden)
 
 
 def stamp_record(model_args, task) -> None:
@@ -65,15 +66,12 @@ def _fine_tuning(args, path: str) -> bool:
     return bool(finetune) and os.path.abspath(finetune) == os.path.abspath(path)
 
 
-def _model_options_to_compare(stored_options, given_options, fine_tuning: bool):
-    """Every model option, except for a fine-tuning start from a model without the plugin's
-    features (a dense model turned into HLT-MT): then the shared transformer's options only."""
-    if not fine_tuning:
-        return None
-    stored_arch_has_features = any(getattr(stored_options, name, None) for name in FEATURE_OPTIONS)
-    if stored_arch_has_features:
-        return None
-    return [n for n in vars(given_options) if n not in FEATURE_OPTIONS and n != "arch"]
+def _model_options_to_compare(fine_tuning_or_restoring: bool):
+    """A resumed run keeps every model option; a run that starts from another run's checkpoint
+    (``--restore-file``, ``--finetune-from-model``) may change the architecture's name and the
+    plugin's features (a dense model turned into HLT-MT, adapters of a new language added: their
+    weights are new), but not the shapes of the weights it takes over."""
+    return list(SHAPE_OPTIONS) if fine_tuning_or_restoring else None
 
 
 def check_checkpoint_to_load(args, task) -> None:
@@ -88,7 +86,9 @@ def check_checkpoint_to_load(args, task) -> None:
     check_fairseq_state(path, state)
     record = record_of_state(state)
     fine_tuning = _fine_tuning(args, path)
-    options = _model_options_to_compare(stored_options(state), args, fine_tuning)
+    resumed = os.path.basename(path) == LAST and os.path.dirname(os.path.abspath(path)) == os.path.abspath(
+        getattr(args, "save_dir", "checkpoints"))
+    options = _model_options_to_compare(not resumed)
     fix = ("give this run its own --save-dir, or the training run's data and options" if not fine_tuning else
            "fine-tune on the data and options the model was trained with")
     check(record, given_record(task, args), f"checkpoint {path}", fix, model_options=options)
