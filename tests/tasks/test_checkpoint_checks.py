@@ -1,0 +1,51 @@
+"""The compatibility record on the task's routes (hltmt_plugin/tasks/checkpoint_checks.py) beyond
+the route-by-hazard table of tests/test_hazards.py: a resume with another criterion, a beam
+larger than the vocabulary, a sentencepiece model of other pieces, and the record a new
+checkpoint stores."""
+import shutil
+
+import torch
+
+from conftest import (DECODE_EN_DE, LIKE_TRAINED, assert_one_error_line, cli, run, spm_of, train_args)
+
+
+def test_a_new_checkpoint_stores_the_record_of_its_data(data_bin, trained):
+    from hltmt_plugin.compatibility import RECORD_KEY
+    from hltmt_plugin.data_fingerprint import dictionary_fingerprint
+
+    options = torch.load(trained[0], map_location="cpu", weights_only=True)["cfg"]["model"]
+    record = getattr(options, RECORD_KEY)
+    assert record["dictionaries"] == dictionary_fingerprint(data_bin)
+    assert record["languages"] == ["en", "de", "fr", "gu", "hi"]
+    assert record["marking"]["--encoder-langtok"] == "tgt" and record["model"]["high_resource_langs"] == "de,fr"
+    assert len(record["spm"]) == 64
+
+
+def test_resuming_with_another_criterion_is_one_line(data_bin, trained, tmp_path):
+    save = tmp_path / "save"
+    save.mkdir()
+    shutil.copyfile(trained[0], save / "checkpoint_last.pt")
+    args = train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(save), "--max-update", "31")
+    args[args.index("label_smoothed_cross_entropy")] = "cross_entropy"
+    args.remove("--label-smoothing"), args.remove("0.1")
+    done = run([cli("fairseq-train"), *args])
+    assert_one_error_line(done, "does not fit: criterion: checkpoint LabelSmoothedCrossEntropyCriterion, given "
+                                "CrossEntropyCriterion")
+
+
+def test_a_beam_larger_than_the_vocabulary_is_refused(data_bin, trained):
+    done = run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE[:-2], "--beam", "100000", "--path", trained[0]])
+    assert_one_error_line(done, "--beam 100000 is larger than the model's vocabulary")
+
+
+def test_a_sentencepiece_model_of_other_pieces_is_refused(data_bin, trained, tmp_path):
+    import sentencepiece as spm
+
+    text = tmp_path / "text.txt"
+    text.write_text("".join(f"zq{i} xv{i % 7} kw{i % 13}\n" for i in range(3000)))
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "other"), vocab_size=60,
+                                   minloglevel=2)
+    done = run([cli("hltmt-translate"), "--checkpoint", trained[0], "--spm", str(tmp_path / "other.model"),
+                "--src", "en", "--tgt", "de"], input="The file is open.\n")
+    assert_one_error_line(done, "is not the one the checkpoint was trained with")
+    assert spm_of(data_bin)
