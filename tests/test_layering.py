@@ -47,13 +47,52 @@ def modules():
                 yield path, dotted[:-len(".__init__")] if dotted.endswith(".__init__") else dotted
 
 
-def imports(path):
-    """(line, imported module) of every import of the package in ``path``, at any depth."""
-    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("hltmt_plugin"):
-            yield node.lineno, node.module
+def _is_module(dotted: str) -> bool:
+    base = os.path.join(ROOT, *dotted.split("."))
+    return os.path.isfile(base + ".py") or os.path.isfile(os.path.join(base, "__init__.py"))
+
+
+def _package_of(path: str) -> str:
+    dotted = os.path.relpath(path[:-3], ROOT).replace(os.sep, ".")
+    return dotted[:-len(".__init__")] if dotted.endswith(".__init__") else dotted.rsplit(".", 1)[0]
+
+
+def _from_import(node, package: str):
+    """(line, module) of each name of ``from X import a, b``: ``X.a`` when that is a module (a
+    submodule imported by name), else ``X``; a relative ``X`` resolved against ``package``."""
+    module = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        module = ".".join(parts[:len(parts) - (node.level - 1)] + ([module] if module else []))
+    if not module.startswith("hltmt_plugin"):
+        return
+    for alias in node.names:
+        named = f"{module}.{alias.name}"
+        yield node.lineno, named if _is_module(named) else module
+
+
+def _dynamic_import(node):
+    """``importlib.import_module("hltmt_plugin...")`` / ``__import__("hltmt_plugin...")``."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant) \
+            and str(node.args[0].value).startswith("hltmt_plugin"):
+        yield node.lineno, node.args[0].value
+
+
+def imports(path, text=None):
+    """(line, imported module) of every import of the package in ``path`` (or in ``text``, as if
+    it were that file's), at any depth: absolute and relative imports, a submodule imported by
+    name (``from hltmt_plugin.modules import language_router``), and dynamic imports."""
+    package = _package_of(path)
+    tree = ast.parse(text if text is not None else open(path, encoding="utf-8").read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            yield from _from_import(node, package)
         elif isinstance(node, ast.Import):
             yield from ((node.lineno, a.name) for a in node.names if a.name.startswith("hltmt_plugin"))
+        elif isinstance(node, ast.Call):
+            yield from _dynamic_import(node)
 
 
 def test_every_part_of_the_package_has_a_layer():
@@ -89,3 +128,19 @@ def test_the_check_fails_on_an_import_against_the_layers(source, target, monkeyp
     real = imports
     monkeypatch.setitem(globals(), "imports", lambda p: [*real(p), *([(1, target)] if p == path else [])])
     assert [v for v in violations() if v.startswith(f"hltmt_plugin/{source}:1 imports {target}")]
+
+
+@pytest.mark.parametrize("source, text", [
+    ("modules/language_pool.py", "from .language_router import LanguageRouter"),
+    ("modules/language_pool.py", "from hltmt_plugin.modules import language_router"),
+    ("models/decoder.py", "from ..tasks import stages"),
+    ("tasks/hltmt_translation.py", "import importlib\nimportlib.import_module('hltmt_plugin.hub.translator')"),
+    ("adapters/files.py", "import hltmt_plugin.peft"),
+    ("skills/layers.py", "def f():\n    from ..adapters.layers import x"),
+])
+def test_every_import_form_against_the_layers_is_caught(source, text, monkeypatch):
+    path = os.path.join(PACKAGE, source)
+    real = imports
+    monkeypatch.setitem(globals(), "imports",
+                        lambda p: [*real(p), *(real(p, text) if p == path else [])])
+    assert [v for v in violations() if v.startswith(f"hltmt_plugin/{source}:")], text
