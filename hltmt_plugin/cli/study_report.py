@@ -31,8 +31,6 @@ from hltmt_plugin.modules.language_router import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
 NAMES = {"mnmt": "MNMT", "mnmt-staged": "MNMT, staged data", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
-# the HLT-MT paper's WMT-10 one-to-many (1-N) En->X average BLEU (examples/wmt10/README.md)
-PAPER_1N = {"mnmt": 22.0, "lsmnmt": 22.3, "hltmt": 23.2}
 # HLT-MT is tested against these (the staged-data MNMT has HLT-MT's schedule: the difference is the pool's)
 BASELINES = ("mnmt", "lsmnmt", "mnmt-staged")
 # what the study asks of its baseline before a comparison counts: a model that translates
