@@ -41,7 +41,8 @@ OLD_DICTS, OLD_VOCAB = "hltmt_dict_fingerprint", "hltmt_vocab_fingerprint"
 SHAPE_OPTIONS = (
     "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
     "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads",
-    "decoder_output_dim", "decoder_input_dim", "share_all_embeddings", "share_decoder_input_output_embed",
+    # (not --share-decoder-input-output-embed: fairseq's build sets it from --share-all-embeddings)
+    "decoder_output_dim", "decoder_input_dim", "share_all_embeddings",
     "encoder_normalize_before", "decoder_normalize_before", "activation_fn", "layernorm_embedding",
     "no_scale_embedding", "encoder_learned_pos", "decoder_learned_pos", "no_token_positional_embeddings",
     "adaptive_softmax_cutoff", "encoder_layers_to_keep", "decoder_layers_to_keep", "quant_noise_pq",

@@ -25,15 +25,15 @@ def test_checkpoint_of_another_model(data_bin, trained):
     # one language fewer: another vocabulary, so another embedding matrix; the language list
     # saved with the weights names the difference first
     done = run([cli("fairseq-generate"), *generate_args(data_bin, ckpt, langs="en,de,fr,gu")])
-    assert_clear(done, "the checkpoint was trained with the languages en,de,fr,gu,hi (in this order) and these "
-                       "options give en,de,fr,gu", whole_output=False)
+    assert_clear(done, "the checkpoint does not fit: vocabulary: checkpoint 2008 symbols, given 2007; languages: "
+                       "checkpoint en,de,fr,gu,hi, given en,de,fr,gu", whole_output=False)
 
 
 def test_decoding_with_the_languages_in_another_order_is_refused_naming_both_lists(data_bin, trained):
     done = decode_as(data_bin, trained[0], langs="en,fr,de,gu,hi")
     assert done.returncode != 0
-    assert ("hltmt_plugin: error: the checkpoint was trained with the languages en,de,fr,gu,hi (in this order) "
-            "and these options give en,fr,de,gu,hi") in done.stderr
+    assert ("hltmt_plugin: error: the checkpoint does not fit: vocabulary: checkpoint 2008 symbols, given 2008 "
+            "(same size, other symbols); languages: checkpoint en,de,fr,gu,hi, given en,fr,de,gu,hi") in done.stderr
     assert "Traceback" not in done.stderr
 
 
