@@ -11,7 +11,7 @@ The destination gets what an ordinary ``open`` would give it: a symbolic link ke
 at the new file, an existing file keeps its permission bits and (where the system lets this
 process) its owner and group, a new one gets ``0o666`` less the umask (not the ``0o600`` of a
 temporary file). A destination that is not a regular file or a new name (a device, a FIFO, a
-socket, a ``/dev/std*`` or ``/proc/*/fd`` path standing for another file) is refused before
+socket, a ``/dev/std*`` or ``/proc/*/fd`` path that names another file) is refused before
 anything is written (:func:`check_destination`): renaming over it would put a regular file in
 place of the device or pipe, and a reader waiting on it would wait forever. SIGTERM, like an
 exception or Ctrl-C, removes every temporary file a write had open before the process ends.
@@ -75,14 +75,14 @@ class UnsafeDestination(OSError):
     """A destination that must not be replaced by a renamed file (see :func:`check_destination`)."""
 
 
-# paths that stand for another file or stream: /dev/stdout, /dev/fd/1, /proc/self/fd/1, ...
+# paths that name another file or stream: /dev/stdout, /dev/fd/1, /proc/self/fd/1, ...
 _STREAM_PREFIXES = ("/dev/", "/proc/")
 
 
 def check_destination(path: str) -> None:
     """Raise :class:`UnsafeDestination` unless ``path`` is a regular file (or a link to one) or a
     new name in an existing place: a device, FIFO or socket would be replaced by a regular file,
-    and a ``/dev/std*`` / ``/proc/*/fd`` path stands for a stream whose file (opened by the shell,
+    and a ``/dev/std*`` / ``/proc/*/fd`` path names a stream whose file (opened by the shell,
     perhaps for appending) the rename would replace."""
     shown = os.path.abspath(path)
     real = os.path.realpath(path)

@@ -17,12 +17,12 @@ each language), the routing map of an HLT-MT pool (``routing_map``: target langu
 module), which group serves each target language (``targets``), and the SHA-256 of every file,
 so that a folder whose files were changed, cut or swapped is refused before anything is served.
 """
-import hashlib
 import json
 import os
 import struct
 from typing import Dict, List, Optional
 
+from hltmt_plugin.data_fingerprint import sha256_file
 from hltmt_plugin.errors import HltmtInputError
 
 # CTranslate2's weight types (hltmt-export --quantization), here so that the command's options need no model code
@@ -41,14 +41,6 @@ FIELDS = {
 }
 
 
-def sha256_of(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def files_of(folder: str) -> Dict[str, str]:
     """Every file under ``folder`` but the manifest: relative path -> SHA-256."""
     found = {}
@@ -57,7 +49,7 @@ def files_of(folder: str) -> Dict[str, str]:
             path = os.path.join(root, name)
             rel = os.path.relpath(path, folder).replace(os.sep, "/")
             if rel != MANIFEST:
-                found[rel] = sha256_of(path)
+                found[rel] = sha256_file(path)
     return found
 
 

@@ -56,6 +56,17 @@ def as_list(name: str, value, what: str) -> List:
 CONTROL = "\x00"  # never text: a NUL byte is binary data (or UTF-16 read as UTF-8)
 
 
+def one_direction(texts, src, tgt) -> List:
+    """``translate(texts, src, tgt)``'s arguments checked, as ``translate_batch``'s items."""
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = as_list("texts", texts, "sentences (str)")
+    for name, lang in (("src", src), ("tgt", tgt)):
+        if not isinstance(lang, str):
+            raise HltmtInputError(f"{name} must be a language code (str), got {type(lang).__name__}")
+    return [(src, tgt, text) for text in texts]
+
+
 def check_text(text: str) -> None:
     """A sentence the model can be given as it is: valid Unicode (no lone surrogate, which
     UTF-8 cannot hold) and no NUL character."""

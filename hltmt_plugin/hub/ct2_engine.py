@@ -137,13 +137,7 @@ class Ct2Translator:
     # ---- translation -------------------------------------------------------------------
     def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
         """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
-        if isinstance(texts, str):
-            texts = [texts]
-        texts = arguments.as_list("texts", texts, "sentences (str)")
-        for name, lang in (("src", src), ("tgt", tgt)):
-            if not isinstance(lang, str):
-                raise HltmtInputError(f"{name} must be a language code (str), got {type(lang).__name__}")
-        return self.translate_batch([(src, tgt, text) for text in texts], **kwargs)
+        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
 
     def translate_batch(self, items, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, details: bool = False,
                         errors: str = "raise", max_tokens: Optional[int] = None, max_sentences: Optional[int] = None,

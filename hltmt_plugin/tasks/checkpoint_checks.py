@@ -12,7 +12,6 @@
   needs the same criterion and optimizer (fairseq's "Criterion does not match").
 """
 import os
-from typing import Optional
 
 from fairseq import utils
 
@@ -48,51 +47,40 @@ def stamp_record(model_args, task) -> None:
     setattr(model_args, RECORD_KEY, given_record(task, model_args))
 
 
-def checkpoint_to_load(args) -> Optional[str]:
-    """The file fairseq-train loads at start (fairseq 0.12's ``checkpoint_utils.load_checkpoint``),
-    and whether it is a fine-tuning start; None when it starts from scratch."""
+RESUME, RESTORE, FINETUNE = "resume", "restore", "finetune"
+
+
+def checkpoint_to_load(args):
+    """(the file fairseq-train loads at start, how: resume / restore / finetune) as fairseq
+    0.12's ``checkpoint_utils.load_checkpoint`` picks it; (None, None) when it starts from scratch."""
     restore = getattr(args, "restore_file", LAST) or LAST
-    if restore == LAST:
-        path = os.path.join(getattr(args, "save_dir", "checkpoints"), LAST)
-        if os.path.isfile(path):
-            return path
-        finetune = getattr(args, "finetune_from_model", None)
-        return finetune if finetune and os.path.isfile(finetune) else None
-    return restore if os.path.isfile(restore) else None
-
-
-def _fine_tuning(args, path: str) -> bool:
+    if restore != LAST:
+        return (restore, RESTORE) if os.path.isfile(restore) else (None, None)
+    path = os.path.join(getattr(args, "save_dir", "checkpoints"), LAST)
+    if os.path.isfile(path):
+        return path, RESUME
     finetune = getattr(args, "finetune_from_model", None)
-    return bool(finetune) and os.path.abspath(finetune) == os.path.abspath(path)
-
-
-def _model_options_to_compare(fine_tuning_or_restoring: bool):
-    """A resumed run keeps every model option; a run that starts from another run's checkpoint
-    (``--restore-file``, ``--finetune-from-model``) may change the architecture's name and the
-    plugin's features (a dense model turned into HLT-MT, adapters of a new language added: their
-    weights are new), but not the shapes of the weights it takes over."""
-    return list(SHAPE_OPTIONS) if fine_tuning_or_restoring else None
+    return (finetune, FINETUNE) if finetune and os.path.isfile(finetune) else (None, None)
 
 
 def check_checkpoint_to_load(args, task) -> None:
     """Refuse, in one line, a checkpoint that fairseq-train would load but whose weights mean
-    something else under these options."""
+    something else under these options. A resumed run keeps every model option; a run that starts
+    from another run's checkpoint (``--restore-file``, ``--finetune-from-model``) may change the
+    architecture's name and the plugin's features (a dense model turned into HLT-MT, adapters of a
+    new language added: their weights are new), but not the shapes of the weights it takes over."""
     if not running_fairseq("train") or getattr(args, "distributed_rank", 0) != 0:
         return
-    path = checkpoint_to_load(args)
+    path, how = checkpoint_to_load(args)
     if path is None:
         return
     state = load_state(path)
     check_fairseq_state(path, state)
-    record = record_of_state(state)
-    fine_tuning = _fine_tuning(args, path)
-    resumed = os.path.basename(path) == LAST and os.path.dirname(os.path.abspath(path)) == os.path.abspath(
-        getattr(args, "save_dir", "checkpoints"))
-    options = _model_options_to_compare(not resumed)
-    fix = ("give this run its own --save-dir, or the training run's data and options" if not fine_tuning else
-           "fine-tune on the data and options the model was trained with")
-    check(record, given_record(task, args), f"checkpoint {path}", fix, model_options=options)
-    if not fine_tuning and not getattr(args, "reset_optimizer", False):
+    fix = ("fine-tune on the data and options the model was trained with" if how == FINETUNE else
+           "give this run its own --save-dir, or the training run's data and options")
+    check(record_of_state(state), given_record(task, args), f"checkpoint {path}", fix,
+          model_options=None if how == RESUME else list(SHAPE_OPTIONS))
+    if how != FINETUNE and not getattr(args, "reset_optimizer", False):
         _check_training_state(path, state, args)
 
 
