@@ -252,10 +252,15 @@ def export_adapters_to(out, data_bin, ckpt, tmp):
     return run([cli("hltmt-adapters"), "export", "--path", ckpt, "--lang", "de", "--out", out])
 
 
+def import_adapters_to(out, data_bin, ckpt, tmp):
+    return run([cli("hltmt-adapters"), "import", "--path", ckpt, "--adapters", ckpt, "--out", out])
+
+
 WRITE_ROUTES = {
     "hltmt-translate -o": translate_to,
     "hltmt-average-checkpoints --output": average_to,
     "hltmt-adapters export --out": export_adapters_to,
+    "hltmt-adapters import --out": import_adapters_to,
 }
 
 
