@@ -4,9 +4,11 @@
 #                      one end-to-end path of each command)
 #   make test-full     the fast tier, then every other test: the whole suite, each test once
 #   make check-python  install into a fresh environment on each of PYTHONS and translate a line there
+#   make lint          the house style: ruff's formatter (check only) and linter, as ruff.toml sets them
+#   make format        let ruff's formatter write the house style
 SIZE ?= quick
 
-.PHONY: setup demo test test-full check-python
+.PHONY: setup demo test test-full check-python lint format
 setup:
 	bash scripts/setup.sh
 
@@ -33,3 +35,10 @@ test-full: setup
 PYTHONS ?= 3.12 3.13
 check-python:
 	bash scripts/check_python.sh $(PYTHONS)
+
+lint: setup
+	.venv/bin/ruff format --check .
+	.venv/bin/ruff check .
+
+format: setup
+	.venv/bin/ruff format .

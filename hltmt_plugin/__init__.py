@@ -10,6 +10,7 @@ The plugin's installed commands (``hltmt-translate``, ...) import the package wi
 and fairseq, read their arguments (``--help``, ``--version`` and argument errors answer at
 once) and then call :func:`register`; so does the Python API (:mod:`hltmt_plugin.hub`).
 """
+
 import os
 import sys
 

@@ -28,6 +28,7 @@ exception or Ctrl-C, removes every temporary file a write had open before the pr
 Reading is :mod:`hltmt_plugin.compat.safe_loading`'s: every checkpoint and adapter file is
 read weights-only, with the allowlist of types fairseq checkpoints hold.
 """
+
 import errno
 import os
 import shutil
@@ -87,8 +88,11 @@ def check_destination(path: str) -> None:
     shown = os.path.abspath(path)
     real = os.path.realpath(path)
     if shown.startswith(_STREAM_PREFIXES) or real.startswith(_STREAM_PREFIXES):
-        raise UnsafeDestination(errno.EINVAL, "it names a device or a stream, not a file: name a regular file "
-                                              "(or leave the option out to write to standard output)")
+        raise UnsafeDestination(
+            errno.EINVAL,
+            "it names a device or a stream, not a file: name a regular file "
+            "(or leave the option out to write to standard output)",
+        )
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -98,8 +102,15 @@ def check_destination(path: str) -> None:
     if stat.S_ISDIR(mode):
         raise UnsafeDestination(errno.EISDIR, "it is a folder: name a file")
     if not stat.S_ISREG(mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file"
+        )
         raise UnsafeDestination(errno.EINVAL, f"it is {kind}, which a new file would replace: name a regular file")
 
 
@@ -174,16 +185,16 @@ class AtomicFile:
         check_destination(path)
         self.target = os.path.realpath(path)  # a symbolic link keeps pointing at the new file
         _watch_sigterm()
-        self._fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.target)}.", suffix=suffix,
-                                              dir=os.path.dirname(self.target))
+        self._fd, self.tmp = tempfile.mkstemp(
+            prefix=f".{os.path.basename(self.target)}.", suffix=suffix, dir=os.path.dirname(self.target)
+        )
         _LIVE.add(self.tmp)
         self.file = None
         self.finished = False
 
     def open(self, binary: bool = False):
         """The temporary file, open for writing: text (UTF-8, ``\\n`` line ends) or bytes."""
-        self.file = (os.fdopen(self._fd, "wb") if binary else
-                     os.fdopen(self._fd, "w", encoding="utf-8", newline="\n"))
+        self.file = os.fdopen(self._fd, "wb") if binary else os.fdopen(self._fd, "w", encoding="utf-8", newline="\n")
         return self.file
 
     def _close(self) -> None:
@@ -253,8 +264,11 @@ def torch_writer(obj) -> Callable[[str], None]:
 def write_failed(label: str, path: str, error: BaseException) -> HltmtInputError:
     """The one-line error of a write of ``path`` (called ``label``) that failed with ``error``."""
     cause = os_error_behind(error)
-    reason = (cause.strerror if cause is not None and cause.strerror else
-              (str(error).strip().splitlines() or [type(error).__name__])[0])
+    reason = (
+        cause.strerror
+        if cause is not None and cause.strerror
+        else (str(error).strip().splitlines() or [type(error).__name__])[0]
+    )
     kept = "it is unchanged" if os.path.exists(path) else "nothing was written"
     return HltmtInputError(f"could not write {label} ({reason}): {kept}")
 
@@ -276,6 +290,7 @@ def _write_whole(path: str, write: Callable[[str], object], suffix: str, what: O
 def write_bytes(path: str, data: bytes, what: Optional[str] = None) -> None:
     """``data`` as the file ``path`` (its folder made if missing), whole or not at all; a failure
     is one HltmtInputError naming ``path`` (after ``what``, e.g. the option that names it)."""
+
     def write(tmp):
         with open(tmp, "wb") as f:
             f.write(data)
@@ -285,6 +300,7 @@ def write_bytes(path: str, data: bytes, what: Optional[str] = None) -> None:
 
 def write_text(path: str, text: str, what: Optional[str] = None) -> None:
     """``text`` as the file ``path`` (UTF-8, ``\\n`` line ends), as :func:`write_bytes`."""
+
     def write(tmp):
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
             f.write(text)

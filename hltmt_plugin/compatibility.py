@@ -26,6 +26,7 @@ resume, ``--restore-file`` and ``--finetune-from-model`` (``tasks/resume_check.p
 ``hltmt-translate`` and the Python API), ``hltmt-average-checkpoints``, the sentencepiece
 model of the translator, and the export.
 """
+
 import hashlib
 from argparse import Namespace
 from typing import Dict, List, Optional, Sequence
@@ -39,21 +40,54 @@ OLD_DICTS, OLD_VOCAB = "hltmt_dict_fingerprint", "hltmt_vocab_fingerprint"
 
 # model options that decide the shape or the meaning of weights (read where present)
 SHAPE_OPTIONS = (
-    "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
-    "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads",
+    "encoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "encoder_layers",
+    "encoder_attention_heads",
+    "decoder_embed_dim",
+    "decoder_ffn_embed_dim",
+    "decoder_layers",
+    "decoder_attention_heads",
     # (not --share-decoder-input-output-embed: fairseq's build sets it from --share-all-embeddings)
-    "decoder_output_dim", "decoder_input_dim", "share_all_embeddings",
-    "encoder_normalize_before", "decoder_normalize_before", "activation_fn", "layernorm_embedding",
-    "no_scale_embedding", "encoder_learned_pos", "decoder_learned_pos", "no_token_positional_embeddings",
-    "adaptive_softmax_cutoff", "encoder_layers_to_keep", "decoder_layers_to_keep", "quant_noise_pq",
+    "decoder_output_dim",
+    "decoder_input_dim",
+    "share_all_embeddings",
+    "encoder_normalize_before",
+    "decoder_normalize_before",
+    "activation_fn",
+    "layernorm_embedding",
+    "no_scale_embedding",
+    "encoder_learned_pos",
+    "decoder_learned_pos",
+    "no_token_positional_embeddings",
+    "adaptive_softmax_cutoff",
+    "encoder_layers_to_keep",
+    "decoder_layers_to_keep",
+    "quant_noise_pq",
 )
 # the plugin's options of the same kind: the pool, the adapters, the skills
 FEATURE_OPTIONS = (
-    "high_resource_langs", "slp_pool_size", "slp_hidden_dim", "slp_language_specific",
-    "language_adapters", "shared_adapters", "decoder_adapters", "invertible_adapters", "adapter_placement",
-    "adapter_reduction_factor", "adapter_dim", "shared_adapter_reduction_factor", "shared_adapter_dim",
-    "invertible_adapter_reduction_factor", "adapter_layers", "decoder_adapter_layers", "adapter_langs",
-    "skill_ffn", "skill_attention", "skill_layers", "skill_matrix",
+    "high_resource_langs",
+    "slp_pool_size",
+    "slp_hidden_dim",
+    "slp_language_specific",
+    "language_adapters",
+    "shared_adapters",
+    "decoder_adapters",
+    "invertible_adapters",
+    "adapter_placement",
+    "adapter_reduction_factor",
+    "adapter_dim",
+    "shared_adapter_reduction_factor",
+    "shared_adapter_dim",
+    "invertible_adapter_reduction_factor",
+    "adapter_layers",
+    "decoder_adapter_layers",
+    "adapter_langs",
+    "skill_ffn",
+    "skill_attention",
+    "skill_layers",
+    "skill_matrix",
 )
 
 
@@ -70,7 +104,9 @@ def _main_langtoks(options):
     if isinstance(langtoks, dict) and langtoks.get("main") is not None:
         src, tgt = tuple(langtoks["main"])
         return src or None, tgt or None
-    return getattr(options, "encoder_langtok", None) or None, "tgt" if getattr(options, "decoder_langtok", False) else None
+    return getattr(options, "encoder_langtok", None) or None, "tgt" if getattr(
+        options, "decoder_langtok", False
+    ) else None
 
 
 def language_marking(options) -> List[tuple]:
@@ -82,11 +118,14 @@ def language_marking(options) -> List[tuple]:
     ``--enable-reservsed-directions-shared-datasets`` (memory only)."""
     src, tgt = _main_langtoks(options)
     extra = getattr(options, "extra_data", None)
-    return [("--encoder-langtok", src or "none"), ("--decoder-langtok", {None: "off", "tgt": "on"}.get(tgt, tgt)),
-            ("--lang-tok-replacing-bos-eos", "on" if getattr(options, "lang_tok_replacing_bos_eos", False) else "off"),
-            ("--lang-tok-style", getattr(options, "lang_tok_style", "multilingual")),
-            ("--langtoks-specs", ",".join(getattr(options, "langtoks_specs", None) or ["main"])),
-            ("--extra-data mono_dae", "on" if isinstance(extra, dict) and "mono_dae" in extra else "off")]
+    return [
+        ("--encoder-langtok", src or "none"),
+        ("--decoder-langtok", {None: "off", "tgt": "on"}.get(tgt, tgt)),
+        ("--lang-tok-replacing-bos-eos", "on" if getattr(options, "lang_tok_replacing_bos_eos", False) else "off"),
+        ("--lang-tok-style", getattr(options, "lang_tok_style", "multilingual")),
+        ("--langtoks-specs", ",".join(getattr(options, "langtoks_specs", None) or ["main"])),
+        ("--extra-data mono_dae", "on" if isinstance(extra, dict) and "mono_dae" in extra else "off"),
+    ]
 
 
 def _plain(value):
@@ -107,8 +146,13 @@ def model_fields(options) -> Dict[str, object]:
     return fields
 
 
-def build_record(options, data: Optional[str] = None, symbols: Optional[Sequence[str]] = None,
-                 languages: Optional[Sequence[str]] = None, spm: Optional[str] = None) -> Dict[str, object]:
+def build_record(
+    options,
+    data: Optional[str] = None,
+    symbols: Optional[Sequence[str]] = None,
+    languages: Optional[Sequence[str]] = None,
+    spm: Optional[str] = None,
+) -> Dict[str, object]:
     """The record of a model built from ``options`` on the data folder ``data`` (its
     dictionaries), with the task's dictionary ``symbols``, ``languages`` (default: ``--langs``)
     and the sentencepiece model file ``spm``: the parts that are given."""
@@ -148,12 +192,15 @@ def record_of_options(options, edits: bool = True) -> Dict[str, object]:
             if isinstance(getattr(options, old, None), dict):
                 record[field] = dict(getattr(options, old))
         return record
-    edited = mismatches(stored, record, fields=("model", "marking"), model_options=SHAPE_OPTIONS,
-                        labels=("written", "now"))
+    edited = mismatches(
+        stored, record, fields=("model", "marking"), model_options=SHAPE_OPTIONS, labels=("written", "now")
+    )
     if edited and edits:
-        raise HltmtInputError(f"the checkpoint's stored options were changed after it was written "
-                              f"({'; '.join(edited)}): the weights no longer mean what the options say; use the "
-                              "checkpoint as its training run wrote it")
+        raise HltmtInputError(
+            f"the checkpoint's stored options were changed after it was written "
+            f"({'; '.join(edited)}): the weights no longer mean what the options say; use the "
+            "checkpoint as its training run wrote it"
+        )
     return stored
 
 
@@ -167,9 +214,13 @@ def _dict_mismatches(was: dict, now: dict) -> List[str]:
     return [f"dictionaries: {', '.join(differ)} differ in content"] if differ else []
 
 
-def mismatches(checkpoint: Dict[str, object], given: Dict[str, object],
-               fields: Sequence[str] = ("dictionaries", "vocabulary", "languages", "marking", "model", "spm"),
-               model_options: Optional[Sequence[str]] = None, labels=("checkpoint", "given")) -> List[str]:
+def mismatches(
+    checkpoint: Dict[str, object],
+    given: Dict[str, object],
+    fields: Sequence[str] = ("dictionaries", "vocabulary", "languages", "marking", "model", "spm"),
+    model_options: Optional[Sequence[str]] = None,
+    labels=("checkpoint", "given"),
+) -> List[str]:
     """Each difference between the records ``checkpoint`` and ``given`` as ``FIELD: checkpoint X,
     given Y`` (``labels`` name the two sides), over ``fields`` that both hold (``model_options``:
     only these model options)."""
@@ -183,12 +234,17 @@ def mismatches(checkpoint: Dict[str, object], given: Dict[str, object],
             out += _dict_mismatches(was, now)
         elif field == "vocabulary" and was != now:
             same = was.get("symbols") == now.get("symbols")
-            out.append(f"vocabulary: {a} {was.get('symbols')} symbols, {b} {now.get('symbols')}"
-                       + (" (same size, other symbols)" if same else ""))
+            out.append(
+                f"vocabulary: {a} {was.get('symbols')} symbols, {b} {now.get('symbols')}"
+                + (" (same size, other symbols)" if same else "")
+            )
         elif field in ("marking", "model"):
             names = [n for n in was if n in now and (model_options is None or field != "model" or n in model_options)]
-            out += [f"{n if field == 'marking' else '--' + n.replace('_', '-')}: {a} {_short(was[n])}, "
-                    f"{b} {_short(now[n])}" for n in names if was[n] != now[n]]
+            out += [
+                f"{n if field == 'marking' else '--' + n.replace('_', '-')}: {a} {_short(was[n])}, {b} {_short(now[n])}"
+                for n in names
+                if was[n] != now[n]
+            ]
         elif field == "spm" and was != now:
             out.append(f"sentencepiece model: {a} {str(was)[:12]}, {b} {str(now)[:12]} (sha256)")
         elif was != now:
@@ -207,8 +263,13 @@ def spm_coverage(spm_pieces: Sequence[str], symbols: Sequence[str]) -> float:
     """The share of the dictionary's pieces (language tokens and fairseq's specials left out) that
     the sentencepiece model can produce: about 1 for the model that made the pieces."""
     pieces = set(spm_pieces)
-    words = [s for s in symbols if not (s.startswith("__") and s.endswith("__")) and not s.startswith("madeupword")
-             and s not in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")]
+    words = [
+        s
+        for s in symbols
+        if not (s.startswith("__") and s.endswith("__"))
+        and not s.startswith("madeupword")
+        and s not in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+    ]
     return sum(1 for s in words if s in pieces) / max(1, len(words))
 
 

@@ -2,6 +2,7 @@
 
 :class:`OptionGroup` is a fairseq dataclass (help text, argparse through
 ``gen_parser_from_dataclass``) that can be read back from fairseq's flat argument namespace."""
+
 import math
 import os
 from typing import List, Optional
@@ -28,8 +29,10 @@ def parse_layers(value: Optional[str], num_layers: int, option: str) -> List[int
         raise HltmtConfigError(f"--{option} takes comma-separated layer numbers, got {value!r}") from None
     bad = [i for i in layers if not 0 <= i < num_layers]
     if bad or not layers:
-        raise HltmtConfigError(f"--{option} names layer(s) {','.join(map(str, bad)) or '(none)'}; "
-                               f"this model has layers 0..{num_layers - 1}")
+        raise HltmtConfigError(
+            f"--{option} names layer(s) {','.join(map(str, bad)) or '(none)'}; "
+            f"this model has layers 0..{num_layers - 1}"
+        )
     return layers
 
 
@@ -47,8 +50,10 @@ def check_allocation(option: str, value, parameters: int, bytes_per: int = 4) ->
     memory = physical_memory()
     need = int(parameters) * bytes_per
     if memory and need > memory:
-        raise HltmtConfigError(f"{option} {value} asks for {parameters:,} parameters ({need / 2**30:.1f} GiB) in one "
-                               f"module, more than this machine's memory ({memory / 2**30:.1f} GiB)")
+        raise HltmtConfigError(
+            f"{option} {value} asks for {parameters:,} parameters ({need / 2**30:.1f} GiB) in one "
+            f"module, more than this machine's memory ({memory / 2**30:.1f} GiB)"
+        )
 
 
 def check_finite(args) -> None:

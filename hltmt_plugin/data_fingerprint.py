@@ -14,6 +14,7 @@ now; ``check_dictionaries(folder)`` compares it with the recorded one and return
 differences (an empty list when they agree, or when the folder records no fingerprint), so a
 task or a script can refuse to train on a changed dictionary.
 """
+
 import hashlib
 import json
 import os
@@ -37,8 +38,11 @@ def sha256_file(path: str) -> str:
 
 def dictionary_fingerprint(folder: str) -> Dict[str, str]:
     """sha256 of every ``dict.*.txt`` in ``folder`` (file name -> hex digest), sorted by name."""
-    names = sorted(n for n in os.listdir(folder)
-                   if n.startswith("dict.") and n.endswith(".txt") and os.path.isfile(os.path.join(folder, n)))
+    names = sorted(
+        n
+        for n in os.listdir(folder)
+        if n.startswith("dict.") and n.endswith(".txt") and os.path.isfile(os.path.join(folder, n))
+    )
     return {name: sha256_file(os.path.join(folder, name)) for name in names}
 
 
@@ -62,9 +66,13 @@ def read_fingerprint(folder: str) -> Optional[Dict[str, str]]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is not readable JSON ({error})") from None
     dicts = record.get("dicts") if isinstance(record, dict) else None
-    if (not isinstance(record, dict) or record.get("format") != FORMAT or record.get("version") != VERSION
-            or not isinstance(dicts, dict)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in dicts.items())):
+    if (
+        not isinstance(record, dict)
+        or record.get("format") != FORMAT
+        or record.get("version") != VERSION
+        or not isinstance(dicts, dict)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in dicts.items())
+    ):
         raise ValueError(f"{path} is not a dictionary fingerprint (format {FORMAT} version {VERSION})")
     return dicts
 

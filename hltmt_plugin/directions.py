@@ -18,6 +18,7 @@ produced: its directions are zero-shot.
 
 Nothing here imports torch or fairseq.
 """
+
 from typing import Iterable, List, Optional
 
 from hltmt_plugin.errors import HltmtInputError
@@ -74,15 +75,18 @@ class TrainedDirections:
             return f"the model never produced {tgt}"
         return f"the model never read {src}"
 
-    def check(self, src: str, tgt: str, zero_shot: bool, option: str = "zero_shot=True (hltmt-translate --zero-shot)") -> str:
+    def check(
+        self, src: str, tgt: str, zero_shot: bool, option: str = "zero_shot=True (hltmt-translate --zero-shot)"
+    ) -> str:
         """The kind of ``src-tgt``; :class:`HltmtInputError` naming the direction and what the
         model was trained on when it is refused, or zero-shot without ``zero_shot``."""
         found = self.kind(src, tgt)
         if found == REFUSED:
-            raise HltmtInputError(f"direction {src}-{tgt} refused: {self.why_refused(src, tgt)}; it was "
-                                  f"{self.describe()}")
+            raise HltmtInputError(
+                f"direction {src}-{tgt} refused: {self.why_refused(src, tgt)}; it was {self.describe()}"
+            )
         if found == ZERO_SHOT and not zero_shot:
-            raise HltmtInputError(f"direction {src}-{tgt} is zero-shot (the model was {self.describe()}): "
-                                  f"translated only with {option}")
+            raise HltmtInputError(
+                f"direction {src}-{tgt} is zero-shot (the model was {self.describe()}): translated only with {option}"
+            )
         return found
-

@@ -10,6 +10,7 @@ pipe, a file-size limit: ``cannot write standard output (No space left on device
 other exception keeps Python's usual report. In Python code (and tests) the exceptions are
 ordinary exceptions.
 """
+
 import errno
 import os
 import sys
@@ -43,7 +44,7 @@ def _plugin_error(exc):
 
 def _stdout_failure(exc) -> bool:
     """Whether ``exc`` is the system refusing a write to standard output."""
-    return (isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS and getattr(exc, "filename", None) is None)
+    return isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS and getattr(exc, "filename", None) is None
 
 
 def _silence_stdout() -> None:
@@ -66,8 +67,9 @@ def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
         return
     if _stdout_failure(exc):
         _silence_stdout()
-        sys.stderr.write(f"hltmt_plugin: error: cannot write standard output ({exc.strerror or exc}): the output "
-                         "is incomplete\n")
+        sys.stderr.write(
+            f"hltmt_plugin: error: cannot write standard output ({exc.strerror or exc}): the output is incomplete\n"
+        )
         return
     _previous(exc_type, exc, tb)
 

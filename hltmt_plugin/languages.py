@@ -25,6 +25,7 @@ beam search alike.
 The path of a target language: ``__xx__`` in ``src_tokens`` (or ``tgt_lang_id``) -> ``record[:, TGT]``
 (:meth:`LanguageTable.record`) -> the SLP's module table (``LanguageRouter.module_ids``).
 """
+
 import contextlib
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -58,8 +59,10 @@ def check_known(names: Sequence[str], langs: Sequence[str], option: str, what: s
     """Every name is a language of ``--langs`` and none is listed twice."""
     unknown = unknown_languages(names, langs)
     if unknown:
-        raise HltmtConfigError(f"{option} names {what}{','.join(unknown)}, not in the language list "
-                               f"({','.join(langs)}) given by --langs / --lang-dict")
+        raise HltmtConfigError(
+            f"{option} names {what}{','.join(unknown)}, not in the language list "
+            f"({','.join(langs)}) given by --langs / --lang-dict"
+        )
     if len(set(names)) != len(names):
         raise HltmtConfigError(f"{option} lists a language twice: {','.join(names)}")
 
@@ -91,9 +94,17 @@ class LanguageTable(nn.Module):
             each row's target comes from its ``tgt_lang_id`` (or ``default_target``, ``-t``).
     """
 
-    def __init__(self, langs: Sequence[str], dictionary, lang_tok_style: str, langtok_at_end: bool = False,
-                 lang_dict=None, default_source: Optional[str] = None, target_on_source: bool = True,
-                 default_target: Optional[str] = None):
+    def __init__(
+        self,
+        langs: Sequence[str],
+        dictionary,
+        lang_tok_style: str,
+        langtok_at_end: bool = False,
+        lang_dict=None,
+        default_source: Optional[str] = None,
+        target_on_source: bool = True,
+        default_target: Optional[str] = None,
+    ):
         super().__init__()
         self.langs = list(langs)
         self.dictionary = dictionary
@@ -120,8 +131,16 @@ class LanguageTable(nn.Module):
         args = task.args
         on_source = getattr(args, "encoder_langtok", None) == "tgt"
         at_end = bool(getattr(args, "lang_tok_replacing_bos_eos", False))
-        return cls(task.langs, dictionary, args.lang_tok_style, at_end, task.data_manager.lang_dict,
-                   single_source_language(task), on_source, None if on_source else getattr(args, "target_lang", None))
+        return cls(
+            task.langs,
+            dictionary,
+            args.lang_tok_style,
+            at_end,
+            task.data_manager.lang_dict,
+            single_source_language(task),
+            on_source,
+            None if on_source else getattr(args, "target_lang", None),
+        )
 
     def upgrade_state_dict_named(self, state_dict, name):
         """Refuse a checkpoint trained with another language list (order, style, dictionary);
@@ -131,7 +150,8 @@ class LanguageTable(nn.Module):
         if saved is not None and names_of(saved) != self.langs:
             raise HltmtInputError(
                 f"the checkpoint was trained with the languages {','.join(names_of(saved))} (in this order) and "
-                f"these options give {','.join(self.langs)}: pass the training run's --langs / --lang-dict")
+                f"these options give {','.join(self.langs)}: pass the training run's --langs / --lang-dict"
+            )
         state_dict[key] = self.lang_names.clone()
 
     def index(self, lang: str) -> int:
@@ -168,7 +188,8 @@ class LanguageTable(nn.Module):
                 f"{bad.numel()} of {tokens.numel()} sentences in this batch carry no {side}-language "
                 f"token (found {self.dictionary[int(bad[0])]!r} where __xx__ should be): train and "
                 f"decode with --encoder-langtok {'tgt' if side == 'target' else 'src'} (as the model was trained), "
-                "and list every language in --langs / --lang-dict")
+                "and list every language in --langs / --lang-dict"
+            )
         return langs
 
     def of_ids(self, ids: Tensor, rows: int, name: str) -> Tensor:
@@ -178,8 +199,10 @@ class LanguageTable(nn.Module):
         known = (ids >= 0) & (ids < self.lang_of_lang_id.numel())
         langs[known] = self.lang_of_lang_id[ids[known]]
         if ids.numel() != rows or not valid_rows(self, langs >= 0):
-            raise HltmtInputError(f"{name} {ids.tolist()} does not give a language of --langs "
-                                  f"({','.join(self.langs)}) for every sentence of the batch")
+            raise HltmtInputError(
+                f"{name} {ids.tolist()} does not give a language of --langs "
+                f"({','.join(self.langs)}) for every sentence of the batch"
+            )
         return langs
 
     def targets(self, src_tokens: Tensor, tgt_lang_id: Optional[Tensor] = None) -> Tensor:
@@ -193,7 +216,8 @@ class LanguageTable(nn.Module):
             return torch.full((src_tokens.size(0),), self.default_target, dtype=torch.long, device=src_tokens.device)
         raise HltmtInputError(
             "with --encoder-langtok src --decoder-langtok the model reads each sentence's target language from "
-            "its language id, and this batch carries none: train and decode with --enable-lang-ids (or give -t)")
+            "its language id, and this batch carries none: train and decode with --enable-lang-ids (or give -t)"
+        )
 
     def sources(self, src_tokens: Tensor, src_lang_id: Optional[Tensor]) -> Tensor:
         """(B,) each row's source language: its ``__src__`` token (``--encoder-langtok src``), fairseq's
@@ -207,10 +231,12 @@ class LanguageTable(nn.Module):
         raise HltmtInputError(
             "language / invertible adapters and encoder skills choose by each sentence's source language, and this "
             "batch carries none: train and decode with --enable-lang-ids (or give -s when decoding a single source "
-            "language)")
+            "language)"
+        )
 
-    def record(self, src_tokens: Tensor, src_lang_id: Optional[Tensor] = None,
-               tgt_lang_id: Optional[Tensor] = None) -> Tensor:
+    def record(
+        self, src_tokens: Tensor, src_lang_id: Optional[Tensor] = None, tgt_lang_id: Optional[Tensor] = None
+    ) -> Tensor:
         """The per-row record ``(B, 2)``: source (``-1`` unless needed) and target language."""
         tgt = self.targets(src_tokens, tgt_lang_id)
         src = self.sources(src_tokens, src_lang_id) if self.need_source else torch.full_like(tgt, UNKNOWN)
@@ -286,7 +312,9 @@ class PassRows:
     def plan(self, name: str) -> RoutePlan:
         if name not in self.plans:
             if self.record is None:
-                raise HltmtInputError(f"the {self.side}'s language modules got no languages per sentence: run the "
-                                      f"layer through the hltmt_transformer {self.side}")
+                raise HltmtInputError(
+                    f"the {self.side}'s language modules got no languages per sentence: run the "
+                    f"layer through the hltmt_transformer {self.side}"
+                )
             self.plans[name] = RoutePlan(self.ids_of[name](self.record))
         return self.plans[name]

@@ -21,6 +21,7 @@ lang-token-rows    the rows of the language tokens ``__xx__`` (of the languages 
 Moving one language's adapters between checkpoints of the same base and adding a language
 to a trained model are :mod:`hltmt_plugin.adapters.files`.
 """
+
 import logging
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
@@ -36,21 +37,38 @@ from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 logger = logging.getLogger(__name__)
 
 ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS = (
-    "adapters", "language-adapters", "shared-adapters", "invertible-adapters")
+    "adapters",
+    "language-adapters",
+    "shared-adapters",
+    "invertible-adapters",
+)
 SLP, GATE, UNIVERSAL, LAYER_NORMS, LANG_TOKEN_ROWS = "slp", "gate", "universal", "layer-norms", "lang-token-rows"
-GROUPS = (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS, SLP, GATE, UNIVERSAL, LAYER_NORMS,
-          LANG_TOKEN_ROWS)
+GROUPS = (
+    ADAPTERS,
+    LANGUAGE_ADAPTERS,
+    SHARED_ADAPTERS,
+    INVERTIBLE_ADAPTERS,
+    SLP,
+    GATE,
+    UNIVERSAL,
+    LAYER_NORMS,
+    LANG_TOKEN_ROWS,
+)
 WITH_LANGS = (ADAPTERS, LANGUAGE_ADAPTERS, INVERTIBLE_ADAPTERS, LANG_TOKEN_ROWS)
 
 
 @dataclass
 class PeftConfig(OptionGroup):
     train_only: Optional[str] = field(
-        default=None, metadata={"help": "train only these parameter groups, comma-separated, each optionally "
-                                        "restricted to languages (GROUP:LANG+LANG): adapters, language-adapters, "
-                                        "shared-adapters, invertible-adapters, slp, gate, universal, layer-norms, "
-                                        "lang-token-rows; everything else is frozen (e.g. adapters:hi,"
-                                        "lang-token-rows:hi to add the language hi)"})
+        default=None,
+        metadata={
+            "help": "train only these parameter groups, comma-separated, each optionally "
+            "restricted to languages (GROUP:LANG+LANG): adapters, language-adapters, "
+            "shared-adapters, invertible-adapters, slp, gate, universal, layer-norms, "
+            "lang-token-rows; everything else is frozen (e.g. adapters:hi,"
+            "lang-token-rows:hi to add the language hi)"
+        },
+    )
 
 
 def parse_train_only(spec: str, langs: List[str]) -> List[Tuple[str, Optional[List[str]]]]:
@@ -101,8 +119,12 @@ def apply_train_only(model, cfg: PeftConfig, args) -> None:
     if not cfg.train_only:
         return
     items = parse_train_only(cfg.train_only, model.encoder.languages.langs)
-    layer_norm_names = {f"{m}.{p}" if m else p for m, mod in model.named_modules() if isinstance(mod, nn.LayerNorm)
-                        for p, _ in mod.named_parameters(recurse=False)}
+    layer_norm_names = {
+        f"{m}.{p}" if m else p
+        for m, mod in model.named_modules()
+        if isinstance(mod, nn.LayerNorm)
+        for p, _ in mod.named_parameters(recurse=False)
+    }
     params = dict(model.named_parameters())
     chosen, rows = set(), {}
     for group, langs in items:
@@ -113,13 +135,17 @@ def apply_train_only(model, cfg: PeftConfig, args) -> None:
             continue
         hit = {n for n in params if _in_group(n, group, langs, layer_norm_names)}
         if not hit:
-            raise HltmtConfigError(f"--train-only {group}{':' + '+'.join(langs) if langs else ''} selects no "
-                                   f"parameter of this model{_why_empty(group, langs, model)}")
+            raise HltmtConfigError(
+                f"--train-only {group}{':' + '+'.join(langs) if langs else ''} selects no "
+                f"parameter of this model{_why_empty(group, langs, model)}"
+            )
         chosen |= hit
     rows = {n: sorted(r) for n, r in rows.items() if n not in chosen}
     if rows and float(getattr(args, "weight_decay", 0.0) or 0.0) > 0:
-        raise HltmtConfigError("--train-only lang-token-rows trains single rows of an embedding table, and "
-                               "--weight-decay would move its other rows: use --weight-decay 0")
+        raise HltmtConfigError(
+            "--train-only lang-token-rows trains single rows of an embedding table, and "
+            "--weight-decay would move its other rows: use --weight-decay 0"
+        )
     for name, p in params.items():
         p.requires_grad_(name in chosen or name in rows)
     for name, indices in rows.items():
@@ -132,8 +158,10 @@ def apply_train_only(model, cfg: PeftConfig, args) -> None:
     model._train_only_hooks.append(model.register_forward_hook(_keep_graph))
     total = sum(p.numel() for p in params.values())
     trained = sum(params[n].numel() for n in chosen) + sum(len(r) * params[n].size(1) for n, r in rows.items())
-    logger.info(f"train only {cfg.train_only}: {trained:,} of {total:,} parameters train "
-                f"({100.0 * trained / total:.2f}%), everything else is frozen")
+    logger.info(
+        f"train only {cfg.train_only}: {trained:,} of {total:,} parameters train "
+        f"({100.0 * trained / total:.2f}%), everything else is frozen"
+    )
 
 
 def _keep_graph(module, inputs, output):
@@ -152,26 +180,31 @@ def _keep_graph(module, inputs, output):
 
 
 # ---- what a --train-only group needs from the run: checked before the first update
-def _unused_reason(group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str],
-                   args) -> Optional[str]:
+def _unused_reason(
+    group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str], args
+) -> Optional[str]:
     """Why no direction of ``pairs`` reaches ``group`` in ``stage``, or None when one does."""
     targets = [p.split("-")[1] for p in pairs]
     members = {lang for p in pairs for lang in p.split("-")}
     where = f"the directions of stage {stage} ({','.join(pairs)})"
-    hint = " (stage high trains only directions between high-resource and pivot languages: add --hlt-stage all)" \
-        if stage == "high" else ""
+    hint = (
+        " (stage high trains only directions between high-resource and pivot languages: add --hlt-stage all)"
+        if stage == "high"
+        else ""
+    )
     if group == GATE:
         if getattr(args, "slp_language_specific", False):
             return "--slp-language-specific fixes the routing map when the model is built, so the gate never learns"
         if int(getattr(args, "slp_pool_size", 2) or 0) < 2:
             return "a pool of one module (--slp-pool-size 1) leaves the gate nothing to choose"
         if stage == "all":
-            return ("the gate learns only in stage high; in stage all the routing map is fixed and the gate frozen "
-                    "(train the gate with --hlt-stage high)")
+            return (
+                "the gate learns only in stage high; in stage all the routing map is fixed and the gate frozen "
+                "(train the gate with --hlt-stage high)"
+            )
         return None
     if group == SLP and not set(targets) & set(high):
-        return (f"the pool modules serve high-resource targets ({','.join(high)}), and no target of {where} is "
-                f"one")
+        return f"the pool modules serve high-resource targets ({','.join(high)}), and no target of {where} is one"
     if group == UNIVERSAL and set(targets) <= set(high):
         return f"the universal layer serves the other targets, and every target of {where} is high-resource"
     if group == LANG_TOKEN_ROWS and langs and not set(targets) & set(langs):
@@ -191,8 +224,10 @@ def check_trains_in_run(model, run: List[Tuple[str, List[str]]], high: List[str]
     if not items or not run:
         return
     spec = lambda group, langs: group + (":" + "+".join(langs) if langs else "")  # noqa: E731
-    reasons = {(group, tuple(langs or ())): [_unused_reason(group, langs, stage, pairs, high, args)
-                                             for stage, pairs in run] for group, langs in items}
+    reasons = {
+        (group, tuple(langs or ())): [_unused_reason(group, langs, stage, pairs, high, args) for stage, pairs in run]
+        for group, langs in items
+    }
     for (group, langs), why in reasons.items():
         if all(why):
             raise HltmtConfigError(f"--train-only {spec(group, langs)} trains nothing in this run: {why[-1]}")
@@ -202,7 +237,8 @@ def check_trains_in_run(model, run: List[Tuple[str, List[str]]], high: List[str]
             raise HltmtConfigError(
                 f"--train-only {getattr(args, 'train_only', '')} trains nothing in stage {stage}, which this run "
                 f"enters at update {switch} (--high-stage-updates): {first}; end the run at the switch "
-                f"(--max-update {switch}) or add a group that trains in stage {stage}")
+                f"(--max-update {switch}) or add a group that trains in stage {stage}"
+            )
 
 
 class _RowMask:
@@ -222,12 +258,14 @@ def _why_empty(group, langs, model) -> str:
     if group in (ADAPTERS, LANGUAGE_ADAPTERS, SHARED_ADAPTERS, INVERTIBLE_ADAPTERS):
         if layout is None:
             return ": it has no adapters (add --language-adapters, --shared-adapters or --invertible-adapters)"
-        option = {LANGUAGE_ADAPTERS: "--language-adapters", SHARED_ADAPTERS: "--shared-adapters",
-                  INVERTIBLE_ADAPTERS: "--invertible-adapters"}.get(group)
+        option = {
+            LANGUAGE_ADAPTERS: "--language-adapters",
+            SHARED_ADAPTERS: "--shared-adapters",
+            INVERTIBLE_ADAPTERS: "--invertible-adapters",
+        }.get(group)
         missing = [lang for lang in langs or [] if lang not in layout.adapter_langs]
         if missing:
             return f": {','.join(missing)} has no adapters (add it to --adapter-langs)"
         if option:
             return f" (add {option})"
     return ""
-

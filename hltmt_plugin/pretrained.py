@@ -20,6 +20,7 @@ The pretrained encoder is post-norm, with learned positions, a layer norm on the
 unscaled embeddings and GELU; a model built otherwise is refused with the options to add,
 and so is any weight whose shape does not fit (all mismatched keys are listed).
 """
+
 import logging
 import os
 from dataclasses import dataclass, field
@@ -43,11 +44,19 @@ LAYER_PARTS_FOR_DECODER = ("self_attn.", "self_attn_layer_norm.", "fc1.", "fc2."
 @dataclass
 class PretrainedConfig(OptionGroup):
     pretrained_xlmr_checkpoint: Optional[str] = field(
-        default=None, metadata={"help": "initialise the encoder from this fairseq RoBERTa / XLM-R model.pt "
-                                        "(its dict.txt must lie beside it)"})
+        default=None,
+        metadata={
+            "help": "initialise the encoder from this fairseq RoBERTa / XLM-R model.pt "
+            "(its dict.txt must lie beside it)"
+        },
+    )
     pretrained_xlmr_decoder: bool = field(
-        default=False, metadata={"help": "also initialise each decoder layer's self-attention and FFN from the "
-                                         "pretrained layer of the same index"})
+        default=False,
+        metadata={
+            "help": "also initialise each decoder layer's self-attention and FFN from the "
+            "pretrained layer of the same index"
+        },
+    )
 
 
 def _encoder_state(path: str) -> Dict[str, Tensor]:
@@ -58,9 +67,9 @@ def _encoder_state(path: str) -> Dict[str, Tensor]:
         found = {}
         for key, value in state.items():
             if key.startswith(prefix):
-                key = key[len(prefix):]
+                key = key[len(prefix) :]
                 if key.startswith("emb_layer_norm."):  # the name in older releases
-                    key = "layernorm_embedding." + key[len("emb_layer_norm."):]
+                    key = "layernorm_embedding." + key[len("emb_layer_norm.") :]
                 found[key] = value
         if found:
             return found
@@ -71,7 +80,8 @@ def _check_settings(model, pretrained: Dict[str, Tensor]):
     enc = model.encoder
     needed = []
     if "embed_positions.weight" in pretrained and not (
-            enc.embed_positions is not None and hasattr(enc.embed_positions, "weight")):
+        enc.embed_positions is not None and hasattr(enc.embed_positions, "weight")
+    ):
         needed.append("--encoder-learned-pos")
     if "layernorm_embedding.weight" in pretrained and enc.layernorm_embedding is None:
         needed.append("--layernorm-embedding")
@@ -82,8 +92,10 @@ def _check_settings(model, pretrained: Dict[str, Tensor]):
     if model.args.encoder_normalize_before:
         needed.append("no --encoder-normalize-before (the pretrained encoder is post-norm)")
     if needed:
-        raise HltmtConfigError("--pretrained-xlmr-checkpoint: the model must be built like the pretrained encoder: "
-                               "add " + " ".join(needed) + " (or use --arch hltmt_transformer_xlmr_base)")
+        raise HltmtConfigError(
+            "--pretrained-xlmr-checkpoint: the model must be built like the pretrained encoder: "
+            "add " + " ".join(needed) + " (or use --arch hltmt_transformer_xlmr_base)"
+        )
 
 
 def _copy_rows(target: Tensor, source: Tensor, ours: Dictionary, theirs: Dictionary) -> int:
@@ -133,8 +145,9 @@ def _copy_positions(model, pretrained: Dict[str, Tensor]) -> None:
     n = min(ours_pos.size(0), their_pos.size(0))
     ours_pos.data[:n] = their_pos[:n]
     if ours_pos.size(0) != their_pos.size(0):
-        logger.info(f"pretrained positions: {their_pos.size(0)} rows, the model has {ours_pos.size(0)}; "
-                    f"copied the first {n}")
+        logger.info(
+            f"pretrained positions: {their_pos.size(0)} rows, the model has {ours_pos.size(0)}; copied the first {n}"
+        )
 
 
 def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool) -> None:
@@ -142,8 +155,10 @@ def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool
     pretrained = _encoder_state(path)
     dict_path = os.path.join(os.path.dirname(os.path.abspath(path)), "dict.txt")
     if not os.path.isfile(dict_path):
-        raise HltmtConfigError(f"--pretrained-xlmr-checkpoint: the pretrained vocabulary {dict_path} is missing "
-                               "(fairseq RoBERTa / XLM-R releases ship it beside model.pt)")
+        raise HltmtConfigError(
+            f"--pretrained-xlmr-checkpoint: the pretrained vocabulary {dict_path} is missing "
+            "(fairseq RoBERTa / XLM-R releases ship it beside model.pt)"
+        )
     theirs = Dictionary.load(dict_path)
     _check_settings(model, pretrained)
     n_pre = 1 + max((int(k.split(".")[1]) for k in pretrained if k.startswith("layers.")), default=-1)
@@ -153,8 +168,10 @@ def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool
     encoder_copies = _encoder_copies(model, pretrained, problems)
     emb = pretrained["embed_tokens.weight"]
     if emb.size(1) != model.encoder.embed_tokens.weight.size(1):
-        problems.append(f"encoder.embed_tokens.weight: dimension {model.encoder.embed_tokens.weight.size(1)} vs "
-                        f"checkpoint {emb.size(1)}")
+        problems.append(
+            f"encoder.embed_tokens.weight: dimension {model.encoder.embed_tokens.weight.size(1)} vs "
+            f"checkpoint {emb.size(1)}"
+        )
     if len(theirs) > emb.size(0):  # more rows is normal: the pretraining task adds <mask>
         problems.append(f"{dict_path} has {len(theirs)} entries but the checkpoint's embeddings {emb.size(0)} rows")
     decoder_copies = _decoder_copies(model, pretrained, n_pre, problems) if init_decoder else {}
@@ -173,6 +190,8 @@ def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool
                 dec_state[key].copy_(value)
             if model.decoder.embed_tokens is not model.encoder.embed_tokens:
                 _copy_rows(model.decoder.embed_tokens.weight, emb, model.decoder.dictionary, theirs)
-    logger.info(f"initialised from {path}: {len(encoder_copies)} encoder tensors, {shared} of {len(dictionary)} "
-                f"embedding rows (the rest, e.g. language tokens, keep their initialisation)"
-                + (f", {len(decoder_copies)} decoder tensors" if init_decoder else ""))
+    logger.info(
+        f"initialised from {path}: {len(encoder_copies)} encoder tensors, {shared} of {len(dictionary)} "
+        f"embedding rows (the rest, e.g. language tokens, keep their initialisation)"
+        + (f", {len(decoder_copies)} decoder tensors" if init_decoder else "")
+    )

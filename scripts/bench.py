@@ -27,6 +27,7 @@ work, counted with ``torch.utils.flop_counter.FlopCounterMode`` (matrix products
 attention; routed modules count only the rows they ran on). A benchmark measures; nothing
 here passes or fails.
 """
+
 import argparse
 import os
 import sys
@@ -54,31 +55,56 @@ def build_parser():
     """The options of the in-process measures, then those of --fairseq-train."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--data", required=True, help="binarized data from hltmt-prepare-data")
-    p.add_argument("--langs", default=None,
-                   help="non-English languages of the data (default: all of them, from its langs.txt or dict.XX.txt)")
-    p.add_argument("--high", default=None,
-                   help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et among --langs; for other "
-                        "languages those with at least half the training sentences of the largest pair)")
-    p.add_argument("--pool-size", type=int, default=None,
-                   help="T, HLT-MT's pool modules (default: min(3, number of high-resource languages))")
+    p.add_argument(
+        "--langs",
+        default=None,
+        help="non-English languages of the data (default: all of them, from its langs.txt or dict.XX.txt)",
+    )
+    p.add_argument(
+        "--high",
+        default=None,
+        help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et among --langs; for other "
+        "languages those with at least half the training sentences of the largest pair)",
+    )
+    p.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="T, HLT-MT's pool modules (default: min(3, number of high-resource languages))",
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems timed against the baseline")
     p.add_argument("--size", default="tiny", choices=sorted(ARCHS), help="model sizes (in-process measures)")
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens per training batch")
     p.add_argument("--batches", type=int, default=20, help="training batches per round")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every measure")
-    p.add_argument("--gen-directions", default=None,
-                   help="directions timed for beam search (default: en-de,en-gu when the data has them, else "
-                        "en-<first high-resource>,en-<first other language>)")
+    p.add_argument(
+        "--gen-directions",
+        default=None,
+        help="directions timed for beam search (default: en-de,en-gu when the data has them, else "
+        "en-<first high-resource>,en-<first other language>)",
+    )
     p.add_argument("--gen-sentences", type=int, default=100, help="test sentences per direction")
     p.add_argument("--gen-len", type=int, default=20, help="target length every hypothesis is held to")
-    p.add_argument("--gen-batch-size", type=int, default=0,
-                   help="sentences per generation batch (0: up to 4,000 tokens; 1: interactive latency)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"],
-                   help="where the models run (cuda when there is one)")
+    p.add_argument(
+        "--gen-batch-size",
+        type=int,
+        default=0,
+        help="sentences per generation batch (0: up to 4,000 tokens; 1: interactive latency)",
+    )
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        choices=["cpu", "cuda"],
+        help="where the models run (cuda when there is one)",
+    )
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="autocast dtype")
-    p.add_argument("--clock", default="auto", choices=["auto", "cpu", "wall"],
-                   help="what the speeds are measured in: cpu (this process's CPU time: robust to other processes' "
-                        "load, right for one thread), wall; auto: cpu on a CPU with one torch thread, wall otherwise")
+    p.add_argument(
+        "--clock",
+        default="auto",
+        choices=["auto", "cpu", "wall"],
+        help="what the speeds are measured in: cpu (this process's CPU time: robust to other processes' "
+        "load, right for one thread), wall; auto: cpu on a CPU with one torch thread, wall otherwise",
+    )
     p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--png", default=None, help="also draw the ratios here")
@@ -89,22 +115,35 @@ def build_parser():
 def add_train_options(p):
     """The options of --fairseq-train (and its --profile)."""
     g = p.add_argument_group("the real training step: fairseq-train itself, instead of the measures above")
-    g.add_argument("--fairseq-train", action="store_true",
-                   help="time fairseq-train runs of the plain transformer and HLT-MT of the same sizes (words/s from "
-                        "its --log-format json log; the stage-high directions, hard routing at every update), "
-                        "interleaved over --rounds, at each of --train-sizes")
+    g.add_argument(
+        "--fairseq-train",
+        action="store_true",
+        help="time fairseq-train runs of the plain transformer and HLT-MT of the same sizes (words/s from "
+        "its --log-format json log; the stage-high directions, hard routing at every update), "
+        "interleaved over --rounds, at each of --train-sizes",
+    )
     g.add_argument("--train-sizes", default="tiny,small,base", help=f"model sizes ({','.join(ARCHS)})")
-    g.add_argument("--train-updates", default="tiny=60,small=40,base=20",
-                   help="updates per fairseq-train run: one number, or SIZE=N for each size")
+    g.add_argument(
+        "--train-updates",
+        default="tiny=60,small=40,base=20",
+        help="updates per fairseq-train run: one number, or SIZE=N for each size",
+    )
     g.add_argument("--train-log-interval", type=int, default=5, help="updates per logged words/s figure")
-    g.add_argument("--train-systems", default="hltmt",
-                   help=f"systems run against the baseline: {', '.join(n for n in TRAIN_SYSTEMS if n != 'baseline')} "
-                        "('hltmt lsce': the HLT-MT model with fairseq's label_smoothed_cross_entropy, to tell the "
-                        "criterion's cost from the model's)")
-    g.add_argument("--profile", default=None, metavar="DIR",
-                   help="with --fairseq-train: also profile the real training step of both systems (fairseq's "
-                        "Trainer, both in one process, updates alternating): phases, cProfile, torch.profiler; the "
-                        "profiles are kept in DIR")
+    g.add_argument(
+        "--train-systems",
+        default="hltmt",
+        help=f"systems run against the baseline: {', '.join(n for n in TRAIN_SYSTEMS if n != 'baseline')} "
+        "('hltmt lsce': the HLT-MT model with fairseq's label_smoothed_cross_entropy, to tell the "
+        "criterion's cost from the model's)",
+    )
+    g.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="with --fairseq-train: also profile the real training step of both systems (fairseq's "
+        "Trainer, both in one process, updates alternating): phases, cProfile, torch.profiler; the "
+        "profiles are kept in DIR",
+    )
     g.add_argument("--profile-size", default="small", choices=sorted(ARCHS), help="model size profiled")
     g.add_argument("--profile-updates", type=int, default=20, help="updates profiled, after 3 of warm-up")
     g.add_argument("--profile-top", type=int, default=12, help="functions and operators listed")
@@ -119,8 +158,16 @@ def check_args(p, args):
         p.error(f"unknown system {','.join(unknown)}; choose from {','.join(SYSTEMS)}")
     if not os.path.exists(os.path.join(args.data, "dict.en.txt")):
         p.error(f"--data {args.data}: no binarized data there (dict.en.txt missing); run hltmt-prepare-data")
-    for name in ("max_tokens", "batches", "rounds", "gen_sentences", "gen_len", "train_log_interval",
-                 "profile_updates", "profile_top"):
+    for name in (
+        "max_tokens",
+        "batches",
+        "rounds",
+        "gen_sentences",
+        "gen_len",
+        "train_log_interval",
+        "profile_updates",
+        "profile_top",
+    ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.gen_batch_size < 0:

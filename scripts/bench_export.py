@@ -19,6 +19,7 @@ Then, from the one-thread batch runs: the lines identical to the checkpoint's, B
 log-probabilities of the checkpoint's translations (fairseq's model, teacher-forced) and
 CTranslate2's (``score_batch``) on the first 32 sentences.
 """
+
 import argparse
 import json
 import os
@@ -33,12 +34,16 @@ ENGINES = ("checkpoint", "float32", "int8")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="bench_export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="bench_export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--work", required=True, help="folder for the exports, sentences and hypotheses")
     p.add_argument("--out", default=None, help="the result as JSON (default: WORK/result.json)")
-    p.add_argument("--models", default=f"mnmt={MODELS}/mnmt.pt,hltmt={MODELS}/hltmt.pt",
-                   help="NAME=CHECKPOINT,... (default: the study's MNMT and HLT-MT)")
+    p.add_argument(
+        "--models",
+        default=f"mnmt={MODELS}/mnmt.pt,hltmt={MODELS}/hltmt.pt",
+        help="NAME=CHECKPOINT,... (default: the study's MNMT and HLT-MT)",
+    )
     p.add_argument("--directions", default="en-de,en-fr,en-gu")
     p.add_argument("--per-direction", type=int, default=100)
     p.add_argument("--threads", default="1,2")
@@ -67,8 +72,10 @@ def select_items(directions, per_direction):
     for direction in directions:
         src, tgt = direction.split("-")
         other = tgt if src == "en" else src
-        with open(os.path.join(RAW, f"test.en-{other}.{src}"), encoding="utf-8") as f_src, \
-                open(os.path.join(RAW, f"test.en-{other}.{tgt}"), encoding="utf-8") as f_tgt:
+        with (
+            open(os.path.join(RAW, f"test.en-{other}.{src}"), encoding="utf-8") as f_src,
+            open(os.path.join(RAW, f"test.en-{other}.{tgt}"), encoding="utf-8") as f_tgt,
+        ):
             pairs = [(a.strip(), b.strip()) for a, b in zip(f_src, f_tgt)]
         kept = [(a, b) for a, b in pairs if short(a if src == "en" else b, b if src == "en" else a)]
         items += [(src, tgt, a, b) for a, b in kept[:per_direction]]
@@ -76,6 +83,7 @@ def select_items(directions, per_direction):
 
 
 # ---- the worker: one engine, one thread count, one mode ----------------------------------
+
 
 def peak_mib() -> float:
     with open("/proc/self/status") as f:
@@ -109,27 +117,57 @@ def worker(args) -> None:
     done = time.perf_counter()
     with open(args.hyp, "w", encoding="utf-8") as f:
         json.dump(texts, f, ensure_ascii=False)
-    print(json.dumps({"load_s": loaded - start, "translate_s": done - loaded, "sentences": len(items),
-                      "sent_per_s": len(items) / (done - loaded), "peak_mib": peak_mib()}))
+    print(
+        json.dumps(
+            {
+                "load_s": loaded - start,
+                "translate_s": done - loaded,
+                "sentences": len(items),
+                "sent_per_s": len(items) / (done - loaded),
+                "peak_mib": peak_mib(),
+            }
+        )
+    )
 
 
 # ---- the run ---------------------------------------------------------------------------
 
+
 def measure(args, name, model, engine, threads, mode, items_path):
     hyp = os.path.join(args.work, f"{name}.{engine}.{threads}t.{mode}.json")
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--work", args.work, "--model", model,
-           "--items", items_path, "--mode", mode, "--hyp", hyp, "--beam", str(args.beam)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        "--work",
+        args.work,
+        "--model",
+        model,
+        "--items",
+        items_path,
+        "--mode",
+        mode,
+        "--hyp",
+        hyp,
+        "--beam",
+        str(args.beam),
+    ]
     if args.spm:
         cmd += ["--spm", args.spm]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode != 0:
-        sys.exit(f"bench_export: error: {name} {engine} {threads} thread(s) {mode} failed: "
-                 f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        sys.exit(
+            f"bench_export: error: {name} {engine} {threads} thread(s) {mode} failed: "
+            f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result.update(model=name, engine=engine, threads=threads, mode=mode, hyp=hyp)
-    print(f"{name:6s} {engine:10s} {threads}t {mode:6s} {result['sent_per_s']:7.2f} sent/s  "
-          f"peak {result['peak_mib']:7.1f} MiB  load {result['load_s']:.1f} s", flush=True)
+    print(
+        f"{name:6s} {engine:10s} {threads}t {mode:6s} {result['sent_per_s']:7.2f} sent/s  "
+        f"peak {result['peak_mib']:7.1f} MiB  load {result['load_s']:.1f} s",
+        flush=True,
+    )
     return result
 
 
@@ -151,6 +189,7 @@ def sizes(paths):
         if os.path.isfile(path):
             return os.path.getsize(path)
         return sum(os.path.getsize(os.path.join(r, n)) for r, _, names in os.walk(path) for n in names)
+
     return {f"{name}/{engine}": size(path) for (name, engine), path in paths.items()}
 
 
@@ -170,9 +209,11 @@ def quality(runs, items):
     for (name, engine), hyps in out.items():
         base = out[(name, "checkpoint")]
         table[f"{name}/{engine}"] = {
-            "identical": sum(a == b for a, b in zip(hyps, base)), "lines": len(hyps),
+            "identical": sum(a == b for a, b in zip(hyps, base)),
+            "lines": len(hyps),
             "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-            "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2)}
+            "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+        }
     return table
 
 
@@ -221,11 +262,21 @@ def main(argv=None):
             for mode in args.modes.split(","):
                 for engine in ENGINES:  # alternating: the three engines back to back
                     runs.append(measure(args, name, paths[(name, engine)], engine, threads, mode, items_path))
-    gaps = {f"{name}/{q}": logprob_gap(models[name], paths[(name, q)], items, args.spm)
-            for name in models for q in ("float32", "int8")}
-    result = {"sentences": len(items), "directions": args.directions, "beam": args.beam, "runs": runs,
-              "quality": quality(runs, items), "sizes": sizes(paths), "max_logprob_diff": gaps,
-              "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}
+    gaps = {
+        f"{name}/{q}": logprob_gap(models[name], paths[(name, q)], items, args.spm)
+        for name in models
+        for q in ("float32", "int8")
+    }
+    result = {
+        "sentences": len(items),
+        "directions": args.directions,
+        "beam": args.beam,
+        "runs": runs,
+        "quality": quality(runs, items),
+        "sizes": sizes(paths),
+        "max_logprob_diff": gaps,
+        "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+    }
     out = args.out or os.path.join(args.work, "result.json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=1)

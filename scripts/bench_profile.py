@@ -7,6 +7,7 @@ feeds them the same batches with the updates alternating one by one, and times o
 the updates: phases (CPU time of fairseq's and the plugin's methods), cProfile (Python
 functions), torch.profiler (operators). :func:`profile_fairseq_train` (``bench.py
 --fairseq-train --profile DIR``) prints and returns the three tables."""
+
 import cProfile
 import json
 import os
@@ -24,42 +25,73 @@ PHASE_SPOTS = [
     ("update (Trainer.train_step)", "fairseq.trainer", "Trainer", "train_step"),
     ("  task.train_step", "fairseq.tasks.fairseq_task", "FairseqTask", "train_step"),
     ("  task.train_step", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask", "train_step"),
-    ("    criterion forward (model + loss)", "fairseq.criterions.label_smoothed_cross_entropy",
-     "LabelSmoothedCrossEntropyCriterion", "forward"),
-    ("    criterion forward (model + loss)", "hltmt_plugin.criterions.hltmt_cross_entropy",
-     "HltmtCrossEntropyCriterion", "forward"),
+    (
+        "    criterion forward (model + loss)",
+        "fairseq.criterions.label_smoothed_cross_entropy",
+        "LabelSmoothedCrossEntropyCriterion",
+        "forward",
+    ),
+    (
+        "    criterion forward (model + loss)",
+        "hltmt_plugin.criterions.hltmt_cross_entropy",
+        "HltmtCrossEntropyCriterion",
+        "forward",
+    ),
     ("      model forward", "fairseq.models.transformer.transformer_base", "TransformerModelBase", "forward"),
     ("      model forward", "hltmt_plugin.models.hltmt_transformer", "HltmtTransformerModel", "forward"),
     ("        encoder", "fairseq.models.transformer.transformer_encoder", "TransformerEncoderBase", "forward"),
     ("        encoder", "hltmt_plugin.models.hltmt_transformer", "HltmtTransformerEncoder", "forward"),
     ("        encoder", "hltmt_plugin.models.encoder", "HltmtTransformerEncoder", "forward"),
     ("          language record (per batch)", "hltmt_plugin.languages", "LanguageTable", "record"),
-    ("        decoder layers + SLP", "fairseq.models.transformer.transformer_decoder", "TransformerDecoderBase",
-     "extract_features"),
-    ("        decoder layers + SLP", "hltmt_plugin.models.hltmt_transformer", "HltmtTransformerDecoder",
-     "extract_features"),
+    (
+        "        decoder layers + SLP",
+        "fairseq.models.transformer.transformer_decoder",
+        "TransformerDecoderBase",
+        "extract_features",
+    ),
+    (
+        "        decoder layers + SLP",
+        "hltmt_plugin.models.hltmt_transformer",
+        "HltmtTransformerDecoder",
+        "extract_features",
+    ),
     ("        decoder layers + SLP", "hltmt_plugin.models.decoder", "HltmtTransformerDecoder", "extract_features"),
-    ("          decoder layers", "fairseq.models.transformer.transformer_decoder", "TransformerDecoderBase",
-     "extract_features_scriptable"),
+    (
+        "          decoder layers",
+        "fairseq.models.transformer.transformer_decoder",
+        "TransformerDecoderBase",
+        "extract_features_scriptable",
+    ),
     ("          SLP routing decision", "hltmt_plugin.modules.language_router", "LanguageRouter", "decide"),
     ("            route plan (RoutePlan)", "hltmt_plugin.modules.routing", "RoutePlan", "__init__"),
     ("            module ids", "hltmt_plugin.modules.language_router", "LanguageRouter", "module_ids"),
     ("          SLP modules", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "forward"),
-    ("        output projection", "fairseq.models.transformer.transformer_decoder", "TransformerDecoderBase",
-     "output_layer"),
-    ("      log-softmax (get_lprobs_and_target)", "fairseq.criterions.label_smoothed_cross_entropy",
-     "LabelSmoothedCrossEntropyCriterion", "get_lprobs_and_target"),
+    (
+        "        output projection",
+        "fairseq.models.transformer.transformer_decoder",
+        "TransformerDecoderBase",
+        "output_layer",
+    ),
+    (
+        "      log-softmax (get_lprobs_and_target)",
+        "fairseq.criterions.label_smoothed_cross_entropy",
+        "LabelSmoothedCrossEntropyCriterion",
+        "get_lprobs_and_target",
+    ),
     ("      label-smoothed NLL", "fairseq.criterions.label_smoothed_cross_entropy", "label_smoothed_nll_loss", None),
     ("      label-smoothed NLL", "hltmt_plugin.criterions.hltmt_cross_entropy", "label_smoothed_nll_loss", None),
     ("    backward", "fairseq.optim.fairseq_optimizer", "FairseqOptimizer", "backward"),
-    ("  HLT-MT: _note_gradients", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask",
-     "_note_gradients"),
+    ("  HLT-MT: _note_gradients", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask", "_note_gradients"),
     ("  HLT-MT: idle-gradient rule, note", "hltmt_plugin.tasks.distributed", "IdleGradients", "note"),
     ("  clip_grad_norm", "fairseq.trainer", "Trainer", "clip_grad_norm"),
     ("  task.optimizer_step", "fairseq.tasks.fairseq_task", "FairseqTask", "optimizer_step"),
     ("  task.optimizer_step", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask", "optimizer_step"),
-    ("    HLT-MT: _drop_idle_gradients", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask",
-     "_drop_idle_gradients"),
+    (
+        "    HLT-MT: _drop_idle_gradients",
+        "hltmt_plugin.tasks.hltmt_translation",
+        "HltmtTranslationTask",
+        "_drop_idle_gradients",
+    ),
     ("    HLT-MT: idle-gradient rule, drop", "hltmt_plugin.tasks.distributed", "IdleGradients", "drop"),
     ("    Adam step", "fairseq.optim.adam", "Adam", "step"),
     ("  set_num_updates", "fairseq.trainer", "Trainer", "set_num_updates"),
@@ -136,7 +168,6 @@ def build_trainer(argv):
     return trainer, epoch_itr
 
 
-
 class PairUpdates:
     """Training updates of several systems' fairseq Trainers, each under one tool: "phases"
     (the update's wall and CPU time, with the phase timers on), "cprofile" (Python functions),
@@ -145,8 +176,12 @@ class PairUpdates:
     def __init__(self, trainers, active, words):
         names = list(trainers)
         self.trainers, self.active = trainers, active
-        self.out = {"cpu": {name: 0.0 for name in names}, "wall": {name: 0.0 for name in names},
-                    "update_cpu": {name: [] for name in names}, "words": words}
+        self.out = {
+            "cpu": {name: 0.0 for name in names},
+            "wall": {name: 0.0 for name in names},
+            "update_cpu": {name: [] for name in names},
+            "words": words,
+        }
         self.profs = {name: cProfile.Profile() for name in names}
         self.ops = {name: {} for name in names}
 
@@ -229,8 +264,10 @@ def _function_stats(path):
     """Own time and calls of each Python function of a cProfile dump, by (file, line, name)."""
     import pstats
 
-    return {(os.path.basename(file), line, func): (nc, tt)
-            for (file, line, func), (_cc, nc, tt, _ct, _callers) in pstats.Stats(path).stats.items()}
+    return {
+        (os.path.basename(file), line, func): (nc, tt)
+        for (file, line, func), (_cc, nc, tt, _ct, _callers) in pstats.Stats(path).stats.items()
+    }
 
 
 def run_pair(args, size, n, tools, out):
@@ -240,16 +277,26 @@ def run_pair(args, size, n, tools, out):
     with tempfile.TemporaryDirectory() as save:
         spec_path = os.path.join(save, "spec.json")
         with open(spec_path, "w") as f:
-            json.dump({"warmup": 3, "updates": n, "out": out, "tools": tools,
-                       "argv": {name: fairseq_train_cmd(args, name, size, os.path.join(save, name), 10 ** 6)
-                                for name in ("baseline", "hltmt")}}, f)
-        done = subprocess.run([sys.executable, BENCH, "--profile-pair-child", spec_path], capture_output=True,
-                              text=True, env=child_env())
+            json.dump(
+                {
+                    "warmup": 3,
+                    "updates": n,
+                    "out": out,
+                    "tools": tools,
+                    "argv": {
+                        name: fairseq_train_cmd(args, name, size, os.path.join(save, name), 10**6)
+                        for name in ("baseline", "hltmt")
+                    },
+                },
+                f,
+            )
+        done = subprocess.run(
+            [sys.executable, BENCH, "--profile-pair-child", spec_path], capture_output=True, text=True, env=child_env()
+        )
     if done.returncode != 0:
         raise BenchError(f"the training steps of {size} in one process failed:\n{(done.stdout + done.stderr)[-3000:]}")
     with open(out) as f:
         return json.load(f)
-
 
 
 def _phase_table(got, size, n):
@@ -262,12 +309,16 @@ def _phase_table(got, size, n):
             order.append(key)
     total = {name: got["cpu"][name] / n for name in ("baseline", "hltmt")}
     diff = total["hltmt"] - total["baseline"]
-    print(f"\n### One fairseq training step, {size}: both systems in one process, fairseq's Trainer, the same "
-          f"{n} batches, updates alternating (CPU time per update; words per CPU-second: baseline "
-          f"{got['words'] / got['cpu']['baseline']:,.0f}, HLT-MT {got['words'] / got['cpu']['hltmt']:,.0f}, time "
-          f"ratio {total['hltmt'] / total['baseline']:.3f})\n")
-    print("| phase | calls per update (baseline / HLT-MT) | baseline | HLT-MT | HLT-MT - baseline | share of the "
-          "difference |")
+    print(
+        f"\n### One fairseq training step, {size}: both systems in one process, fairseq's Trainer, the same "
+        f"{n} batches, updates alternating (CPU time per update; words per CPU-second: baseline "
+        f"{got['words'] / got['cpu']['baseline']:,.0f}, HLT-MT {got['words'] / got['cpu']['hltmt']:,.0f}, time "
+        f"ratio {total['hltmt'] / total['baseline']:.3f})\n"
+    )
+    print(
+        "| phase | calls per update (baseline / HLT-MT) | baseline | HLT-MT | HLT-MT - baseline | share of the "
+        "difference |"
+    )
     print("|---|---|---|---|---|---|")
     phases = []
     for key in order:
@@ -275,10 +326,18 @@ def _phase_table(got, size, n):
         if not b[0] and not h[0]:
             continue
         d = (h[1] - b[1]) / n
-        phases.append({"phase": key.strip(), "baseline_ms": b[1] / n * 1000, "hltmt_ms": h[1] / n * 1000,
-                       "calls": [b[0] / n, h[0] / n]})
-        print(f"| {key} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.1f} ms | {h[1] / n * 1000:.1f} ms | "
-              f"{d * 1000:+.1f} ms | {f'{100 * d / diff:.0f}%' if diff > 0 else ''} |")
+        phases.append(
+            {
+                "phase": key.strip(),
+                "baseline_ms": b[1] / n * 1000,
+                "hltmt_ms": h[1] / n * 1000,
+                "calls": [b[0] / n, h[0] / n],
+            }
+        )
+        print(
+            f"| {key} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.1f} ms | {h[1] / n * 1000:.1f} ms | "
+            f"{d * 1000:+.1f} ms | {f'{100 * d / diff:.0f}%' if diff > 0 else ''} |"
+        )
     return phases, total
 
 
@@ -289,17 +348,27 @@ def _function_table(out, n, top):
     keys = set(stats["baseline"]) | set(stats["hltmt"])
     zero = (0, 0.0)
     diffs = sorted(keys, key=lambda k: stats["hltmt"].get(k, zero)[1] - stats["baseline"].get(k, zero)[1], reverse=True)
-    print("\nPython functions whose own time per update differs most (cProfile, which slows Python calls: "
-          "compare the two columns, not with the phases):\n")
+    print(
+        "\nPython functions whose own time per update differs most (cProfile, which slows Python calls: "
+        "compare the two columns, not with the phases):\n"
+    )
     print("| function (file:line name) | calls per update (baseline / HLT-MT) | baseline | HLT-MT | difference |")
     print("|---|---|---|---|---|")
     functions = []
     for k in diffs[:top]:
         b, h = stats["baseline"].get(k, zero), stats["hltmt"].get(k, zero)
-        functions.append({"function": f"{k[0]}:{k[1]} {k[2]}", "baseline_ms": b[1] / n * 1000,
-                          "hltmt_ms": h[1] / n * 1000, "calls": [b[0] / n, h[0] / n]})
-        print(f"| {k[0]}:{k[1]} {k[2]} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.2f} ms | "
-              f"{h[1] / n * 1000:.2f} ms | {(h[1] - b[1]) / n * 1000:+.2f} ms |")
+        functions.append(
+            {
+                "function": f"{k[0]}:{k[1]} {k[2]}",
+                "baseline_ms": b[1] / n * 1000,
+                "hltmt_ms": h[1] / n * 1000,
+                "calls": [b[0] / n, h[0] / n],
+            }
+        )
+        print(
+            f"| {k[0]}:{k[1]} {k[2]} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.2f} ms | "
+            f"{h[1] / n * 1000:.2f} ms | {(h[1] - b[1]) / n * 1000:+.2f} ms |"
+        )
     return functions
 
 
@@ -308,19 +377,32 @@ def _operator_table(ops, n, top):
     differs most (torch.profiler); (their figures, the totals in ms)."""
     zero_op = {"self_us": 0.0, "count": 0}
     tb, th = (sum(v["self_us"] for v in ops[name].values()) / n / 1000 for name in ("baseline", "hltmt"))
-    names = sorted(set(ops["baseline"]) | set(ops["hltmt"]), key=lambda o: ops["hltmt"].get(o, zero_op)["self_us"]
-                   - ops["baseline"].get(o, zero_op)["self_us"], reverse=True)
-    print(f"\nOperators (torch.profiler, self time per update): baseline {tb:.1f} ms, HLT-MT {th:.1f} ms "
-          f"({th / tb:.3f}x); those whose time differs most:\n")
+    names = sorted(
+        set(ops["baseline"]) | set(ops["hltmt"]),
+        key=lambda o: ops["hltmt"].get(o, zero_op)["self_us"] - ops["baseline"].get(o, zero_op)["self_us"],
+        reverse=True,
+    )
+    print(
+        f"\nOperators (torch.profiler, self time per update): baseline {tb:.1f} ms, HLT-MT {th:.1f} ms "
+        f"({th / tb:.3f}x); those whose time differs most:\n"
+    )
     print("| operator | calls per update (baseline / HLT-MT) | baseline | HLT-MT | difference |")
     print("|---|---|---|---|---|")
     operators = []
     for o in names[:top]:
         b, h = ops["baseline"].get(o, zero_op), ops["hltmt"].get(o, zero_op)
-        operators.append({"operator": o, "baseline_ms": b["self_us"] / n / 1000,
-                          "hltmt_ms": h["self_us"] / n / 1000, "calls": [b["count"] / n, h["count"] / n]})
-        print(f"| {o} | {b['count'] / n:.0f} / {h['count'] / n:.0f} | {b['self_us'] / n / 1000:.2f} ms | "
-              f"{h['self_us'] / n / 1000:.2f} ms | {(h['self_us'] - b['self_us']) / n / 1000:+.2f} ms |")
+        operators.append(
+            {
+                "operator": o,
+                "baseline_ms": b["self_us"] / n / 1000,
+                "hltmt_ms": h["self_us"] / n / 1000,
+                "calls": [b["count"] / n, h["count"] / n],
+            }
+        )
+        print(
+            f"| {o} | {b['count'] / n:.0f} / {h['count'] / n:.0f} | {b['self_us'] / n / 1000:.2f} ms | "
+            f"{h['self_us'] / n / 1000:.2f} ms | {(h['self_us'] - b['self_us']) / n / 1000:+.2f} ms |"
+        )
     return operators, {"baseline": tb, "hltmt": th}
 
 

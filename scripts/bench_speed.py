@@ -3,6 +3,7 @@ same task and data, timed on the same batches with the systems interleaved round
 training words/s, a mixed-direction batch against single-direction ones, beam-5 generation
 tokens/s, parameters and training memory, each speed with the ratio its arithmetic predicts
 (:func:`~bench_systems.flops`); the table, the JSON figures and the plot."""
+
 import argparse
 import json
 import os
@@ -15,8 +16,7 @@ from bench_systems import BENCH, DTYPES, PLUGIN, batches, build, flops, for_mode
 from timing import Clock, alternating, median
 
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
-RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)",
-            "size": "size: system / baseline"}
+RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)", "size": "size: system / baseline"}
 TARGET = 1.06  # the target for HLT-MT's time ratios (1.10 for its training memory)
 
 
@@ -40,8 +40,12 @@ def time_training(args, systems, samples):
         spent = alternating(steps, {name: samples for name in steps}, clock_of(args), 1000 * r)
         for name in steps:
             rates[name].append(words / spent[name])
-        print(f"# training round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{name} {v[-1]:,.0f}" for name, v in rates.items()) + " words/s", flush=True)
+        print(
+            f"# training round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{name} {v[-1]:,.0f}" for name, v in rates.items())
+            + " words/s",
+            flush=True,
+        )
     work = {name: flops(lambda: [step(s, i) for i, s in enumerate(samples)]) for name, step in steps.items()}
     return rates, work
 
@@ -53,26 +57,67 @@ def generation_setup(args, direction):
 
     src, tgt = direction.split("-")
     langs, _ = pairs_of(args)
-    inference = options.parse_args_and_arch(options.get_generation_parser(), [
-        args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", ",".join(langs),
-        "--lang-pairs", direction, "--encoder-langtok", "tgt", "--enable-lang-ids", "-s", src, "-t", tgt,
-        "--path", BENCH])
+    inference = options.parse_args_and_arch(
+        options.get_generation_parser(),
+        [
+            args.data,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--langs",
+            ",".join(langs),
+            "--lang-pairs",
+            direction,
+            "--encoder-langtok",
+            "tgt",
+            "--enable-lang-ids",
+            "-s",
+            src,
+            "-t",
+            tgt,
+            "--path",
+            BENCH,
+        ],
+    )
     task = tasks.setup_task(inference)  # the data side only: the models are the ones being timed
     task.load_dataset("test")
-    itr = task.get_batch_iterator(dataset=task.dataset("test"), max_tokens=4000, max_sentences=args.gen_batch_size or None,
-                                  max_positions=(1024, 1024), seed=1)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset("test"),
+        max_tokens=4000,
+        max_sentences=args.gen_batch_size or None,
+        max_positions=(1024, 1024),
+        seed=1,
+    )
     samples, n = [], 0
     for sample in itr.next_epoch_itr(shuffle=False):
         samples.append(utils.move_to_cuda(sample) if args.device == "cuda" else sample)
         n += len(sample["id"])
         if n >= args.gen_sentences:
             break
-    gen_args = argparse.Namespace(beam=5, max_len_a=0, max_len_b=args.gen_len, min_len=args.gen_len,
-                                  unnormalized=False, lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
-                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
-                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0, sampling_topk=-1,
-                                  sampling_topp=-1.0, constraints=None, print_alignment=None, retain_dropout=False,
-                                  score_reference=False)
+    gen_args = argparse.Namespace(
+        beam=5,
+        max_len_a=0,
+        max_len_b=args.gen_len,
+        min_len=args.gen_len,
+        unnormalized=False,
+        lenpen=1,
+        unkpen=0,
+        temperature=1.0,
+        match_source_len=False,
+        no_repeat_ngram_size=0,
+        sampling=False,
+        diverse_beam_groups=-1,
+        diverse_beam_strength=0.5,
+        diversity_rate=-1,
+        prefix_size=0,
+        sampling_topk=-1,
+        sampling_topp=-1.0,
+        constraints=None,
+        print_alignment=None,
+        retain_dropout=False,
+        score_reference=False,
+    )
     return task, samples, gen_args
 
 
@@ -92,7 +137,6 @@ def generate_fn(args, task, samples, gen_args, system):
     return run
 
 
-
 def time_generation(args, systems, directions):
     """Beam-5 tokens/s per (system, direction), rounds interleaved; also the FLOPs of one pass."""
     rates, work = {}, {}
@@ -108,8 +152,12 @@ def time_generation(args, systems, directions):
                 rates.setdefault((name, direction), []).append(toks / seconds)
         for name, run in runs.items():
             work[(name, direction)] = flops(run)
-        print(f"# generation {direction}: " + ", ".join(
-            f"{name} {median(rates[(name, direction)]):,.0f}" for name in systems) + " tokens/s", flush=True)
+        print(
+            f"# generation {direction}: "
+            + ", ".join(f"{name} {median(rates[(name, direction)]):,.0f}" for name in systems)
+            + " tokens/s",
+            flush=True,
+        )
     return rates, work
 
 
@@ -121,7 +169,6 @@ def one_direction(sample, task, lang):
     return {**sample, "net_input": {**sample["net_input"], "src_tokens": src}}
 
 
-
 def time_pair(args, system, first, second):
     """Words/s of the same model on two lists of batches of the same tokens, after one step of
     each, alternating batch by batch."""
@@ -131,8 +178,9 @@ def time_pair(args, system, first, second):
     step(first[0], 0)
     step(second[0], 1)
     for r in range(args.rounds):
-        spent = alternating({"mixed": step, "single": step}, {"mixed": first, "single": second}, clock_of(args),
-                            1000 * r)
+        spent = alternating(
+            {"mixed": step, "single": step}, {"mixed": first, "single": second}, clock_of(args), 1000 * r
+        )
         for name in rates:
             rates[name].append(words / spent[name])
     return {k: median(v) for k, v in rates.items()}
@@ -180,8 +228,7 @@ def cuda_memory_child(args, name):
     torch.cuda.reset_peak_memory_stats()
     for i, sample in enumerate(samples):
         step(sample, i)
-    print(json.dumps({"peak_mib": torch.cuda.max_memory_allocated() / 2 ** 20}))
-
+    print(json.dumps({"peak_mib": torch.cuda.max_memory_allocated() / 2**20}))
 
 
 def measured_cuda_memory(args, names):
@@ -189,10 +236,30 @@ def measured_cuda_memory(args, names):
     (``bench.py --memory-child NAME``); ``None`` where that process failed."""
     measured = {}
     for name in names:
-        cmd = [sys.executable, BENCH, "--data", args.data, "--langs", args.langs, "--high", args.high,
-               "--size", args.size, "--pool-size", str(args.pool_size), "--max-tokens", str(args.max_tokens),
-               "--batches", str(min(args.batches, 10)), "--device", args.device, "--dtype", args.dtype,
-               "--memory-child", name]
+        cmd = [
+            sys.executable,
+            BENCH,
+            "--data",
+            args.data,
+            "--langs",
+            args.langs,
+            "--high",
+            args.high,
+            "--size",
+            args.size,
+            "--pool-size",
+            str(args.pool_size),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--batches",
+            str(min(args.batches, 10)),
+            "--device",
+            args.device,
+            "--dtype",
+            args.dtype,
+            "--memory-child",
+            name,
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         measured[name] = json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"] if out.returncode == 0 else None
     return measured
@@ -204,9 +271,12 @@ def measure(args, names):
     systems = {name: build(args, name) for name in names}
     samples = batches(args, systems["hltmt" if "hltmt" in systems else "baseline"]["task"], args.batches)
     tgt_tokens = sum(int(s["ntokens"]) for s in samples)
-    print(f"# {len(samples)} training batches, {tgt_tokens} target tokens per round, device {args.device}, "
-          f"{torch.get_num_threads()} threads, {args.clock} clock, load {os.getloadavg()[0]:.2f}, torch "
-          f"{torch.__version__}, systems {', '.join(names)}", flush=True)
+    print(
+        f"# {len(samples)} training batches, {tgt_tokens} target tokens per round, device {args.device}, "
+        f"{torch.get_num_threads()} threads, {args.clock} clock, load {os.getloadavg()[0]:.2f}, torch "
+        f"{torch.__version__}, systems {', '.join(names)}",
+        flush=True,
+    )
     got = {"systems": systems, "gen_dirs": args.gen_directions.split(",")}
     got["rates"], got["work"] = time_training(args, systems, samples)
     got["mix_rates"] = None
@@ -215,7 +285,7 @@ def measure(args, names):
         got["mix_rates"] = time_pair(args, systems["hltmt"], samples, single)
     got["gen_systems"] = {n: s for n, s in systems.items() if n != "hltmt high"}  # stage high decodes as stage all
     got["gen"], got["gen_work"] = time_generation(args, got["gen_systems"], got["gen_dirs"])
-    got["memory"] = {name: training_bytes(args, s, samples[:5]) / 2 ** 20 for name, s in systems.items()}
+    got["memory"] = {name: training_bytes(args, s, samples[:5]) / 2**20 for name, s in systems.items()}
     got["measured"] = measured_cuda_memory(args, names) if args.device == "cuda" else {}
     return got
 
@@ -231,14 +301,30 @@ def table_rows(names, got):
         rows.append(("train words/s", name, med["baseline"], med[name], "speed", work[name] / work["baseline"]))
         for d in got["gen_dirs"]:
             if name in got["gen_systems"]:
-                rows.append((f"beam-5 tokens/s {d}", name, median(gen[("baseline", d)]), median(gen[(name, d)]),
-                             "speed", gen_work[(name, d)] / gen_work[("baseline", d)]))
+                rows.append(
+                    (
+                        f"beam-5 tokens/s {d}",
+                        name,
+                        median(gen[("baseline", d)]),
+                        median(gen[(name, d)]),
+                        "speed",
+                        gen_work[(name, d)] / gen_work[("baseline", d)],
+                    )
+                )
         rows.append(("training memory (MiB, model)", name, memory["baseline"], memory[name], "size", None))
         if measured:
             rows.append(("peak CUDA memory (MiB)", name, measured["baseline"], measured[name], "size", None))
     if got["mix_rates"]:
-        rows.append(("train words/s, mixed vs single-direction batches", "hltmt", got["mix_rates"]["single"],
-                     got["mix_rates"]["mixed"], "speed", 1.0))
+        rows.append(
+            (
+                "train words/s, mixed vs single-direction batches",
+                "hltmt",
+                got["mix_rates"]["single"],
+                got["mix_rates"]["mixed"],
+                "speed",
+                1.0,
+            )
+        )
     return rows
 
 
@@ -253,12 +339,25 @@ def print_table(rows):
             continue
         ratio = base / ours if kind == "speed" else ours / base
         digits = 0 if measure == "parameters" else 1
-        print(f"| {measure} | {name} | {base:,.{digits}f} | {ours:,.{digits}f} | {ratio:.3f} | {RATIO_IS[kind]} | "
-              f"{'' if pred is None else f'{pred:.3f}'} |")
-        figures.append({"measure": measure, "system": name, "baseline": base, "value": ours, "ratio": ratio,
-                        "ratio_is": RATIO_IS[kind], "predicted": pred})
-    print("\n(speed rows: the ratio is a time ratio, > 1 when the system is slower; size rows: > 1 when the "
-          "system is larger. 'predicted' is the system's arithmetic over the baseline's on the same work.)")
+        print(
+            f"| {measure} | {name} | {base:,.{digits}f} | {ours:,.{digits}f} | {ratio:.3f} | {RATIO_IS[kind]} | "
+            f"{'' if pred is None else f'{pred:.3f}'} |"
+        )
+        figures.append(
+            {
+                "measure": measure,
+                "system": name,
+                "baseline": base,
+                "value": ours,
+                "ratio": ratio,
+                "ratio_is": RATIO_IS[kind],
+                "predicted": pred,
+            }
+        )
+    print(
+        "\n(speed rows: the ratio is a time ratio, > 1 when the system is slower; size rows: > 1 when the "
+        "system is larger. 'predicted' is the system's arithmetic over the baseline's on the same work.)"
+    )
     return figures
 
 
@@ -271,13 +370,28 @@ def speed_main(args, names):
     spread = {name: [round(min(v)), round(max(v))] for name, v in rates.items()}
     print(f"\nper-round training words/s (min, max): {json.dumps(spread)}")
     if args.png:
-        plot(figures, args.png, f"{args.size} models, {args.device}, {torch.get_num_threads()} thread(s), "
-                                f"{args.clock} clock, generation batches of {args.gen_batch_size or 'up to 4,000 tokens'}")
+        plot(
+            figures,
+            args.png,
+            f"{args.size} models, {args.device}, {torch.get_num_threads()} thread(s), "
+            f"{args.clock} clock, generation batches of {args.gen_batch_size or 'up to 4,000 tokens'}",
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "threads": torch.get_num_threads(), "clock": args.clock,
-                       "load": os.getloadavg()[0], "torch": torch.__version__, "rows": figures, "train_rounds": rates,
-                       "gen_rounds": {f"{n} {d}": v for (n, d), v in got["gen"].items()}}, f, indent=1)
+            json.dump(
+                {
+                    "device": args.device,
+                    "threads": torch.get_num_threads(),
+                    "clock": args.clock,
+                    "load": os.getloadavg()[0],
+                    "torch": torch.__version__,
+                    "rows": figures,
+                    "train_rounds": rates,
+                    "gen_rounds": {f"{n} {d}": v for (n, d), v in got["gen"].items()},
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
@@ -287,6 +401,7 @@ def plot(figures, path, title):
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -298,15 +413,22 @@ def plot(figures, path, title):
     pred = [(i, f["predicted"]) for i, f in enumerate(rows) if f["predicted"] is not None]
     ax.scatter([p for _, p in pred], [i for i, _ in pred], color="#dd8452", zorder=3, label="predicted (arithmetic)")
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.axvline(TARGET, color="grey", ls="--", lw=0.8,
-               label=f"{TARGET}: the target for HLT-MT's time ratios (none for adapters, skills)")
+    ax.axvline(
+        TARGET,
+        color="grey",
+        ls="--",
+        lw=0.8,
+        label=f"{TARGET}: the target for HLT-MT's time ratios (none for adapters, skills)",
+    )
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ratio to the plain fairseq transformer of the same size: time (system time / baseline time = "
-                  "baseline speed / system speed), or size\n> 1: the system is slower (or larger)", fontsize=8)
+    ax.set_xlabel(
+        "ratio to the plain fairseq transformer of the same size: time (system time / baseline time = "
+        "baseline speed / system speed), or size\n> 1: the system is slower (or larger)",
+        fontsize=8,
+    )
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-

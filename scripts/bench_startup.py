@@ -10,6 +10,7 @@ Prints a Markdown table (docs/benchmarks.md holds the figures and the command). 
 run one after another, never side by side; the load average before the first run is printed
 with the table, since another busy process on the machine shows in every figure.
 """
+
 import argparse
 import json
 import os
@@ -62,9 +63,14 @@ def main(argv=None):
     load = os.getloadavg()[0]
     rows = []
     for command in commands:
-        rows.append({"command": f"{command} --help",
-                     **dict(zip(("median", "min", "max"), measure([os.path.join(BIN, command), "--help"],
-                                                                  args.repeats, env)))})
+        rows.append(
+            {
+                "command": f"{command} --help",
+                **dict(
+                    zip(("median", "min", "max"), measure([os.path.join(BIN, command), "--help"], args.repeats, env))
+                ),
+            }
+        )
     registration = measure([sys.executable, "-c", "import hltmt_plugin"], args.repeats, env)
     rows.append({"command": 'python -c "import hltmt_plugin"', **dict(zip(("median", "min", "max"), registration))})
     print(f"{args.repeats} runs each, one at a time; {os.cpu_count()} CPUs, load average {load:.2f} at the start\n")
@@ -74,8 +80,10 @@ def main(argv=None):
     if args.json:
         from hltmt_plugin.atomic_files import write_text  # whole or not at all
 
-        write_text(args.json, json.dumps({"repeats": args.repeats, "cpus": os.cpu_count(), "load": load,
-                                          "rows": rows}, indent=1) + "\n")
+        write_text(
+            args.json,
+            json.dumps({"repeats": args.repeats, "cpus": os.cpu_count(), "load": load, "rows": rows}, indent=1) + "\n",
+        )
     return 0
 
 

@@ -4,6 +4,7 @@ multilingual training batches (:func:`batches`), one training step (:func:`train
 the arithmetic of a piece of work (:func:`flops`), the languages a data folder holds
 (:func:`derive_languages`), and the same systems as ``fairseq-train`` command lines
 (:func:`fairseq_train_cmd`)."""
+
 import inspect
 import os
 
@@ -25,9 +26,11 @@ SYSTEMS = {
     "hltmt+skills": (True, SKILLS),
 }
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-ARCHS = {"tiny": ("transformer_hltmt_tiny", "hltmt_transformer_tiny"),
-         "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
-         "base": ("transformer", "hltmt_transformer")}
+ARCHS = {
+    "tiny": ("transformer_hltmt_tiny", "hltmt_transformer_tiny"),
+    "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
+    "base": ("transformer", "hltmt_transformer"),
+}
 
 # name -> (HLT-MT?, criterion); every run trains the stage-high directions (each high-resource
 # language with English, both ways) on the same batches; HLT-MT routes hard at every update
@@ -58,8 +61,11 @@ def data_languages(data):
         with open(path, encoding="utf-8") as f:
             langs = [x.strip() for x in f if x.strip()]
     else:
-        langs = sorted(name[len("dict."):-len(".txt")] for name in os.listdir(data)
-                       if name.startswith("dict.") and name.endswith(".txt"))
+        langs = sorted(
+            name[len("dict.") : -len(".txt")]
+            for name in os.listdir(data)
+            if name.startswith("dict.") and name.endswith(".txt")
+        )
     return [x for x in langs if x != "en"]
 
 
@@ -82,15 +88,18 @@ def derive_languages(args):
     found = data_languages(args.data)
     if args.langs is None:
         if not found:
-            raise BenchError(f"--data {args.data}: no languages found (no langs.txt, no dict.XX.txt besides en); "
-                             "give --langs")
+            raise BenchError(
+                f"--data {args.data}: no languages found (no langs.txt, no dict.XX.txt besides en); give --langs"
+            )
         args.langs = ",".join(found)
         args.derived.append(f"--langs {args.langs}")
     langs = [x for x in args.langs.split(",") if x]
     missing = [x for x in langs if not os.path.isfile(os.path.join(args.data, f"dict.{x}.txt"))]
     if missing:
-        raise BenchError(f"--langs names {','.join(missing)}, which --data {args.data} has no dictionary for "
-                         f"(it has {','.join(found) or 'none'})")
+        raise BenchError(
+            f"--langs names {','.join(missing)}, which --data {args.data} has no dictionary for "
+            f"(it has {','.join(found) or 'none'})"
+        )
     if args.high is None:
         high = [x for x in DEBMT10_HIGH if x in langs]
         if not high or not set(langs) <= set(DEBMT10_HIGH + DEBMT10_LOW):
@@ -106,8 +115,9 @@ def derive_languages(args):
         args.pool_size = min(3, len(high))
         args.derived.append(f"--pool-size {args.pool_size}")
     if not 1 <= args.pool_size <= len(high):
-        raise BenchError(f"--pool-size must lie in [1, {len(high)}] (the number of high-resource languages), "
-                         f"got {args.pool_size}")
+        raise BenchError(
+            f"--pool-size must lie in [1, {len(high)}] (the number of high-resource languages), got {args.pool_size}"
+        )
 
 
 def build(args, name):
@@ -116,10 +126,35 @@ def build(args, name):
     is_hltmt, extra = SYSTEMS[name]
     langs, pairs = pairs_of(args)
     pairs = getattr(args, "pairs", None) or pairs
-    cli = [args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", ARCHS[args.size][is_hltmt],
-           "--langs", ",".join(langs), "--lang-pairs", ",".join(pairs), "--encoder-langtok", "tgt",
-           "--enable-lang-ids", "--hlt-stage", "all", "--max-tokens", str(args.max_tokens), "--optimizer", "adam",
-           "--lr", "1e-4", "--dropout", "0.1", "--seed", "1", *extra]
+    cli = [
+        args.data,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--arch",
+        ARCHS[args.size][is_hltmt],
+        "--langs",
+        ",".join(langs),
+        "--lang-pairs",
+        ",".join(pairs),
+        "--encoder-langtok",
+        "tgt",
+        "--enable-lang-ids",
+        "--hlt-stage",
+        "all",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-4",
+        "--dropout",
+        "0.1",
+        "--seed",
+        "1",
+        *extra,
+    ]
     if is_hltmt:
         cli += ["--high-resource-langs", args.high, "--slp-pool-size", str(args.pool_size)]
     if args.device == "cpu":
@@ -130,17 +165,27 @@ def build(args, name):
     model = task.build_model(parsed).to(args.device)
     if is_hltmt and "--hlt-stage" not in extra:  # stage all: a fixed map, as after stage high
         model.slp_router.fix_map_to(torch.arange(len(args.high.split(","))) % args.pool_size)
-    return {"args": parsed, "task": task, "model": model,
-            "lang_ids": "src_lang_id" in inspect.signature(model.encoder.forward).parameters}
+    return {
+        "args": parsed,
+        "task": task,
+        "model": model,
+        "lang_ids": "src_lang_id" in inspect.signature(model.encoder.forward).parameters,
+    }
 
 
 def batches(args, task, n):
     from fairseq import utils
 
     task.load_dataset("train", epoch=1)
-    itr = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=args.max_tokens,
-                                  max_positions=(1024, 1024), seed=1, epoch=1, required_batch_size_multiple=8,
-                                  ignore_invalid_inputs=True)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset("train"),
+        max_tokens=args.max_tokens,
+        max_positions=(1024, 1024),
+        seed=1,
+        epoch=1,
+        required_batch_size_multiple=8,
+        ignore_invalid_inputs=True,
+    )
     out = []
     for sample in itr.next_epoch_itr(shuffle=True):
         out.append(utils.move_to_cuda(sample) if args.device == "cuda" else sample)
@@ -197,15 +242,56 @@ def fairseq_train_cmd(args, system, size, save_dir, updates):
     seed, so the same batches."""
     is_hltmt, criterion = TRAIN_SYSTEMS[system]
     langs, _ = pairs_of(args)
-    cli = [args.data, "--user-dir", PLUGIN, "--langs", ",".join(langs), "--lang-pairs", ",".join(high_pairs(args)),
-           "--encoder-langtok", "tgt", "--arch", ARCHS[size][is_hltmt], "--criterion", criterion,
-           "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-4", "--dropout", "0.1", "--seed", "1",
-           "--max-tokens", str(args.max_tokens), "--max-update", str(updates), "--log-format", "json",
-           "--log-interval", str(args.train_log_interval), "--save-dir", save_dir, "--no-save",
-           "--disable-validation"]
+    cli = [
+        args.data,
+        "--user-dir",
+        PLUGIN,
+        "--langs",
+        ",".join(langs),
+        "--lang-pairs",
+        ",".join(high_pairs(args)),
+        "--encoder-langtok",
+        "tgt",
+        "--arch",
+        ARCHS[size][is_hltmt],
+        "--criterion",
+        criterion,
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-4",
+        "--dropout",
+        "0.1",
+        "--seed",
+        "1",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--max-update",
+        str(updates),
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(args.train_log_interval),
+        "--save-dir",
+        save_dir,
+        "--no-save",
+        "--disable-validation",
+    ]
     if is_hltmt:
-        cli += ["--task", "hltmt_translation", "--high-resource-langs", args.high, "--slp-pool-size",
-                str(args.pool_size), "--hlt-stage", "high", "--slp-hard-prob", "1"]
+        cli += [
+            "--task",
+            "hltmt_translation",
+            "--high-resource-langs",
+            args.high,
+            "--slp-pool-size",
+            str(args.pool_size),
+            "--hlt-stage",
+            "high",
+            "--slp-hard-prob",
+            "1",
+        ]
     else:
         cli += ["--task", "translation_multi_simple_epoch"]
     if args.device == "cpu":
@@ -217,4 +303,3 @@ def child_env():
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
-

@@ -7,6 +7,7 @@ ratio the arithmetic predicts; the table, the JSON figures (with ``--profile``: 
 
 :func:`profile_child` is the child process of one run (``python scripts/bench.py
 --profile-child SPEC``)."""
+
 import argparse
 import json
 import os
@@ -19,8 +20,19 @@ import time
 import torch
 
 from bench_profile import profile_fairseq_train, run_pair
-from bench_systems import (ARCHS, BENCH, TRAIN_SYSTEMS, BenchError, batches, build, child_env, fairseq_train_cmd,
-                           flops, high_pairs, train_step_fn)
+from bench_systems import (
+    ARCHS,
+    BENCH,
+    TRAIN_SYSTEMS,
+    BenchError,
+    batches,
+    build,
+    child_env,
+    fairseq_train_cmd,
+    flops,
+    high_pairs,
+    train_step_fn,
+)
 from timing import median, span, stamp
 
 TRAIN_INNER = re.compile(r"\btrain_inner\b[ |:]*(\{.*\})\s*$")
@@ -41,15 +53,17 @@ def parse_train_options(args):
         size, _, n = item.rpartition("=")
         if not n.strip().isdigit() or (size and size not in ARCHS):
             raise BenchError(f"--train-updates takes N or SIZE=N,..., got {args.train_updates!r}")
-        for key in ([size] if size else ARCHS):
+        for key in [size] if size else ARCHS:
             updates[key] = int(n)
     missing = [x for x in sizes if x not in updates]
     if missing:
         raise BenchError(f"--train-updates gives no number for size {','.join(missing)}")
     for size in sizes:
         if updates[size] < 2 * args.train_log_interval:
-            raise BenchError(f"--train-updates {size}={updates[size]}: at least 2 x --train-log-interval "
-                             f"({2 * args.train_log_interval}) updates, the first interval being left out")
+            raise BenchError(
+                f"--train-updates {size}={updates[size]}: at least 2 x --train-log-interval "
+                f"({2 * args.train_log_interval}) updates, the first interval being left out"
+            )
     args.train_sizes, args.train_updates = ",".join(sizes), updates
 
 
@@ -96,7 +110,6 @@ def profile_child(spec_path):
     return 0
 
 
-
 def run_fairseq_train(args, system, size, updates):
     """One fairseq-train run (fairseq_cli.train's own cli_main, in a child process that also
     notes each update's CPU time); its words/s from the JSON log (the median over log
@@ -106,23 +119,37 @@ def run_fairseq_train(args, system, size, updates):
     with tempfile.TemporaryDirectory() as save:
         spec_path, out = os.path.join(save, "spec.json"), os.path.join(save, "out.json")
         with open(spec_path, "w") as f:
-            json.dump({"tool": "none", "warmup": warm, "updates": updates - warm, "out": out,
-                       "argv": fairseq_train_cmd(args, system, size, save, updates)}, f)
-        done = subprocess.run([sys.executable, BENCH, "--profile-child", spec_path], capture_output=True,
-                              text=True, env=child_env())
+            json.dump(
+                {
+                    "tool": "none",
+                    "warmup": warm,
+                    "updates": updates - warm,
+                    "out": out,
+                    "argv": fairseq_train_cmd(args, system, size, save, updates),
+                },
+                f,
+            )
+        done = subprocess.run(
+            [sys.executable, BENCH, "--profile-child", spec_path], capture_output=True, text=True, env=child_env()
+        )
         if done.returncode != 0:
             raise BenchError(f"fairseq-train of {system} ({size}) failed:\n{(done.stdout + done.stderr)[-3000:]}")
         with open(out) as f:
             timed = json.load(f)
     records = train_log(done.stdout + done.stderr)
     if len(records) < 2:
-        raise BenchError(f"fairseq-train of {system} ({size}) logged {len(records)} interval(s): raise "
-                         f"--train-updates above 2 x --train-log-interval")
+        raise BenchError(
+            f"fairseq-train of {system} ({size}) logged {len(records)} interval(s): raise "
+            f"--train-updates above 2 x --train-log-interval"
+        )
     later = records[1:]
-    return {"wps": median(float(r["wps"]) for r in later),
-            "wps_intervals": [float(r["wps"]) for r in records],
-            "cpu_wps": timed["words"] / timed["cpu"], "step_wall_wps": timed["words"] / timed["wall"],
-            "batches": [(r["wpb"], r["bsz"]) for r in records]}
+    return {
+        "wps": median(float(r["wps"]) for r in later),
+        "wps_intervals": [float(r["wps"]) for r in records],
+        "cpu_wps": timed["words"] / timed["cpu"],
+        "step_wall_wps": timed["words"] / timed["wall"],
+        "batches": [(r["wpb"], r["bsz"]) for r in records],
+    }
 
 
 def predicted_train_ratio(args, size, n):
@@ -131,10 +158,11 @@ def predicted_train_ratio(args, size, n):
     sub.size, sub.pairs = size, high_pairs(args)
     systems = {name: build(sub, name) for name in ("baseline", "hltmt")}
     samples = batches(sub, systems["hltmt"]["task"], n)
-    work = {name: flops(lambda s=system: [train_step_fn(sub, s)(b, i) for i, b in enumerate(samples)])
-            for name, system in systems.items()}
+    work = {
+        name: flops(lambda s=system: [train_step_fn(sub, s)(b, i) for i, b in enumerate(samples)])
+        for name, system in systems.items()
+    }
     return work["hltmt"] / work["baseline"]
-
 
 
 def _time_runs(args, names, sizes):
@@ -148,9 +176,12 @@ def _time_runs(args, names, sizes):
                 t = time.time()
                 runs[(size, name)].append(run_fairseq_train(args, name, size, args.train_updates[size]))
                 got = runs[(size, name)][-1]
-                print(f"# round {r + 1}/{args.rounds} {size} {name}: {got['wps']:,.0f} words/s (log), "
-                      f"{got['cpu_wps']:,.0f} words per CPU-second ({time.time() - t:.0f}s, load "
-                      f"{os.getloadavg()[0]:.2f})", flush=True)
+                print(
+                    f"# round {r + 1}/{args.rounds} {size} {name}: {got['wps']:,.0f} words/s (log), "
+                    f"{got['cpu_wps']:,.0f} words per CPU-second ({time.time() - t:.0f}s, load "
+                    f"{os.getloadavg()[0]:.2f})",
+                    flush=True,
+                )
     return runs
 
 
@@ -164,12 +195,19 @@ def _one_process(args, sizes):
             got = run_pair(args, size, args.train_updates[size], ["phases"], os.path.join(tmp, f"{size}.json"))
             b, h = got["update_cpu"]["baseline"], got["update_cpu"]["hltmt"]
             half = len(b) // 2
-            pairs[size] = {"cpu_ratio": sum(h) / sum(b), "wall_ratio": got["wall"]["hltmt"] / got["wall"]["baseline"],
-                           "halves": [sum(h[:half]) / sum(b[:half]), sum(h[half:]) / sum(b[half:])] if half else [],
-                           "baseline_cpu_wps": got["words"] / sum(b), "cpu_wps": got["words"] / sum(h)}
-            print(f"# {size}: fairseq's Trainer.train_step of both systems in one process, {len(b)} updates "
-                  f"alternating: time ratio {pairs[size]['cpu_ratio']:.3f} (CPU), {pairs[size]['wall_ratio']:.3f} (wall)"
-                  f" ({time.time() - t:.0f}s, load {os.getloadavg()[0]:.2f})", flush=True)
+            pairs[size] = {
+                "cpu_ratio": sum(h) / sum(b),
+                "wall_ratio": got["wall"]["hltmt"] / got["wall"]["baseline"],
+                "halves": [sum(h[:half]) / sum(b[:half]), sum(h[half:]) / sum(b[half:])] if half else [],
+                "baseline_cpu_wps": got["words"] / sum(b),
+                "cpu_wps": got["words"] / sum(h),
+            }
+            print(
+                f"# {size}: fairseq's Trainer.train_step of both systems in one process, {len(b)} updates "
+                f"alternating: time ratio {pairs[size]['cpu_ratio']:.3f} (CPU), {pairs[size]['wall_ratio']:.3f} (wall)"
+                f" ({time.time() - t:.0f}s, load {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
     return pairs
 
 
@@ -184,34 +222,51 @@ def _train_rows(args, names, sizes, runs, pairs):
             ours = runs[(size, name)]
             med = {key: (median(x[key] for x in base), median(x[key] for x in ours)) for key in ("wps", "cpu_wps")}
             same = all(a["batches"] == b["batches"] for a, b in zip(ours, base))
-            rows.append({"size": size, "system": name, "baseline_wps": med["wps"][0], "wps": med["wps"][1],
-                         "ratio": med["wps"][0] / med["wps"][1], "baseline_cpu_wps": med["cpu_wps"][0],
-                         "cpu_wps": med["cpu_wps"][1], "cpu_ratio": med["cpu_wps"][0] / med["cpu_wps"][1],
-                         "predicted": pred, "same_batches": same, "one_process": pairs[size] if name == "hltmt" else None,
-                         "rounds": [b["wps"] / o["wps"] for b, o in zip(base, ours)],
-                         "cpu_rounds": [b["cpu_wps"] / o["cpu_wps"] for b, o in zip(base, ours)]})
+            rows.append(
+                {
+                    "size": size,
+                    "system": name,
+                    "baseline_wps": med["wps"][0],
+                    "wps": med["wps"][1],
+                    "ratio": med["wps"][0] / med["wps"][1],
+                    "baseline_cpu_wps": med["cpu_wps"][0],
+                    "cpu_wps": med["cpu_wps"][1],
+                    "cpu_ratio": med["cpu_wps"][0] / med["cpu_wps"][1],
+                    "predicted": pred,
+                    "same_batches": same,
+                    "one_process": pairs[size] if name == "hltmt" else None,
+                    "rounds": [b["wps"] / o["wps"] for b, o in zip(base, ours)],
+                    "cpu_rounds": [b["cpu_wps"] / o["cpu_wps"] for b, o in zip(base, ours)],
+                }
+            )
     return rows
 
 
 def _print_train_table(rows):
     """Print the rows as a Markdown table, with what its ratios mean."""
-    print("\n| size | system | fairseq-train runs: words/s of the JSON log, baseline / system | time ratio | per "
-          "round | the same runs: words per CPU-second of the updates | time ratio | per round | fairseq's "
-          "Trainer.train_step, both in one process, updates alternating: time ratio (CPU; two halves) | predicted "
-          "(arithmetic) | same batches |")
+    print(
+        "\n| size | system | fairseq-train runs: words/s of the JSON log, baseline / system | time ratio | per "
+        "round | the same runs: words per CPU-second of the updates | time ratio | per round | fairseq's "
+        "Trainer.train_step, both in one process, updates alternating: time ratio (CPU; two halves) | predicted "
+        "(arithmetic) | same batches |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         pair = row["one_process"]
-        print(f"| {row['size']} | {row['system']} | {row['baseline_wps']:,.0f} / {row['wps']:,.0f} | "
-              f"{row['ratio']:.3f} | {', '.join(f'{x:.3f}' for x in row['rounds'])} | "
-              f"{row['baseline_cpu_wps']:,.0f} / {row['cpu_wps']:,.0f} | {row['cpu_ratio']:.3f} | "
-              f"{', '.join(f'{x:.3f}' for x in row['cpu_rounds'])} | "
-              + (f"**{pair['cpu_ratio']:.3f}** ({', '.join(f'{x:.3f}' for x in pair['halves'])})" if pair else "")
-              + f" | {row['predicted']:.3f} | {'yes' if row['same_batches'] else 'NO'} |")
-    print("\n(time ratio = baseline words/s / system words/s: > 1 when HLT-MT is slower. The JSON log's words/s "
-          "is fairseq's wall-clock figure; the CPU figure counts the process's CPU time in the updates. Separate "
-          "runs meet the machine's load at different times; the one-process figure alternates the two systems "
-          "update by update on the same batches, so load hits both alike.)")
+        print(
+            f"| {row['size']} | {row['system']} | {row['baseline_wps']:,.0f} / {row['wps']:,.0f} | "
+            f"{row['ratio']:.3f} | {', '.join(f'{x:.3f}' for x in row['rounds'])} | "
+            f"{row['baseline_cpu_wps']:,.0f} / {row['cpu_wps']:,.0f} | {row['cpu_ratio']:.3f} | "
+            f"{', '.join(f'{x:.3f}' for x in row['cpu_rounds'])} | "
+            + (f"**{pair['cpu_ratio']:.3f}** ({', '.join(f'{x:.3f}' for x in pair['halves'])})" if pair else "")
+            + f" | {row['predicted']:.3f} | {'yes' if row['same_batches'] else 'NO'} |"
+        )
+    print(
+        "\n(time ratio = baseline words/s / system words/s: > 1 when HLT-MT is slower. The JSON log's words/s "
+        "is fairseq's wall-clock figure; the CPU figure counts the process's CPU time in the updates. Separate "
+        "runs meet the machine's load at different times; the one-process figure alternates the two systems "
+        "update by update on the same batches, so load hits both alike.)"
+    )
 
 
 def time_fairseq_train(args):
@@ -229,12 +284,23 @@ def time_fairseq_train(args):
 def fairseq_train_main(args):
     """``bench.py --fairseq-train``: the timed runs (and with --profile the profile), the
     tables, and --png / --json."""
-    print(f"# fairseq-train, {args.device}, OMP_NUM_THREADS={child_env()['OMP_NUM_THREADS']} per run, torch "
-          f"{torch.__version__}, load {os.getloadavg()[0]:.2f}; data {args.data}: --langs {args.langs} --high "
-          f"{args.high} --pool-size {args.pool_size}; directions {','.join(high_pairs(args))}", flush=True)
-    out = {"device": args.device, "threads": child_env()["OMP_NUM_THREADS"], "torch": torch.__version__,
-           "langs": args.langs, "high": args.high, "pool_size": args.pool_size, "max_tokens": args.max_tokens,
-           "updates": args.train_updates, "log_interval": args.train_log_interval}
+    print(
+        f"# fairseq-train, {args.device}, OMP_NUM_THREADS={child_env()['OMP_NUM_THREADS']} per run, torch "
+        f"{torch.__version__}, load {os.getloadavg()[0]:.2f}; data {args.data}: --langs {args.langs} --high "
+        f"{args.high} --pool-size {args.pool_size}; directions {','.join(high_pairs(args))}",
+        flush=True,
+    )
+    out = {
+        "device": args.device,
+        "threads": child_env()["OMP_NUM_THREADS"],
+        "torch": torch.__version__,
+        "langs": args.langs,
+        "high": args.high,
+        "pool_size": args.pool_size,
+        "max_tokens": args.max_tokens,
+        "updates": args.train_updates,
+        "log_interval": args.train_log_interval,
+    }
     out["fairseq_train"] = time_fairseq_train(args)
     if args.profile:
         out["profile"] = profile_fairseq_train(args)
@@ -252,6 +318,7 @@ def plot_train(rows, path):
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -259,12 +326,30 @@ def plot_train(rows, path):
     labels = [f"{r['system']}, {r['size']}" for r in rows]
     y = list(range(len(rows)))
     h = 0.27
-    ax.barh([i - h for i in y], [r["ratio"] - 1 for r in rows], height=h, left=1, color="#4c72b0",
-            label="fairseq-train runs: words/s of the JSON log (wall clock)")
-    ax.barh(list(y), [r["cpu_ratio"] - 1 for r in rows], height=h, left=1, color="#55a868",
-            label="the same runs: words per CPU-second of the updates")
-    ax.barh([i + h for i in y], [(r["one_process"] or {}).get("cpu_ratio", 1) - 1 for r in rows], height=h, left=1,
-            color="#c44e52", label="fairseq's Trainer.train_step, both systems in one process, alternating (CPU)")
+    ax.barh(
+        [i - h for i in y],
+        [r["ratio"] - 1 for r in rows],
+        height=h,
+        left=1,
+        color="#4c72b0",
+        label="fairseq-train runs: words/s of the JSON log (wall clock)",
+    )
+    ax.barh(
+        list(y),
+        [r["cpu_ratio"] - 1 for r in rows],
+        height=h,
+        left=1,
+        color="#55a868",
+        label="the same runs: words per CPU-second of the updates",
+    )
+    ax.barh(
+        [i + h for i in y],
+        [(r["one_process"] or {}).get("cpu_ratio", 1) - 1 for r in rows],
+        height=h,
+        left=1,
+        color="#c44e52",
+        label="fairseq's Trainer.train_step, both systems in one process, alternating (CPU)",
+    )
     ax.scatter([r["predicted"] for r in rows], y, color="#dd8452", zorder=3, label="predicted (arithmetic)")
     for i, r in enumerate(rows):
         ax.plot(r["rounds"], [i - h] * len(r["rounds"]), "|", color="black", ms=7)
@@ -274,11 +359,13 @@ def plot_train(rows, path):
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_yticks(y, labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("time ratio HLT-MT / plain transformer of the same size (= baseline words/s / HLT-MT words/s)\n"
-                  "ticks: the single rounds (runs), or the two halves of the alternating updates", fontsize=8)
+    ax.set_xlabel(
+        "time ratio HLT-MT / plain transformer of the same size (= baseline words/s / HLT-MT words/s)\n"
+        "ticks: the single rounds (runs), or the two halves of the alternating updates",
+        fontsize=8,
+    )
     ax.set_title("fairseq-train itself: the whole training step", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)  # below: the bars fill the axes
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-

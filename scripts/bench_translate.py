@@ -29,6 +29,7 @@ Without ``--checkpoint``, ``--work`` gets a DebMT-10 model of its own: hltmt-pre
 (all 10 languages, --max-train lines per pair), then HLT-MT ``hltmt_transformer_tiny`` trained
 for --train-updates (half stage high, half stage all) with the main job's optimiser settings.
 """
+
 import argparse
 import json
 import os
@@ -94,17 +95,59 @@ def train_command(args, data, save):
     from hltmt_plugin.cli import fairseq_cli
 
     high = [x for x in HIGH if x in args.langs]
-    return [*fairseq_cli("train"), os.path.join(data, "bin"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
-            "--arch", "hltmt_transformer_tiny", "--langs", ",".join(["en"] + args.langs),
-            "--lang-pairs", ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
-            "--encoder-langtok", "tgt", "--high-resource-langs", ",".join(high),
-            "--slp-pool-size", str(min(3, len(high))), "--criterion", "hltmt_cross_entropy",
-            "--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "3e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(max(1, args.train_updates // 4)),
-            "--dropout", "0.1", "--max-tokens", "4096", "--max-update", str(args.train_updates),
-            "--high-stage-updates", str(args.train_updates // 2), "--sampling-method", "temperature",
-            "--sampling-temperature", "5", "--save-dir", save, "--no-epoch-checkpoints",
-            "--disable-validation", "--seed", "1", *(["--cpu"] if args.device == "cpu" else [])]
+    return [
+        *fairseq_cli("train"),
+        os.path.join(data, "bin"),
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--arch",
+        "hltmt_transformer_tiny",
+        "--langs",
+        ",".join(["en"] + args.langs),
+        "--lang-pairs",
+        ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
+        "--encoder-langtok",
+        "tgt",
+        "--high-resource-langs",
+        ",".join(high),
+        "--slp-pool-size",
+        str(min(3, len(high))),
+        "--criterion",
+        "hltmt_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        "3e-3",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        str(max(1, args.train_updates // 4)),
+        "--dropout",
+        "0.1",
+        "--max-tokens",
+        "4096",
+        "--max-update",
+        str(args.train_updates),
+        "--high-stage-updates",
+        str(args.train_updates // 2),
+        "--sampling-method",
+        "temperature",
+        "--sampling-temperature",
+        "5",
+        "--save-dir",
+        save,
+        "--no-epoch-checkpoints",
+        "--disable-validation",
+        "--seed",
+        "1",
+        *(["--cpu"] if args.device == "cpu" else []),
+    ]
 
 
 def prepare_model(args):
@@ -114,10 +157,26 @@ def prepare_model(args):
     data = os.path.join(work, "data")
     if not os.path.isdir(os.path.join(data, "bin")):
         log(f"preparing DebMT-10 ({len(args.langs)} languages, {args.max_train} training lines per pair)")
-        check_call([sys.executable, "-m", "hltmt_plugin.cli.prepare_data", "--out", data,
-                    "--langs", ",".join(args.langs), "--max-train", str(args.max_train), "--max-valid", "50",
-                    "--max-test", str(args.per_direction), "--vocab-size", str(args.vocab_size)],
-                   os.path.join(work, "prepare.log"))
+        check_call(
+            [
+                sys.executable,
+                "-m",
+                "hltmt_plugin.cli.prepare_data",
+                "--out",
+                data,
+                "--langs",
+                ",".join(args.langs),
+                "--max-train",
+                str(args.max_train),
+                "--max-valid",
+                "50",
+                "--max-test",
+                str(args.per_direction),
+                "--vocab-size",
+                str(args.vocab_size),
+            ],
+            os.path.join(work, "prepare.log"),
+        )
     save = os.path.join(work, "model")
     ckpt = os.path.join(save, "checkpoint_last.pt")
     if not os.path.isfile(ckpt):
@@ -146,8 +205,9 @@ def resolve_model(args):
     args.pairs_option = ",".join(probe.task.lang_pairs)
     missing = [x for x in ["en"] + args.langs if x not in probe.langs]
     if missing:
-        sys.exit(f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has "
-                 f"{args.langs_option})")
+        sys.exit(
+            f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has {args.langs_option})"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,8 +224,9 @@ def worker(args):
 
     with open(args.items, encoding="utf-8") as f:
         items = [tuple(item) for item in json.load(f)]
-    translator = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device=args.device,
-                                      max_tokens=args.max_tokens)
+    translator = HltmtTranslator.load(
+        args.checkpoint, spm=args.spm, data=args.data, device=args.device, max_tokens=args.max_tokens
+    )
     options = dict(beam=args.beam, max_len=args.max_len, lenpen=args.lenpen)
     translator.translate([items[0][2]], src=items[0][0], tgt=items[0][1], **options)  # warm-up, as a server would be
     loaded = time.perf_counter()
@@ -191,22 +252,73 @@ def run_checked(cmd, env, stdin_path=None):
 
 def worker_command(mode, args, items_path):
     """This script as a worker of ``mode`` (mixed or per-direction) on the items of ``items_path``."""
-    return [sys.executable, os.path.abspath(__file__), "--worker", mode, "--items", items_path,
-            "--checkpoint", args.checkpoint, "--spm", args.spm, "--data", args.data, "--beam", str(args.beam),
-            "--max-len", str(args.max_len), "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens),
-            "--threads", str(args.threads), "--device", args.device]
+    return [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        mode,
+        "--items",
+        items_path,
+        "--checkpoint",
+        args.checkpoint,
+        "--spm",
+        args.spm,
+        "--data",
+        args.data,
+        "--beam",
+        str(args.beam),
+        "--max-len",
+        str(args.max_len),
+        "--lenpen",
+        str(args.lenpen),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--threads",
+        str(args.threads),
+        "--device",
+        args.device,
+    ]
 
 
 def interactive_command(args, src, tgt, sentences_in):
     """fairseq-interactive for one direction, ``sentences_in`` lines read in one buffer."""
     from hltmt_plugin.cli import fairseq_cli
 
-    return [*fairseq_cli("interactive"), args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-            "--langs", args.langs_option, "--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt",
-            "-s", src, "-t", tgt, "--path", args.checkpoint, "--bpe", "sentencepiece",
-            "--sentencepiece-model", args.spm, "--beam", str(args.beam), "--max-len-b", str(args.max_len),
-            "--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens), "--buffer-size", str(sentences_in),
-            *(["--cpu"] if args.device == "cpu" else [])]
+    return [
+        *fairseq_cli("interactive"),
+        args.data,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--langs",
+        args.langs_option,
+        "--lang-pairs",
+        args.pairs_option,
+        "--encoder-langtok",
+        "tgt",
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--path",
+        args.checkpoint,
+        "--bpe",
+        "sentencepiece",
+        "--sentencepiece-model",
+        args.spm,
+        "--beam",
+        str(args.beam),
+        "--max-len-b",
+        str(args.max_len),
+        "--lenpen",
+        str(args.lenpen),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--buffer-size",
+        str(sentences_in),
+        *(["--cpu"] if args.device == "cpu" else []),
+    ]
 
 
 def interactive_hypotheses(text):
@@ -225,8 +337,15 @@ def run_mode(mode, args, items, items_path, env, work):
     if mode in ("mixed", "per-direction"):
         wall, rss, text = run_checked(worker_command(mode, args, items_path), env)
         result = json.loads(text.strip().splitlines()[-1])
-        return {"sentences": n, "translate_s": result["translate_s"], "wall_s": wall, "peak_rss_mib": rss,
-                "peak_rss_sum_mib": rss, "processes": 1, "outputs": result["outputs"]}
+        return {
+            "sentences": n,
+            "translate_s": result["translate_s"],
+            "wall_s": wall,
+            "peak_rss_mib": rss,
+            "peak_rss_sum_mib": rss,
+            "processes": 1,
+            "outputs": result["outputs"],
+        }
     outputs, walls, peaks = [None] * n, [], []
     for (src, tgt), where in by_direction(items).items():
         path = os.path.join(work, f"in.{src}-{tgt}.txt")
@@ -238,8 +357,15 @@ def run_mode(mode, args, items, items_path, env, work):
         hyps = interactive_hypotheses(text)
         for k, i in enumerate(where):
             outputs[i] = hyps.get(k)
-    return {"sentences": n, "translate_s": None, "wall_s": sum(walls), "peak_rss_mib": max(peaks),
-            "peak_rss_sum_mib": sum(peaks), "processes": len(walls), "outputs": outputs}
+    return {
+        "sentences": n,
+        "translate_s": None,
+        "wall_s": sum(walls),
+        "peak_rss_mib": max(peaks),
+        "peak_rss_sum_mib": sum(peaks),
+        "processes": len(walls),
+        "outputs": outputs,
+    }
 
 
 def run_rounds(args, items, items_path, env, work):
@@ -250,8 +376,10 @@ def run_rounds(args, items, items_path, env, work):
             result = run_mode(mode, args, items, items_path, env, work)
             runs[mode].append(result)
             rate = result["sentences"] / (result["translate_s"] or result["wall_s"])
-            log(f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, {rate:.1f} sentences/s"
-                f"{' translating' if result['translate_s'] else ''}, peak {result['peak_rss_mib']:.0f} MiB")
+            log(
+                f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, {rate:.1f} sentences/s"
+                f"{' translating' if result['translate_s'] else ''}, peak {result['peak_rss_mib']:.0f} MiB"
+            )
     return runs
 
 
@@ -266,19 +394,24 @@ def mode_table(runs, n):
     for mode in MODES:
         rs = runs[mode]
         translate_s, wall_s = median([r["translate_s"] for r in rs]), median([r["wall_s"] for r in rs])
-        table[mode] = {"translate_sent_per_s": n / translate_s if translate_s else None,
-                       "end_to_end_sent_per_s": n / wall_s, "wall_s": wall_s,
-                       "peak_rss_mib": median([r["peak_rss_mib"] for r in rs]),
-                       "peak_rss_sum_mib": median([r["peak_rss_sum_mib"] for r in rs]),
-                       "processes": rs[0]["processes"]}
+        table[mode] = {
+            "translate_sent_per_s": n / translate_s if translate_s else None,
+            "end_to_end_sent_per_s": n / wall_s,
+            "wall_s": wall_s,
+            "peak_rss_mib": median([r["peak_rss_mib"] for r in rs]),
+            "peak_rss_sum_mib": median([r["peak_rss_sum_mib"] for r in rs]),
+            "processes": rs[0]["processes"],
+        }
     return table
 
 
 def identical(runs):
     """How many hypotheses of the first round mixed shares with per-direction and per-process."""
     outs = {mode: runs[mode][0]["outputs"] for mode in MODES}
-    return {"mixed=per-direction": sum(a == b for a, b in zip(outs["mixed"], outs["per-direction"])),
-            "mixed=per-process": sum(a == b for a, b in zip(outs["mixed"], outs["per-process"]))}
+    return {
+        "mixed=per-direction": sum(a == b for a, b in zip(outs["mixed"], outs["per-direction"])),
+        "mixed=per-process": sum(a == b for a, b in zip(outs["mixed"], outs["per-process"])),
+    }
 
 
 def ratios_of(table):
@@ -289,36 +422,54 @@ def ratios_of(table):
         "mixed/per-process end to end": mixed["end_to_end_sent_per_s"] / per_proc["end_to_end_sent_per_s"],
         "mixed/per-direction peak memory": mixed["peak_rss_mib"] / per_dir["peak_rss_mib"],
         "mixed/per-process peak memory (largest process)": mixed["peak_rss_mib"] / per_proc["peak_rss_mib"],
-        f"mixed/per-process memory ({per_proc['processes']} servers up at once)":
-            mixed["peak_rss_mib"] / per_proc["peak_rss_sum_mib"],
+        f"mixed/per-process memory ({per_proc['processes']} servers up at once)": mixed["peak_rss_mib"]
+        / per_proc["peak_rss_sum_mib"],
     }
 
 
 def report_lines(table, ratios, same, n):
     """The Markdown table of the modes, the ratios and the identical hypotheses, as printed."""
-    lines = ["| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
+        "|---|---|---|---|---|---|",
+    ]
     for mode in MODES:
         row = table[mode]
         tr = f"{row['translate_sent_per_s']:.1f}" if row["translate_sent_per_s"] else "-"
         mem = f"{row['peak_rss_mib']:.0f}" + (f" (sum {row['peak_rss_sum_mib']:.0f})" if row["processes"] > 1 else "")
-        lines.append(f"| {mode} | {row['processes']} | {tr} | {row['end_to_end_sent_per_s']:.1f} | {row['wall_s']:.1f} "
-                     f"| {mem} |")
+        lines.append(
+            f"| {mode} | {row['processes']} | {tr} | {row['end_to_end_sent_per_s']:.1f} | {row['wall_s']:.1f} | {mem} |"
+        )
     lines.append("")
     lines += [f"- {name}: **{value:.2f}**" for name, value in ratios.items()]
-    lines.append(f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "
-                 f"mixed = per-process (fairseq-interactive) {same['mixed=per-process']}/{n}")
+    lines.append(
+        f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "
+        f"mixed = per-process (fairseq-interactive) {same['mixed=per-process']}/{n}"
+    )
     return lines
 
 
 def write_json(path, args, n, table, ratios, same, runs):
     with open(path, "w") as f:
-        json.dump({"sentences": n, "per_direction": args.per_direction, "directions": len(directions(args.langs)),
-                   "beam": args.beam, "max_len": args.max_len, "max_tokens": args.max_tokens,
-                   "threads": args.threads, "rounds": args.rounds, "checkpoint": args.checkpoint,
-                   "modes": table, "ratios": ratios, "identical": same,
-                   "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]]
-                                  for m in MODES}}, f, indent=1)
+        json.dump(
+            {
+                "sentences": n,
+                "per_direction": args.per_direction,
+                "directions": len(directions(args.langs)),
+                "beam": args.beam,
+                "max_len": args.max_len,
+                "max_tokens": args.max_tokens,
+                "threads": args.threads,
+                "rounds": args.rounds,
+                "checkpoint": args.checkpoint,
+                "modes": table,
+                "ratios": ratios,
+                "identical": same,
+                "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]] for m in MODES},
+            },
+            f,
+            indent=1,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -326,12 +477,18 @@ def write_json(path, args, n, table, ratios, same, runs):
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default=None, help="an hltmt_transformer checkpoint trained on DebMT-10 "
-                                                      "(default: prepare and train one under --work)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="an hltmt_transformer checkpoint trained on DebMT-10 (default: prepare and train one under --work)",
+    )
     p.add_argument("--spm", default=None, help="its sentencepiece model (default: found as hltmt_plugin.hub finds it)")
     p.add_argument("--data", default=None, help="its binarized data folder (default: stored in the checkpoint)")
-    p.add_argument("--work", default=os.path.join(ROOT, "runs", "bench_translate"),
-                   help="folder for the prepared data, the trained model and the inputs")
+    p.add_argument(
+        "--work",
+        default=os.path.join(ROOT, "runs", "bench_translate"),
+        help="folder for the prepared data, the trained model and the inputs",
+    )
     p.add_argument("--raw", default=DEBMT10, help="DebMT-10 raw folder (test sentences)")
     p.add_argument("--langs", default=",".join(LANGS), help="the non-English languages (directions en-XX, XX-en)")
     p.add_argument("--per-direction", type=int, default=50, help="test sentences per direction")
@@ -353,8 +510,13 @@ def build_parser():
 
 def child_env(threads):
     """The environment of every measured process: ``threads`` OpenMP / MKL threads, the plugin importable."""
-    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-                PYTHONWARNINGS="ignore", PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    return dict(
+        os.environ,
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+        PYTHONWARNINGS="ignore",
+        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+    )
 
 
 def main(argv=None):
@@ -373,9 +535,11 @@ def main(argv=None):
     items_path = os.path.join(work, "items.json")
     with open(items_path, "w", encoding="utf-8") as f:
         json.dump(items, f, ensure_ascii=False)
-    log(f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
+    log(
+        f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
         f"beam {args.beam}, max length {args.max_len}, {args.max_tokens} tokens per batch, {args.threads} thread(s), "
-        f"{args.rounds} round(s)")
+        f"{args.rounds} round(s)"
+    )
     runs = run_rounds(args, items, items_path, child_env(args.threads), work)
 
     n = len(items)

@@ -25,6 +25,7 @@ GPU machine: ``python3 -m pip install --no-index --no-deps --target DIR gpu_bund
 ``PYTHONPATH=DIR:<repo>`` (scripts/gpu_run.sh does it). Run from a clean clone: needs pip
 and the package index, nothing else.
 """
+
 import argparse
 import base64
 import csv
@@ -39,8 +40,13 @@ import tempfile
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64"]
+PLATFORMS = [
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
 BINARY = ["fairseq-fixed==0.12.3.1", "hydra-core==1.3.2", "omegaconf==2.3.0", "bitarray==3.12.3"]
 SDIST = ["antlr4-python3-runtime==4.9.3"]
 # what the slimmed fairseq wheel drops: torch C++ extensions (built against one torch ABI;
@@ -94,8 +100,11 @@ def slim_wheel(src, dst):
                     continue
                 data = zin.read(info)
                 if name == f"{dist_info}/top_level.txt":
-                    data = b"".join(line + b"\n" for line in data.splitlines()
-                                    if line.strip() and not line.startswith(b"alignment_train"))
+                    data = b"".join(
+                        line + b"\n"
+                        for line in data.splitlines()
+                        if line.strip() and not line.startswith(b"alignment_train")
+                    )
                 out = zipfile.ZipInfo(name, date_time=info.date_time)
                 out.external_attr = info.external_attr
                 out.compress_type = zipfile.ZIP_DEFLATED
@@ -135,14 +144,27 @@ def build(out):
         plat = [a for p in PLATFORMS for a in ("--platform", p)]
         for spec in BINARY:
             log(f"download {spec} (cp312 manylinux x86-64, no deps)")
-            pip("download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-                *plat, "-d", raw, spec)
+            pip(
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--implementation",
+                "cp",
+                *plat,
+                "-d",
+                raw,
+                spec,
+            )
         for spec in SDIST:
             log(f"build a pure-Python wheel of {spec} from its sdist")
             pip("wheel", "--no-deps", "--no-binary", ":all:", "-w", raw, spec)
         wheels = sorted(glob.glob(os.path.join(raw, "*.whl")))
         if len(wheels) != len(BINARY) + len(SDIST):
-            raise BundleError(f"expected {len(BINARY) + len(SDIST)} wheels, got {[os.path.basename(w) for w in wheels]}")
+            raise BundleError(
+                f"expected {len(BINARY) + len(SDIST)} wheels, got {[os.path.basename(w) for w in wheels]}"
+            )
         for old in glob.glob(os.path.join(out, "*.whl")):
             os.remove(old)
         for wheel in wheels:
@@ -153,15 +175,19 @@ def build(out):
                 if "-cp312-cp312-" not in name:
                     raise BundleError(f"{name} is not the cp312 wheel")
                 kept, dropped = slim_wheel(wheel, os.path.join(out, name))
-                log(f"slimmed {name}: {os.path.getsize(wheel) / 2**20:.1f} MiB -> "
-                    f"{os.path.getsize(os.path.join(out, name)) / 2**20:.1f} MiB ({kept} files kept, {dropped} dropped)")
+                log(
+                    f"slimmed {name}: {os.path.getsize(wheel) / 2**20:.1f} MiB -> "
+                    f"{os.path.getsize(os.path.join(out, name)) / 2**20:.1f} MiB ({kept} files kept, {dropped} dropped)"
+                )
             else:
                 shutil.copy(wheel, os.path.join(out, name))
     for wheel in sorted(glob.glob(os.path.join(out, "*.whl"))):
         verify_wheel(wheel)
     with open(os.path.join(out, "README.txt"), "w") as f:
-        f.write("Wheels for the GPU machine (CPython 3.12, manylinux x86-64), made by scripts/gpu_bundle.py.\n"
-                "Install: python3 -m pip install --no-index --no-deps --target DIR *.whl\n")
+        f.write(
+            "Wheels for the GPU machine (CPython 3.12, manylinux x86-64), made by scripts/gpu_bundle.py.\n"
+            "Install: python3 -m pip install --no-index --no-deps --target DIR *.whl\n"
+        )
 
 
 def show(out):

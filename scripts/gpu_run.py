@@ -46,6 +46,7 @@ hltmt-report), one per line as a shell would run it, notes as ``#`` lines, and r
 nothing; ``--gpu`` is then taken as given. The number of updates comes from the calibration,
 so the training lines show ``--updates`` when given, else the size's minimum (a note says so).
 """
+
 import argparse
 import json
 import os
@@ -65,8 +66,18 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
-from hltmt_plugin.cli.main_job import (BF16_REFUSED, HIGH, LANGS, NGPU_HELP, PRECISION_FLAGS,  # noqa: E402
-                                       PRECISION_HELP, gpu_flags, nproc, print_command, reader_gone)
+from hltmt_plugin.cli.main_job import (
+    BF16_REFUSED,
+    HIGH,
+    LANGS,
+    NGPU_HELP,
+    PRECISION_FLAGS,  # noqa: E402
+    PRECISION_HELP,
+    gpu_flags,
+    nproc,
+    print_command,
+    reader_gone,
+)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
@@ -100,23 +111,68 @@ class RunSize:
 SIZES = {
     # the smallest: two languages, a few hundred lines, the tiny model, a dozen updates; a few
     # minutes on 2 CPU cores (the test suite runs it)
-    "tiny": RunSize(langs=["de", "gu"], high=["de"], max_train=200, max_valid=30, max_test=8, vocab=600,
-                    hltmt_arch="hltmt_transformer_tiny", baseline_arch="transformer_hltmt_tiny", max_tokens=2048,
-                    lr=3e-3, min_updates=6, max_updates=12, log_interval=1, calib_lines=2, validations=3,
-                    budget_s=900, decode_reserve_s=0, max_len=(0, 16),
-                    notes="smallest size: shows that the run works end to end, nothing about quality "
-                          "(outputs capped at 16 tokens)"),
+    "tiny": RunSize(
+        langs=["de", "gu"],
+        high=["de"],
+        max_train=200,
+        max_valid=30,
+        max_test=8,
+        vocab=600,
+        hltmt_arch="hltmt_transformer_tiny",
+        baseline_arch="transformer_hltmt_tiny",
+        max_tokens=2048,
+        lr=3e-3,
+        min_updates=6,
+        max_updates=12,
+        log_interval=1,
+        calib_lines=2,
+        validations=3,
+        budget_s=900,
+        decode_reserve_s=0,
+        max_len=(0, 16),
+        notes="smallest size: shows that the run works end to end, nothing about quality (outputs capped at 16 tokens)",
+    ),
     # the GPU run: all of DebMT-10, d 256 4+3 layers (hltmt_transformer_small and the plain
     # transformer of the same sizes), 16k vocabulary, large batches
-    "small": RunSize(langs=LANGS, high=HIGH, max_train=0, max_valid=0, max_test=0, vocab=16000,
-                     hltmt_arch="hltmt_transformer_small", baseline_arch="transformer_hltmt_small", max_tokens=32768,
-                     lr=2e-3, min_updates=200, max_updates=200000, log_interval=20, calib_lines=4, validations=8,
-                     budget_s=420, decode_reserve_s=90),
+    "small": RunSize(
+        langs=LANGS,
+        high=HIGH,
+        max_train=0,
+        max_valid=0,
+        max_test=0,
+        vocab=16000,
+        hltmt_arch="hltmt_transformer_small",
+        baseline_arch="transformer_hltmt_small",
+        max_tokens=32768,
+        lr=2e-3,
+        min_updates=200,
+        max_updates=200000,
+        log_interval=20,
+        calib_lines=4,
+        validations=8,
+        budget_s=420,
+        decode_reserve_s=90,
+    ),
     # transformer-base (d 512, 6+6 layers): fewer updates in the same time
-    "base": RunSize(langs=LANGS, high=HIGH, max_train=0, max_valid=0, max_test=0, vocab=16000,
-                    hltmt_arch="hltmt_transformer", baseline_arch="transformer", max_tokens=32768, lr=1e-3,
-                    min_updates=200, max_updates=200000, log_interval=20, calib_lines=4, validations=8,
-                    budget_s=420, decode_reserve_s=110),
+    "base": RunSize(
+        langs=LANGS,
+        high=HIGH,
+        max_train=0,
+        max_valid=0,
+        max_test=0,
+        vocab=16000,
+        hltmt_arch="hltmt_transformer",
+        baseline_arch="transformer",
+        max_tokens=32768,
+        lr=1e-3,
+        min_updates=200,
+        max_updates=200000,
+        log_interval=20,
+        calib_lines=4,
+        validations=8,
+        budget_s=420,
+        decode_reserve_s=110,
+    ),
 }
 
 PROGRESS = re.compile(r"\| train_inner \| .*num_updates=(\d+)")
@@ -251,9 +307,21 @@ class GpuRun:
     # ---- 1. data ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        cmd = [*plugin_cli("prepare_data"), "--raw", self.args.raw,
-               "--out", os.path.join(self.work, "data"), "--langs", ",".join(self.langs), "--vocab-size", str(s.vocab),
-               "--workers", str(nproc()), "--threads", str(nproc())]
+        cmd = [
+            *plugin_cli("prepare_data"),
+            "--raw",
+            self.args.raw,
+            "--out",
+            os.path.join(self.work, "data"),
+            "--langs",
+            ",".join(self.langs),
+            "--vocab-size",
+            str(s.vocab),
+            "--workers",
+            str(nproc()),
+            "--threads",
+            str(nproc()),
+        ]
         for opt, n in (("--max-train", s.max_train), ("--max-valid", s.max_valid), ("--max-test", s.max_test)):
             cmd += [opt, str(n)] if n else []
         if self.dry_run:
@@ -271,8 +339,11 @@ class GpuRun:
         if done.returncode != 0:
             lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
             error = next((line for line in reversed(lines) if "error:" in line), None)
-            raise RunFailed(f"data preparation failed: {error}" if error else
-                            f"data preparation failed (exit {done.returncode}):\n{tail(log)}")
+            raise RunFailed(
+                f"data preparation failed: {error}"
+                if error
+                else f"data preparation failed (exit {done.returncode}):\n{tail(log)}"
+            )
         with open(stamp, "w") as f:
             f.write(want)
 
@@ -280,36 +351,108 @@ class GpuRun:
     def train_cmd(self, system, updates, save, calibrate):
         s = self.size
         task = "translation_multi_simple_epoch" if system == "mnmt" else "hltmt_translation"
-        cmd = [*fairseq_cli("train"), self.data, "--user-dir", PLUGIN, "--task", task,
-               "--langs", ",".join(["en"] + self.langs), "--lang-pairs", ",".join(self.directions),
-               "--encoder-langtok", "tgt", *([] if self.cuda else ["--cpu"])]
+        cmd = [
+            *fairseq_cli("train"),
+            self.data,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            task,
+            "--langs",
+            ",".join(["en"] + self.langs),
+            "--lang-pairs",
+            ",".join(self.directions),
+            "--encoder-langtok",
+            "tgt",
+            *([] if self.cuda else ["--cpu"]),
+        ]
         if system == "mnmt":
             cmd += ["--arch", s.baseline_arch, "--criterion", "label_smoothed_cross_entropy"]
         elif system == "hltmt":
-            cmd += ["--arch", s.hltmt_arch, "--high-resource-langs", ",".join(self.high),
-                    "--slp-pool-size", str(min(3, len(self.high))), "--criterion", "hltmt_cross_entropy",
-                    "--hlt-stage", "high", "--high-stage-updates", str(max(1, updates // 2)),
-                    "--disparity-weight", "1.0"]
+            cmd += [
+                "--arch",
+                s.hltmt_arch,
+                "--high-resource-langs",
+                ",".join(self.high),
+                "--slp-pool-size",
+                str(min(3, len(self.high))),
+                "--criterion",
+                "hltmt_cross_entropy",
+                "--hlt-stage",
+                "high",
+                "--high-stage-updates",
+                str(max(1, updates // 2)),
+                "--disparity-weight",
+                "1.0",
+            ]
         else:
             targets = ["en"] + self.langs
-            cmd += ["--arch", s.hltmt_arch, "--high-resource-langs", ",".join(targets),
-                    "--slp-pool-size", str(len(targets)), "--slp-language-specific", "--hlt-stage", "all",
-                    "--criterion", "label_smoothed_cross_entropy"]
+            cmd += [
+                "--arch",
+                s.hltmt_arch,
+                "--high-resource-langs",
+                ",".join(targets),
+                "--slp-pool-size",
+                str(len(targets)),
+                "--slp-language-specific",
+                "--hlt-stage",
+                "all",
+                "--criterion",
+                "label_smoothed_cross_entropy",
+            ]
         warmup = max(4, min(4000, updates // 8))
-        cmd += ["--label-smoothing", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
-                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup), "--dropout", "0.1",
-                "--max-tokens", str(s.max_tokens), "--max-update", str(updates),
-                "--sampling-method", "temperature", "--sampling-temperature", "5", "--seed", str(self.args.seed),
-                "--log-format", "simple", "--log-interval", str(s.log_interval), "--save-dir", save,
-                "--no-epoch-checkpoints", "--no-save-optimizer-state", "--num-workers", "1",
-                *self.precision_flags()]
+        cmd += [
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--lr",
+            str(s.lr),
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            str(warmup),
+            "--dropout",
+            "0.1",
+            "--max-tokens",
+            str(s.max_tokens),
+            "--max-update",
+            str(updates),
+            "--sampling-method",
+            "temperature",
+            "--sampling-temperature",
+            "5",
+            "--seed",
+            str(self.args.seed),
+            "--log-format",
+            "simple",
+            "--log-interval",
+            str(s.log_interval),
+            "--save-dir",
+            save,
+            "--no-epoch-checkpoints",
+            "--no-save-optimizer-state",
+            "--num-workers",
+            "1",
+            *self.precision_flags(),
+        ]
         if calibrate:
             cmd += ["--disable-validation", "--no-save"]
         else:
             every = max(1, updates // s.validations)
             guard_h = (self.train_window + 60) / 3600
-            cmd += ["--validate-interval-updates", str(every), "--validate-interval", "1000000",
-                    "--save-interval", "1000000", "--stop-time-hours", f"{guard_h:.4f}"]
+            cmd += [
+                "--validate-interval-updates",
+                str(every),
+                "--validate-interval",
+                "1000000",
+                "--save-interval",
+                "1000000",
+                "--stop-time-hours",
+                f"{guard_h:.4f}",
+            ]
         return cmd
 
     def precision_flags(self):
@@ -340,7 +483,7 @@ class GpuRun:
         for system in SYSTEMS:
             log = os.path.join(self.logs, f"calibrate_{system}.log")
             save = os.path.join(self.work, "calibrate", system)
-            runs[system] = (self.launch(system, self.train_cmd(system, 10 ** 7, save, calibrate=True), log), log)
+            runs[system] = (self.launch(system, self.train_cmd(system, 10**7, save, calibrate=True), log), log)
         try:
             seen = self.await_progress(runs, launched)
         finally:
@@ -372,18 +515,18 @@ class GpuRun:
             if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
                 return lines, first_seen
             if time.time() > deadline:
-                raise RunFailed("calibration: no steady progress within "
-                                f"{deadline - launched:.0f}s: " + ", ".join(
-                                    f"{k} {len(v)} progress lines" for k, v in lines.items()))
+                raise RunFailed(
+                    "calibration: no steady progress within "
+                    f"{deadline - launched:.0f}s: "
+                    + ", ".join(f"{k} {len(v)} progress lines" for k, v in lines.items())
+                )
 
     def fall_back_to_fp32(self, system, log):
         """A mixed-precision failure must not cost the device run: say why and switch all three
         systems to fp32 (the same precision for all)."""
         last = tail(log, 1).strip()
-        self.fact("precision fallback", f"{self.precision} failed for {system} ({last[:200]}); "
-                                        "all systems run in fp32")
-        say(self.t0, f"warning: {system} failed in {self.precision} ({last[:200]}); "
-                     "calibrating again in fp32")
+        self.fact("precision fallback", f"{self.precision} failed for {system} ({last[:200]}); all systems run in fp32")
+        say(self.t0, f"warning: {system} failed in {self.precision} ({last[:200]}); calibrating again in fp32")
         self.precision, self.fell_back = "fp32", True
 
     def calibration_rates(self, lines, first_seen, launched):
@@ -402,7 +545,8 @@ class GpuRun:
         self.info["facts"]["calibration"] = (
             "the three systems trained together until each logged "
             f"{self.size.calib_lines + 1} progress lines ({time.time() - launched:.0f}s); start-up {startup:.0f}s; "
-            + ", ".join(f"{k} {v:.2f} updates/s" for k, v in rates.items()))
+            + ", ".join(f"{k} {v:.2f} updates/s" for k, v in rates.items())
+        )
         return min(rates.values()), startup
 
     def size_updates(self, rate, startup):
@@ -415,11 +559,16 @@ class GpuRun:
         sized = n
         n = max(s.min_updates, min(s.max_updates, n))
         n -= n % 2
-        why = (f"0.85 x {rate:.2f} updates/s (slowest system) x {usable:.0f}s usable of a {self.train_window:.0f}s "
-               f"training window = {sized}" + (f", clamped to [{s.min_updates}, {s.max_updates}]" if sized != n else ""))
+        why = (
+            f"0.85 x {rate:.2f} updates/s (slowest system) x {usable:.0f}s usable of a {self.train_window:.0f}s "
+            f"training window = {sized}" + (f", clamped to [{s.min_updates}, {s.max_updates}]" if sized != n else "")
+        )
         if sized < s.min_updates:
-            say(self.t0, f"warning: the budget allows only {sized} updates; training {n} (the size's minimum), "
-                         "so the run will overrun --budget-s")
+            say(
+                self.t0,
+                f"warning: the budget allows only {sized} updates; training {n} (the size's minimum), "
+                "so the run will overrun --budget-s",
+            )
         return n, why
 
     # ---- 3. training --------------------------------------------------------------------
@@ -441,8 +590,13 @@ class GpuRun:
                         raise RunFailed(f"training {system} failed (exit {proc.returncode}):\n{tail(log)}")
                 if time.time() - last_report >= self.args.status_every:
                     last_report = time.time()
-                    say(self.t0, "train: " + ", ".join(
-                        f"{k} {(progress(log) or [(0, {})])[-1][0]}/{updates}" for k, (_, log) in runs.items()))
+                    say(
+                        self.t0,
+                        "train: "
+                        + ", ".join(
+                            f"{k} {(progress(log) or [(0, {})])[-1][0]}/{updates}" for k, (_, log) in runs.items()
+                        ),
+                    )
                 if time.time() > deadline:
                     raise RunFailed(f"training ran past its window ({self.train_window:.0f}s + 180s): stopped")
         finally:
@@ -463,11 +617,17 @@ class GpuRun:
         params = sum(int(p.replace(",", "")) for p in PARAMS.findall(text))
         steady = pl[1:] or pl
         wall = DONE.search(text)
-        row.update({"parameters": f"{params:,}" if params else "?", "updates": done_updates,
-                    "tokens/s (training, 3 at once)": round(statistics.median(f.get("wps", 0) for _, f in steady))
-                    if steady else "?",
-                    "updates/s": round(statistics.median(f.get("ups", 0) for _, f in steady), 2) if steady else "?",
-                    "training wall (s)": float(wall.group(1)) if wall else "?"})
+        row.update(
+            {
+                "parameters": f"{params:,}" if params else "?",
+                "updates": done_updates,
+                "tokens/s (training, 3 at once)": round(statistics.median(f.get("wps", 0) for _, f in steady))
+                if steady
+                else "?",
+                "updates/s": round(statistics.median(f.get("ups", 0) for _, f in steady), 2) if steady else "?",
+                "training wall (s)": float(wall.group(1)) if wall else "?",
+            }
+        )
         if done_updates < updates:
             row["note"] = f"stopped early by the time guard at {done_updates} of {updates} updates"
         if system == "hltmt":
@@ -488,12 +648,33 @@ class GpuRun:
                 jobs.append((f"decode {system} {d}", ckpt, src, tgt, os.path.join(out_dir, f"{d}.gen")))
         workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
         workers = max(1, min(workers, len(jobs)))
-        common = [self.data, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                  "--langs", ",".join(["en"] + self.langs), "--lang-pairs", ",".join(self.directions),
-                  "--encoder-langtok", "tgt", "--gen-subset", "test", "--beam", "5",
-                  "--max-tokens", "24000" if self.cuda else "8000", "--max-len-a", str(self.size.max_len[0]),
-                  "--max-len-b", str(self.size.max_len[1]), "--remove-bpe", "sentencepiece",
-                  *(["--fp16"] if self.cuda and self.precision != "fp32" else []), *([] if self.cuda else ["--cpu"])]
+        common = [
+            self.data,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--langs",
+            ",".join(["en"] + self.langs),
+            "--lang-pairs",
+            ",".join(self.directions),
+            "--encoder-langtok",
+            "tgt",
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--max-tokens",
+            "24000" if self.cuda else "8000",
+            "--max-len-a",
+            str(self.size.max_len[0]),
+            "--max-len-b",
+            str(self.size.max_len[1]),
+            "--remove-bpe",
+            "sentencepiece",
+            *(["--fp16"] if self.cuda and self.precision != "fp32" else []),
+            *([] if self.cuda else ["--cpu"]),
+        ]
         return jobs, common, workers
 
     def decode(self):
@@ -502,35 +683,58 @@ class GpuRun:
             out_dir = os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
             shutil.rmtree(out_dir, ignore_errors=True)
             os.makedirs(out_dir)
-        env = dict(os.environ, PYTHONWARNINGS="ignore",
-                   OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers)))
-        self.fact("decoding", f"beam 5, {len(jobs)} directions x systems over {workers} worker processes"
-                              + (", fp16" if "--fp16" in common else ", fp32"))
+        env = dict(
+            os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers))
+        )
+        self.fact(
+            "decoding",
+            f"beam 5, {len(jobs)} directions x systems over {workers} worker processes"
+            + (", fp16" if "--fp16" in common else ", fp32"),
+        )
         try:
             decode_all(jobs, common, self.data, workers, os.path.join(self.logs, "decode"), env=env, echo=None)
         except DecodeFailed as error:
             if "--fp16" not in common:
                 raise RunFailed(str(error))
             todo = [j for j in jobs if not os.path.exists(j[4])]
-            say(self.t0, f"warning: fp16 decoding failed ({str(error).splitlines()[0]}); "
-                         f"the {len(todo)} directions left again in fp32")
-            self.fact("decoding fallback", f"fp16 decoding failed; {len(todo)} of {len(jobs)} directions decoded "
-                                           "in fp32")
+            say(
+                self.t0,
+                f"warning: fp16 decoding failed ({str(error).splitlines()[0]}); "
+                f"the {len(todo)} directions left again in fp32",
+            )
+            self.fact(
+                "decoding fallback", f"fp16 decoding failed; {len(todo)} of {len(jobs)} directions decoded in fp32"
+            )
             common.remove("--fp16")
             try:
-                decode_all(todo, common, self.data, workers, os.path.join(self.logs, "decode_fp32"), env=env,
-                           echo=None)
+                decode_all(todo, common, self.data, workers, os.path.join(self.logs, "decode_fp32"), env=env, echo=None)
             except DecodeFailed as error2:
                 raise RunFailed(str(error2))
 
     # ---- 5. report ----------------------------------------------------------------------
     def report_cmd(self):
         seed = self.args.seed
-        cmd = [*plugin_cli("report"), "--decode-dir", os.path.join(self.work, "decode"),
-               "--out", os.path.join(self.work, "report"), "--high", ",".join(self.high), "--baseline", "mnmt",
-               "--system", "hltmt", "--title", f"DebMT-10 GPU run (`{self.args.size}`)",
-               "--gate-checkpoint", os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
-               "--machine", self.info["facts"]["machine"], "--run-info", os.path.join(self.work, "run.json")]
+        cmd = [
+            *plugin_cli("report"),
+            "--decode-dir",
+            os.path.join(self.work, "decode"),
+            "--out",
+            os.path.join(self.work, "report"),
+            "--high",
+            ",".join(self.high),
+            "--baseline",
+            "mnmt",
+            "--system",
+            "hltmt",
+            "--title",
+            f"DebMT-10 GPU run (`{self.args.size}`)",
+            "--gate-checkpoint",
+            os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
+            "--machine",
+            self.info["facts"]["machine"],
+            "--run-info",
+            os.path.join(self.work, "run.json"),
+        ]
         for system in SYSTEMS:
             cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed{seed}.log"]
         if self.size.notes:
@@ -541,8 +745,9 @@ class GpuRun:
         cmd = self.report_cmd()
         log = os.path.join(self.logs, "report.log")
         with open(log, "w") as f:
-            done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
-                                  env=dict(os.environ, PYTHONWARNINGS="ignore"))
+            done = subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore")
+            )
         if done.returncode != 0:
             raise RunFailed(f"report failed (exit {done.returncode}):\n{tail(log)}")
 
@@ -553,13 +758,17 @@ class GpuRun:
         s = self.size
         self.fact("machine", detect_machine())
         self.fact("size", f"{self.args.size}: {s.hltmt_arch} (HLT-MT, LS-MNMT) and {s.baseline_arch} (MNMT)")
-        self.fact("data", f"DebMT-10 en<->{','.join(self.langs)} ({len(self.directions)} directions), "
-                          f"training lines per pair: {s.max_train or 'all'}, test lines per pair: "
-                          f"{s.max_test or 'all'}, {s.vocab}-piece joint sentencepiece")
+        self.fact(
+            "data",
+            f"DebMT-10 en<->{','.join(self.langs)} ({len(self.directions)} directions), "
+            f"training lines per pair: {s.max_train or 'all'}, test lines per pair: "
+            f"{s.max_test or 'all'}, {s.vocab}-piece joint sentencepiece",
+        )
         self.fact("high-resource languages", ",".join(self.high))
         self.fact("precision", self.precision + (" (GPU)" if self.cuda else " (CPU)"))
-        self.fact("batch", f"{s.max_tokens} tokens, lr {s.lr} inverse_sqrt, temperature-5 sampling, seed "
-                           f"{self.args.seed}")
+        self.fact(
+            "batch", f"{s.max_tokens} tokens, lr {s.lr} inverse_sqrt, temperature-5 sampling, seed {self.args.seed}"
+        )
         self.fact("budget (s)", self.budget)
 
     def print_plan(self):
@@ -567,28 +776,36 @@ class GpuRun:
         s = self.size
         self.describe()
         gpus = f"{self.args.ngpu} GPU(s) shared by the three systems" if self.cuda else "CPU"
-        print(f"# gpu run: size {self.args.size}, {len(self.directions)} directions, {gpus}, {self.precision}, "
-              f"budget {self.budget}s, work {self.work}")
+        print(
+            f"# gpu run: size {self.args.size}, {len(self.directions)} directions, {gpus}, {self.precision}, "
+            f"budget {self.budget}s, work {self.work}"
+        )
         print("# 1. prepare")
         self.prepare()
         if self.args.updates:
             updates = self.args.updates - self.args.updates % 2
         else:
-            print(f"# 2. calibrate: the three start together, run until each has logged {s.calib_lines + 1} "
-                  "progress lines, and are stopped")
+            print(
+                f"# 2. calibrate: the three start together, run until each has logged {s.calib_lines + 1} "
+                "progress lines, and are stopped"
+            )
             for system in SYSTEMS:
-                print_command(self.train_cmd(system, 10 ** 7, os.path.join(self.work, "calibrate", system), True))
+                print_command(self.train_cmd(system, 10**7, os.path.join(self.work, "calibrate", system), True))
             updates = s.min_updates
-            print(f"# the calibration sizes the number of updates N to the budget; shown here with N = {updates} "
-                  "(the size's minimum; --updates N fixes it)")
+            print(
+                f"# the calibration sizes the number of updates N to the budget; shown here with N = {updates} "
+                "(the size's minimum; --updates N fixes it)"
+            )
         self.train_window = max(30.0, self.budget - s.decode_reserve_s - 20)
         print(f"# 3. train: the three at once, {updates} updates each")
         for system in SYSTEMS:
             print_command(self.train_cmd(system, updates, os.path.join(self.work, "models", system), False))
         jobs, common, workers = self.decode_plan()
-        print(f"# 4. decode: {len(jobs)} directions over {workers} worker processes, each running these "
-              f"fairseq-generate lines in one Python; output to {self.work}/decode/SYSTEM/seed{self.args.seed}/"
-              "SRC-TGT.gen")
+        print(
+            f"# 4. decode: {len(jobs)} directions over {workers} worker processes, each running these "
+            f"fairseq-generate lines in one Python; output to {self.work}/decode/SYSTEM/seed{self.args.seed}/"
+            "SRC-TGT.gen"
+        )
         for _, ckpt, src, tgt, _ in jobs:
             print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
         print("# 5. report")
@@ -597,8 +814,11 @@ class GpuRun:
     def run(self):
         os.makedirs(self.work, exist_ok=True)
         self.describe()
-        say(self.t0, f"size {self.args.size}, {len(self.directions)} directions, work {self.work}, out {self.out}, "
-                     f"budget {self.budget}s; {self.info['facts']['machine']}")
+        say(
+            self.t0,
+            f"size {self.args.size}, {len(self.directions)} directions, work {self.work}, out {self.out}, "
+            f"budget {self.budget}s; {self.info['facts']['machine']}",
+        )
         self.phase("prepare", self.prepare)
         if self.args.updates:
             updates = self.args.updates - self.args.updates % 2
@@ -641,7 +861,7 @@ def collect(run):
                     if name.endswith(".gen"):
                         path = os.path.join(dirpath, name)
                         tar.add(path, arcname=os.path.join("decode", os.path.relpath(path, decode)))
-    if os.path.getsize(tar_path) > 15 * 2 ** 20:  # over 15 MiB: the logs alone, without the decoded test sets
+    if os.path.getsize(tar_path) > 15 * 2**20:  # over 15 MiB: the logs alone, without the decoded test sets
         with tarfile.open(tar_path, "w:gz") as tar:
             tar.add(run.logs, arcname="logs")
     ours = copied + ["run.json", "logs.tar.gz", "gpu_run.log"]
@@ -652,25 +872,38 @@ def collect(run):
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", choices=sorted(SIZES), default="small", help="default: %(default)s")
-    p.add_argument("--budget-s", type=int, default=0,
-                   help="wall seconds from start to report (default: the size's: small/base 420, tiny 900); "
-                        "the number of updates is sized to fit it")
+    p.add_argument(
+        "--budget-s",
+        type=int,
+        default=0,
+        help="wall seconds from start to report (default: the size's: small/base 420, tiny 900); "
+        "the number of updates is sized to fit it",
+    )
     p.add_argument("--updates", type=int, default=0, help="updates per system (skips the calibration)")
-    p.add_argument("--out", default=os.environ.get("OUT") or None,
-                   help="output folder, at most 8 files (default: $OUT, else WORK/out)")
+    p.add_argument(
+        "--out",
+        default=os.environ.get("OUT") or None,
+        help="output folder, at most 8 files (default: $OUT, else WORK/out)",
+    )
     p.add_argument("--work", default=None, help="working folder (default: runs/gpu-SIZE)")
     p.add_argument("--raw", default=DEBMT10, help="raw data in the DebMT-10 layout (default: DebMT-10)")
     p.add_argument("--langs", default=None, help="non-English languages (default: the size's)")
     p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's)")
     p.add_argument("--precision", choices=["auto", *PRECISION_FLAGS], default="auto", help=PRECISION_HELP)
     p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP + "; the three systems share them")
-    p.add_argument("--gpu", action="store_true", help="run on the GPU; stop if torch sees none (default: the GPU "
-                                                      "when torch sees one)")
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="run on the GPU; stop if torch sees none (default: the GPU when torch sees one)",
+    )
     p.add_argument("--cpu", action="store_true", help="run on the CPU even where a GPU is")
     p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line
-    p.add_argument("--dry-run", action="store_true",
-                   help="print every command the run would start, one per line, and run and write nothing "
-                        "(with --gpu, no GPU needs to be there)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every command the run would start, one per line, and run and write nothing "
+        "(with --gpu, no GPU needs to be there)",
+    )
     p.add_argument("--decode-workers", type=int, default=0, help="default: min(12, cores) on a GPU, cores on CPU")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--status-every", type=float, default=15.0, help="seconds between training status lines")

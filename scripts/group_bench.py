@@ -17,6 +17,7 @@ The arithmetic is the same for every G, so the time over G = 1 is what the group
 Both forms are checked to give the same output before they are timed. A benchmark
 measures; nothing here passes or fails.
 """
+
 import argparse
 import os
 import sys
@@ -109,6 +110,7 @@ def batch_of(args, g, dtype):
 def forms_of(stack, rows, ids, x, dtype, has_grouped):
     """The forms to time on this batch: shipped, and grouped_mm where it runs here (checked to
     give shipped's output)."""
+
     def shipped():
         with rows.use(ids):
             return stack(x, x, rows)
@@ -132,8 +134,15 @@ def forms_of(stack, rows, ids, x, dtype, has_grouped):
 def table_row(g, ms, base, has_grouped):
     """The table's line for ``g`` languages: ms per pass of each form, and its ratio to G = 1."""
     cells = [f"{ms['shipped']:.1f}", f"{ms['shipped'] / base['shipped']:.2f}"]
-    cells += ([f"{ms['grouped_mm']:.1f}", f"{ms['grouped_mm'] / base['grouped_mm']:.2f}",
-               f"{ms['grouped_mm'] / ms['shipped']:.2f}"] if has_grouped else ["(no grouped_mm)", "", ""])
+    cells += (
+        [
+            f"{ms['grouped_mm']:.1f}",
+            f"{ms['grouped_mm'] / base['grouped_mm']:.2f}",
+            f"{ms['grouped_mm'] / ms['shipped']:.2f}",
+        ]
+        if has_grouped
+        else ["(no grouped_mm)", "", ""]
+    )
     return f"| {g} | " + " | ".join(cells) + " |"
 
 
@@ -146,10 +155,15 @@ def main(argv=None):
     torch.manual_seed(0)
     stack, rows = adapter_site(args, dtype)
     has_grouped = hasattr(F, "grouped_mm")
-    print(f"# one adapter site: {args.languages} languages, B={args.rows}, T={args.tokens}, C={args.dim}, "
-          f"bottleneck {args.hidden}; torch {torch.__version__}, {args.device} {args.dtype}, "
-          + ("1 thread, CPU ms" if args.device == "cpu" else "wall ms") + " per forward+backward")
-    print("| languages in the batch | shipped (per-group matmuls) | x G=1 | grouped_mm | x G=1 | grouped_mm / shipped |")
+    print(
+        f"# one adapter site: {args.languages} languages, B={args.rows}, T={args.tokens}, C={args.dim}, "
+        f"bottleneck {args.hidden}; torch {torch.__version__}, {args.device} {args.dtype}, "
+        + ("1 thread, CPU ms" if args.device == "cpu" else "wall ms")
+        + " per forward+backward"
+    )
+    print(
+        "| languages in the batch | shipped (per-group matmuls) | x G=1 | grouped_mm | x G=1 | grouped_mm / shipped |"
+    )
     print("|---|---|---|---|---|---|")
     # this process's CPU time on a CPU (robust to other processes' load), wall time between
     # synchronisations on a GPU

@@ -40,6 +40,7 @@ Each figure is reported as a function of K and as its ratio to K = 10 (or the sm
 measured); the table is printed in Markdown and written with ``--json`` / ``--png``. A
 benchmark measures; nothing here passes or fails.
 """
+
 import argparse
 import json
 import os
@@ -57,22 +58,35 @@ from scale_table import markdown, plot, reference_k, rows_of
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=type(
-        "F", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}))
+    p = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=type("F", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}),
+    )
     p.add_argument("--ks", default="10,25,50,100,200", help="numbers of languages besides English")
     p.add_argument("--lines", type=int, default=100, help="training lines per pair (the same for every K)")
     p.add_argument("--eval-lines", type=int, default=5, help="valid and test lines per pair")
-    p.add_argument("--vocab-size", type=int, default=2000,
-                   help="joint sentencepiece vocabulary (small enough that every K reaches it: the models of all K "
-                        "then differ only by their language tokens and language-specific modules)")
-    p.add_argument("--prepare-script-ks", default="auto",
-                   help="the K of --ks at which hltmt-prepare-data itself is timed (in its own process, "
-                        "the output compared with the phase-by-phase preparation's); auto: every K; '' for none")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        default=2000,
+        help="joint sentencepiece vocabulary (small enough that every K reaches it: the models of all K "
+        "then differ only by their language tokens and language-specific modules)",
+    )
+    p.add_argument(
+        "--prepare-script-ks",
+        default="auto",
+        help="the K of --ks at which hltmt-prepare-data itself is timed (in its own process, "
+        "the output compared with the phase-by-phase preparation's); auto: every K; '' for none",
+    )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems timed")
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--updates", type=int, default=3, help="fairseq-train updates per start-up measure")
-    p.add_argument("--startup-rounds", type=int, default=1,
-                   help="fairseq-train / fairseq-generate runs per system and K, interleaved (the fastest is kept)")
+    p.add_argument(
+        "--startup-rounds",
+        type=int,
+        default=1,
+        help="fairseq-train / fairseq-generate runs per system and K, interleaved (the fastest is kept)",
+    )
     p.add_argument("--batches", type=int, default=8, help="training batches per round (words/s)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (words/s)")
     p.add_argument("--work", default=os.path.join(ROOT, "runs", "scale"), help="working folder (corpora, data)")
@@ -95,8 +109,9 @@ def check_options(args):
     """Check the options (and that every corpus fits in DebMT-10) before anything runs: raises
     ScaleError (or OSError); sorts --ks and turns --ks, --prepare-script-ks, --systems into lists."""
     args.ks = int_list(args.ks, "--ks")
-    args.prepare_script_ks = (list(args.ks) if args.prepare_script_ks == "auto"
-                              else int_list(args.prepare_script_ks, "--prepare-script-ks"))
+    args.prepare_script_ks = (
+        list(args.ks) if args.prepare_script_ks == "auto" else int_list(args.prepare_script_ks, "--prepare-script-ks")
+    )
     if not args.ks or any(k < 1 for k in args.ks):
         raise ScaleError(f"--ks must list numbers of languages >= 1, got {args.ks}")
     if len(set(args.ks)) != len(args.ks):
@@ -105,15 +120,25 @@ def check_options(args):
     extra = [k for k in args.prepare_script_ks if k not in args.ks]
     if extra:
         raise ScaleError(f"--prepare-script-ks {extra} not in --ks {args.ks}")
-    for name in ("lines", "eval_lines", "vocab_size", "max_tokens", "updates", "startup_rounds", "batches", "rounds",
-                 "timeout"):
+    for name in (
+        "lines",
+        "eval_lines",
+        "vocab_size",
+        "max_tokens",
+        "updates",
+        "startup_rounds",
+        "batches",
+        "rounds",
+        "timeout",
+    ):
         if getattr(args, name) < 1:
             raise ScaleError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown or "mnmt" not in args.systems:
-        raise ScaleError(f"--systems: choose from {','.join(SYSTEMS)} (mnmt, the reference, included); "
-                         f"got {','.join(args.systems)}")
+        raise ScaleError(
+            f"--systems: choose from {','.join(SYSTEMS)} (mnmt, the reference, included); got {','.join(args.systems)}"
+        )
     args.systems = [s for s in SYSTEMS if s in args.systems]
     check_fits(args.ks, args.lines, args.eval_lines)
     os.makedirs(args.work, exist_ok=True)
@@ -130,8 +155,10 @@ def measure_all(args):
     for k in args.ks:
         t = time.time()
         results.append(measure_k(args, k, args.work))
-        log(f"K={k} done in {time.time() - t:.0f}s (load {results[-1]['load_start']:.2f} -> "
-            f"{results[-1]['load_end']:.2f})")
+        log(
+            f"K={k} done in {time.time() - t:.0f}s (load {results[-1]['load_start']:.2f} -> "
+            f"{results[-1]['load_end']:.2f})"
+        )
     return results
 
 
@@ -140,20 +167,46 @@ def report(args, argv, results, t_all, torch_version):
     rows = rows_of(results, args.systems)
     table = markdown(rows, results)
     print("\n" + table)
-    meta = {"ks": args.ks, "lines": args.lines, "eval_lines": args.eval_lines, "vocab_size": args.vocab_size,
-            "max_tokens": args.max_tokens, "systems": args.systems, "cpus": os.cpu_count(),
-            "torch": torch_version, "threads_per_measure": 1, "wall_s": time.time() - t_all,
-            "command": " ".join(["scripts/scale_bench.py"] + argv)}
-    print(f"\n(whole run {meta['wall_s']:.0f}s; load per K: " + ", ".join(
-        f"K={r['k']} {r['load_start']:.2f}->{r['load_end']:.2f}" for r in results) + ")")
+    meta = {
+        "ks": args.ks,
+        "lines": args.lines,
+        "eval_lines": args.eval_lines,
+        "vocab_size": args.vocab_size,
+        "max_tokens": args.max_tokens,
+        "systems": args.systems,
+        "cpus": os.cpu_count(),
+        "torch": torch_version,
+        "threads_per_measure": 1,
+        "wall_s": time.time() - t_all,
+        "command": " ".join(["scripts/scale_bench.py"] + argv),
+    }
+    print(
+        f"\n(whole run {meta['wall_s']:.0f}s; load per K: "
+        + ", ".join(f"K={r['k']} {r['load_start']:.2f}->{r['load_end']:.2f}" for r in results)
+        + ")"
+    )
     if args.png:
-        plot(rows, results, args.png, f"Scale in languages: tiny models, {args.lines} lines per pair, CPU, "
-                                      f"1 thread per process; ratio to K={reference_k(results)}")
+        plot(
+            rows,
+            results,
+            args.png,
+            f"Scale in languages: tiny models, {args.lines} lines per pair, CPU, "
+            f"1 thread per process; ratio to K={reference_k(results)}",
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"meta": meta, "results": results,
-                       "rows": [{"measure": m, "system": s, "unit": u, "values": {str(k): v for k, v in vals.items()}}
-                                for m, s, u, vals in rows]}, f, indent=1)
+            json.dump(
+                {
+                    "meta": meta,
+                    "results": results,
+                    "rows": [
+                        {"measure": m, "system": s, "unit": u, "values": {str(k): v for k, v in vals.items()}}
+                        for m, s, u, vals in rows
+                    ],
+                },
+                f,
+                indent=1,
+            )
 
 
 def main(argv=None):
@@ -169,11 +222,15 @@ def main(argv=None):
     args.import_span = import_everything()
     import torch
 
-    log(f"imports (torch, fairseq, the plugin): {args.import_span['cpu']:.1f} s CPU ({args.import_span['wall']:.1f} s "
-        "wall), counted in every 'from process start' figure")
+    log(
+        f"imports (torch, fairseq, the plugin): {args.import_span['cpu']:.1f} s CPU ({args.import_span['wall']:.1f} s "
+        "wall), counted in every 'from process start' figure"
+    )
 
-    log(f"K = {','.join(map(str, args.ks))}; {args.lines} training lines per pair; {os.cpu_count()} CPUs, "
-        f"load {os.getloadavg()[0]:.2f}; torch {torch.__version__}; one OpenMP thread per measure")
+    log(
+        f"K = {','.join(map(str, args.ks))}; {args.lines} training lines per pair; {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}; torch {torch.__version__}; one OpenMP thread per measure"
+    )
     try:
         results = measure_all(args)
     except (ScaleError, subprocess.TimeoutExpired) as error:

@@ -11,6 +11,7 @@ measure starts from the same state and its memory and caches end with it:
 
 Also here: the fairseq-train and fairseq-generate options of each system.
 """
+
 import argparse
 import json
 import os
@@ -27,8 +28,12 @@ from timing import rss_mib, span, stamp
 SCRIPTS = os.path.join(ROOT, "scripts")
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
-BENCH_NAME = {"mnmt": "baseline", "hltmt": "hltmt", "hltmt+adapters": "hltmt+adapters",
-              "hltmt+skills": "hltmt+skills"}  # scripts/bench.py's names
+BENCH_NAME = {
+    "mnmt": "baseline",
+    "hltmt": "hltmt",
+    "hltmt+adapters": "hltmt+adapters",
+    "hltmt+skills": "hltmt+skills",
+}  # scripts/bench.py's names
 ADAPTERS = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters"]
 SKILLS = ["--skill-ffn", "--skill-attention"]
 GEN_SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters"]
@@ -76,32 +81,108 @@ def training_args(spec, system, save_dir=None):
     """fairseq-train options of one system (see the module doc)."""
     langs = spec["langs"]
     high, pool = high_and_pool(langs)
-    cli = [spec["data"], "--user-dir", PLUGIN, "--langs", ",".join(["en"] + langs),
-           "--lang-pairs", ",".join(pairs_of(langs)), "--encoder-langtok", "tgt", "--max-tokens",
-           str(spec["max_tokens"]), "--optimizer", "adam", "--lr", "1e-4", "--dropout", "0.1", "--seed", "1", "--cpu",
-           "--label-smoothing", "0.1"]
+    cli = [
+        spec["data"],
+        "--user-dir",
+        PLUGIN,
+        "--langs",
+        ",".join(["en"] + langs),
+        "--lang-pairs",
+        ",".join(pairs_of(langs)),
+        "--encoder-langtok",
+        "tgt",
+        "--max-tokens",
+        str(spec["max_tokens"]),
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-4",
+        "--dropout",
+        "0.1",
+        "--seed",
+        "1",
+        "--cpu",
+        "--label-smoothing",
+        "0.1",
+    ]
     if system == "mnmt":
-        cli += ["--task", "translation_multi_simple_epoch", "--arch", "transformer_hltmt_tiny",
-                "--criterion", "label_smoothed_cross_entropy"]
+        cli += [
+            "--task",
+            "translation_multi_simple_epoch",
+            "--arch",
+            "transformer_hltmt_tiny",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+        ]
     else:
         low = [x for x in langs if x not in high]
-        cli += ["--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny", "--criterion", "hltmt_cross_entropy",
-                "--enable-lang-ids", "--high-resource-langs", ",".join(high), "--slp-pool-size", str(pool),
-                "--hlt-stage", "high", "--pivot-langs", ",".join(["en"] + low), "--slp-hard-prob", "1"]
+        cli += [
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--criterion",
+            "hltmt_cross_entropy",
+            "--enable-lang-ids",
+            "--high-resource-langs",
+            ",".join(high),
+            "--slp-pool-size",
+            str(pool),
+            "--hlt-stage",
+            "high",
+            "--pivot-langs",
+            ",".join(["en"] + low),
+            "--slp-hard-prob",
+            "1",
+        ]
         cli += {"hltmt": [], "hltmt+adapters": ADAPTERS, "hltmt+skills": SKILLS}[system]
     if save_dir:
-        cli += ["--save-dir", save_dir, "--max-update", str(spec["updates"]), "--log-format", "json",
-                "--log-interval", "1", "--no-epoch-checkpoints", "--disable-validation"]
+        cli += [
+            "--save-dir",
+            save_dir,
+            "--max-update",
+            str(spec["updates"]),
+            "--log-format",
+            "json",
+            "--log-interval",
+            "1",
+            "--no-epoch-checkpoints",
+            "--disable-validation",
+        ]
     return cli
 
 
 def generate_args(spec, system, ckpt):
     """fairseq-generate options of one system: one direction (GEN_DIRECTION), test split."""
     src, tgt = GEN_DIRECTION
-    cli = [spec["data"], "--user-dir", PLUGIN, "--langs", ",".join(["en"] + spec["langs"]),
-           "--lang-pairs", f"{src}-{tgt}", "--encoder-langtok", "tgt", "-s", src, "-t", tgt, "--path", ckpt,
-           "--gen-subset", "test", "--beam", "5", "--max-len-b", "20", "--batch-size", "16", "--cpu",
-           "--required-batch-size-multiple", "1"]  # fairseq 0.12 drops a last partial batch otherwise
+    cli = [
+        spec["data"],
+        "--user-dir",
+        PLUGIN,
+        "--langs",
+        ",".join(["en"] + spec["langs"]),
+        "--lang-pairs",
+        f"{src}-{tgt}",
+        "--encoder-langtok",
+        "tgt",
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--path",
+        ckpt,
+        "--gen-subset",
+        "test",
+        "--beam",
+        "5",
+        "--max-len-b",
+        "20",
+        "--batch-size",
+        "16",
+        "--cpu",
+        "--required-batch-size-multiple",
+        "1",
+    ]  # fairseq 0.12 drops a last partial batch otherwise
     if system == "mnmt":
         return cli + ["--task", "translation_multi_simple_epoch"]
     return cli + ["--task", "hltmt_translation", "--enable-lang-ids"]
@@ -127,17 +208,25 @@ def child_data(spec):
     out["epochs"] = []
     for epoch in (1, 2):
         t = stamp()
-        itr = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=spec["max_tokens"],
-                                      max_positions=(1024, 1024), ignore_invalid_inputs=True,
-                                      required_batch_size_multiple=8, seed=1, epoch=epoch, num_workers=0)
+        itr = task.get_batch_iterator(
+            dataset=task.dataset("train"),
+            max_tokens=spec["max_tokens"],
+            max_positions=(1024, 1024),
+            ignore_invalid_inputs=True,
+            required_batch_size_multiple=8,
+            seed=1,
+            epoch=epoch,
+            num_workers=0,
+        )
         batches = itr.next_epoch_itr(shuffle=True)
         made = span(t, stamp())
         n = tokens = 0
         for sample in batches:
             n += 1
             tokens += int(sample["ntokens"])
-        out["epochs"].append({"iterator": made, "total": span(t, stamp()), "batches": n, "tokens": tokens,
-                              "rss_mib": rss_mib()[0]})
+        out["epochs"].append(
+            {"iterator": made, "total": span(t, stamp()), "batches": n, "tokens": tokens, "rss_mib": rss_mib()[0]}
+        )
     out["peak_rss_mib"] = rss_mib()[1]
     return out
 
@@ -211,9 +300,18 @@ def child_speed(spec):
     torch.manual_seed(1)
     langs = spec["langs"]
     high, pool = high_and_pool(langs)
-    ns = argparse.Namespace(data=spec["data"], langs=",".join(langs), high=",".join(high), pool_size=pool,
-                            size="tiny", max_tokens=spec["max_tokens"], device="cpu", dtype="fp32",
-                            rounds=spec["rounds"], clock="cpu")
+    ns = argparse.Namespace(
+        data=spec["data"],
+        langs=",".join(langs),
+        high=",".join(high),
+        pool_size=pool,
+        size="tiny",
+        max_tokens=spec["max_tokens"],
+        device="cpu",
+        dtype="fp32",
+        rounds=spec["rounds"],
+        clock="cpu",
+    )
     systems, build_s = {}, {}
     for name in spec["systems"]:
         t = stamp()
@@ -229,11 +327,17 @@ def child_speed(spec):
     # relabelled to one direction (one group in every routed layer), interleaved with the real ones
     single = [one_group(s, task, "en", langs[0]) for s in samples]
     grouping = {n: time_pair(ns, s, samples, single) for n, s in systems.items()}
-    return {"build_s": build_s, "words": words, "batches": len(samples), "grouping": grouping,
-            "rates": {n: rates[BENCH_NAME[n]] for n in systems},
-            "flops": {n: work[BENCH_NAME[n]] for n in systems},
-            "params": {n: sum(p.numel() for p in s["model"].parameters()) for n, s in systems.items()},
-            "groups": groups, "threads": torch.get_num_threads()}
+    return {
+        "build_s": build_s,
+        "words": words,
+        "batches": len(samples),
+        "grouping": grouping,
+        "rates": {n: rates[BENCH_NAME[n]] for n in systems},
+        "flops": {n: work[BENCH_NAME[n]] for n in systems},
+        "params": {n: sum(p.numel() for p in s["model"].parameters()) for n, s in systems.items()},
+        "groups": groups,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def routing_groups(task, samples):
@@ -247,8 +351,9 @@ def routing_groups(task, samples):
         first_tok = src_tokens.gather(1, src_tokens.ne(pad).long().argmax(dim=1, keepdim=True)).view(-1)
         tgt = [task.source_dictionary[int(t)] for t in first_tok]
         src = [lang_dict[int(i)] for i in s["net_input"]["src_lang_id"].view(-1)]
-        groups.append({"rows": len(tgt), "src": len(set(src)), "tgt": len(set(tgt)),
-                       "directions": len(set(zip(src, tgt)))})
+        groups.append(
+            {"rows": len(tgt), "src": len(set(src)), "tgt": len(set(tgt)), "directions": len(set(zip(src, tgt)))}
+        )
     return groups
 
 

@@ -4,6 +4,7 @@ The ten real languages come first, then *pseudo-languages*: ``fr01`` is lines N.
 en-fr, ``cs01`` those of en-cs, ..., ``gu19`` lines 19N..20N-1 of en-gu. Each has its own
 files, its own language token and its own lines (no line is shared with another language).
 """
+
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -59,12 +60,14 @@ def write_corpus(k, lines, eval_lines, raw):
             texts = {side: _read(os.path.join(DEBMT10, f"{split}.en-{real}.{side}"), top * n) for side in ("en", real)}
             have = min(len(t) for t in texts.values())
             if have < top * n:
-                raise ScaleError(f"K={k} needs {top} slices of {n} {split} lines of en-{real} ({top * n} lines) but "
-                                 f"DebMT-10 has {have}: lower --lines / --eval-lines or the largest K")
+                raise ScaleError(
+                    f"K={k} needs {top} slices of {n} {split} lines of en-{real} ({top * n} lines) but "
+                    f"DebMT-10 has {have}: lower --lines / --eval-lines or the largest K"
+                )
             for lang, s in members:
                 for side, out_side in (("en", "en"), (real, lang)):
                     with open(os.path.join(raw, f"{split}.en-{lang}.{out_side}"), "w", encoding="utf-8") as f:
-                        f.writelines(texts[side][s * n:(s + 1) * n])
+                        f.writelines(texts[side][s * n : (s + 1) * n])
     return langs
 
 
@@ -73,13 +76,15 @@ def check_fits(ks, lines, eval_lines):
     anything runs)."""
     for k in ks:
         slices = max(source_of(x)[1] for x in languages(k)) + 1
-        for real in REAL[:min(k, len(REAL))]:
+        for real in REAL[: min(k, len(REAL))]:
             for split, n in (("train", lines), ("valid", eval_lines), ("test", eval_lines)):
                 have = _count(os.path.join(DEBMT10, f"{split}.en-{real}.{real}"))
                 if have < slices * n:
-                    raise ScaleError(f"K={k} needs {slices} slices of {n} {split} lines of en-{real} "
-                                     f"({slices * n}) but DebMT-10 has {have}: lower --lines / --eval-lines "
-                                     f"or the largest K")
+                    raise ScaleError(
+                        f"K={k} needs {slices} slices of {n} {split} lines of en-{real} "
+                        f"({slices * n}) but DebMT-10 has {have}: lower --lines / --eval-lines "
+                        f"or the largest K"
+                    )
 
 
 def _count(path):

@@ -5,6 +5,7 @@ fairseq-generate start-up, training words/s; and the figures each child's record
 Times "from process start" add the imports every process pays (``args.import_span``,
 measured once by :func:`scale_children.import_everything`) to the time after them.
 """
+
 import hashlib
 import os
 import shutil
@@ -34,10 +35,17 @@ def measure_k(args, k, work):
     spec["data"] = os.path.join(kdir, "prep", "bin")
     res["data"] = measure_data(args, k, kdir, spec)
     res["train"], res["checkpoint_mib"], res["generate"] = measure_startup(args, k, kdir, spec)
-    log(f"K={k}: training words/s, {', '.join(args.systems)} interleaved ({args.rounds} rounds of {args.batches} "
-        "batches)")
-    res["speed"] = run_measure("speed", dict(spec, systems=args.systems, batches=args.batches, rounds=args.rounds),
-                               kdir, args.timeout, show=True)
+    log(
+        f"K={k}: training words/s, {', '.join(args.systems)} interleaved ({args.rounds} rounds of {args.batches} "
+        "batches)"
+    )
+    res["speed"] = run_measure(
+        "speed",
+        dict(spec, systems=args.systems, batches=args.batches, rounds=args.rounds),
+        kdir,
+        args.timeout,
+        show=True,
+    )
     res["load_end"] = os.getloadavg()[0]
     if not args.keep:
         shutil.rmtree(kdir)
@@ -49,12 +57,23 @@ def measure_preparation(args, k, kdir, raw, langs):
     of its dictionary, and at the K of --prepare-script-ks hltmt-prepare-data itself, its
     output compared with the measuring process's."""
     log(f"K={k}: preparation in one process (sentencepiece + fairseq_cli.preprocess.main for {k} pairs)")
-    prep = run_measure("prepare", {"langs": langs, "raw": raw, "out": os.path.join(kdir, "prep"),
-                                   "vocab": args.vocab_size}, kdir, args.timeout)
+    prep = run_measure(
+        "prepare",
+        {"langs": langs, "raw": raw, "out": os.path.join(kdir, "prep"), "vocab": args.vocab_size},
+        kdir,
+        args.timeout,
+    )
     sp = prep["spans"]
-    res = {"prepare_one_process": {"total": add_spans(args.import_span, *sp.values()), "imports": args.import_span,
-                                   "read": sp["read"], "spm": sp["spm"], "encode": sp["encode"],
-                                   "binarize": sp["binarize"]}}
+    res = {
+        "prepare_one_process": {
+            "total": add_spans(args.import_span, *sp.values()),
+            "imports": args.import_span,
+            "read": sp["read"],
+            "spm": sp["spm"],
+            "encode": sp["encode"],
+            "binarize": sp["binarize"],
+        }
+    }
     data = os.path.join(kdir, "prep", "bin")
     with open(os.path.join(data, "dict.en.txt"), encoding="utf-8") as f:
         res["dictionary"] = sum(1 for _ in f)
@@ -86,15 +105,23 @@ def measure_startup(args, k, kdir, spec):
             log(f"K={k}: fairseq-train, {system} (round {r + 1}/{args.startup_rounds})")
             save = os.path.join(kdir, f"ckpt-{system}")
             shutil.rmtree(save, ignore_errors=True)
-            rec = run_measure("fairseq", {"kind": "fairseq-train", "argv": training_args(
-                dict(spec, updates=args.updates), system, save)}, kdir, args.timeout)
+            rec = run_measure(
+                "fairseq",
+                {"kind": "fairseq-train", "argv": training_args(dict(spec, updates=args.updates), system, save)},
+                kdir,
+                args.timeout,
+            )
             keep_fastest(train, system, summarize_train(rec, args.import_span), "first_update")
             ckpt = os.path.join(save, "checkpoint_last.pt")
-            checkpoint_mib[system] = os.path.getsize(ckpt) / 2 ** 20
+            checkpoint_mib[system] = os.path.getsize(ckpt) / 2**20
             if system in GEN_SYSTEMS:
                 log(f"K={k}: fairseq-generate {'-'.join(GEN_DIRECTION)}, {system}")
-                rec = run_measure("fairseq", {"kind": "fairseq-generate", "argv": generate_args(spec, system, ckpt)},
-                                  kdir, args.timeout)
+                rec = run_measure(
+                    "fairseq",
+                    {"kind": "fairseq-generate", "argv": generate_args(spec, system, ckpt)},
+                    kdir,
+                    args.timeout,
+                )
                 keep_fastest(generate, system, summarize_generate(rec, args.import_span), "first_batch")
             shutil.rmtree(save)
     return train, checkpoint_mib, generate
@@ -105,8 +132,21 @@ def time_prepare_script(raw, out, langs, vocab, timeout):
     arrive; CPU time of the whole (it and any processes it starts)."""
     import resource
 
-    cmd = [sys.executable, "-m", "hltmt_plugin.cli.prepare_data", "--raw", raw, "--out", out, "--langs",
-           ",".join(langs), "--vocab-size", str(vocab), "--workers", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "hltmt_plugin.cli.prepare_data",
+        "--raw",
+        raw,
+        "--out",
+        out,
+        "--langs",
+        ",".join(langs),
+        "--vocab-size",
+        str(vocab),
+        "--workers",
+        "1",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
@@ -128,10 +168,13 @@ def time_prepare_script(raw, out, langs, vocab, timeout):
     end = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (usage.ru_utime + usage.ru_stime)
-    return {"total": {"wall": end - t0, "cpu": cpu},
-            "spm_wall_s": marks["encode_start"] - marks["spm_start"],
-            "encode_wall_s": marks["binarize_start"] - marks["encode_start"],
-            "binarize_wall_s": end - marks["binarize_start"], "before_spm_wall_s": marks["spm_start"] - t0}
+    return {
+        "total": {"wall": end - t0, "cpu": cpu},
+        "spm_wall_s": marks["encode_start"] - marks["spm_start"],
+        "encode_wall_s": marks["binarize_start"] - marks["encode_start"],
+        "binarize_wall_s": end - marks["binarize_start"],
+        "before_spm_wall_s": marks["spm_start"] - t0,
+    }
 
 
 def digest(folder):
@@ -164,13 +207,21 @@ def summarize_train(rec, imports):
     setup, build, itr, step0 = (rec[k][0] for k in ("setup_task", "build_model", "get_train_iterator", "train_step"))
     later = _spans(rec, "train_step")[1:] or _spans(rec, "train_step")
     words = sum(rec["step_tokens"][1:] or rec["step_tokens"])
-    return {"first_update": add_spans(imports, span(start, step0[1])), "imports": imports,
-            "options": span(start, setup[0]), "setup_task": span(*setup), "build_model": span(*build),
-            "trainer": span(build[1], itr[0]), "load_train": add_spans(*_spans(rec, "get_train_iterator")),
-            "first_batch_wait": span(itr[1], step0[0]), "first_step": span(*step0),
-            "step_words_per_cpu_s": words / add_spans(*later)["cpu"],
-            "save": add_spans(*_spans(rec, "save_checkpoint")),
-            "total": add_spans(imports, span(start, rec["end"])), "peak_rss_mib": rec["peak_rss_mib"]}
+    return {
+        "first_update": add_spans(imports, span(start, step0[1])),
+        "imports": imports,
+        "options": span(start, setup[0]),
+        "setup_task": span(*setup),
+        "build_model": span(*build),
+        "trainer": span(build[1], itr[0]),
+        "load_train": add_spans(*_spans(rec, "get_train_iterator")),
+        "first_batch_wait": span(itr[1], step0[0]),
+        "first_step": span(*step0),
+        "step_words_per_cpu_s": words / add_spans(*later)["cpu"],
+        "save": add_spans(*_spans(rec, "save_checkpoint")),
+        "total": add_spans(imports, span(start, rec["end"])),
+        "peak_rss_mib": rec["peak_rss_mib"],
+    }
 
 
 def summarize_generate(rec, imports):
@@ -178,7 +229,12 @@ def summarize_generate(rec, imports):
     batch, task set-up, checkpoint load, test split load; each a (wall, CPU) span."""
     start = rec["start"]
     first = rec["inference_step"][0]
-    return {"first_batch": add_spans(imports, span(start, first[1])), "imports": imports,
-            "setup_task": span(*rec["setup_task"][0]), "load_model": span(*rec["load_model_ensemble"][0]),
-            "load_test": span(*rec["load_dataset"][0]), "total": add_spans(imports, span(start, rec["end"])),
-            "peak_rss_mib": rec["peak_rss_mib"]}
+    return {
+        "first_batch": add_spans(imports, span(start, first[1])),
+        "imports": imports,
+        "setup_task": span(*rec["setup_task"][0]),
+        "load_model": span(*rec["load_model_ensemble"][0]),
+        "load_test": span(*rec["load_dataset"][0]),
+        "total": add_spans(imports, span(start, rec["end"])),
+        "peak_rss_mib": rec["peak_rss_mib"],
+    }

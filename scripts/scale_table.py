@@ -3,6 +3,7 @@ system with its value at each K (:func:`rows_of`), the Markdown table with each 
 to the reference K (:func:`markdown`), and the six panels of ratios against K (:func:`plot`).
 Times are CPU seconds (``timing.stamp``: the load of other processes on a shared machine does
 not inflate them; each measure runs one thread); the JSON keeps the wall time too."""
+
 import statistics
 
 from scale_children import GEN_DIRECTION, GEN_SYSTEMS
@@ -42,8 +43,12 @@ def _preparation_rows(row, systems):
     row("  of which binarization (wall)", "", "s", lambda r: r["prepare_script"]["binarize_wall_s"])
     row("preparation, phase by phase", "", CPU, lambda r: r["prepare_one_process"]["total"]["cpu"])
     row("  of which sentencepiece training", "", CPU, lambda r: r["prepare_one_process"]["spm"]["cpu"])
-    row("  of which binarization (fairseq_cli.preprocess.main per pair)", "", CPU,
-        lambda r: r["prepare_one_process"]["binarize"]["cpu"])
+    row(
+        "  of which binarization (fairseq_cli.preprocess.main per pair)",
+        "",
+        CPU,
+        lambda r: r["prepare_one_process"]["binarize"]["cpu"],
+    )
 
 
 def _data_rows(row, systems):
@@ -51,12 +56,20 @@ def _data_rows(row, systems):
         d = lambda r, s=system: r["data"][s]  # noqa: E731
         row("task set-up (dictionaries, language tokens)", system, CPU, lambda r, d=d: d(r)["setup_task"]["cpu"])
         row("load train split (2K pair datasets)", system, CPU, lambda r, d=d: d(r)["load_train"]["cpu"])
-        row("data loading, epoch 1 (batch iterator + collate all)", system, CPU,
-            lambda r, d=d: d(r)["epochs"][0]["total"]["cpu"])
+        row(
+            "data loading, epoch 1 (batch iterator + collate all)",
+            system,
+            CPU,
+            lambda r, d=d: d(r)["epochs"][0]["total"]["cpu"],
+        )
         row("data loading, epoch 2", system, CPU, lambda r, d=d: d(r)["epochs"][1]["total"]["cpu"])
         row("resident memory after 2 epochs of data", system, "MiB", lambda r, d=d: d(r)["epochs"][1]["rss_mib"])
-    row("  HLT-MT / plain MNMT: task set-up + train split + epoch 1", "hltmt", "x",
-        lambda r: data_cpu(r, "hltmt") / data_cpu(r, "mnmt"))
+    row(
+        "  HLT-MT / plain MNMT: task set-up + train split + epoch 1",
+        "hltmt",
+        "x",
+        lambda r: data_cpu(r, "hltmt") / data_cpu(r, "mnmt"),
+    )
 
 
 def _startup_rows(row, systems):
@@ -70,40 +83,68 @@ def _startup_rows(row, systems):
         row("  checkpoint save", system, CPU, lambda r, t=t: t(r)["save"]["cpu"])
     for system in systems:
         if system != "mnmt":
-            row("  start-up to first update, ratio to plain MNMT", system, "x",
-                lambda r, s=system: r["train"][s]["first_update"]["cpu"] / r["train"]["mnmt"]["first_update"]["cpu"])
+            row(
+                "  start-up to first update, ratio to plain MNMT",
+                system,
+                "x",
+                lambda r, s=system: r["train"][s]["first_update"]["cpu"] / r["train"]["mnmt"]["first_update"]["cpu"],
+            )
 
 
 def _speed_rows(row, systems):
     med = lambda r, s: statistics.median(r["speed"]["rates"][s])  # noqa: E731
     for system in systems:
-        row("training words per CPU-second (same batches, interleaved)", system, "words/s",
-            lambda r, s=system: med(r, s))
+        row(
+            "training words per CPU-second (same batches, interleaved)",
+            system,
+            "words/s",
+            lambda r, s=system: med(r, s),
+        )
     for system in systems:
         if system != "mnmt":
             row("  time ratio to plain MNMT at this K", system, "x", lambda r, s=system: med(r, "mnmt") / med(r, s))
-            row("  predicted (arithmetic) ratio to plain MNMT", system, "x",
-                lambda r, s=system: r["speed"]["flops"][s] / r["speed"]["flops"]["mnmt"])
+            row(
+                "  predicted (arithmetic) ratio to plain MNMT",
+                system,
+                "x",
+                lambda r, s=system: r["speed"]["flops"][s] / r["speed"]["flops"]["mnmt"],
+            )
     for system in systems:
-        row("  the same batches, every row relabelled to one direction: time ratio mixed / one direction", system,
-            "x", lambda r, s=system: r["speed"]["grouping"][s]["single"] / r["speed"]["grouping"][s]["mixed"])
+        row(
+            "  the same batches, every row relabelled to one direction: time ratio mixed / one direction",
+            system,
+            "x",
+            lambda r, s=system: r["speed"]["grouping"][s]["single"] / r["speed"]["grouping"][s]["mixed"],
+        )
 
 
 def _batch_rows(row, systems):
     row("target words per batch", "", "", lambda r: r["speed"]["words"] / r["speed"]["batches"])
     row("sentences per batch", "", "", lambda r: statistics.mean(g["rows"] for g in r["speed"]["groups"]))
-    row("routing groups per batch: source languages", "", "", lambda r: statistics.mean(
-        g["src"] for g in r["speed"]["groups"]))
-    row("routing groups per batch: target languages", "", "", lambda r: statistics.mean(
-        g["tgt"] for g in r["speed"]["groups"]))
+    row(
+        "routing groups per batch: source languages",
+        "",
+        "",
+        lambda r: statistics.mean(g["src"] for g in r["speed"]["groups"]),
+    )
+    row(
+        "routing groups per batch: target languages",
+        "",
+        "",
+        lambda r: statistics.mean(g["tgt"] for g in r["speed"]["groups"]),
+    )
 
 
 def _generate_and_size_rows(row, systems):
     for system in GEN_SYSTEMS:
         if system in systems:
             g = lambda r, s=system: r["generate"][s]  # noqa: E731
-            row(f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch", system, CPU,
-                lambda r, g=g: g(r)["first_batch"]["cpu"])
+            row(
+                f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch",
+                system,
+                CPU,
+                lambda r, g=g: g(r)["first_batch"]["cpu"],
+            )
             row("  after the imports: task set-up", system, CPU, lambda r, g=g: g(r)["setup_task"]["cpu"])
             row("  checkpoint load", system, CPU, lambda r, g=g: g(r)["load_model"]["cpu"])
     for system in systems:
@@ -128,8 +169,10 @@ def reference_k(results):
 def markdown(rows, results):
     ks = [r["k"] for r in results]
     ref = reference_k(results)
-    lines = ["| measure | system | unit | " + " | ".join(f"K={k}" for k in ks) + " |",
-             "|---|---|---|" + "---|" * len(ks)]
+    lines = [
+        "| measure | system | unit | " + " | ".join(f"K={k}" for k in ks) + " |",
+        "|---|---|---|" + "---|" * len(ks),
+    ]
     for measure, system, unit, values in rows:
         cells = []
         for k in ks:
@@ -151,22 +194,45 @@ def markdown(rows, results):
 COLOURS = {"mnmt": "#4c72b0", "hltmt": "#dd8452", "hltmt+adapters": "#55a868", "hltmt+skills": "#c44e52", "": "#8172b3"}
 STYLES = ["-", "--", ":", "-."]  # the measures of one panel, in order
 PANELS = [  # (title, measures, "ratio": each to the reference K / "value": as they are)
-    ("preparation (CPU seconds)", ["hltmt-prepare-data",
-                                   "preparation, phase by phase",
-                                   "  of which sentencepiece training",
-                                   "  of which binarization (fairseq_cli.preprocess.main per pair)"], "ratio"),
-    ("start-up (CPU seconds, imports included)", ["fairseq-train: process start to first update",
-                                                  f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to "
-                                                  "first batch",
-                                                  "task set-up (dictionaries, language tokens)"], "ratio"),
-    ("data (the corpus grows with K: 2K x lines)", ["load train split (2K pair datasets)",
-                                                    "data loading, epoch 1 (batch iterator + collate all)",
-                                                    "resident memory after 2 epochs of data"], "ratio"),
+    (
+        "preparation (CPU seconds)",
+        [
+            "hltmt-prepare-data",
+            "preparation, phase by phase",
+            "  of which sentencepiece training",
+            "  of which binarization (fairseq_cli.preprocess.main per pair)",
+        ],
+        "ratio",
+    ),
+    (
+        "start-up (CPU seconds, imports included)",
+        [
+            "fairseq-train: process start to first update",
+            f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch",
+            "task set-up (dictionaries, language tokens)",
+        ],
+        "ratio",
+    ),
+    (
+        "data (the corpus grows with K: 2K x lines)",
+        [
+            "load train split (2K pair datasets)",
+            "data loading, epoch 1 (batch iterator + collate all)",
+            "resident memory after 2 epochs of data",
+        ],
+        "ratio",
+    ),
     ("model build and checkpoint save (CPU seconds)", ["  model build", "  checkpoint save"], "ratio"),
-    ("training: time ratio to plain MNMT at the same K (solid: measured, same batches;\ndashed: arithmetic); "
-     "dotted: mixed batches / the same batches as one direction",
-     ["  time ratio to plain MNMT at this K", "  predicted (arithmetic) ratio to plain MNMT",
-      "  the same batches, every row relabelled to one direction: time ratio mixed / one direction"], "value"),
+    (
+        "training: time ratio to plain MNMT at the same K (solid: measured, same batches;\ndashed: arithmetic); "
+        "dotted: mixed batches / the same batches as one direction",
+        [
+            "  time ratio to plain MNMT at this K",
+            "  predicted (arithmetic) ratio to plain MNMT",
+            "  the same batches, every row relabelled to one direction: time ratio mixed / one direction",
+        ],
+        "value",
+    ),
     ("sizes", ["checkpoint_last.pt (with the optimizer state)", "parameters"], "ratio"),
 ]
 
@@ -205,8 +271,16 @@ def draw_panel(ax, name, measures, mode, rows, ks, ref):
         else:
             ys = [values[k] for k in xs]
         short = measure.strip().split(":")[0].split(" (")[0]
-        ax.plot(xs, ys, marker="o", ms=3.5, lw=1.2, color=COLOURS.get(system, "#333333"),
-                ls=STYLES[measures.index(measure) % len(STYLES)], label=f"{short}{', ' + system if system else ''}")
+        ax.plot(
+            xs,
+            ys,
+            marker="o",
+            ms=3.5,
+            lw=1.2,
+            color=COLOURS.get(system, "#333333"),
+            ls=STYLES[measures.index(measure) % len(STYLES)],
+            label=f"{short}{', ' + system if system else ''}",
+        )
     if mode == "ratio":
         ax.plot(ks, [k / ref for k in ks], color="grey", ls=(0, (1, 3)), lw=1.0, label=f"linear in K (K/{ref})")
         ax.set_yscale("log")

@@ -13,6 +13,7 @@ docs/benchmarks.md means the same thing whichever script wrote it.
 - :func:`run_measured`: a child process's wall time, peak resident memory and output;
 - :func:`median`: the median of the values that were measured (``None`` left out).
 """
+
 import os
 import statistics
 import subprocess
@@ -56,8 +57,9 @@ def per_call(fn: Callable[[], object], reps: int, clock: Clock, warmup: int = 3)
     return spent / reps
 
 
-def alternating(steps: Dict[str, Callable], lists: Dict[str, Sequence], clock: Clock,
-                update0: int = 0) -> Dict[str, float]:
+def alternating(
+    steps: Dict[str, Callable], lists: Dict[str, Sequence], clock: Clock, update0: int = 0
+) -> Dict[str, float]:
     """Seconds each step function spends on its list of batches (``lists[name]``, all of one
     length), called as ``steps[name](batch, update0 + i)``; the functions take turns batch by
     batch, their order turning round every batch."""
@@ -99,12 +101,15 @@ def rss_mib() -> Tuple[float, float]:
     return cur, peak
 
 
-def run_measured(cmd: List[str], env: Optional[dict] = None, cwd: Optional[str] = None,
-                 stdin_path: Optional[str] = None) -> Tuple[int, float, float, str]:
+def run_measured(
+    cmd: List[str], env: Optional[dict] = None, cwd: Optional[str] = None, stdin_path: Optional[str] = None
+) -> Tuple[int, float, float, str]:
     """Run ``cmd`` to its end (its standard error discarded); returns (exit code, wall seconds,
     peak resident memory of the process in MiB, its standard output)."""
-    with tempfile.TemporaryFile("w+", encoding="utf-8") as out, \
-            open(stdin_path or os.devnull, encoding="utf-8") as stdin:
+    with (
+        tempfile.TemporaryFile("w+", encoding="utf-8") as out,
+        open(stdin_path or os.devnull, encoding="utf-8") as stdin,
+    ):
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)

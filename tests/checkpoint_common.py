@@ -1,6 +1,7 @@
 """The session's checkpoint decoded by fairseq-generate, and crafted with code in one of the stored
 options fairseq evaluates (shared by tests/compat/test_safe_eval.py and
 tests/cli/test_average_checkpoints.py)."""
+
 import argparse
 
 import torch
@@ -17,8 +18,27 @@ KINDS = {
     "eval": ("cfg", "optimizer", "adam_betas"),
     "legacy_args": ("args", None, "left_pad_target"),
 }
-DECODE = ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", LANGS, "--lang-pairs", PAIRS,
-          "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--beam", "1", "--max-len-b", "3", "--cpu"]
+DECODE = [
+    "--user-dir",
+    PLUGIN,
+    "--task",
+    "hltmt_translation",
+    "--langs",
+    LANGS,
+    "--lang-pairs",
+    PAIRS,
+    "--encoder-langtok",
+    "tgt",
+    "-s",
+    "en",
+    "-t",
+    "de",
+    "--beam",
+    "1",
+    "--max-len-b",
+    "3",
+    "--cpu",
+]
 
 
 def craft(trained_ckpt, tmp_path, kind):

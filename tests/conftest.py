@@ -1,6 +1,7 @@
 """Shared fixtures: a small DebMT-10 slice binarized once per session, and a builder for
 an HLT-MT task + model parsed through fairseq's real option parser; the command lines and
 checks several test files share."""
+
 import hashlib
 import errno
 import os
@@ -57,14 +58,18 @@ FAST = {
     "test_docs.py": ALL,
     "test_migrating.py": {"test_every_command_block_of_the_page_is_marked_to_run"},
     # one end-to-end path of each command
-    "cli/test_prepare_data.py": {"test_help_shows_every_default",
-                                 "test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries"},
+    "cli/test_prepare_data.py": {
+        "test_help_shows_every_default",
+        "test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries",
+    },
     "cli/test_translate.py": {"test_a_mixed_file_comes_back_in_input_order_as_fairseq_generate_writes_it"},
     "hub/test_translator.py": {"test_mixed_directions_in_one_shuffled_call_equal_fairseq_generate"},
     "adapters/test_files.py": {"test_export_import_round_trip_through_the_cli_gives_identical_outputs"},
     "adapters/test_mlm.py": {"test_the_script_end_to_end_in_process"},
-    "cli/test_launch.py": {"test_launch_help_is_help_and_a_missing_separator_is_one_line",
-                           "test_launch_keeps_fairseqs_start_up_noise_out_of_its_output"},
+    "cli/test_launch.py": {
+        "test_launch_help_is_help_and_a_missing_separator_is_one_line",
+        "test_launch_keeps_fairseqs_start_up_noise_out_of_its_output",
+    },
     "cli/test_main_job.py": {"test_the_job_reports_every_direction_of_every_system"},
     "cli/test_output.py": {"test_report_writes_whole_files_and_reads_past_its_own"},
     "test_options.py": {"test_reference_is_up_to_date"},
@@ -87,8 +92,11 @@ def unknown_fast_entries():
             continue
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        unknown += [f"{name}::{fn}" for fn in ([] if functions == ALL else sorted(functions))
-                    if not re.search(rf"^def {fn}\(", text, re.M)]
+        unknown += [
+            f"{name}::{fn}"
+            for fn in ([] if functions == ALL else sorted(functions))
+            if not re.search(rf"^def {fn}\(", text, re.M)
+        ]
     return unknown
 
 
@@ -116,17 +124,51 @@ def run(cmd, env_extra=None, **kwargs):
 @pytest.fixture(scope="session")
 def data_bin(tmp_path_factory):
     out = tmp_path_factory.mktemp("debmt10_slice")
-    done = run([cli("hltmt-prepare-data"), "--out", str(out),
-                "--langs", "de,fr,gu,hi", "--max-train", "1500", "--max-train-lang", "gu=400,hi=800", "--max-valid", "60", "--max-test", str(TEST_SIZE),
-                "--vocab-size", "2000"])
+    done = run(
+        [
+            cli("hltmt-prepare-data"),
+            "--out",
+            str(out),
+            "--langs",
+            "de,fr,gu,hi",
+            "--max-train",
+            "1500",
+            "--max-train-lang",
+            "gu=400,hi=800",
+            "--max-valid",
+            "60",
+            "--max-test",
+            str(TEST_SIZE),
+            "--vocab-size",
+            "2000",
+        ]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return str(out / "bin")
 
 
 def train_args(data, *extra):
-    return [data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny",
-            "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt",
-            "--high-resource-langs", HIGH, "--slp-pool-size", "2", "--cpu", *extra]
+    return [
+        data,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--arch",
+        "hltmt_transformer_tiny",
+        "--langs",
+        LANGS,
+        "--lang-pairs",
+        PAIRS,
+        "--encoder-langtok",
+        "tgt",
+        "--high-resource-langs",
+        HIGH,
+        "--slp-pool-size",
+        "2",
+        "--cpu",
+        *extra,
+    ]
 
 
 def build(data, *extra, dropout=0.0):
@@ -164,12 +206,41 @@ def make_sample(task, directions, max_len=7, seed=0):
 def trained(data_bin, tmp_path_factory):
     """A checkpoint written by a real fairseq-train run (30 updates), and its log."""
     save = tmp_path_factory.mktemp("ckpt")
-    done = run([cli("fairseq-train"), *train_args(
-        data_bin, "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10",
-        "--max-tokens", "1500", "--max-update", "30", "--save-dir", str(save), "--log-interval", "10",
-        "--no-epoch-checkpoints", "--sampling-method", "temperature", "--sampling-temperature", "5",
-        "--seed", "3")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                "--criterion",
+                "label_smoothed_cross_entropy",
+                "--label-smoothing",
+                "0.1",
+                "--optimizer",
+                "adam",
+                "--lr",
+                "2e-3",
+                "--lr-scheduler",
+                "inverse_sqrt",
+                "--warmup-updates",
+                "10",
+                "--max-tokens",
+                "1500",
+                "--max-update",
+                "30",
+                "--save-dir",
+                str(save),
+                "--log-interval",
+                "10",
+                "--no-epoch-checkpoints",
+                "--sampling-method",
+                "temperature",
+                "--sampling-temperature",
+                "5",
+                "--seed",
+                "3",
+            ),
+        ]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
 
@@ -235,12 +306,29 @@ def generate(task, model, sample, beam=5, max_len_b=12):
     """Beam search through the task's own generator, as fairseq-generate runs it."""
     import argparse
 
-    gen_args = argparse.Namespace(beam=beam, max_len_a=0, max_len_b=max_len_b, min_len=1, unnormalized=False,
-                                  lenpen=1, unkpen=0, temperature=1.0, match_source_len=False,
-                                  no_repeat_ngram_size=0, sampling=False, diverse_beam_groups=-1,
-                                  diverse_beam_strength=0.5, diversity_rate=-1, prefix_size=0,
-                                  sampling_topk=-1, sampling_topp=-1.0, constraints=None,
-                                  print_alignment=None, retain_dropout=False, score_reference=False)
+    gen_args = argparse.Namespace(
+        beam=beam,
+        max_len_a=0,
+        max_len_b=max_len_b,
+        min_len=1,
+        unnormalized=False,
+        lenpen=1,
+        unkpen=0,
+        temperature=1.0,
+        match_source_len=False,
+        no_repeat_ngram_size=0,
+        sampling=False,
+        diverse_beam_groups=-1,
+        diverse_beam_strength=0.5,
+        diversity_rate=-1,
+        prefix_size=0,
+        sampling_topk=-1,
+        sampling_topp=-1.0,
+        constraints=None,
+        print_alignment=None,
+        retain_dropout=False,
+        score_reference=False,
+    )
     generator = task.build_generator([model], gen_args)
     with torch.no_grad():
         return task.inference_step(generator, [model], sample)
@@ -254,15 +342,16 @@ def assert_beam_equals_forward(task, model, sample, beam, with_lang_ids=False):
     net = sample["net_input"]
     checked = 0
     for b, nbest in enumerate(hypos):
-        src = net["src_tokens"][b: b + 1]
-        extra = {"src_lang_id": net["src_lang_id"][b: b + 1]} if with_lang_ids else {}
+        src = net["src_tokens"][b : b + 1]
+        extra = {"src_lang_id": net["src_lang_id"][b : b + 1]} if with_lang_ids else {}
         for hypo in nbest:
             tokens = hypo["tokens"].unsqueeze(0)
             prev = torch.cat([torch.tensor([[eos]]), tokens[:, :-1]], dim=1)
             with torch.no_grad():
                 lprobs = model.get_normalized_probs(
                     model(src, torch.tensor([src.ne(task.source_dictionary.pad()).sum()]), prev, **extra),
-                    log_probs=True)
+                    log_probs=True,
+                )
             full = lprobs.gather(-1, tokens.unsqueeze(-1)).view(-1)
             torch.testing.assert_close(full, hypo["positional_scores"], rtol=0, atol=1e-4)
             checked += 1
@@ -271,8 +360,7 @@ def assert_beam_equals_forward(task, model, sample, beam, with_lang_ids=False):
 
 # ---- adapters and skills: mixed-direction samples with fairseq's per-row language ids
 DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
-MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters",
-        "--enable-lang-ids"]
+MADX = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters", "--enable-lang-ids"]
 
 
 def with_lang_ids(task, sample, directions):
@@ -295,20 +383,84 @@ def randomize_adapters(model, scale=0.3, seed=0):
 # ---- command lines several files run
 ONE_UPDATE = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "1"]
 # the options of the ``trained`` run, logging every update
-LIKE_TRAINED = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-                "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1500",
-                "--log-interval", "1", "--no-epoch-checkpoints", "--sampling-method", "temperature",
-                "--sampling-temperature", "5", "--seed", "3", "--num-workers", "0"]
+LIKE_TRAINED = [
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "2e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "10",
+    "--max-tokens",
+    "1500",
+    "--log-interval",
+    "1",
+    "--no-epoch-checkpoints",
+    "--sampling-method",
+    "temperature",
+    "--sampling-temperature",
+    "5",
+    "--seed",
+    "3",
+    "--num-workers",
+    "0",
+]
 RESET = ["--reset-optimizer", "--reset-dataloader", "--reset-meters"]
 # a short run with the plugin's criterion, logging every update (resumed, or meeting a full disk)
-SHORT_RUN = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3",
-             "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "5", "--max-tokens", "1000", "--log-interval", "1",
-             "--no-epoch-checkpoints", "--sampling-method", "temperature", "--sampling-temperature", "5",
-             "--seed", "4", "--num-workers", "0"]
+SHORT_RUN = [
+    "--criterion",
+    "hltmt_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "2e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "5",
+    "--max-tokens",
+    "1000",
+    "--log-interval",
+    "1",
+    "--no-epoch-checkpoints",
+    "--sampling-method",
+    "temperature",
+    "--sampling-temperature",
+    "5",
+    "--seed",
+    "4",
+    "--num-workers",
+    "0",
+]
 # fairseq-generate of the ``trained`` checkpoint's options, en-de, greedy (add the data folder and --path)
-DECODE_EN_DE = ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", "en,de,fr,gu,hi", "--lang-pairs",
-                PAIRS, "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--cpu", "--gen-subset", "test",
-                "--beam", "1"]
+DECODE_EN_DE = [
+    "--user-dir",
+    PLUGIN,
+    "--task",
+    "hltmt_translation",
+    "--langs",
+    "en,de,fr,gu,hi",
+    "--lang-pairs",
+    PAIRS,
+    "--encoder-langtok",
+    "tgt",
+    "-s",
+    "en",
+    "-t",
+    "de",
+    "--cpu",
+    "--gen-subset",
+    "test",
+    "--beam",
+    "1",
+]
 # input whose second line is longer than the model's source positions
 LONG_LINE = " ".join(["house"] * 3000)
 WITH_A_LONG_LINE = ["The file is open.", LONG_LINE, "Good morning.", "Thank you very much."]
@@ -316,8 +468,25 @@ WITH_A_LONG_LINE = ["The file is open.", LONG_LINE, "Good morning.", "Thank you 
 
 # fairseq-generate of a checkpoint of these languages, en-de, greedy and short; the caller gives
 # the task and the language-token options
-DECODE_UNMARKED = ["--user-dir", PLUGIN, "--langs", LANGS, "--lang-pairs", PAIRS, "-s", "en", "-t", "de",
-                   "--gen-subset", "test", "--beam", "1", "--max-len-b", "3", "--cpu"]
+DECODE_UNMARKED = [
+    "--user-dir",
+    PLUGIN,
+    "--langs",
+    LANGS,
+    "--lang-pairs",
+    PAIRS,
+    "-s",
+    "en",
+    "-t",
+    "de",
+    "--gen-subset",
+    "test",
+    "--beam",
+    "1",
+    "--max-len-b",
+    "3",
+    "--cpu",
+]
 
 
 def decode(data_bin, ckpt, *options, task="hltmt_translation", tool="fairseq-generate", **kwargs):
@@ -328,10 +497,38 @@ def decode(data_bin, ckpt, *options, task="hltmt_translation", tool="fairseq-gen
 def decode_as(data_bin, ckpt, *extra, langs=LANGS, high=HIGH):
     """fairseq-generate of ``ckpt``, en-de, greedy and short, with these --langs and, as a model
     override, these --high-resource-langs."""
-    return run([cli("fairseq-generate"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--langs", langs, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt", "-s", "en", "-t", "de",
-                "--path", str(ckpt), "--gen-subset", "test", "--beam", "1", "--max-len-b", "3", "--cpu",
-                "--model-overrides", f"{{'high_resource_langs': '{high}'}}", *extra])
+    return run(
+        [
+            cli("fairseq-generate"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--langs",
+            langs,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "-s",
+            "en",
+            "-t",
+            "de",
+            "--path",
+            str(ckpt),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "1",
+            "--max-len-b",
+            "3",
+            "--cpu",
+            "--model-overrides",
+            f"{{'high_resource_langs': '{high}'}}",
+            *extra,
+        ]
+    )
 
 
 def hypotheses(done):
@@ -346,17 +543,39 @@ def train_run(data_bin, save, *extra, **kwargs):
 
 def generate_args(data_bin, ckpt, *extra, langs="en,de,fr,gu,hi"):
     """fairseq-generate's arguments for ``ckpt``, en-de on the test set, with these --langs."""
-    return [data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", PAIRS,
-            "--encoder-langtok", "tgt", "-s", "en", "-t", "de", "--path", ckpt, "--cpu", "--gen-subset", "test",
-            *extra]
+    return [
+        data_bin,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--langs",
+        langs,
+        "--lang-pairs",
+        PAIRS,
+        "--encoder-langtok",
+        "tgt",
+        "-s",
+        "en",
+        "-t",
+        "de",
+        "--path",
+        ckpt,
+        "--cpu",
+        "--gen-subset",
+        "test",
+        *extra,
+    ]
 
 
 def file_size_limit(limit):
     """A ``preexec_fn``: in the child, writes past ``limit`` bytes fail with EFBIG (a full disk,
     as a process sees it; a file-size limit with ``SIGXFSZ`` ignored)."""
+
     def apply():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -413,7 +632,7 @@ def full_disk_open(after):
 
         def write(self, data):
             if self.written + len(data) > after:
-                self.f.write(data[:after - self.written])  # what fits is on disk when the error comes
+                self.f.write(data[: after - self.written])  # what fits is on disk when the error comes
                 self.written = after
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             self.written += len(data)

@@ -1,5 +1,6 @@
 """An export folder's shape without CTranslate2 (tests/export/test_manifest.py,
 tests/cli/test_export.py)."""
+
 import json
 import os
 
@@ -12,12 +13,26 @@ def make_folder(path, **changes):
     for name, text in (("spm.model", "spm"), ("dict.txt", "a 1\n"), ("models/main/model.bin", "weights")):
         with open(os.path.join(path, name), "w") as f:
             f.write(text)
-    record = {"format": manifest.FORMAT, "version": manifest.VERSION, "engine": "ctranslate2", "langs": ["en", "de"],
-              "lang_pairs": ["en-de"], "encoder_langtok": "tgt", "decoder_langtok": False,
-              "language_tokens": {"en": "__en__", "de": "__de__"}, "routing_map": {},
-              "targets": {"en": "main", "de": "main"}, "models": {"main": "models/main"}, "routes": False,
-              "quantization": "float32", "max_source_positions": 1024, "max_target_positions": 1024,
-              "source": {}, "patches": {}, "files": manifest.files_of(path)}
+    record = {
+        "format": manifest.FORMAT,
+        "version": manifest.VERSION,
+        "engine": "ctranslate2",
+        "langs": ["en", "de"],
+        "lang_pairs": ["en-de"],
+        "encoder_langtok": "tgt",
+        "decoder_langtok": False,
+        "language_tokens": {"en": "__en__", "de": "__de__"},
+        "routing_map": {},
+        "targets": {"en": "main", "de": "main"},
+        "models": {"main": "models/main"},
+        "routes": False,
+        "quantization": "float32",
+        "max_source_positions": 1024,
+        "max_target_positions": 1024,
+        "source": {},
+        "patches": {},
+        "files": manifest.files_of(path),
+    }
     record.update(changes)
     with open(os.path.join(path, manifest.MANIFEST), "w") as f:
         json.dump(record, f)

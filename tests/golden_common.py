@@ -1,4 +1,5 @@
 """What the golden fixture (tests/golden/) records and tests/test_golden.py recomputes."""
+
 import os
 import re
 import subprocess
@@ -7,15 +8,49 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DIRECTIONS = ["en-de", "en-gu", "de-en", "gu-en"]  # a pool module, the universal layer, two sources
-TASK = ["--task", "hltmt_translation", "--langs", "en,de,fr,gu,hi", "--encoder-langtok", "tgt", "--enable-lang-ids",
-        "--lang-pairs", "en-de,en-fr,en-gu,en-hi,de-en,gu-en"]
+TASK = [
+    "--task",
+    "hltmt_translation",
+    "--langs",
+    "en,de,fr,gu,hi",
+    "--encoder-langtok",
+    "tgt",
+    "--enable-lang-ids",
+    "--lang-pairs",
+    "en-de,en-fr,en-gu,en-hi,de-en,gu-en",
+]
 
 
 def generate_cmd(python, data, checkpoint, direction):
     src, tgt = direction.split("-")
-    return [python, "-m", "fairseq_cli.generate", data, "--user-dir", PLUGIN, *TASK, "-s", src, "-t", tgt,
-            "--path", checkpoint, "--gen-subset", "test", "--beam", "5", "--max-len-a", "0", "--max-len-b", "24", "--max-tokens", "600", "--cpu",
-            "--num-workers", "0"]
+    return [
+        python,
+        "-m",
+        "fairseq_cli.generate",
+        data,
+        "--user-dir",
+        PLUGIN,
+        *TASK,
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--path",
+        checkpoint,
+        "--gen-subset",
+        "test",
+        "--beam",
+        "5",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "24",
+        "--max-tokens",
+        "600",
+        "--cpu",
+        "--num-workers",
+        "0",
+    ]
 
 
 def forward_scores(data, checkpoint):
@@ -30,8 +65,24 @@ def forward_scores(data, checkpoint):
     for direction in DIRECTIONS:
         src, tgt = direction.split("-")
         parser = options.get_generation_parser()
-        args = options.parse_args_and_arch(parser, [data, "--user-dir", PLUGIN, *TASK, "-s", src, "-t", tgt,
-                                                    "--path", checkpoint, "--cpu", "--gen-subset", "test"])
+        args = options.parse_args_and_arch(
+            parser,
+            [
+                data,
+                "--user-dir",
+                PLUGIN,
+                *TASK,
+                "-s",
+                src,
+                "-t",
+                tgt,
+                "--path",
+                checkpoint,
+                "--cpu",
+                "--gen-subset",
+                "test",
+            ],
+        )
         task = tasks.setup_task(args)
         task.load_dataset("test")
         models, _ = checkpoint_utils.load_model_ensemble([checkpoint], task=task)
@@ -46,15 +97,18 @@ def forward_scores(data, checkpoint):
                 gathered = gathered.masked_fill(sample["target"].eq(task.target_dictionary.pad()), 0.0)
                 ids.append(sample["id"])
                 scores.append(gathered)
-        out[direction] = (torch.cat(ids), torch.nn.utils.rnn.pad_sequence(
-            [row for batch in scores for row in batch], batch_first=True))
+        out[direction] = (
+            torch.cat(ids),
+            torch.nn.utils.rnn.pad_sequence([row for batch in scores for row in batch], batch_first=True),
+        )
     return out
 
 
 def generate_lines(data, checkpoint, direction, env):
     """The S-/H-/P-/T- lines of fairseq-generate on the golden slice, sorted."""
-    done = subprocess.run(generate_cmd(sys.executable, data, checkpoint, direction), capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    done = subprocess.run(
+        generate_cmd(sys.executable, data, checkpoint, direction), capture_output=True, text=True, env=env, cwd=ROOT
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return sorted(line for line in done.stdout.splitlines() if line[:2] in ("S-", "H-", "P-", "T-"))
@@ -63,8 +117,10 @@ def generate_lines(data, checkpoint, direction, env):
 def record(data, checkpoint, env):
     """What the code of the day computes from the golden checkpoint: {"generate": {direction:
     lines}, "scores": forward_scores}."""
-    return {"generate": {d: generate_lines(data, checkpoint, d, env) for d in DIRECTIONS},
-            "scores": forward_scores(data, checkpoint)}
+    return {
+        "generate": {d: generate_lines(data, checkpoint, d, env) for d in DIRECTIONS},
+        "scores": forward_scores(data, checkpoint),
+    }
 
 
 def platform_key():

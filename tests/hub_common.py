@@ -1,5 +1,6 @@
 """What the translator and hltmt-translate are compared with: fairseq-generate's translations of
 a direction's test sentences, with the same beam and length, for one checkpoint."""
+
 import functools
 import os
 
@@ -16,13 +17,34 @@ DIRECTIONS = [("en", "de"), ("en", "gu"), ("de", "en")]  # pool module, universa
 def sentences(src, tgt, n=N):
     other = tgt if src == "en" else src
     with open(os.path.join(RAW, f"test.en-{other}.{src}"), encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f][:min(n, TEST_SIZE)]
+        return [line.rstrip("\n") for line in f][: min(n, TEST_SIZE)]
 
 
 def task_args(data_bin, ckpt, src, tgt, langs=LANGS, pairs=PAIRS):
-    return [data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", pairs,
-            "--encoder-langtok", "tgt", "-s", src, "-t", tgt, "--path", ckpt, "--cpu", "--beam", str(BEAM),
-            "--max-len-b", str(MAX_LEN)]
+    return [
+        data_bin,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--langs",
+        langs,
+        "--lang-pairs",
+        pairs,
+        "--encoder-langtok",
+        "tgt",
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--path",
+        ckpt,
+        "--cpu",
+        "--beam",
+        str(BEAM),
+        "--max-len-b",
+        str(MAX_LEN),
+    ]
 
 
 def parse_hypotheses(stdout):
@@ -38,8 +60,18 @@ def parse_hypotheses(stdout):
 @functools.lru_cache(maxsize=None)
 def reference(data_bin, ckpt, src, tgt, pairs=PAIRS):
     """fairseq-generate's hypotheses for the test set of ``src-tgt``, in test-set order."""
-    done = run([cli("fairseq-generate"), *task_args(data_bin, ckpt, src, tgt, pairs=pairs), "--gen-subset", "test",
-                "--max-tokens", "3000", "--remove-bpe", "sentencepiece"])
+    done = run(
+        [
+            cli("fairseq-generate"),
+            *task_args(data_bin, ckpt, src, tgt, pairs=pairs),
+            "--gen-subset",
+            "test",
+            "--max-tokens",
+            "3000",
+            "--remove-bpe",
+            "sentencepiece",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = parse_hypotheses(done.stdout)
     assert sorted(found) == list(range(TEST_SIZE))

@@ -1,6 +1,7 @@
 """hltmt_plugin/atomic_files.py: a file is its old self or the whole new one, never part of one, and no
 temporary file is left behind. (Reading is compat/safe_loading's: tests/compat/test_safe_loading.py;
 fairseq's checkpoint writes through this module: tests/compat/test_atomic_copy.py.)"""
+
 import os
 
 import pytest
@@ -38,8 +39,11 @@ def test_a_failed_write_leaves_the_earlier_file_and_no_temporary_file(tmp_path, 
     with pytest.raises(HltmtInputError) as raised:
         files.write_text(str(path), "x" * 100, what="--out")
     assert str(raised.value) == f"could not write --out {path} (No space left on device): it is unchanged"
-    with pytest.raises(HltmtInputError, match=r"could not write .*new.pt \(No space left on device\): nothing was "
-                                              r"written$"):
+    with pytest.raises(
+        HltmtInputError,
+        match=r"could not write .*new.pt \(No space left on device\): nothing was "
+        r"written$",
+    ):
         files.save_torch({"w": torch.zeros(1000)}, str(tmp_path / "new.pt"))  # torch's RuntimeError, its OSError named
     monkeypatch.undo()
     assert path.read_text() == "the earlier file\n" and os.listdir(tmp_path) == ["notes.txt"]
@@ -127,8 +131,10 @@ def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
 
     out = tmp_path / "out.txt"
     out.write_text("old\n")
-    code = ("import sys, time; from hltmt_plugin.atomic_files import AtomicFile\n"
-            "f = AtomicFile(sys.argv[1]); f.open().write('new'); print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import sys, time; from hltmt_plugin.atomic_files import AtomicFile\n"
+        "f = AtomicFile(sys.argv[1]); f.open().write('new'); print('ready', flush=True); time.sleep(60)"
+    )
     child = subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
     assert len(list(tmp_path.iterdir())) == 2  # the output and its temporary file
@@ -138,10 +144,13 @@ def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and out.read_text() == "old\n"
 
 
-@pytest.mark.parametrize("make, said", [
-    (lambda p: os.mkfifo(p), "it is a FIFO"),
-    (lambda p: os.mkdir(p), "it is a folder"),
-])
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda p: os.mkfifo(p), "it is a FIFO"),
+        (lambda p: os.mkdir(p), "it is a folder"),
+    ],
+)
 def test_a_destination_that_is_not_a_regular_file_is_refused_untouched(tmp_path, make, said):
     from hltmt_plugin.atomic_files import check_output
     from hltmt_plugin.errors import HltmtInputError
@@ -160,9 +169,18 @@ def test_a_full_standard_output_is_one_line():
     import sys
 
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-c", "import hltmt_plugin.errors as e; e.install_excepthook(); "
-                               "import sys; print('x' * 100000); sys.stdout.flush()"],
-                              stdout=full, stderr=subprocess.PIPE, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import hltmt_plugin.errors as e; e.install_excepthook(); "
+                "import sys; print('x' * 100000); sys.stdout.flush()",
+            ],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "hltmt_plugin: error: cannot write standard output (No space left on device): the output is incomplete"]
+        "hltmt_plugin: error: cannot write standard output (No space left on device): the output is incomplete"
+    ]

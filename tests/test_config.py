@@ -1,6 +1,7 @@
 """Numeric options bounded where their range is finite (hltmt_plugin/config.py): nan and inf
 refused by name, a module larger than memory refused before anything is allocated; through
 fairseq-train, and in-process."""
+
 from argparse import Namespace
 
 import pytest
@@ -30,13 +31,28 @@ def test_check_allocation_refuses_what_memory_cannot_hold():
         check_allocation("--adapter-dim", 100000000, 2 * 128 * 100000000)
 
 
-@pytest.mark.parametrize("extra, said", [
-    (["--criterion", "hltmt_cross_entropy", "--disparity-weight", "nan"], "--disparity-weight nan: give a finite"),
-    (["--sampling-method", "temperature", "--sampling-temperature-epochs", "3",
-      "--sampling-temperature-start", "inf"], "--sampling-temperature-start inf: give a finite number"),
-    (["--slp-hidden-dim", "100000000"], "--slp-hidden-dim 100000000 asks for"),
-    (["--language-adapters", "--enable-lang-ids", "--adapter-dim", "100000000"], "--adapter-dim 100000000 asks for"),
-])
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (["--criterion", "hltmt_cross_entropy", "--disparity-weight", "nan"], "--disparity-weight nan: give a finite"),
+        (
+            [
+                "--sampling-method",
+                "temperature",
+                "--sampling-temperature-epochs",
+                "3",
+                "--sampling-temperature-start",
+                "inf",
+            ],
+            "--sampling-temperature-start inf: give a finite number",
+        ),
+        (["--slp-hidden-dim", "100000000"], "--slp-hidden-dim 100000000 asks for"),
+        (
+            ["--language-adapters", "--enable-lang-ids", "--adapter-dim", "100000000"],
+            "--adapter-dim 100000000 asks for",
+        ),
+    ],
+)
 def test_fairseq_train_refuses_unbounded_numbers_in_one_line(data_bin, tmp_path, extra, said):
     done = run([cli("fairseq-train"), *train_args(data_bin, *ONE_UPDATE, "--save-dir", str(tmp_path / "s"), *extra)])
     assert_one_error_line(done, said)

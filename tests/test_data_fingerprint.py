@@ -2,6 +2,7 @@
 in its fixed format, and the differences from it; and through the real fairseq-train, a
 dictionary edited after binarization refused before the first update (hltmt-prepare-data's
 tests check the record it writes)."""
+
 import json
 import os
 import shutil
@@ -21,8 +22,10 @@ def test_the_fingerprint_is_written_whole_in_its_format_and_finds_a_changed_dict
     assert read_fingerprint(str(tmp_path)) == record["dicts"] and check_dictionaries(str(tmp_path)) == []
     (tmp_path / "dict.de.txt").write_text("d 1\n", encoding="utf-8")
     os.remove(tmp_path / "dict.en.txt")
-    assert check_dictionaries(str(tmp_path)) == ["dict.de.txt changed since the data was binarized",
-                                                 "dict.en.txt is missing"]
+    assert check_dictionaries(str(tmp_path)) == [
+        "dict.de.txt changed since the data was binarized",
+        "dict.en.txt is missing",
+    ]
 
 
 def test_a_dictionary_changed_after_binarization_is_refused(data_bin, tmp_path):
@@ -32,10 +35,39 @@ def test_a_dictionary_changed_after_binarization_is_refused(data_bin, tmp_path):
         if name.startswith("dict.") and name.endswith(".txt"):
             lines = (copy / name).read_text(encoding="utf-8").splitlines(keepends=True)
             (copy / name).write_text("".join(lines[:5] + lines[6:]), encoding="utf-8")  # one line removed
-    done = run([cli("fairseq-train"), str(copy), "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok",
-                "tgt", "--high-resource-langs", HIGH, "--slp-pool-size", "2", "--cpu", "--max-update", "1",
-                "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--save-dir", str(tmp_path / "s")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            str(copy),
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "--high-resource-langs",
+            HIGH,
+            "--slp-pool-size",
+            "2",
+            "--cpu",
+            "--max-update",
+            "1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "1000",
+            "--save-dir",
+            str(tmp_path / "s"),
+        ]
+    )
     assert done.returncode != 0
     assert "dict.de.txt changed since the data was binarized" in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "s" / "checkpoint_last.pt").exists()

@@ -1,6 +1,7 @@
 """The README and the documentation pages: a README short enough to act on, links that lead
 somewhere, fairseq command lines that fairseq's own parser accepts, installed commands that
 answer --help, and text about the product only."""
+
 import glob
 import os
 import re
@@ -52,9 +53,16 @@ def test_every_relative_link_resolves(page):
 
 # words about how the project is made, not about the product (fairseq's own issue numbers name
 # upstream bugs and may stay)
-DEVELOPMENT_WORDS = [r"\bstand-?ins?\b", r"\bstanding in\b", r"\blent\b", r"\blending\b", r"\btravel",
-                     r"\bcarr(y|ied)\b.{0,40}\bbundle", r"\bbundle\b.{0,40}\bcarr(y|ied)\b",
-                     r"(?<!fairseq )\bissues? \d+"]
+DEVELOPMENT_WORDS = [
+    r"\bstand-?ins?\b",
+    r"\bstanding in\b",
+    r"\blent\b",
+    r"\blending\b",
+    r"\btravel",
+    r"\bcarr(y|ied)\b.{0,40}\bbundle",
+    r"\bbundle\b.{0,40}\bcarr(y|ied)\b",
+    r"(?<!fairseq )\bissues? \d+",
+]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: os.path.relpath(p, ROOT))
@@ -78,8 +86,9 @@ def readme_commands(tool):
     return commands
 
 
-@pytest.mark.parametrize("tool,parser", [("fairseq-train", "get_training_parser"),
-                                         ("fairseq-generate", "get_generation_parser")])
+@pytest.mark.parametrize(
+    "tool,parser", [("fairseq-train", "get_training_parser"), ("fairseq-generate", "get_generation_parser")]
+)
 def test_the_readmes_fairseq_command_lines_parse(tool, parser):
     from fairseq import options
 
@@ -101,8 +110,17 @@ def test_every_installed_command_is_named_in_the_readme_and_answers_help():
     readme = read(README)
     assert [n for n in names if f"`{n}`" not in readme] == []
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    procs = {n: subprocess.Popen([os.path.join(BIN, n), "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, env=env, cwd=ROOT) for n in names}
+    procs = {
+        n: subprocess.Popen(
+            [os.path.join(BIN, n), "--help"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for n in names
+    }
     for name, proc in procs.items():
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0 and f"usage: {name}" in out, (name, err[-2000:])

@@ -8,6 +8,7 @@ nothing and needs no GPU; ``--bf16`` is one line and a non-zero exit.
 The paper's setting (8 GPUs, fp16) runs each command as installed, in a subprocess; the rest
 of the matrix calls the same ``main(argv)`` in this process (each subprocess pays fairseq's
 import again)."""
+
 import os
 import shlex
 import sys
@@ -21,8 +22,14 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "wmt10"))
 
 MAIN_JOB = [cli("hltmt-main-job")]
 GPU_RUN = ["bash", os.path.join(ROOT, "scripts", "gpu_run.sh")]
-XLMR = [sys.executable, os.path.join(ROOT, "examples", "wmt10", "xlmr_recipe.py"), "--raw", "/nowhere/clean",
-        "--xlmr", "/nowhere/xlmr.base"]
+XLMR = [
+    sys.executable,
+    os.path.join(ROOT, "examples", "wmt10", "xlmr_recipe.py"),
+    "--raw",
+    "/nowhere/clean",
+    "--xlmr",
+    "/nowhere/xlmr.base",
+]
 RUN_SH = ["bash", os.path.join(ROOT, "examples", "wmt10", "run.sh")]
 RUN_XLMR_SH = ["bash", os.path.join(ROOT, "examples", "wmt10", "run_xlmr.sh")]
 WMT10 = ["en", "fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
@@ -84,7 +91,7 @@ def fairseq_tool(argv):
         if word == "-m" and argv[i + 1].startswith("fairseq_cli."):
             return argv[i + 1].split(".", 1)[1]
         if os.path.basename(word).startswith("fairseq-"):
-            return os.path.basename(word)[len("fairseq-"):]
+            return os.path.basename(word)[len("fairseq-") :]
     return None
 
 
@@ -92,9 +99,9 @@ def options_of(argv):
     """The fairseq options of a command line (after ``-m fairseq_cli.X`` or ``fairseq-X``)."""
     for i, word in enumerate(argv[:3]):
         if word == "-m":
-            return argv[i + 2:]
+            return argv[i + 2 :]
         if os.path.basename(word).startswith("fairseq-"):
-            return argv[i + 1:]
+            return argv[i + 1 :]
     raise AssertionError(f"not a fairseq command: {shlex.join(argv)}")
 
 
@@ -139,7 +146,7 @@ def check_lines(lines, dicts, world, precision):
         tool = fairseq_tool(argv)
         if tool is None and argv[1].endswith("xlmr_init.py"):
             tool = "train (xlmr_init.py)"  # builds its model (on the CPU) from these fairseq-train options
-            check_training(argv[argv.index("--") + 1:], dicts)
+            check_training(argv[argv.index("--") + 1 :], dicts)
         elif tool == "train":
             args = check_training(options_of(argv), dicts, world, precision)
             saved.add(os.path.join(args.save_dir, "checkpoint_last.pt"))
@@ -153,7 +160,9 @@ def check_lines(lines, dicts, world, precision):
             assert tool is None, f"fairseq-{tool} is not checked here: {shlex.join(argv)}"
             continue
         counts[tool] = counts.get(tool, 0) + 1
-    assert generated and set(generated) <= saved, f"decoded checkpoints no training line saves: {set(generated) - saved}"
+    assert generated and set(generated) <= saved, (
+        f"decoded checkpoints no training line saves: {set(generated) - saved}"
+    )
     return counts
 
 
@@ -163,8 +172,20 @@ def device_options(device, precision, flag="--precision"):
 
 
 def main_job_argv(tmp_path):
-    return ["--dry-run", "--size", "base", "--langs", "de,gu", "--high", "de", "--ls-mnmt",
-            "--hltmt-schedule", "two-run", "--run-dir", str(tmp_path / "job")]
+    return [
+        "--dry-run",
+        "--size",
+        "base",
+        "--langs",
+        "de,gu",
+        "--high",
+        "de",
+        "--ls-mnmt",
+        "--hltmt-schedule",
+        "two-run",
+        "--run-dir",
+        str(tmp_path / "job"),
+    ]
 
 
 def gpu_run_argv(tmp_path):
@@ -172,8 +193,18 @@ def gpu_run_argv(tmp_path):
 
 
 def xlmr_argv(tmp_path):
-    return [*XLMR[2:], "--dry-run", "--langs", "de,gu", "--high", "de", "--temperature-epochs", "2",
-            "--run-dir", str(tmp_path / "xlmr")]
+    return [
+        *XLMR[2:],
+        "--dry-run",
+        "--langs",
+        "de,gu",
+        "--high",
+        "de",
+        "--temperature-epochs",
+        "2",
+        "--run-dir",
+        str(tmp_path / "xlmr"),
+    ]
 
 
 def check_main_job(lines, dicts, world, precision):
@@ -196,8 +227,11 @@ def check_xlmr(lines, dicts, world, precision):
     assert mnmt and all(x[x.index("--finetune-from-model") + 1] == init[init.index("--out") + 1] for x in mnmt)
 
 
-SCRIPTS = {"main_job": (main_job_argv, check_main_job), "gpu_run": (gpu_run_argv, check_gpu_run),
-           "xlmr_recipe": (xlmr_argv, check_xlmr)}
+SCRIPTS = {
+    "main_job": (main_job_argv, check_main_job),
+    "gpu_run": (gpu_run_argv, check_gpu_run),
+    "xlmr_recipe": (xlmr_argv, check_xlmr),
+}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -212,10 +246,10 @@ def test_the_paper_setting_as_installed(dicts, tmp_path):
     """8 GPUs in fp16 (the authors' V100 setting), each command run as a user runs it."""
     options = ["--gpu", "--ngpu", "8", "--precision", "fp16"]
     check_main_job(dry_run([*MAIN_JOB, *main_job_argv(tmp_path), *options], tmp_path), dicts, 8, "fp16")
-    check_gpu_run(dry_run([*GPU_RUN, *gpu_run_argv(tmp_path), *options], tmp_path, {"PYTHON": sys.executable}),
-                  dicts, 8, "fp16")
-    check_xlmr(dry_run([*XLMR[:2], *xlmr_argv(tmp_path), "--gpu", "--ngpu", "8", "--fp16"], tmp_path),
-               dicts, 8, "fp16")
+    check_gpu_run(
+        dry_run([*GPU_RUN, *gpu_run_argv(tmp_path), *options], tmp_path, {"PYTHON": sys.executable}), dicts, 8, "fp16"
+    )
+    check_xlmr(dry_run([*XLMR[:2], *xlmr_argv(tmp_path), "--gpu", "--ngpu", "8", "--fp16"], tmp_path), dicts, 8, "fp16")
 
 
 def test_the_wrappers_pass_the_dry_run_on_and_download_nothing(dicts, tmp_path):
@@ -229,8 +263,9 @@ def test_the_wrappers_pass_the_dry_run_on_and_download_nothing(dicts, tmp_path):
     assert opts["--arch"] == "hltmt_transformer" and opts["--high-resource-langs"] == "fr,cs,de,fi,lv,et"
     assert opts["--max-update"] == "100000" and opts["--high-stage-updates"] == "50000"
     assert opts["--max-tokens"] == "4096" and opts["--update-freq"] == "8"  # 8 GPUs x 8 = the paper's 64
-    lines = dry_run([*RUN_XLMR_SH, "--gpu", "--ngpu", "8", "--fp16", "--dry-run", "--temperature-epochs", "2"],
-                    tmp_path, env)
+    lines = dry_run(
+        [*RUN_XLMR_SH, "--gpu", "--ngpu", "8", "--fp16", "--dry-run", "--temperature-epochs", "2"], tmp_path, env
+    )
     assert [os.path.basename(x[1]) for x in lines[:2]] == ["download.py", "clean.py"]
     assert check_lines(lines, dicts, 8, "fp16") == {"train (xlmr_init.py)": 1, "train": 6, "generate": 60}
 
@@ -255,15 +290,19 @@ def test_the_demo_trains_both_systems_side_by_side_on_the_short_segments(dicts, 
     assert len(err) == 1 and "--train-jobs 2 is for the CPU" in err[0], err
 
 
-@pytest.mark.parametrize("cmd, prefix", [
-    ([*MAIN_JOB, "--size", "smoke", "--gpu"], "hltmt-main-job: error:"),
-    ([*GPU_RUN, "--size", "tiny"], "gpu_run: error:"),
-    ([*XLMR, "--gpu"], "xlmr_recipe: error:"),
-    ([*RUN_XLMR_SH, "--gpu", "--dry-run"], "xlmr_recipe: error:"),
-])
+@pytest.mark.parametrize(
+    "cmd, prefix",
+    [
+        ([*MAIN_JOB, "--size", "smoke", "--gpu"], "hltmt-main-job: error:"),
+        ([*GPU_RUN, "--size", "tiny"], "gpu_run: error:"),
+        ([*XLMR, "--gpu"], "xlmr_recipe: error:"),
+        ([*RUN_XLMR_SH, "--gpu", "--dry-run"], "xlmr_recipe: error:"),
+    ],
+)
 def test_bf16_is_one_line_and_a_non_zero_exit(tmp_path, cmd, prefix):
-    done = run([*cmd, "--bf16"], env_extra={"RUN": str(tmp_path / "run"), "PY": sys.executable,
-                                            "PYTHON": sys.executable})
+    done = run(
+        [*cmd, "--bf16"], env_extra={"RUN": str(tmp_path / "run"), "PY": sys.executable, "PYTHON": sys.executable}
+    )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(prefix) and "--bf16" in lines[0], done.stderr
@@ -271,11 +310,14 @@ def test_bf16_is_one_line_and_a_non_zero_exit(tmp_path, cmd, prefix):
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("script, argv, prefix", [
-    ("main_job", ["--size", "smoke", "--dry-run", "--cpu"], "hltmt-main-job: error:"),
-    ("gpu_run", ["--size", "tiny", "--dry-run", "--cpu"], "gpu_run: error:"),
-    ("xlmr_recipe", [*XLMR[2:], "--dry-run"], "xlmr_recipe: error:"),  # the CPU unless --gpu
-])
+@pytest.mark.parametrize(
+    "script, argv, prefix",
+    [
+        ("main_job", ["--size", "smoke", "--dry-run", "--cpu"], "hltmt-main-job: error:"),
+        ("gpu_run", ["--size", "tiny", "--dry-run", "--cpu"], "gpu_run: error:"),
+        ("xlmr_recipe", [*XLMR[2:], "--dry-run"], "xlmr_recipe: error:"),  # the CPU unless --gpu
+    ],
+)
 def test_several_gpus_on_the_cpu_is_one_line(capsys, script, argv, prefix):
     assert main_of(script)([*argv, "--ngpu", "8"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()

@@ -9,6 +9,7 @@ tokens everywhere and every score within 1e-4 of the fixture's record (``expecte
 bit for bit against the record of this platform (``golden/platforms/<torch>-<cpu>-<vendor>.pt``,
 made by ``tests/golden/make.py --platform`` from the code before a change), or against
 ``expected.pt`` when this is the platform it was made on."""
+
 import os
 
 import pytest
@@ -51,8 +52,11 @@ def test_the_golden_tokens_and_scores_on_any_machine(today):
         for a, b in zip(got, ref):
             (words_a, nums_a), (words_b, nums_b) = split_numbers(a), split_numbers(b)
             assert words_a == words_b, (direction, a, b)  # every token, source, reference and line id
-            assert len(nums_a) == len(nums_b) and all(abs(x - y) <= PRINTED for x, y in zip(nums_a, nums_b)), \
-                (direction, a, b)
+            assert len(nums_a) == len(nums_b) and all(abs(x - y) <= PRINTED for x, y in zip(nums_a, nums_b)), (
+                direction,
+                a,
+                b,
+            )
         ids, lprobs = today["scores"][direction]
         assert torch.equal(ids, want["scores"][direction][0]), direction
         assert lprobs.shape == want["scores"][direction][1].shape, direction
@@ -62,10 +66,16 @@ def test_the_golden_tokens_and_scores_on_any_machine(today):
 def test_bit_for_bit_against_this_platforms_record(today):
     path = platform_record_path()
     want = load(path if os.path.exists(path) else os.path.join(GOLDEN, "expected.pt"))
-    same = all(today["generate"][d] == want["generate"][d] and torch.equal(today["scores"][d][0], want["scores"][d][0])
-               and torch.equal(today["scores"][d][1], want["scores"][d][1]) for d in DIRECTIONS)
+    same = all(
+        today["generate"][d] == want["generate"][d]
+        and torch.equal(today["scores"][d][0], want["scores"][d][0])
+        and torch.equal(today["scores"][d][1], want["scores"][d][1])
+        for d in DIRECTIONS
+    )
     if not same and not os.path.exists(path):
-        pytest.skip(f"no bit-exact record for this platform ({platform_key()}); the tokens and scores agree with "
-                    f"the fixture within {TOLERANCE} (the test above): record one from the code before a change "
-                    "with tests/golden/make.py --platform")
+        pytest.skip(
+            f"no bit-exact record for this platform ({platform_key()}); the tokens and scores agree with "
+            f"the fixture within {TOLERANCE} (the test above): record one from the code before a change "
+            "with tests/golden/make.py --platform"
+        )
     assert same, f"today's code does not reproduce {os.path.relpath(path, ROOT)} bit for bit"

@@ -12,6 +12,7 @@ or with the reason it cannot meet that hazard (:data:`NOT_MET`): a new route joi
 meets every hazard at once. docs/bad-input.md holds :func:`doc_table`'s rendering of both
 tables (``test_the_bad_input_page_shows_the_tables``).
 """
+
 import os
 import shutil
 import stat
@@ -21,8 +22,20 @@ import pytest
 import torch
 
 from checkpoint_common import craft
-from conftest import (DECODE_EN_DE, LANGS, LIKE_TRAINED, PAIRS, PLUGIN, RESET, ROOT, cli, file_size_limit, run,
-                      spm_of, train_args)
+from conftest import (
+    DECODE_EN_DE,
+    LANGS,
+    LIKE_TRAINED,
+    PAIRS,
+    PLUGIN,
+    RESET,
+    ROOT,
+    cli,
+    file_size_limit,
+    run,
+    spm_of,
+    train_args,
+)
 
 DOC = os.path.join(ROOT, "docs", "bad-input.md")
 
@@ -76,17 +89,29 @@ def truncated(data_bin, ckpt, tmp):
 
 # hazard -> (what it is, how it is made, a phrase of the refusal)
 LOAD_HAZARDS = {
-    "other-dictionaries": ("a data folder whose dictionaries hold the same pieces in another order",
-                           other_dictionaries, "dictionaries: dict.de.txt"),
-    "other-marking": ("language-token options other than training's (--decoder-langtok added)", other_marking,
-                      ("--decoder-langtok: checkpoint off, given on",  # fairseq-validate writes the options given
-                       "--decoder-langtok: written off, now on")),    # over the checkpoint's: they are 'edited'
-
-    "other-languages": ("--langs in another order", other_languages,
-                        "languages: checkpoint en,de,fr,gu,hi, given en,fr,de,gu,hi"),
-    "edited-options": ("a stored shape option edited after training (--encoder-ffn-embed-dim)", edited_options,
-                       "stored options were changed after it was written (--encoder-ffn-embed-dim: written 256, "
-                       "now 257)"),
+    "other-dictionaries": (
+        "a data folder whose dictionaries hold the same pieces in another order",
+        other_dictionaries,
+        "dictionaries: dict.de.txt",
+    ),
+    "other-marking": (
+        "language-token options other than training's (--decoder-langtok added)",
+        other_marking,
+        (
+            "--decoder-langtok: checkpoint off, given on",  # fairseq-validate writes the options given
+            "--decoder-langtok: written off, now on",
+        ),
+    ),  # over the checkpoint's: they are 'edited'
+    "other-languages": (
+        "--langs in another order",
+        other_languages,
+        "languages: checkpoint en,de,fr,gu,hi, given en,fr,de,gu,hi",
+    ),
+    "edited-options": (
+        "a stored shape option edited after training (--encoder-ffn-embed-dim)",
+        edited_options,
+        "stored options were changed after it was written (--encoder-ffn-embed-dim: written 256, now 257)",
+    ),
     "code": ("a stored option that would run code", code_in_options, "refused to load checkpoint"),
     "truncated": ("a truncated checkpoint", truncated, "is truncated or not a checkpoint"),
 }
@@ -98,18 +123,33 @@ def fairseq_tool(tool, *more):
         options = DECODE_EN_DE if tool != "fairseq-validate" else VALIDATE
         if "--langs" in extra:  # the one --langs given here
             options = [o for o in options if o not in ("--langs", LANGS)]
-        return run([cli(tool), data, *options, "--path", ckpt, *more, *extra],
-                   input="The file is open.\n" if tool == "fairseq-interactive" else None)
+        return run(
+            [cli(tool), data, *options, "--path", ckpt, *more, *extra],
+            input="The file is open.\n" if tool == "fairseq-interactive" else None,
+        )
+
     return route
 
 
-VALIDATE = ["--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", LANGS, "--lang-pairs", PAIRS,
-            "--encoder-langtok", "tgt", "--cpu"]
+VALIDATE = [
+    "--user-dir",
+    PLUGIN,
+    "--task",
+    "hltmt_translation",
+    "--langs",
+    LANGS,
+    "--lang-pairs",
+    PAIRS,
+    "--encoder-langtok",
+    "tgt",
+    "--cpu",
+]
 
 
 def train_from(how):
     """fairseq-train starting from ``ckpt``: resumed from its --save-dir, --restore-file or
     --finetune-from-model."""
+
     def route(data, ckpt, extra, tmp):
         save = tmp / "save"
         save.mkdir(exist_ok=True)
@@ -123,32 +163,41 @@ def train_from(how):
         args = train_args(data, *LIKE_TRAINED, "--save-dir", str(save), "--max-update", "31", *start, *extra)
         if "--langs" in extra:  # the one --langs given here
             i = args.index("--langs")
-            del args[i:i + 2]
+            del args[i : i + 2]
         return run([cli("fairseq-train"), *args])
+
     return route
 
 
 def translate_command(data, ckpt, extra, tmp):
-    return run([cli("hltmt-translate"), "--checkpoint", ckpt, "--data", data, "--src", "en", "--tgt", "de"],
-               input="The file is open.\n")
+    return run(
+        [cli("hltmt-translate"), "--checkpoint", ckpt, "--data", data, "--src", "en", "--tgt", "de"],
+        input="The file is open.\n",
+    )
 
 
-PY_API = ("import sys, hltmt_plugin.hub as hub; "
-          "hub.HltmtTranslator.load(sys.argv[1], data=sys.argv[2], device='cpu').translate('The file is open.', "
-          "'en', 'de')")
-PY_FAIRSEQ_HUB = ("import sys, os, hltmt_plugin; from fairseq import hub_utils; "
-                  "hub_utils.from_pretrained(os.path.dirname(sys.argv[1]), os.path.basename(sys.argv[1]), sys.argv[2])")
+PY_API = (
+    "import sys, hltmt_plugin.hub as hub; "
+    "hub.HltmtTranslator.load(sys.argv[1], data=sys.argv[2], device='cpu').translate('The file is open.', "
+    "'en', 'de')"
+)
+PY_FAIRSEQ_HUB = (
+    "import sys, os, hltmt_plugin; from fairseq import hub_utils; "
+    "hub_utils.from_pretrained(os.path.dirname(sys.argv[1]), os.path.basename(sys.argv[1]), sys.argv[2])"
+)
 
 
 def python(code):
     def route(data, ckpt, extra, tmp):
         return run([cli("python"), "-c", code, ckpt, data])
+
     return route
 
 
 def average(data, ckpt, extra, tmp):
-    return run([cli("hltmt-average-checkpoints"), "--inputs", ckpt, ckpt + ".copy.pt", "--output",
-                str(tmp / "averaged.pt")])
+    return run(
+        [cli("hltmt-average-checkpoints"), "--inputs", ckpt, ckpt + ".copy.pt", "--output", str(tmp / "averaged.pt")]
+    )
 
 
 def export(data, ckpt, extra, tmp):
@@ -173,9 +222,16 @@ FROM_CHECKPOINT = "the model's languages and language-token options are read fro
 NO_DATA = "reads no data folder: its checkpoints are compared with each other"
 # (route, hazard) -> why the route cannot meet it
 NOT_MET = {
-    **{(r, h): FROM_CHECKPOINT for r in ("hltmt-translate", "Python API (HltmtTranslator.load)",
-                                         "fairseq hub (from_pretrained)", "hltmt-export")
-       for h in ("other-marking", "other-languages")},
+    **{
+        (r, h): FROM_CHECKPOINT
+        for r in (
+            "hltmt-translate",
+            "Python API (HltmtTranslator.load)",
+            "fairseq hub (from_pretrained)",
+            "hltmt-export",
+        )
+        for h in ("other-marking", "other-languages")
+    },
     **{("hltmt-average-checkpoints", h): NO_DATA for h in ("other-dictionaries", "other-marking", "other-languages")},
 }
 SLOW_ROUTES_NEED = {"hltmt-export": "ctranslate2"}
@@ -240,8 +296,10 @@ WRITE_HAZARDS = {
 
 
 def translate_to(out, data_bin, ckpt, tmp):
-    return run([cli("hltmt-translate"), "--checkpoint", ckpt, "--src", "en", "--tgt", "de", "-o", out],
-               input="The file is open.\n")
+    return run(
+        [cli("hltmt-translate"), "--checkpoint", ckpt, "--src", "en", "--tgt", "de", "-o", out],
+        input="The file is open.\n",
+    )
 
 
 def average_to(out, data_bin, ckpt, tmp):
@@ -293,10 +351,15 @@ def test_a_replaced_output_keeps_its_mode_and_owner_and_a_size_limit_is_one_line
     st = os.stat(out)
     assert stat.S_IMODE(st.st_mode) == 0o640 and (st.st_uid, st.st_gid) == owner
     kept = out.read_bytes()
-    limited = subprocess.run([cli("hltmt-average-checkpoints"), "--inputs", trained[0], "--output", str(out)],
-                             capture_output=True, text=True, preexec_fn=file_size_limit(100_000))
-    assert limited.returncode != 0 and "error:" in limited.stderr and "Traceback" not in limited.stderr, \
-        limited.stderr[-2000:]
+    limited = subprocess.run(
+        [cli("hltmt-average-checkpoints"), "--inputs", trained[0], "--output", str(out)],
+        capture_output=True,
+        text=True,
+        preexec_fn=file_size_limit(100_000),
+    )
+    assert limited.returncode != 0 and "error:" in limited.stderr and "Traceback" not in limited.stderr, limited.stderr[
+        -2000:
+    ]
     assert out.read_bytes() == kept and sorted(os.listdir(tmp_path)) == ["averaged.pt"]
 
 
@@ -308,8 +371,10 @@ def doc_table() -> str:
         cells = ["refused" if (route, h) not in NOT_MET else f"n/a ({NOT_MET[(route, h)]})" for h in LOAD_HAZARDS]
         lines.append(f"| {route} | " + " | ".join(cells) + " |")
     lines += ["", "| hazard | what it is | the one line says |", "|---|---|---|"]
-    lines += [f"| {h} | {what} | " + " or ".join(f"`{p}`" for p in ((phrase,) if isinstance(phrase, str) else phrase))
-              + " |" for h, (what, _, phrase) in LOAD_HAZARDS.items()]
+    lines += [
+        f"| {h} | {what} | " + " or ".join(f"`{p}`" for p in ((phrase,) if isinstance(phrase, str) else phrase)) + " |"
+        for h, (what, _, phrase) in LOAD_HAZARDS.items()
+    ]
     lines += ["", "| route | " + " | ".join(WRITE_HAZARDS) + " |", "|---|" + "---|" * len(WRITE_HAZARDS)]
     lines += [f"| {route} | " + " | ".join("refused" for _ in WRITE_HAZARDS) + " |" for route in WRITE_ROUTES]
     lines += ["", "| hazard | what it is | the one line says |", "|---|---|---|"]

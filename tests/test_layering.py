@@ -1,6 +1,7 @@
 """The layering of docs/architecture.md, read from the code: every import of one part of the
 package from another points to a lower layer (so no two parts import each other, and no
 feature knows another feature)."""
+
 import ast
 import os
 
@@ -44,7 +45,7 @@ def modules():
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
                 dotted = os.path.relpath(path[:-3], ROOT).replace(os.sep, ".")
-                yield path, dotted[:-len(".__init__")] if dotted.endswith(".__init__") else dotted
+                yield path, dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted
 
 
 def _is_module(dotted: str) -> bool:
@@ -54,7 +55,7 @@ def _is_module(dotted: str) -> bool:
 
 def _package_of(path: str) -> str:
     dotted = os.path.relpath(path[:-3], ROOT).replace(os.sep, ".")
-    return dotted[:-len(".__init__")] if dotted.endswith(".__init__") else dotted.rsplit(".", 1)[0]
+    return dotted[: -len(".__init__")] if dotted.endswith(".__init__") else dotted.rsplit(".", 1)[0]
 
 
 def _from_import(node, package: str):
@@ -63,7 +64,7 @@ def _from_import(node, package: str):
     module = node.module or ""
     if node.level:
         parts = package.split(".")
-        module = ".".join(parts[:len(parts) - (node.level - 1)] + ([module] if module else []))
+        module = ".".join(parts[: len(parts) - (node.level - 1)] + ([module] if module else []))
     if not module.startswith("hltmt_plugin"):
         return
     for alias in node.names:
@@ -75,8 +76,12 @@ def _dynamic_import(node):
     """``importlib.import_module("hltmt_plugin...")`` / ``__import__("hltmt_plugin...")``."""
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-    if name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant) \
-            and str(node.args[0].value).startswith("hltmt_plugin"):
+    if (
+        name in ("import_module", "__import__")
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and str(node.args[0].value).startswith("hltmt_plugin")
+    ):
         yield node.lineno, node.args[0].value
 
 
@@ -120,9 +125,14 @@ def test_imports_point_down_the_layers():
     assert violations() == []
 
 
-@pytest.mark.parametrize("source, target", [("skills/layers.py", "hltmt_plugin.adapters.layers"),
-                                            ("adapters/files.py", "hltmt_plugin.peft"),
-                                            ("tasks/hltmt_translation.py", "hltmt_plugin.hub.translator")])
+@pytest.mark.parametrize(
+    "source, target",
+    [
+        ("skills/layers.py", "hltmt_plugin.adapters.layers"),
+        ("adapters/files.py", "hltmt_plugin.peft"),
+        ("tasks/hltmt_translation.py", "hltmt_plugin.hub.translator"),
+    ],
+)
 def test_the_check_fails_on_an_import_against_the_layers(source, target, monkeypatch):
     path = os.path.join(PACKAGE, source)
     real = imports
@@ -130,17 +140,19 @@ def test_the_check_fails_on_an_import_against_the_layers(source, target, monkeyp
     assert [v for v in violations() if v.startswith(f"hltmt_plugin/{source}:1 imports {target}")]
 
 
-@pytest.mark.parametrize("source, text", [
-    ("modules/language_pool.py", "from .language_router import LanguageRouter"),
-    ("modules/language_pool.py", "from hltmt_plugin.modules import language_router"),
-    ("models/decoder.py", "from ..tasks import stages"),
-    ("tasks/hltmt_translation.py", "import importlib\nimportlib.import_module('hltmt_plugin.hub.translator')"),
-    ("adapters/files.py", "import hltmt_plugin.peft"),
-    ("skills/layers.py", "def f():\n    from ..adapters.layers import x"),
-])
+@pytest.mark.parametrize(
+    "source, text",
+    [
+        ("modules/language_pool.py", "from .language_router import LanguageRouter"),
+        ("modules/language_pool.py", "from hltmt_plugin.modules import language_router"),
+        ("models/decoder.py", "from ..tasks import stages"),
+        ("tasks/hltmt_translation.py", "import importlib\nimportlib.import_module('hltmt_plugin.hub.translator')"),
+        ("adapters/files.py", "import hltmt_plugin.peft"),
+        ("skills/layers.py", "def f():\n    from ..adapters.layers import x"),
+    ],
+)
 def test_every_import_form_against_the_layers_is_caught(source, text, monkeypatch):
     path = os.path.join(PACKAGE, source)
     real = imports
-    monkeypatch.setitem(globals(), "imports",
-                        lambda p: [*real(p), *(real(p, text) if p == path else [])])
+    monkeypatch.setitem(globals(), "imports", lambda p: [*real(p), *(real(p, text) if p == path else [])])
     assert [v for v in violations() if v.startswith(f"hltmt_plugin/{source}:")], text

@@ -2,6 +2,7 @@
 page (a diff block gives the command of its + side, and its - side must be the page's command
 you have), run in order as one shell script from a folder outside the checkout, with the
 installed commands and this environment's python first on the PATH."""
+
 import os
 import re
 
@@ -46,8 +47,9 @@ def script(folder):
 
 
 def test_every_command_block_of_the_page_is_marked_to_run():
-    unmarked = [text[:80] for language, text, marked in blocks() if language in ("bash", "diff", "python")
-                and not marked]
+    unmarked = [
+        text[:80] for language, text, marked in blocks() if language in ("bash", "diff", "python") and not marked
+    ]
     assert not unmarked, unmarked
     assert [b[0] for b in blocks()].count("diff") >= 4
 
@@ -61,8 +63,9 @@ def test_the_pages_commands_run_as_shown_from_a_folder_outside_the_checkout(tmp_
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     for system in ("dense", "hltmt", "lsmnmt", "adapters", "skills"):
         assert (folder / "ckpt" / system / "checkpoint_best.pt").is_file(), system
-    hypotheses = [line for line in (folder / "en-de.gen").read_text(encoding="utf-8").splitlines()
-                  if line.startswith("H-")]
+    hypotheses = [
+        line for line in (folder / "en-de.gen").read_text(encoding="utf-8").splitlines() if line.startswith("H-")
+    ]
     assert len(hypotheses) == 20
     compared = [line for line in done.stdout.splitlines() if "dense:" in line and "hltmt:" in line]
     assert [line.split()[0] for line in compared] == ["en-de", "de-en"], done.stdout[-2000:]

@@ -1,5 +1,6 @@
 """The options reference: docs/options.md is what `hltmt-options --markdown` writes from the code,
 and every option fairseq's parser gets from the plugin is in it and in `hltmt-options`."""
+
 import os
 
 import pytest
@@ -14,8 +15,11 @@ def parser_options(task, arch, criterion):
     from fairseq import options
 
     parser = options.get_training_parser()
-    options.parse_args_and_arch(parser, ["DATA", "--user-dir", PLUGIN, "--task", task, "--arch", arch,
-                                         "--criterion", criterion], parse_known=True)
+    options.parse_args_and_arch(
+        parser,
+        ["DATA", "--user-dir", PLUGIN, "--task", task, "--arch", arch, "--criterion", criterion],
+        parse_known=True,
+    )
     return {s for action in parser._actions for s in action.option_strings if s.startswith("--")}
 
 
@@ -26,8 +30,16 @@ def plugin_options():
     ours = parser_options("hltmt_translation", "hltmt_transformer", "hltmt_cross_entropy")
     parents = parser_options("translation_multi_simple_epoch", "transformer", "label_smoothed_cross_entropy")
     added = ours - parents
-    assert {"--hlt-stage", "--slp-pool-size", "--language-adapters", "--skill-ffn", "--train-only",
-            "--disparity-weight", "--sampling-temperature-epochs", "--pretrained-xlmr-checkpoint"} <= added
+    assert {
+        "--hlt-stage",
+        "--slp-pool-size",
+        "--language-adapters",
+        "--skill-ffn",
+        "--train-only",
+        "--disparity-weight",
+        "--sampling-temperature-epochs",
+        "--pretrained-xlmr-checkpoint",
+    } <= added
     return added
 
 
@@ -66,7 +78,8 @@ def test_a_stale_reference_is_one_line_and_exit_1(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         f"hltmt-options: error: {stale} is out of date with the code: write it again with "
-        f"hltmt-options --markdown > {stale}"]
+        f"hltmt-options --markdown > {stale}"
+    ]
     done = run([cli("hltmt-options"), "--check", str(tmp_path / "missing.md")], env_extra=quiet)
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 
@@ -75,8 +88,18 @@ def test_fairseq_help_leaves_the_plugins_options_out_as_the_reference_says():
     """docs/options.md explains why fairseq-train --help does not list the plugin's options (fairseq
     stops at --help before it adds any task's or model's options) and points to hltmt-options;
     when a fairseq lists them, this fails and the explanation must go."""
-    done = run([cli("fairseq-train"), "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--arch", "hltmt_transformer", "--help"])
+    done = run(
+        [
+            cli("fairseq-train"),
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer",
+            "--help",
+        ]
+    )
     assert done.returncode == 0 and "--task" in done.stdout
     assert "--slp-pool-size" not in done.stdout and "--hlt-stage" not in done.stdout
     with open(REFERENCE, encoding="utf-8") as f:

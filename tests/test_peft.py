@@ -1,6 +1,7 @@
 """Parameter-efficient training (hltmt_plugin/peft.py): ``--train-only`` trains the chosen
 parameter groups and freezes everything else, in the model and through the real fairseq-train;
 a choice that would train nothing in the run is one line before the first update."""
+
 import pytest
 import torch
 
@@ -10,8 +11,20 @@ from hltmt_plugin.errors import HltmtConfigError
 
 
 def test_houlsby_shared_adapters_train_with_only_them_and_the_layer_norms(data_bin, tmp_path):
-    done = train(data_bin, tmp_path, "--lang-pairs", BASE_PAIRS, "--shared-adapters", "--adapter-placement", "houlsby",
-                 "--decoder-adapters", "--train-only", "shared-adapters,layer-norms", "--max-update", "3")
+    done = train(
+        data_bin,
+        tmp_path,
+        "--lang-pairs",
+        BASE_PAIRS,
+        "--shared-adapters",
+        "--adapter-placement",
+        "houlsby",
+        "--decoder-adapters",
+        "--train-only",
+        "shared-adapters,layer-norms",
+        "--max-update",
+        "3",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     log = done.stdout + done.stderr
     assert "shared adapters (all languages): +" in log and "train only shared-adapters,layer-norms:" in log
@@ -23,13 +36,22 @@ def test_houlsby_shared_adapters_train_with_only_them_and_the_layer_norms(data_b
 # --train-only in the model
 
 
-@pytest.mark.parametrize("spec, trains, frozen", [
-    ("adapters:gu", [".language_adapters.gu.", "invertible_adapters.adapters.gu."],
-     [".language_adapters.en.", "shared_adapter", "decoder.slp.", "encoder.layers.0.fc1"]),
-    ("shared-adapters,slp,gate", ["shared_adapter", "decoder.slp.pool.", "decoder.slp.gate."],
-     ["language_adapters", "decoder.slp.universal.", "embed_tokens"]),
-    ("universal,layer-norms", ["decoder.slp.universal.", "layer_norm"], ["fc1.", "fc2.", "shared_adapter"]),
-])
+@pytest.mark.parametrize(
+    "spec, trains, frozen",
+    [
+        (
+            "adapters:gu",
+            [".language_adapters.gu.", "invertible_adapters.adapters.gu."],
+            [".language_adapters.en.", "shared_adapter", "decoder.slp.", "encoder.layers.0.fc1"],
+        ),
+        (
+            "shared-adapters,slp,gate",
+            ["shared_adapter", "decoder.slp.pool.", "decoder.slp.gate."],
+            ["language_adapters", "decoder.slp.universal.", "embed_tokens"],
+        ),
+        ("universal,layer-norms", ["decoder.slp.universal.", "layer_norm"], ["fc1.", "fc2.", "shared_adapter"]),
+    ],
+)
 def test_train_only_freezes_everything_outside_the_groups(data_bin, spec, trains, frozen):
     _, _, model = build(data_bin, *MADX, "--train-only", spec)
     for name, p in model.named_parameters():
@@ -52,16 +74,26 @@ def test_lang_token_rows_keep_the_gradient_of_their_rows_only(data_bin):
     assert nonzero == rows
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--train-only", "adapterz"], "unknown group 'adapterz'"),
-    (["--train-only", "adapters:xx"], "names xx, not in the language list"),
-    (["--train-only", "slp:de"], "group slp has no languages"),
-    (["--language-adapters", "--enable-lang-ids", "--train-only", "invertible-adapters"],
-     "selects no parameter of this model \\(add --invertible-adapters\\)"),
-    (["--language-adapters", "--enable-lang-ids", "--adapter-langs", "en,de", "--train-only", "adapters:hi"],
-     "hi has no adapters \\(add it to --adapter-langs\\)"),
-    (["--train-only", "lang-token-rows:hi", "--optimizer", "adam", "--weight-decay", "0.01"], "use --weight-decay 0"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--train-only", "adapterz"], "unknown group 'adapterz'"),
+        (["--train-only", "adapters:xx"], "names xx, not in the language list"),
+        (["--train-only", "slp:de"], "group slp has no languages"),
+        (
+            ["--language-adapters", "--enable-lang-ids", "--train-only", "invertible-adapters"],
+            "selects no parameter of this model \\(add --invertible-adapters\\)",
+        ),
+        (
+            ["--language-adapters", "--enable-lang-ids", "--adapter-langs", "en,de", "--train-only", "adapters:hi"],
+            "hi has no adapters \\(add it to --adapter-langs\\)",
+        ),
+        (
+            ["--train-only", "lang-token-rows:hi", "--optimizer", "adam", "--weight-decay", "0.01"],
+            "use --weight-decay 0",
+        ),
+    ],
+)
 def test_bad_train_only_options_are_refused(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
@@ -73,37 +105,105 @@ def test_bad_train_only_options_are_refused(data_bin, extra, message):
 
 def test_train_only_gate_on_a_stage_all_model_is_one_line(data_bin, trained, tmp_path):
     ckpt, _ = trained
-    done = run([cli("fairseq-train"), *train_args(
-        data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--restore-file", ckpt, *RESET,
-        "--hlt-stage", "all", "--train-only", "gate", "--max-update", "3")])
-    assert_clear(done, "--train-only gate trains nothing in this run: the gate learns only in stage high; in stage "
-                       "all the routing map is fixed and the gate frozen")
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--restore-file",
+                ckpt,
+                *RESET,
+                "--hlt-stage",
+                "all",
+                "--train-only",
+                "gate",
+                "--max-update",
+                "3",
+            ),
+        ]
+    )
+    assert_clear(
+        done,
+        "--train-only gate trains nothing in this run: the gate learns only in stage high; in stage "
+        "all the routing map is fixed and the gate frozen",
+    )
     assert updates(done.stdout) == []
 
 
 def test_train_only_gate_across_the_stage_switch_is_one_line(data_bin, tmp_path):
-    done = run([cli("fairseq-train"), *train_args(
-        data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--high-stage-updates", "2", "--train-only", "gate",
-        "--max-update", "4")])
-    assert_clear(done, "--train-only gate trains nothing in stage all, which this run enters at update 2 "
-                       "(--high-stage-updates)")
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--high-stage-updates",
+                "2",
+                "--train-only",
+                "gate",
+                "--max-update",
+                "4",
+            ),
+        ]
+    )
+    assert_clear(
+        done, "--train-only gate trains nothing in stage all, which this run enters at update 2 (--high-stage-updates)"
+    )
     assert updates(done.stdout) == []
 
 
 def test_train_only_adapters_of_a_language_stage_high_never_trains_is_one_line(data_bin, tmp_path):
-    done = run([cli("fairseq-train"), *train_args(
-        data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--language-adapters", "--enable-lang-ids",
-        "--adapter-langs", "en,de,fr,gu,hi", "--train-only", "adapters:hi", "--max-update", "2")])
-    assert_clear(done, "--train-only adapters:hi trains nothing in this run: no language of the directions of "
-                       "stage high (en-de,en-fr,de-en) is hi")
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--language-adapters",
+                "--enable-lang-ids",
+                "--adapter-langs",
+                "en,de,fr,gu,hi",
+                "--train-only",
+                "adapters:hi",
+                "--max-update",
+                "2",
+            ),
+        ]
+    )
+    assert_clear(
+        done,
+        "--train-only adapters:hi trains nothing in this run: no language of the directions of "
+        "stage high (en-de,en-fr,de-en) is hi",
+    )
 
 
 def test_train_only_a_group_that_some_batches_do_not_reach_trains(data_bin, tmp_path):
     """The first batches of this run go to de and fr only (the pool): the universal layer is
     not in their graph, which was fairseq's `element 0 of tensors does not require grad`."""
-    done = run([cli("fairseq-train"), *train_args(
-        data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--hlt-stage", "high", "--train-only", "universal",
-        "--max-update", "4")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--hlt-stage",
+                "high",
+                "--train-only",
+                "universal",
+                "--max-update",
+                "4",
+            ),
+        ]
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     assert updates(log) == [1, 2, 3, 4]

@@ -1,4 +1,5 @@
 """Initialisation from a RoBERTa-family checkpoint that the test builds and saves with fairseq."""
+
 import os
 
 import pytest
@@ -10,10 +11,24 @@ from fairseq.data import Dictionary
 from conftest import build
 from hltmt_plugin.errors import HltmtConfigError
 
-SHAPE = ["--encoder-layers", "2", "--encoder-embed-dim", "128", "--encoder-ffn-embed-dim", "256",
-         "--encoder-attention-heads", "4"]
-XLMR_LIKE = ["--encoder-learned-pos", "--decoder-learned-pos", "--layernorm-embedding", "--no-scale-embedding",
-             "--activation-fn", "gelu"]
+SHAPE = [
+    "--encoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "128",
+    "--encoder-ffn-embed-dim",
+    "256",
+    "--encoder-attention-heads",
+    "4",
+]
+XLMR_LIKE = [
+    "--encoder-learned-pos",
+    "--decoder-learned-pos",
+    "--layernorm-embedding",
+    "--no-scale-embedding",
+    "--activation-fn",
+    "gelu",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +43,10 @@ def roberta(data_bin, tmp_path_factory):
         theirs.add_symbol(f"▁only_in_pretrained_{i}")
     theirs.save(str(folder / "dict.txt"))
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(folder), "--task", "masked_lm", "--arch", "roberta_base",
-                                                *SHAPE, "--tokens-per-sample", "64", "--cpu"])
+    args = options.parse_args_and_arch(
+        parser,
+        [str(folder), "--task", "masked_lm", "--arch", "roberta_base", *SHAPE, "--tokens-per-sample", "64", "--cpu"],
+    )
     task = tasks.setup_task(args)
     torch.manual_seed(1)
     model = task.build_model(args)
@@ -39,8 +56,9 @@ def roberta(data_bin, tmp_path_factory):
 
 def test_encoder_and_decoder_weights_arrive(data_bin, roberta):
     path, pretrained, their_dict = roberta
-    _, task, model = build(data_bin, *SHAPE, *XLMR_LIKE, "--pretrained-xlmr-checkpoint", path,
-                           "--pretrained-xlmr-decoder")
+    _, task, model = build(
+        data_bin, *SHAPE, *XLMR_LIKE, "--pretrained-xlmr-checkpoint", path, "--pretrained-xlmr-decoder"
+    )
     src = pretrained.encoder.sentence_encoder
     ours = task.source_dictionary
     shared = [i for i in range(len(ours)) if ours[i] in their_dict.indices]
@@ -49,8 +67,12 @@ def test_encoder_and_decoder_weights_arrive(data_bin, roberta):
         assert torch.equal(model.encoder.embed_tokens.weight[i], src.embed_tokens.weight[their_dict.index(ours[i])])
     langtok = ours.index("__de__")
     assert ours[langtok] not in their_dict.indices  # keeps its own initialisation
-    for key in ("layers.0.self_attn.q_proj.weight", "layers.1.fc2.weight", "layers.1.final_layer_norm.bias",
-                "layernorm_embedding.weight"):
+    for key in (
+        "layers.0.self_attn.q_proj.weight",
+        "layers.1.fc2.weight",
+        "layers.1.final_layer_norm.bias",
+        "layernorm_embedding.weight",
+    ):
         assert torch.equal(model.encoder.state_dict()[key], src.state_dict()[key]), key
     n = min(model.encoder.embed_positions.weight.size(0), src.embed_positions.weight.size(0))
     assert torch.equal(model.encoder.embed_positions.weight[:n], src.embed_positions.weight[:n])
@@ -67,8 +89,11 @@ def test_without_the_decoder_option_the_decoder_keeps_its_initialisation(data_bi
 
 def test_shape_mismatch_lists_the_keys(data_bin, roberta):
     path, _, _ = roberta
-    with pytest.raises(HltmtConfigError, match=r"does not fit this model: .*encoder\.layers\.0\.fc1\.weight: "
-                                               r"model \(512, 128\) vs checkpoint \(256, 128\)"):
+    with pytest.raises(
+        HltmtConfigError,
+        match=r"does not fit this model: .*encoder\.layers\.0\.fc1\.weight: "
+        r"model \(512, 128\) vs checkpoint \(256, 128\)",
+    ):
         build(data_bin, *SHAPE, *XLMR_LIKE, "--encoder-ffn-embed-dim", "512", "--pretrained-xlmr-checkpoint", path)
 
 

@@ -1,6 +1,7 @@
 """The test tiers of tests/conftest.py: FAST names only files and tests that exist, and a test
 is marked slow exactly when FAST leaves it out (so `make test` and the rest of `make test-full`
 share no test and miss none)."""
+
 import os
 
 import pytest

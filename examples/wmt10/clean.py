@@ -5,6 +5,7 @@ unchanged (references must stay as released).
 
     python examples/wmt10/clean.py --raw runs/wmt10/raw --out runs/wmt10/clean
 """
+
 import argparse
 import os
 import shutil
@@ -36,9 +37,12 @@ def main(argv=None):
             continue
         norm_en, norm_xx = MosesPunctNormalizer(lang="en"), MosesPunctNormalizer(lang=lang)
         seen, kept, total = set(), 0, 0
-        with open(src, encoding="utf-8") as fe, open(tgt, encoding="utf-8") as fx, \
-                open(out[0] + ".partial", "w", encoding="utf-8") as oe, \
-                open(out[1] + ".partial", "w", encoding="utf-8") as ox:
+        with (
+            open(src, encoding="utf-8") as fe,
+            open(tgt, encoding="utf-8") as fx,
+            open(out[0] + ".partial", "w", encoding="utf-8") as oe,
+            open(out[1] + ".partial", "w", encoding="utf-8") as ox,
+        ):
             for e, x in zip(fe, fx):
                 total += 1
                 e, x = norm_en.normalize(e.strip()), norm_xx.normalize(x.strip())

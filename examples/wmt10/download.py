@@ -17,6 +17,7 @@ URLs: the ``en``/``xx`` columns hold the URLs), ``tsv-gz`` (one gzipped TSV; ``e
 are column numbers), ``tmx-gz`` (gzipped TMX; ``en``/``xx`` are language codes), ``sgm-tgz``
 (WMT newstest SGML members in a tar archive).
 """
+
 import argparse
 import csv
 import gzip
@@ -60,7 +61,7 @@ def read_manifest(path):
 def fetch(url, folder, retries=3):
     """The local path of url's content, downloading it into folder once."""
     if "://" not in url or url.startswith("file://"):
-        path = url[len("file://"):] if url.startswith("file://") else url
+        path = url[len("file://") :] if url.startswith("file://") else url
         if not os.path.isfile(path):
             raise DownloadError(f"{path} does not exist")
         return path
@@ -139,8 +140,12 @@ def extract(entry, path):
         with gzip.open(path) as f:
             for _, elem in ElementTree.iterparse(f):
                 if elem.tag == "tu":
-                    segs = {tuv.get("{http://www.w3.org/XML/1998/namespace}lang", tuv.get("lang", "")).split("-")[0]:
-                            "".join(tuv.find("seg").itertext()) for tuv in elem.findall("tuv")}
+                    segs = {
+                        tuv.get("{http://www.w3.org/XML/1998/namespace}lang", tuv.get("lang", "")).split("-")[
+                            0
+                        ]: "".join(tuv.find("seg").itertext())
+                        for tuv in elem.findall("tuv")
+                    }
                     if en in segs and xx in segs:
                         sides[0].append(segs[en])
                         sides[1].append(segs[xx])
@@ -178,8 +183,10 @@ def main(argv=None):
                 for e in group:
                     en_lines, xx_lines = extract(e, fetch(e["url"], os.path.join(args.out, "downloads")))
                     if len(en_lines) != len(xx_lines):
-                        raise DownloadError(f"{e['corpus']} ({e['url']}): {len(en_lines)} English lines but "
-                                            f"{len(xx_lines)} {lang} lines")
+                        raise DownloadError(
+                            f"{e['corpus']} ({e['url']}): {len(en_lines)} English lines but "
+                            f"{len(xx_lines)} {lang} lines"
+                        )
                     if not en_lines:
                         raise DownloadError(f"{e['corpus']} ({e['url']}): no lines")
                     fe.writelines(x.replace("\n", " ") + "\n" for x in en_lines)

@@ -10,6 +10,7 @@ printed options, with a dictionary of ``--dict-size`` entries (the data's is not
 parameter (a fairseq-train checkpoint of hltmt_transformer_tiny here: 12,750,459 bytes for
 1,052,545 parameters); fairseq keeps ``checkpoint_best.pt`` beside it, of the same size.
 """
+
 import argparse
 import os
 import shlex
@@ -23,8 +24,12 @@ BYTES_PER_PARAMETER = 12  # float32 weights + Adam's exp_avg and exp_avg_sq
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dict-size", type=int, default=64000, help="entries of each dictionary (before the task adds "
-                                                                 "the language tokens)")
+    p.add_argument(
+        "--dict-size",
+        type=int,
+        default=64000,
+        help="entries of each dictionary (before the task adds the language tokens)",
+    )
     args = p.parse_args(argv)
     import hltmt_plugin  # noqa: F401  (registers the task and models)
     from fairseq import options, tasks
@@ -35,7 +40,7 @@ def main(argv=None):
             argv_ = shlex.split(line) if line.strip() and not line.startswith("#") else []
             if "fairseq_cli.train" not in argv_[:3]:
                 continue
-            opts = argv_[argv_.index("fairseq_cli.train") + 1:]
+            opts = argv_[argv_.index("fairseq_cli.train") + 1 :]
             train = options.parse_args_and_arch(options.get_training_parser(), opts)
             system = os.path.basename(train.save_dir.rstrip("/"))
             if system in seen:
@@ -51,8 +56,11 @@ def main(argv=None):
             train.pretrained_xlmr_checkpoint = None  # the size only: XLM-R's weights need not be there
             task = tasks.setup_task(train)
             n = sum(p.numel() for p in task.build_model(train).parameters())
-            print(f"{system}: {train.arch}, {n:,} parameters, checkpoint_last.pt about "
-                  f"{n * BYTES_PER_PARAMETER / 1e9:.1f} GB", flush=True)
+            print(
+                f"{system}: {train.arch}, {n:,} parameters, checkpoint_last.pt about "
+                f"{n * BYTES_PER_PARAMETER / 1e9:.1f} GB",
+                flush=True,
+            )
     if not seen:
         print("sizes: error: no fairseq-train line on stdin (pipe a recipe's --dry-run into it)", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ checkpoint; the baseline then trains with ``--finetune-from-model init.pt`` (opt
 learning-rate schedule, meters and data iterator start fresh, and a resumed run continues
 from its own ``checkpoint_last.pt``). The file is written atomically.
 """
+
 import argparse
 import logging
 import os
@@ -31,12 +32,18 @@ import hltmt_plugin  # noqa: E402,F401  (safe checkpoint loading, one-line error
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                usage="%(prog)s --pretrained MODEL.pt --out INIT.pt [--decoder] -- FAIRSEQ_TRAIN_ARGS")
+    p = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s --pretrained MODEL.pt --out INIT.pt [--decoder] -- FAIRSEQ_TRAIN_ARGS",
+    )
     p.add_argument("--pretrained", required=True, help="the RoBERTa-family model.pt (its dict.txt beside it)")
     p.add_argument("--out", required=True, help="the checkpoint to write")
-    p.add_argument("--decoder", action="store_true", help="also initialise the decoder layers' self-attention "
-                                                          "and FFN (as --pretrained-xlmr-decoder)")
+    p.add_argument(
+        "--decoder",
+        action="store_true",
+        help="also initialise the decoder layers' self-attention and FFN (as --pretrained-xlmr-decoder)",
+    )
     if "--" not in argv:
         if any(a in ("-h", "--help") for a in argv):
             p.print_help()
@@ -44,8 +51,9 @@ def main(argv=None):
         p.error("put the fairseq-train options of the baseline after --")
     split = argv.index("--")
     args = p.parse_args(argv[:split])
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
-                        stream=sys.stdout)
+    logging.basicConfig(
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO, stream=sys.stdout
+    )
 
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -54,7 +62,7 @@ def main(argv=None):
     from hltmt_plugin.atomic_files import save_torch
     from hltmt_plugin.pretrained import load_pretrained
 
-    train_args = options.parse_args_and_arch(options.get_training_parser(), argv[split + 1:] + ["--cpu"])
+    train_args = options.parse_args_and_arch(options.get_training_parser(), argv[split + 1 :] + ["--cpu"])
     cfg = convert_namespace_to_omegaconf(train_args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
@@ -65,8 +73,11 @@ def main(argv=None):
     state = trainer.state_dict()  # the layout fairseq-train writes (model, cfg, optimizer history, extra state)
     save_torch(state, args.out)
     n = sum(p.numel() for p in model.parameters())
-    print(f"xlmr_init: {args.out}: {train_args.arch} with {n:,} parameters, encoder from {args.pretrained}"
-          + (" (and decoder layers)" if args.decoder else ""), flush=True)
+    print(
+        f"xlmr_init: {args.out}: {train_args.arch} with {n:,} parameters, encoder from {args.pretrained}"
+        + (" (and decoder layers)" if args.decoder else ""),
+        flush=True,
+    )
     return 0
 
 

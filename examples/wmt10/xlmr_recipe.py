@@ -45,6 +45,7 @@ marked done (a rerun resumes after the last completed step):
    on a GPU unless ``--precision fp32`` (fairseq-generate's own main, many directions per process: hltmt_plugin/cli/decode.py).
 5. ``report``: ``hltmt-report`` (sacreBLEU BLEU and chrF, HLT-MT - MNMT, gate heatmap).
 """
+
 import argparse
 import math
 import os
@@ -55,8 +56,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
-from hltmt_plugin.cli.main_job import (BF16_REFUSED, NGPU_HELP, PRECISION_FLAGS, PRECISION_HELP,  # noqa: E402
-                                       StepFailed, gpu_flags, print_command, reader_gone, run_logged, run_steps, say)
+from hltmt_plugin.cli.main_job import (
+    BF16_REFUSED,
+    NGPU_HELP,
+    PRECISION_FLAGS,
+    PRECISION_HELP,  # noqa: E402
+    StepFailed,
+    gpu_flags,
+    print_command,
+    reader_gone,
+    run_logged,
+    run_steps,
+    say,
+)
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 WMT10_LANGS = "fr,cs,de,fi,lv,et,ro,hi,tr,gu"
@@ -100,51 +112,139 @@ class Recipe:
     # ---- fairseq command lines ----------------------------------------------------------
     def data_args(self, task):
         device = [] if self.args.gpu else ["--cpu"]
-        return [self.data, "--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
-                "--lang-pairs", ",".join(self.directions), "--encoder-langtok", "tgt", *device]
+        return [
+            self.data,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            task,
+            "--langs",
+            ",".join(["en"] + self.langs),
+            "--lang-pairs",
+            ",".join(self.directions),
+            "--encoder-langtok",
+            "tgt",
+            *device,
+        ]
 
     def shape(self):
         """XLM-R base's encoder (or the --encoder-* sizes given) and a decoder of the same width."""
         a = self.args
-        return ["--encoder-layers", str(a.encoder_layers), "--encoder-embed-dim", str(a.embed_dim),
-                "--encoder-ffn-embed-dim", str(a.ffn_dim), "--encoder-attention-heads", str(a.heads),
-                "--decoder-layers", str(a.decoder_layers), "--decoder-embed-dim", str(a.embed_dim),
-                "--decoder-ffn-embed-dim", str(a.ffn_dim), "--decoder-attention-heads", str(a.heads)]
+        return [
+            "--encoder-layers",
+            str(a.encoder_layers),
+            "--encoder-embed-dim",
+            str(a.embed_dim),
+            "--encoder-ffn-embed-dim",
+            str(a.ffn_dim),
+            "--encoder-attention-heads",
+            str(a.heads),
+            "--decoder-layers",
+            str(a.decoder_layers),
+            "--decoder-embed-dim",
+            str(a.embed_dim),
+            "--decoder-ffn-embed-dim",
+            str(a.ffn_dim),
+            "--decoder-attention-heads",
+            str(a.heads),
+        ]
 
     def mnmt_model(self):
         """fairseq's transformer built like hltmt_transformer_xlmr_base (without the SLP)."""
-        return ["--arch", "transformer", *self.shape(), "--encoder-learned-pos", "--decoder-learned-pos",
-                "--layernorm-embedding", "--no-scale-embedding", "--activation-fn", "gelu",
-                "--max-source-positions", "512", "--max-target-positions", "512", "--share-all-embeddings"]
+        return [
+            "--arch",
+            "transformer",
+            *self.shape(),
+            "--encoder-learned-pos",
+            "--decoder-learned-pos",
+            "--layernorm-embedding",
+            "--no-scale-embedding",
+            "--activation-fn",
+            "gelu",
+            "--max-source-positions",
+            "512",
+            "--max-target-positions",
+            "512",
+            "--share-all-embeddings",
+        ]
 
     def hltmt_model(self, high, pool_size, *extra):
         pretrained = ["--pretrained-xlmr-checkpoint", self.pretrained]
         pretrained += ["--pretrained-xlmr-decoder"] if self.args.pretrained_decoder else []
-        return ["--arch", "hltmt_transformer_xlmr_base", *self.shape(), "--high-resource-langs", ",".join(high),
-                "--slp-pool-size", str(pool_size), *pretrained, *extra]
+        return [
+            "--arch",
+            "hltmt_transformer_xlmr_base",
+            *self.shape(),
+            "--high-resource-langs",
+            ",".join(high),
+            "--slp-pool-size",
+            str(pool_size),
+            *pretrained,
+            *extra,
+        ]
 
     def optimiser(self, seed):
         a = self.args
         fp = gpu_flags(self.precision, a.ngpu) if a.gpu else PRECISION_FLAGS[self.precision]
-        return ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(a.lr),
-                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(a.warmup), "--dropout", "0.1",
-                "--label-smoothing", "0.1", "--max-tokens", str(a.max_tokens), "--update-freq", str(self.update_freq),
-                "--max-update", str(a.max_update), "--sampling-method", "temperature",
-                "--no-epoch-checkpoints", "--log-interval", str(a.log_interval), "--seed", str(seed), *fp]
+        return [
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--lr",
+            str(a.lr),
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            str(a.warmup),
+            "--dropout",
+            "0.1",
+            "--label-smoothing",
+            "0.1",
+            "--max-tokens",
+            str(a.max_tokens),
+            "--update-freq",
+            str(self.update_freq),
+            "--max-update",
+            str(a.max_update),
+            "--sampling-method",
+            "temperature",
+            "--no-epoch-checkpoints",
+            "--log-interval",
+            str(a.log_interval),
+            "--seed",
+            str(seed),
+            *fp,
+        ]
 
     def system_args(self, system):
         if system == "mnmt":
-            return [*self.data_args("translation_multi_simple_epoch"), *self.mnmt_model(),
-                    "--criterion", "label_smoothed_cross_entropy", "--finetune-from-model", self.init_path()]
+            return [
+                *self.data_args("translation_multi_simple_epoch"),
+                *self.mnmt_model(),
+                "--criterion",
+                "label_smoothed_cross_entropy",
+                "--finetune-from-model",
+                self.init_path(),
+            ]
         if system == "lsmnmt":
             targets = ["en"] + self.langs
-            return [*self.data_args("hltmt_translation"),
-                    *self.hltmt_model(targets, len(targets), "--slp-language-specific", "--hlt-stage", "all"),
-                    "--criterion", "label_smoothed_cross_entropy"]
-        return [*self.data_args("hltmt_translation"),
-                *self.hltmt_model(self.high, min(self.args.pool_size, len(self.high))),
-                "--criterion", "hltmt_cross_entropy", "--hlt-stage", "high",
-                "--high-stage-updates", str(self.args.high_updates)]
+            return [
+                *self.data_args("hltmt_translation"),
+                *self.hltmt_model(targets, len(targets), "--slp-language-specific", "--hlt-stage", "all"),
+                "--criterion",
+                "label_smoothed_cross_entropy",
+            ]
+        return [
+            *self.data_args("hltmt_translation"),
+            *self.hltmt_model(self.high, min(self.args.pool_size, len(self.high))),
+            "--criterion",
+            "hltmt_cross_entropy",
+            "--hlt-stage",
+            "high",
+            "--high-stage-updates",
+            str(self.args.high_updates),
+        ]
 
     def save_dir(self, system):
         return os.path.join(self.run_dir, "models", system)
@@ -155,24 +255,64 @@ class Recipe:
     # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         a = self.args
-        cmd = [*plugin_cli("prepare_data"), "--raw", a.raw,
-               "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
-               "--spm-model", os.path.join(self.xlmr, "sentencepiece.bpe.model"),
-               "--dict", os.path.join(self.xlmr, "dict.txt")]
-        for option, value in (("--max-train", a.max_train), ("--max-train-lang", a.max_train_lang),
-                              ("--max-valid", a.max_valid), ("--max-test", a.max_test)):
+        cmd = [
+            *plugin_cli("prepare_data"),
+            "--raw",
+            a.raw,
+            "--out",
+            os.path.join(self.run_dir, "data"),
+            "--langs",
+            ",".join(self.langs),
+            "--spm-model",
+            os.path.join(self.xlmr, "sentencepiece.bpe.model"),
+            "--dict",
+            os.path.join(self.xlmr, "dict.txt"),
+        ]
+        for option, value in (
+            ("--max-train", a.max_train),
+            ("--max-train-lang", a.max_train_lang),
+            ("--max-valid", a.max_valid),
+            ("--max-test", a.max_test),
+        ):
             cmd += [option, str(value)] if value else []
         self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def init_mnmt(self):
-        a = self.args  # the model and task of the baseline; the optimizer it saves is never used (fine-tuning resets it)
-        init = [*self.data_args("translation_multi_simple_epoch"), *self.mnmt_model(),
-                "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-                "--lr", str(a.lr), "--max-tokens", str(a.max_tokens), "--seed", str(a.seed)]
+        a = (
+            self.args
+        )  # the model and task of the baseline; the optimizer it saves is never used (fine-tuning resets it)
+        init = [
+            *self.data_args("translation_multi_simple_epoch"),
+            *self.mnmt_model(),
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            str(a.lr),
+            "--max-tokens",
+            str(a.max_tokens),
+            "--seed",
+            str(a.seed),
+        ]
         init = [x for x in init if x != "--cpu"]  # xlmr_init.py builds on the CPU itself
         decoder = ["--decoder"] if self.args.pretrained_decoder else []
-        self.execute([sys.executable, os.path.join(HERE, "xlmr_init.py"), "--pretrained", self.pretrained,
-                      "--out", self.init_path(), *decoder, "--", *init], os.path.join(self.logs, "init_mnmt.log"))
+        self.execute(
+            [
+                sys.executable,
+                os.path.join(HERE, "xlmr_init.py"),
+                "--pretrained",
+                self.pretrained,
+                "--out",
+                self.init_path(),
+                *decoder,
+                "--",
+                *init,
+            ],
+            os.path.join(self.logs, "init_mnmt.log"),
+        )
 
     def train(self, system, k, temperature, last):
         """Epoch k of the temperature schedule (the last one trains on to --max-update)."""
@@ -181,12 +321,23 @@ class Recipe:
             open(os.path.join(self.logs, f"train_{system}.t{k}.log"), "w").write(STOPPED_AT_MAX_UPDATE + " (earlier)\n")
             return
         epochs = [] if last else ["--max-epoch", str(k)]
-        self.execute([*fairseq_cli("train"), *self.system_args(system), *self.optimiser(self.args.seed),
-                      "--sampling-temperature", f"{temperature:g}", *epochs, "--save-dir", self.save_dir(system)],
-                     os.path.join(self.logs, f"train_{system}.t{k}.log"))
+        self.execute(
+            [
+                *fairseq_cli("train"),
+                *self.system_args(system),
+                *self.optimiser(self.args.seed),
+                "--sampling-temperature",
+                f"{temperature:g}",
+                *epochs,
+                "--save-dir",
+                self.save_dir(system),
+            ],
+            os.path.join(self.logs, f"train_{system}.t{k}.log"),
+        )
         if last and not self.dry_run:  # one log per system for the report's last validation
-            with open(os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log"), "w",
-                      encoding="utf-8") as out:
+            with open(
+                os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log"), "w", encoding="utf-8"
+            ) as out:
                 for j in range(1, k + 1):
                     out.write(open(os.path.join(self.logs, f"train_{system}.t{j}.log"), encoding="utf-8").read())
 
@@ -208,14 +359,28 @@ class Recipe:
                 out = os.path.join(out_dir, f"{direction}.gen")
                 if not os.path.exists(out):
                     jobs.append((f"{system} {direction}", ckpt, *direction.split("-"), out))
-        common = [*self.data_args("hltmt_translation"), "--gen-subset", "test", "--beam", "5",
-                  "--max-tokens", str(self.args.decode_max_tokens), "--max-len-a", f"{self.args.max_len_a:g}",
-                  "--max-len-b", str(self.args.max_len_b),
-                  "--remove-bpe", "sentencepiece", *(["--fp16"] if self.args.gpu and self.precision != "fp32" else [])]
+        common = [
+            *self.data_args("hltmt_translation"),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--max-tokens",
+            str(self.args.decode_max_tokens),
+            "--max-len-a",
+            f"{self.args.max_len_a:g}",
+            "--max-len-b",
+            str(self.args.max_len_b),
+            "--remove-bpe",
+            "sentencepiece",
+            *(["--fp16"] if self.args.gpu and self.precision != "fp32" else []),
+        ]
         if self.dry_run:
-            print(f"# decode: {len(jobs)} directions over {self.args.decode_workers} worker processes, each running "
-                  f"these fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/"
-                  f"seed{self.args.seed}/SRC-TGT.gen")
+            print(
+                f"# decode: {len(jobs)} directions over {self.args.decode_workers} worker processes, each running "
+                f"these fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/"
+                f"seed{self.args.seed}/SRC-TGT.gen"
+            )
             for _, ckpt, src, tgt, _ in jobs:
                 print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
             return
@@ -227,17 +392,31 @@ class Recipe:
             raise StepFailed(str(error)) from None
 
     def report(self):
-        cmd = [*plugin_cli("report"), "--decode-dir",
-               os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
-               "--high", ",".join(self.high), "--baseline", "mnmt" if "mnmt" in self.systems else self.systems[0],
-               "--system", "hltmt", "--title", self.args.title]
+        cmd = [
+            *plugin_cli("report"),
+            "--decode-dir",
+            os.path.join(self.run_dir, "decode"),
+            "--out",
+            os.path.join(self.run_dir, "report"),
+            "--high",
+            ",".join(self.high),
+            "--baseline",
+            "mnmt" if "mnmt" in self.systems else self.systems[0],
+            "--system",
+            "hltmt",
+            "--title",
+            self.args.title,
+        ]
         if "hltmt" in self.systems:
             cmd += ["--gate-checkpoint", os.path.join(self.save_dir("hltmt"), "checkpoint_last.pt")]
         for system in self.systems:
             cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed*.log"]
         if not self.args.gpu:
-            cmd += ["--note", "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
-                              "not the quality of the method."]
+            cmd += [
+                "--note",
+                "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
+                "not the quality of the method.",
+            ]
         self.execute(cmd, os.path.join(self.logs, "report.log"))
         if not self.dry_run:
             print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
@@ -258,10 +437,13 @@ class Recipe:
         steps = self.steps()
         gpus = f"{a.ngpu} GPU(s), {self.precision}" if a.gpu else f"CPU, {self.precision}"
         schedule = temperatures(a.temperature_start, a.temperature_end, a.temperature_epochs)
-        print(f"{'# ' if self.dry_run else ''}xlmr recipe: {gpus}; systems {','.join(self.systems)}, "
-              f"{len(self.directions)} directions, high {','.join(self.high)}; temperature "
-              f"{', '.join(f'{t:g}' for t in schedule)} over the first epochs; lr {a.lr}, {a.max_tokens} tokens x "
-              f"update-freq {self.update_freq}; run folder {self.run_dir}", flush=True)
+        print(
+            f"{'# ' if self.dry_run else ''}xlmr recipe: {gpus}; systems {','.join(self.systems)}, "
+            f"{len(self.directions)} directions, high {','.join(self.high)}; temperature "
+            f"{', '.join(f'{t:g}' for t in schedule)} over the first epochs; lr {a.lr}, {a.max_tokens} tokens x "
+            f"update-freq {self.update_freq}; run folder {self.run_dir}",
+            flush=True,
+        )
         if not self.dry_run and not os.environ.get("PYTHONWARNINGS"):
             os.environ["PYTHONWARNINGS"] = QUIET
         run_steps(steps, self.run_dir, self.dry_run)
@@ -289,8 +471,10 @@ def check(args):
             return f"--raw {args.raw} is not a folder"
         for name in ("model.pt", "dict.txt", "sentencepiece.bpe.model"):
             if not os.path.isfile(os.path.join(args.xlmr, name)):
-                return f"--xlmr {args.xlmr} has no {name} (fairseq's XLM-R release folder holds model.pt, " \
-                       "dict.txt, sentencepiece.bpe.model)"
+                return (
+                    f"--xlmr {args.xlmr} has no {name} (fairseq's XLM-R release folder holds model.pt, "
+                    "dict.txt, sentencepiece.bpe.model)"
+                )
     unknown = [s for s in args.systems.split(",") if s and s not in SYSTEMS]
     if unknown:
         return f"--systems: unknown {','.join(unknown)} (choose from {','.join(SYSTEMS)})"
@@ -305,7 +489,9 @@ def check(args):
 
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--raw", required=True, help="cleaned parallel data, {split}.en-XX.{en,XX} (examples/wmt10/clean.py)")
+    p.add_argument(
+        "--raw", required=True, help="cleaned parallel data, {split}.en-XX.{en,XX} (examples/wmt10/clean.py)"
+    )
     p.add_argument("--xlmr", required=True, help="XLM-R folder: model.pt, dict.txt, sentencepiece.bpe.model")
     p.add_argument("--run-dir", default=os.path.join(ROOT, "runs", "wmt10-xlmr"), help="where everything goes")
     p.add_argument("--langs", default=WMT10_LANGS, help="non-English languages")
@@ -328,8 +514,11 @@ def build_parser():
     p.add_argument("--ffn-dim", type=int, default=3072, help="(XLM-R base: 3072; also the SLP's inner size)")
     p.add_argument("--heads", type=int, default=12, help="(XLM-R base: 12)")
     p.add_argument("--decoder-layers", type=int, default=6, help="(the paper: 6)")
-    p.add_argument("--pretrained-decoder", action="store_true",
-                   help="also initialise the decoder layers' self-attention and FFN from XLM-R")
+    p.add_argument(
+        "--pretrained-decoder",
+        action="store_true",
+        help="also initialise the decoder layers' self-attention and FFN from XLM-R",
+    )
     p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair (tests)")
     p.add_argument("--max-train-lang", default=None, metavar="XX=N,...", help="per-language --max-train")
     p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
@@ -345,8 +534,9 @@ def build_parser():
     p.add_argument("--precision", choices=["auto", *PRECISION_FLAGS], default="auto", help=PRECISION_HELP)
     p.add_argument("--fp16", action="store_true", help="--precision fp16 (the authors' V100s)")
     p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line
-    p.add_argument("--dry-run", action="store_true",
-                   help="print every command the recipe would run, one per line, and run nothing")
+    p.add_argument(
+        "--dry-run", action="store_true", help="print every command the recipe would run, one per line, and run nothing"
+    )
     return p
 
 

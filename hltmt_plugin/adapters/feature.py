@@ -4,6 +4,7 @@ build, installing the planned adapters into a built model, and loading checkpoin
 Rows choose by language through the record (:mod:`hltmt_plugin.languages`): the encoder's
 adapters by the source language, the decoder's by the target language.
 """
+
 import logging
 from typing import Dict, Optional
 
@@ -11,8 +12,12 @@ from torch import nn
 
 from hltmt_plugin.adapters.config import SITES, AdapterLayout
 from hltmt_plugin.adapters.modules import ADAPTER_IDS, AdapterStack, InvertibleAdapters
-from hltmt_plugin.adapters.report import adapter_language, format_parameter_report, is_adapter_parameter, \
-    parameter_report
+from hltmt_plugin.adapters.report import (
+    adapter_language,
+    format_parameter_report,
+    is_adapter_parameter,
+    parameter_report,
+)
 from hltmt_plugin.languages import SRC, TGT
 
 logger = logging.getLogger(__name__)
@@ -31,8 +36,12 @@ def _install_side(side: nn.Module, layout: AdapterLayout, layers, dim: int) -> N
     for i in layers:
         for site in SITES[cfg.adapter_placement]:
             side.layers[i].adapters[site] = AdapterStack(
-                dim, layout.language_dim if cfg.language_adapters else None, layout.adapter_langs,
-                layout.shared_dim if cfg.shared_adapters else None, layout.langs)
+                dim,
+                layout.language_dim if cfg.language_adapters else None,
+                layout.adapter_langs,
+                layout.shared_dim if cfg.shared_adapters else None,
+                layout.langs,
+            )
     if cfg.invertible_adapters:
         side.invertible_adapters = InvertibleAdapters(dim, layout.invertible_dim, layout.adapter_langs, layout.langs)
     side.adapter_layout = layout
@@ -78,5 +87,7 @@ def fill_missing_weights(side: nn.Module, state_dict: Dict, name: str) -> None:
             missing.append(key)
     if missing:
         langs = sorted({lang for key in missing for lang in [adapter_language(key)] if lang})
-        logger.info(f"adapters: the checkpoint has no weights for {len(missing)} {name or 'model'} adapter tensors"
-                    f"{' (languages ' + ','.join(langs) + ')' if langs else ''}; they start at identity")
+        logger.info(
+            f"adapters: the checkpoint has no weights for {len(missing)} {name or 'model'} adapter tensors"
+            f"{' (languages ' + ','.join(langs) + ')' if langs else ''}; they start at identity"
+        )

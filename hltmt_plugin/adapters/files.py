@@ -10,6 +10,7 @@ the command line for all three. Every file is written whole or not at all
 (:func:`hltmt_plugin.atomic_files.save_torch`) and read weights-only
 (:func:`hltmt_plugin.compat.safe_loading.load_plugin_file`).
 """
+
 import hashlib
 import logging
 import os
@@ -33,8 +34,9 @@ FILE_VERSION = 1
 def _layout(model):
     layout = getattr(model.encoder, "adapter_layout", None)
     if layout is None:
-        raise HltmtInputError("this model has no adapters (it was built without --language-adapters / "
-                              "--invertible-adapters)")
+        raise HltmtInputError(
+            "this model has no adapters (it was built without --language-adapters / --invertible-adapters)"
+        )
     return layout
 
 
@@ -60,8 +62,9 @@ def base_fingerprint(model) -> str:
 
 def language_parameters(model, lang: str) -> Dict[str, Tensor]:
     """The parameters of ``lang``'s language and invertible adapters, by state-dict name."""
-    return {name: p for name, p in model.named_parameters()
-            if is_adapter_parameter(name) and adapter_language(name) == lang}
+    return {
+        name: p for name, p in model.named_parameters() if is_adapter_parameter(name) and adapter_language(name) == lang
+    }
 
 
 def export_language(model, lang: str, path: str) -> Dict[str, object]:
@@ -73,16 +76,32 @@ def export_language(model, lang: str, path: str) -> Dict[str, object]:
     rows = {}
     for name, (p, index) in model.language_token_rows(lang).items():
         rows[name] = {"index": index, "row": p.detach()[index].cpu().clone()}
-    blob = {"format": FILE_FORMAT, "version": FILE_VERSION, "lang": lang, "base": base_fingerprint(model),
-            "sizes": layout.sizes(), "tensors": tensors, "token_rows": rows}
+    blob = {
+        "format": FILE_FORMAT,
+        "version": FILE_VERSION,
+        "lang": lang,
+        "base": base_fingerprint(model),
+        "sizes": layout.sizes(),
+        "tensors": tensors,
+        "token_rows": rows,
+    }
     save_torch(blob, path)
-    logger.info(f"exported the adapters of {lang} ({sum(t.numel() for t in tensors.values()):,} parameters "
-                f"+ {len(rows)} token row(s)) to {path}")
+    logger.info(
+        f"exported the adapters of {lang} ({sum(t.numel() for t in tensors.values()):,} parameters "
+        f"+ {len(rows)} token row(s)) to {path}"
+    )
     return blob
 
 
-FILE_KEYS = {"format": str, "version": int, "lang": str, "base": str, "sizes": dict, "tensors": dict,
-             "token_rows": dict}
+FILE_KEYS = {
+    "format": str,
+    "version": int,
+    "lang": str,
+    "base": str,
+    "sizes": dict,
+    "tensors": dict,
+    "token_rows": dict,
+}
 MAX_ABS = 1e4  # trained adapter weights and embedding rows are O(1); larger values are not a trained adapter
 
 
@@ -98,18 +117,22 @@ def read_language_file(path: str) -> Dict[str, object]:
     except Exception as error:  # noqa: BLE001 (any unreadable file is the same user error)
         raise HltmtInputError(f"adapter file {path} is not readable ({str(error).splitlines()[0]})") from None
     if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:
-        raise HltmtInputError(f"{path} is not an adapter file written by hltmt_plugin (export_language / "
-                              "hltmt-adapters export)")
+        raise HltmtInputError(
+            f"{path} is not an adapter file written by hltmt_plugin (export_language / hltmt-adapters export)"
+        )
     if blob.get("version") != FILE_VERSION:
-        raise HltmtInputError(f"adapter file {path} has version {blob.get('version')}; this plugin reads "
-                              f"version {FILE_VERSION}")
+        raise HltmtInputError(
+            f"adapter file {path} has version {blob.get('version')}; this plugin reads version {FILE_VERSION}"
+        )
     for key, kind in FILE_KEYS.items():
         if key not in blob:
-            raise HltmtInputError(f"adapter file {path} has no {key!r} entry (hltmt-adapters export writes "
-                                  f"{', '.join(FILE_KEYS)})")
+            raise HltmtInputError(
+                f"adapter file {path} has no {key!r} entry (hltmt-adapters export writes {', '.join(FILE_KEYS)})"
+            )
         if not isinstance(blob[key], kind):
-            raise HltmtInputError(f"adapter file {path}: {key!r} is a {type(blob[key]).__name__}, not a "
-                                  f"{kind.__name__}")
+            raise HltmtInputError(
+                f"adapter file {path}: {key!r} is a {type(blob[key]).__name__}, not a {kind.__name__}"
+            )
     extra = [str(k) for k in blob if k not in FILE_KEYS]
     if extra:
         raise HltmtInputError(f"adapter file {path} has unexpected entries: {', '.join(sorted(extra))}")
@@ -120,9 +143,14 @@ def read_language_file(path: str) -> Dict[str, object]:
         if not isinstance(name, str) or not isinstance(t, Tensor):
             raise HltmtInputError(f"adapter file {path}: tensors[{name!r}] is not a named tensor")
     for name, row in blob["token_rows"].items():
-        if (not isinstance(name, str) or not isinstance(row, dict) or set(row) != {"index", "row"}
-                or not isinstance(row["index"], int) or isinstance(row["index"], bool)
-                or not isinstance(row["row"], Tensor)):
+        if (
+            not isinstance(name, str)
+            or not isinstance(row, dict)
+            or set(row) != {"index", "row"}
+            or not isinstance(row["index"], int)
+            or isinstance(row["index"], bool)
+            or not isinstance(row["row"], Tensor)
+        ):
             raise HltmtInputError(f"adapter file {path}: token_rows[{name!r}] is not {{'index': int, 'row': tensor}}")
     return blob
 
@@ -130,18 +158,21 @@ def read_language_file(path: str) -> Dict[str, object]:
 def _check_tensor(path: str, name: str, t: Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> None:
     """One tensor of an adapter file against the model's: shape, dtype, finite, plausible size."""
     if t.layout != torch.strided or t.dtype != dtype:
-        raise HltmtInputError(f"adapter file {path}: {name} is {str(t.dtype).replace('torch.', '')}"
-                              f"{'' if t.layout == torch.strided else ' ' + str(t.layout)}, this model's is "
-                              f"{str(dtype).replace('torch.', '')}")
+        raise HltmtInputError(
+            f"adapter file {path}: {name} is {str(t.dtype).replace('torch.', '')}"
+            f"{'' if t.layout == torch.strided else ' ' + str(t.layout)}, this model's is "
+            f"{str(dtype).replace('torch.', '')}"
+        )
     if tuple(t.shape) != tuple(shape):
-        raise HltmtInputError(f"adapter file {path}: {name} has shape {tuple(t.shape)}, this model's is "
-                              f"{tuple(shape)}")
+        raise HltmtInputError(f"adapter file {path}: {name} has shape {tuple(t.shape)}, this model's is {tuple(shape)}")
     if not bool(torch.isfinite(t).all()):
         raise HltmtInputError(f"adapter file {path}: {name} holds NaN or infinite values")
     largest = float(t.abs().max()) if t.numel() else 0.0
     if largest > MAX_ABS:
-        raise HltmtInputError(f"adapter file {path}: {name} holds values up to {largest:.3g} in absolute value "
-                              f"(more than {MAX_ABS:g}: not a trained adapter)")
+        raise HltmtInputError(
+            f"adapter file {path}: {name} holds values up to {largest:.3g} in absolute value "
+            f"(more than {MAX_ABS:g}: not a trained adapter)"
+        )
 
 
 def _language_slots(model, lang: str) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
@@ -149,8 +180,11 @@ def _language_slots(model, lang: str) -> Dict[str, Tuple[Tuple[int, ...], torch.
     (or would have once added: the names of another language's adapters, renamed), without
     changing the model."""
     params = dict(model.named_parameters())
-    own = {n: (tuple(p.shape), p.dtype) for n, p in params.items()
-           if is_adapter_parameter(n) and adapter_language(n) == lang}
+    own = {
+        n: (tuple(p.shape), p.dtype)
+        for n, p in params.items()
+        if is_adapter_parameter(n) and adapter_language(n) == lang
+    }
     if own:
         return own
     ref = next((other for other in _layout(model).adapter_langs if other != lang), None)
@@ -159,9 +193,12 @@ def _language_slots(model, lang: str) -> Dict[str, Tuple[Tuple[int, ...], torch.
         if ref is None or not is_adapter_parameter(name) or adapter_language(name) != ref:
             continue
         parts = name.split(".")
-        at = next(i for i, part in enumerate(parts) if part == ref
-                  and adapter_language(".".join(parts[:i] + ["\0"] + parts[i + 1:])) == "\0")
-        slots[".".join(parts[:at] + [lang] + parts[at + 1:])] = (tuple(p.shape), p.dtype)
+        at = next(
+            i
+            for i, part in enumerate(parts)
+            if part == ref and adapter_language(".".join(parts[:i] + ["\0"] + parts[i + 1 :])) == "\0"
+        )
+        slots[".".join(parts[:at] + [lang] + parts[at + 1 :])] = (tuple(p.shape), p.dtype)
     return slots
 
 
@@ -169,9 +206,11 @@ def add_language(model, lang: str) -> None:
     """Give ``lang`` (a language of --langs) fresh identity adapters in a built model."""
     layout = _layout(model)
     if lang not in layout.langs:
-        raise HltmtInputError(f"{lang!r} is not in this model's language list ({','.join(layout.langs)}): its "
-                              "vocabulary has no __" + lang + "__ token; list every language a model may serve "
-                              "in --langs when training the base")
+        raise HltmtInputError(
+            f"{lang!r} is not in this model's language list ({','.join(layout.langs)}): its "
+            "vocabulary has no __" + lang + "__ token; list every language a model may serve "
+            "in --langs when training the base"
+        )
     if lang in layout.adapter_langs:
         return
     add_adapter_language(model.encoder, lang)
@@ -185,18 +224,25 @@ def _check_fits(model, path: str, blob) -> str:
     layout = _layout(model)
     lang = blob["lang"]
     if lang not in layout.langs:
-        raise HltmtInputError(f"adapter file {path} is for {lang!r}, which is not in this model's language list "
-                              f"({','.join(layout.langs)}): its vocabulary has no __{lang}__ token")
+        raise HltmtInputError(
+            f"adapter file {path} is for {lang!r}, which is not in this model's language list "
+            f"({','.join(layout.langs)}): its vocabulary has no __{lang}__ token"
+        )
     mine = layout.sizes()
-    diff = [f"{k} {blob['sizes'].get(k)!r} in the file, {v!r} in this model" for k, v in mine.items()
-            if blob["sizes"].get(k) != v]
+    diff = [
+        f"{k} {blob['sizes'].get(k)!r} in the file, {v!r} in this model"
+        for k, v in mine.items()
+        if blob["sizes"].get(k) != v
+    ]
     if diff:
         raise HltmtInputError(f"adapter file {path} ({lang}) does not fit this model's adapters: " + "; ".join(diff))
     base = base_fingerprint(model)
     if blob["base"] != base:
-        raise HltmtInputError(f"adapter file {path} ({lang}) was exported from another base model "
-                              f"(fingerprint {blob['base'][:12]}, this model {base[:12]}): adapters only fit the "
-                              "base they were trained on")
+        raise HltmtInputError(
+            f"adapter file {path} ({lang}) was exported from another base model "
+            f"(fingerprint {blob['base'][:12]}, this model {base[:12]}): adapters only fit the "
+            "base they were trained on"
+        )
     return lang
 
 
@@ -206,13 +252,17 @@ def _check_adapter_tensors(model, path: str, lang: str, blob) -> Dict[str, tuple
     foreign = sorted(n for n in blob["tensors"] if n not in slots)
     if foreign:
         more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
-        raise HltmtInputError(f"adapter file {path} is for {lang} but holds {foreign[0]}{more}, not one of {lang}'s "
-                              f"adapter tensors: an adapter file holds only its language's language and "
-                              f"invertible adapters")
+        raise HltmtInputError(
+            f"adapter file {path} is for {lang} but holds {foreign[0]}{more}, not one of {lang}'s "
+            f"adapter tensors: an adapter file holds only its language's language and "
+            f"invertible adapters"
+        )
     missing = sorted(n for n in slots if n not in blob["tensors"])
     if missing:
-        raise HltmtInputError(f"adapter file {path} ({lang}) lacks {len(missing)} of the {len(slots)} adapter "
-                              f"tensors of {lang}, e.g. {missing[0]}")
+        raise HltmtInputError(
+            f"adapter file {path} ({lang}) lacks {len(missing)} of the {len(slots)} adapter "
+            f"tensors of {lang}, e.g. {missing[0]}"
+        )
     for name, t in blob["tensors"].items():
         _check_tensor(path, name, t, *slots[name])
     return slots
@@ -223,14 +273,17 @@ def _check_token_rows(model, path: str, lang: str, blob):
     model's rows of ``lang`` (name -> (table, index))."""
     tables = model.language_token_rows(lang)
     if set(blob["token_rows"]) != set(tables):
-        raise HltmtInputError(f"adapter file {path} ({lang}) has token rows for "
-                              f"{','.join(sorted(blob['token_rows'])) or 'no table'}; this model's language tokens "
-                              f"live in {','.join(sorted(tables))}")
+        raise HltmtInputError(
+            f"adapter file {path} ({lang}) has token rows for "
+            f"{','.join(sorted(blob['token_rows'])) or 'no table'}; this model's language tokens "
+            f"live in {','.join(sorted(tables))}"
+        )
     for name, row in blob["token_rows"].items():
         p, index = tables[name]
         if row["index"] != index:
-            raise HltmtInputError(f"adapter file {path}: __{lang}__ is row {row['index']} there and {index} here "
-                                  "(another vocabulary)")
+            raise HltmtInputError(
+                f"adapter file {path}: __{lang}__ is row {row['index']} there and {index} here (another vocabulary)"
+            )
         _check_tensor(path, f"the __{lang}__ row of {name}", row["row"], (p.size(1),), p.dtype)
     return tables
 

@@ -15,6 +15,7 @@ input, ``LN``: the layer norm that follows):
 Layers whose index the options leave out hold no stack (``adapters`` stays empty) and compute
 exactly fairseq's layer.
 """
+
 from typing import Callable, Optional
 
 from torch import Tensor, nn
@@ -71,8 +72,15 @@ class AdapterDecoderLayer(AdapterLayerMixin, TransformerDecoderLayerBase):
         self._init_adapters(placement, rows)
         self.input_adapters: Optional[Callable[[Tensor], Tensor]] = None  # the decoder sets it on layer 0
 
-    def forward(self, x, encoder_out: Optional[Tensor] = None, encoder_padding_mask: Optional[Tensor] = None,
-                incremental_state=None, *args, **kwargs):
+    def forward(
+        self,
+        x,
+        encoder_out: Optional[Tensor] = None,
+        encoder_padding_mask: Optional[Tensor] = None,
+        incremental_state=None,
+        *args,
+        **kwargs,
+    ):
         if self.input_adapters is not None:
             x = self.input_adapters(x)
         return super().forward(x, encoder_out, encoder_padding_mask, incremental_state, *args, **kwargs)

@@ -20,6 +20,7 @@ translation batch has its target-language token. The translation dictionary has 
 ``<mask>`` (XLM-R's has): ``<s>`` stands in for it, a symbol that no encoder input of the
 translation task holds.
 """
+
 from types import SimpleNamespace
 from typing import Dict, Iterator, Optional, Sequence
 
@@ -28,9 +29,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
-from fairseq.data import (AppendTokenDataset, IdDataset, LeftPadDataset, ListDataset, MaskTokensDataset,
-                          NestedDictionaryDataset, NumelDataset, NumSamplesDataset, PrependTokenDataset,
-                          RawLabelDataset, data_utils)
+from fairseq.data import (
+    AppendTokenDataset,
+    IdDataset,
+    LeftPadDataset,
+    ListDataset,
+    MaskTokensDataset,
+    NestedDictionaryDataset,
+    NumelDataset,
+    NumSamplesDataset,
+    PrependTokenDataset,
+    RawLabelDataset,
+    data_utils,
+)
 
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import ROWS
@@ -49,8 +60,10 @@ def encoder_language_parameters(model, lang: str) -> Dict[str, nn.Parameter]:
     """``lang``'s encoder language adapters and invertible adapter, by state-dict name."""
     params = {n: p for n, p in language_parameters(model, lang).items() if n.startswith("encoder.")}
     if not params:
-        raise HltmtInputError(f"this model has no encoder language or invertible adapters for {lang!r}: MLM "
-                              "trains those (build the base with --language-adapters and/or --invertible-adapters)")
+        raise HltmtInputError(
+            f"this model has no encoder language or invertible adapters for {lang!r}: MLM "
+            "trains those (build the base with --language-adapters and/or --invertible-adapters)"
+        )
     return params
 
 
@@ -70,8 +83,13 @@ class EncoderMLM(nn.Module):
         super().__init__()
         self.encoder = encoder
 
-    def forward(self, src_tokens: Tensor, src_lengths: Tensor, src_lang_id: Optional[Tensor] = None,
-                masked_tokens: Optional[Tensor] = None):
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Tensor,
+        src_lang_id: Optional[Tensor] = None,
+        masked_tokens: Optional[Tensor] = None,
+    ):
         out = self.encoder(src_tokens, src_lengths, src_lang_id=src_lang_id)
         x = out["encoder_out"][0].transpose(0, 1)  # B x T x C
         inverse = self.encoder.invertible_adapters
@@ -91,8 +109,15 @@ def mlm_criterion(encoder) -> MaskedLmLoss:
     return MaskedLmLoss(MaskedLmConfig(tpu=False), SimpleNamespace(target_dictionary=encoder.dictionary))
 
 
-def mlm_dataset(items: Sequence[Tensor], model, lang: str, seed: int = 1, mask_prob: float = 0.15,
-                leave_unmasked_prob: float = 0.1, random_token_prob: float = 0.1) -> NestedDictionaryDataset:
+def mlm_dataset(
+    items: Sequence[Tensor],
+    model,
+    lang: str,
+    seed: int = 1,
+    mask_prob: float = 0.15,
+    leave_unmasked_prob: float = 0.1,
+    random_token_prob: float = 0.1,
+) -> NestedDictionaryDataset:
     """Masked-LM samples of ``lang`` from token sentences (no eos, no language token) in the
     layout of the translation encoder's input: ``__xx__ w1 .. wn </s>``, left-padded (or
     ``w1 .. wn __xx__`` with ``--lang-tok-replacing-bos-eos``); ``target`` holds the original
@@ -104,8 +129,15 @@ def mlm_dataset(items: Sequence[Tensor], model, lang: str, seed: int = 1, mask_p
     base = ListDataset(list(items), np.array([len(t) for t in items]))
     if not at_end:
         base = AppendTokenDataset(base, d.eos())
-    masking = dict(vocab=d, pad_idx=d.pad(), mask_idx=mask_index(d), seed=seed, mask_prob=mask_prob,
-                   leave_unmasked_prob=leave_unmasked_prob, random_token_prob=random_token_prob)
+    masking = dict(
+        vocab=d,
+        pad_idx=d.pad(),
+        mask_idx=mask_index(d),
+        seed=seed,
+        mask_prob=mask_prob,
+        leave_unmasked_prob=leave_unmasked_prob,
+        random_token_prob=random_token_prob,
+    )
     src = MaskTokensDataset(base, **masking, return_masked_tokens=False)
     tgt = MaskTokensDataset(base, **masking, return_masked_tokens=True)
     if random_token_prob > 0:  # a random replacement is a word, never a language token
@@ -114,25 +146,31 @@ def mlm_dataset(items: Sequence[Tensor], model, lang: str, seed: int = 1, mask_p
     add = AppendTokenDataset if at_end else PrependTokenDataset
     src, tgt = add(src, lang_token), add(tgt, d.pad())
     lang_ids = RawLabelDataset([[languages.lang_id(lang)]] * len(items))
-    return NestedDictionaryDataset({
-        "id": IdDataset(),
-        "net_input": {"src_tokens": LeftPadDataset(src, d.pad()), "src_lengths": NumelDataset(src, reduce=False),
-                      "src_lang_id": lang_ids},
-        "target": LeftPadDataset(tgt, d.pad()),
-        "nsentences": NumSamplesDataset(),
-        "ntokens": NumelDataset(src, reduce=True),
-    }, sizes=[src.sizes])
+    return NestedDictionaryDataset(
+        {
+            "id": IdDataset(),
+            "net_input": {
+                "src_tokens": LeftPadDataset(src, d.pad()),
+                "src_lengths": NumelDataset(src, reduce=False),
+                "src_lang_id": lang_ids,
+            },
+            "target": LeftPadDataset(tgt, d.pad()),
+            "nsentences": NumSamplesDataset(),
+            "ntokens": NumelDataset(src, reduce=True),
+        },
+        sizes=[src.sizes],
+    )
 
 
-def epoch_batches(dataset: NestedDictionaryDataset, epoch: int, seed: int, max_sentences: int,
-                  max_tokens: Optional[int] = None) -> Iterator[dict]:
+def epoch_batches(
+    dataset: NestedDictionaryDataset, epoch: int, seed: int, max_sentences: int, max_tokens: Optional[int] = None
+) -> Iterator[dict]:
     """One epoch of collated batches (fresh masks per epoch), similar lengths together
     (fairseq's ``batch_by_size``), in a seeded random order."""
     dataset.set_epoch(epoch)
     sizes = dataset.sizes[0]
     indices = np.argsort(sizes, kind="mergesort")
-    batches = data_utils.batch_by_size(indices, dataset.num_tokens, max_tokens=max_tokens,
-                                       max_sentences=max_sentences)
+    batches = data_utils.batch_by_size(indices, dataset.num_tokens, max_tokens=max_tokens, max_sentences=max_sentences)
     order = np.random.default_rng((seed, epoch)).permutation(len(batches))
     for b in order:
         yield dataset.collater([dataset[int(i)] for i in batches[b]])

@@ -5,6 +5,7 @@ Every adapter is a residual bottleneck ``delta(h) = U act(D h)`` (``D: d -> m``,
 ReLU as in MAD-X). ``U`` starts at exactly zero, so a model with freshly added adapters
 computes exactly what the model without them computes; ``D`` starts as a default ``nn.Linear``.
 """
+
 from typing import Callable, List, Optional, Sequence
 
 import torch
@@ -47,20 +48,21 @@ class InvertibleAdapter(nn.Module):
         self.g = Bottleneck(self.half, hidden)
 
     def forward(self, e: Tensor) -> Tensor:
-        e1, e2 = e[..., : self.half], e[..., self.half:]
+        e1, e2 = e[..., : self.half], e[..., self.half :]
         o1 = e1 + self.f(e2)
         o2 = e2 + self.g(o1)
         return torch.cat([o1, o2], dim=-1)
 
     def inverse(self, o: Tensor) -> Tensor:
-        o1, o2 = o[..., : self.half], o[..., self.half:]
+        o1, o2 = o[..., : self.half], o[..., self.half :]
         e2 = o2 - self.g(o1)
         e1 = o1 - self.f(e2)
         return torch.cat([e1, e2], dim=-1)
 
 
-def language_fns(per_lang: nn.ModuleDict, langs: Sequence[str], side: str, kind: str,
-                 method: Optional[str] = None) -> List[Callable]:
+def language_fns(
+    per_lang: nn.ModuleDict, langs: Sequence[str], side: str, kind: str, method: Optional[str] = None
+) -> List[Callable]:
     """One callable per language of ``langs`` (``route``'s ``fns``); a language without an
     adapter gets one that raises an error naming it (only if a row needs it)."""
     what = "source" if side == "encoder" else "target"
@@ -70,7 +72,9 @@ def language_fns(per_lang: nn.ModuleDict, langs: Sequence[str], side: str, kind:
             raise HltmtInputError(
                 f"a sentence with {what} language {lang!r} reached the {side}, which has no {kind} for "
                 f"{lang!r} (adapters exist for {','.join(per_lang.keys())}): add it to --adapter-langs "
-                "(and train its adapters) or leave it out of the batch")
+                "(and train its adapters) or leave it out of the batch"
+            )
+
         return fail
 
     fns = []
@@ -94,13 +98,20 @@ class AdapterStack(_PerLanguage):
     language adapter, then the shared one, each taking the previous output and the same skip
     ``r``: ``h1 = delta_lang(h) + r``, ``h2 = delta_shared(h1) + r``."""
 
-    def __init__(self, dim: int, language_dim: Optional[int], adapter_langs: Sequence[str],
-                 shared_dim: Optional[int], langs: Optional[Sequence[str]] = None):
+    def __init__(
+        self,
+        dim: int,
+        language_dim: Optional[int],
+        adapter_langs: Sequence[str],
+        shared_dim: Optional[int],
+        langs: Optional[Sequence[str]] = None,
+    ):
         super().__init__()
         self.dim, self.language_dim = dim, language_dim
         self.langs = list(adapter_langs if langs is None else langs)
-        self.language_adapters = (nn.ModuleDict({lang: Bottleneck(dim, language_dim) for lang in adapter_langs})
-                                  if language_dim else None)
+        self.language_adapters = (
+            nn.ModuleDict({lang: Bottleneck(dim, language_dim) for lang in adapter_langs}) if language_dim else None
+        )
         self.shared_adapter = Bottleneck(dim, shared_dim) if shared_dim else None
 
     def add_language(self, lang: str) -> None:

@@ -1,5 +1,6 @@
 """Adapter parameters by name: which are adapters, of which kind and language, and the
 parameter report (what each language adds, like MAD-X's table 5)."""
+
 from typing import Dict, List, Optional, Tuple
 
 from torch import nn
@@ -14,7 +15,11 @@ def is_adapter_parameter(name: str) -> bool:
 def adapter_kind(name: str) -> Optional[str]:
     """``language`` / ``shared`` / ``invertible`` for an adapter parameter name, else None."""
     parts = name.split(".")
-    for part, kind in ((LANGUAGE_ADAPTERS, "language"), (SHARED_ADAPTER, "shared"), (INVERTIBLE_ADAPTERS, "invertible")):
+    for part, kind in (
+        (LANGUAGE_ADAPTERS, "language"),
+        (SHARED_ADAPTER, "shared"),
+        (INVERTIBLE_ADAPTERS, "invertible"),
+    ):
         if part in parts:
             return kind
     return None
@@ -52,8 +57,12 @@ def parameter_report(model: nn.Module) -> Dict[str, object]:
             key = f"{name.split('.')[0]} {kind}"
             counts = per_lang.setdefault(adapter_language(name), {})
             counts[key] = counts.get(key, 0) + p.numel()
-    return {"base": base, "per_language": per_lang, "shared": shared,
-            "total": base + shared + sum(sum(c.values()) for c in per_lang.values())}
+    return {
+        "base": base,
+        "per_language": per_lang,
+        "shared": shared,
+        "total": base + shared + sum(sum(c.values()) for c in per_lang.values()),
+    }
 
 
 def format_parameter_report(report: Dict[str, object]) -> List[str]:

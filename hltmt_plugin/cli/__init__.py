@@ -5,6 +5,7 @@ functions a test can call. Each command's module imports neither torch nor fairs
 once its arguments are read. Shared here: where the plugin and its example data are, and how one
 command runs another or one of fairseq's (by this Python, ``python -m``), so that the commands
 work from a virtual environment, ``pip install --target`` and an editable checkout alike."""
+
 import os
 import sys
 

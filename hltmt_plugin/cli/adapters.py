@@ -19,6 +19,7 @@ refuses anything else with one line. Every file is written atomically (a tempora
 the same folder, fsync, rename), so ``--out`` may equal ``--path``: the checkpoint is either
 the old one or the whole new one, never a truncated one.
 """
+
 import argparse
 import logging
 import os
@@ -43,8 +44,10 @@ def load(path, data):
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
     except FileNotFoundError as error:
-        raise HltmtInputError(f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
-                              "folder with its dict.*.txt)") from None
+        raise HltmtInputError(
+            f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
+            "folder with its dict.*.txt)"
+        ) from None
     model = models[0]
     model.eval()
     return model
@@ -64,14 +67,18 @@ def export(args):
     from hltmt_plugin.adapters.files import export_language
 
     if os.path.exists(args.out) and os.path.samefile(args.out, args.path):
-        raise HltmtInputError(f"export --out {args.out} is the checkpoint --path itself: writing the adapter file "
-                              "there would replace the checkpoint; name another file")
+        raise HltmtInputError(
+            f"export --out {args.out} is the checkpoint --path itself: writing the adapter file "
+            "there would replace the checkpoint; name another file"
+        )
     refuse_inputs("export --out", args.out, {}, args.data)
     model = load(args.path, args.data)
     blob = export_language(model, args.lang, args.out)
     n = sum(t.numel() for t in blob["tensors"].values())
-    print(f"exported {args.lang}: {len(blob['tensors'])} adapter tensors ({n:,} parameters) and "
-          f"{len(blob['token_rows'])} token row(s) to {args.out}")
+    print(
+        f"exported {args.lang}: {len(blob['tensors'])} adapter tensors ({n:,} parameters) and "
+        f"{len(blob['token_rows'])} token row(s) to {args.out}"
+    )
 
 
 def import_(args):
@@ -110,8 +117,9 @@ def main(argv=None):
     i.add_argument("--adapters", required=True, help="an adapter file written by export")
     i.add_argument("--out", required=True, help="the checkpoint to write")
     for sp in (e, i):
-        sp.add_argument("--data", default=None, help="binarized data folder (default: the one the checkpoint "
-                                                     "was trained on)")
+        sp.add_argument(
+            "--data", default=None, help="binarized data folder (default: the one the checkpoint was trained on)"
+        )
     args = p.parse_args(argv)
     check_output(args.out, "--out")  # a device, FIFO or stream path: refused before any work
     register()  # the task and model, safe loading: once the arguments are read

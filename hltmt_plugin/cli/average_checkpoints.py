@@ -21,6 +21,7 @@ output holds the first checkpoint's other records (options, training state), as 
 script writes it, and is written atomically: ``--output`` is its old self or the whole new
 file, also when it is one of the inputs.
 """
+
 import argparse
 import os
 import re
@@ -31,21 +32,33 @@ from hltmt_plugin.atomic_files import check_output
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.compatibility import mismatches, record_of_state
 
+
 def last_checkpoints(folder: str, n: int, update_based: bool, upper_bound=None):
     """The last ``n`` checkpoints of ``folder`` by epoch (``checkpointEPOCH.pt``) or update
     (``checkpoint_EPOCH_UPDATE.pt``), newest first, as fairseq's script picks them."""
     if n < 1:
         raise HltmtConfigError(f"--num-{'update' if update_based else 'epoch'}-checkpoints must be at least 1, got {n}")
     if not os.path.isdir(folder):
-        raise HltmtInputError(f"--inputs {folder} is not a folder (--num-epoch-checkpoints / --num-update-checkpoints "
-                              "take the checkpoints of one folder)")
+        raise HltmtInputError(
+            f"--inputs {folder} is not a folder (--num-epoch-checkpoints / --num-update-checkpoints "
+            "take the checkpoints of one folder)"
+        )
     pattern = re.compile(r"checkpoint_\d+_(\d+)\.pt" if update_based else r"checkpoint(\d+)\.pt")
-    found = sorted(((int(m.group(1)), name) for name in os.listdir(folder) for m in [pattern.fullmatch(name)]
-                    if m and (upper_bound is None or int(m.group(1)) <= upper_bound)), reverse=True)
+    found = sorted(
+        (
+            (int(m.group(1)), name)
+            for name in os.listdir(folder)
+            for m in [pattern.fullmatch(name)]
+            if m and (upper_bound is None or int(m.group(1)) <= upper_bound)
+        ),
+        reverse=True,
+    )
     if len(found) < n:
-        raise HltmtInputError(f"{folder} holds {len(found)} checkpoint(s) named {pattern.pattern}"
-                              f"{f' up to {upper_bound}' if upper_bound is not None else ''}, fewer than the {n} asked "
-                              f"for")
+        raise HltmtInputError(
+            f"{folder} holds {len(found)} checkpoint(s) named {pattern.pattern}"
+            f"{f' up to {upper_bound}' if upper_bound is not None else ''}, fewer than the {n} asked "
+            f"for"
+        )
     return [os.path.join(folder, name) for _, name in found[:n]]
 
 
@@ -66,18 +79,28 @@ def _compare(first, first_state, path, state) -> None:
     a, b = first_state["model"], state["model"]
     if list(a) != list(b):
         only = sorted(set(a) ^ set(b))
-        what = (f"{only[0]} is in only one of them" + (f" (and {len(only) - 1} more)" if len(only) > 1 else "")
-                if only else "their weights come in another order")
+        what = (
+            f"{only[0]} is in only one of them" + (f" (and {len(only) - 1} more)" if len(only) > 1 else "")
+            if only
+            else "their weights come in another order"
+        )
         raise _differ(first, path, f"{what}: they are not checkpoints of one model")
     differ = mismatches(_record(first, first_state), _record(path, state), labels=("first", "second"))
     if differ:
-        raise _differ(first, path, f"they were trained on other data or options ({'; '.join(differ)}), so the same "
-                                   "weight means something else in each")
+        raise _differ(
+            first,
+            path,
+            f"they were trained on other data or options ({'; '.join(differ)}), so the same "
+            "weight means something else in each",
+        )
     for key, x in a.items():
         y = b[key]
         if x.shape != y.shape or x.dtype != y.dtype:
-            raise _differ(first, path, f"{key} is {tuple(x.shape)} {x.dtype} in the first and {tuple(y.shape)} {y.dtype} "
-                                       "in the second")
+            raise _differ(
+                first,
+                path,
+                f"{key} is {tuple(x.shape)} {x.dtype} in the first and {tuple(y.shape)} {y.dtype} in the second",
+            )
         if not x.is_floating_point() and not (x == y).all():
             raise _differ(first, path, _why_not_averaged(key, x, y))
 
@@ -85,14 +108,20 @@ def _compare(first, first_state, path, state) -> None:
 def _why_not_averaged(key: str, x, y) -> str:
     values = (x.tolist(), y.tolist()) if x.numel() <= 16 else ("...", "...")
     if key.endswith("slp.fixed_map_onehot") or key.endswith("slp.fixed_map"):
-        return (f"their routing maps ({key}) differ ({values[0]} and {values[1]}): checkpoints from both sides of the "
-                "stage switch, or of runs that fixed other maps; an average would be a map neither has. Average "
-                "checkpoints written after the switch (stage all) of one run")
+        return (
+            f"their routing maps ({key}) differ ({values[0]} and {values[1]}): checkpoints from both sides of the "
+            "stage switch, or of runs that fixed other maps; an average would be a map neither has. Average "
+            "checkpoints written after the switch (stage all) of one run"
+        )
     if key.endswith("slp.gate_steps"):
-        return (f"the gate trained for {values[0]} and {values[1]} steps ({key}): checkpoints of stage high, where the "
-                "gate still learns and the routing map is not fixed yet. Average checkpoints of stage all")
-    return (f"{key} holds {values[0]} and {values[1]}: integers (module choices, counts or language names), which "
-            "cannot be averaged. Average checkpoints of one run and stage")
+        return (
+            f"the gate trained for {values[0]} and {values[1]} steps ({key}): checkpoints of stage high, where the "
+            "gate still learns and the routing map is not fixed yet. Average checkpoints of stage all"
+        )
+    return (
+        f"{key} holds {values[0]} and {values[1]}: integers (module choices, counts or language names), which "
+        "cannot be averaged. Average checkpoints of one run and stage"
+    )
 
 
 def refuse_repeats(paths) -> None:
@@ -105,8 +134,10 @@ def refuse_repeats(paths) -> None:
         except OSError:
             continue  # missing: the loader says so
         if key in seen:
-            raise HltmtConfigError(f"--inputs names {seen[key]}{' twice' if seen[key] == path else f' and {path}, one file,'}"
-                                   ": it would count twice in the average; name each checkpoint once")
+            raise HltmtConfigError(
+                f"--inputs names {seen[key]}{' twice' if seen[key] == path else f' and {path}, one file,'}"
+                ": it would count twice in the average; name each checkpoint once"
+            )
         seen[key] = path
 
 
@@ -124,8 +155,9 @@ def average(paths):
         check_fairseq_state(path, state)
         odd = [k for k, v in state["model"].items() if not isinstance(v, torch.Tensor)]
         if odd:
-            raise HltmtInputError(f"checkpoint {path}: its weight {odd[0]} is a {type(state['model'][odd[0]]).__name__}, "
-                                  "not a tensor")
+            raise HltmtInputError(
+                f"checkpoint {path}: its weight {odd[0]} is a {type(state['model'][odd[0]]).__name__}, not a tensor"
+            )
         if first_state is None:
             first_state = state
             total = {k: v.double() for k, v in state["model"].items() if v.is_floating_point()}
@@ -146,16 +178,32 @@ def average(paths):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--inputs", required=True, nargs="+", help="the checkpoint files, or one folder with "
-                                                               "--num-epoch-checkpoints / --num-update-checkpoints")
+    p.add_argument(
+        "--inputs",
+        required=True,
+        nargs="+",
+        help="the checkpoint files, or one folder with --num-epoch-checkpoints / --num-update-checkpoints",
+    )
     p.add_argument("--output", required=True, metavar="FILE", help="the averaged checkpoint to write")
     num = p.add_mutually_exclusive_group()
-    num.add_argument("--num-epoch-checkpoints", type=int, metavar="N",
-                     help="average the last N checkpoints checkpointEPOCH.pt of the folder --inputs")
-    num.add_argument("--num-update-checkpoints", type=int, metavar="N",
-                     help="average the last N checkpoints checkpoint_EPOCH_UPDATE.pt of the folder --inputs")
-    p.add_argument("--checkpoint-upper-bound", type=int, metavar="K",
-                   help="with --num-*-checkpoints: take no checkpoint of an epoch (update) above K")
+    num.add_argument(
+        "--num-epoch-checkpoints",
+        type=int,
+        metavar="N",
+        help="average the last N checkpoints checkpointEPOCH.pt of the folder --inputs",
+    )
+    num.add_argument(
+        "--num-update-checkpoints",
+        type=int,
+        metavar="N",
+        help="average the last N checkpoints checkpoint_EPOCH_UPDATE.pt of the folder --inputs",
+    )
+    p.add_argument(
+        "--checkpoint-upper-bound",
+        type=int,
+        metavar="K",
+        help="with --num-*-checkpoints: take no checkpoint of an epoch (update) above K",
+    )
     args = add_version(p).parse_args(argv)
     check_output(args.output, "--output")  # a device, FIFO or stream path: refused before any work
     n = args.num_update_checkpoints if args.num_update_checkpoints is not None else args.num_epoch_checkpoints
@@ -166,8 +214,9 @@ def main(argv=None):
     elif len(args.inputs) != 1:
         raise HltmtConfigError("with --num-epoch-checkpoints / --num-update-checkpoints, --inputs names one folder")
     else:
-        paths = last_checkpoints(args.inputs[0], n, args.num_update_checkpoints is not None,
-                                 args.checkpoint_upper_bound)
+        paths = last_checkpoints(
+            args.inputs[0], n, args.num_update_checkpoints is not None, args.checkpoint_upper_bound
+        )
     register()  # torch and fairseq (safe loading, atomic checkpoint writes), once the arguments are checked
     from hltmt_plugin.compat.atomic_copy import save_checkpoint_file
 

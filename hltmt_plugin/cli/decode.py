@@ -13,6 +13,7 @@ when its direction is complete). A failed job stops the worker with one error li
 ``decode_all`` (used by hltmt-main-job and scripts/gpu_run.py) splits jobs over
 workers, balanced by the size of each direction's test set, and runs them concurrently.
 """
+
 import argparse
 import copy
 import logging
@@ -36,8 +37,9 @@ class DecodeFailed(Exception):
 def run_jobs(jobs, common):
     # fairseq-generate's logging.basicConfig would bind the root logger to the first job's
     # output file; one handler on stderr, set first, keeps every job's log in the worker log
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO,
-                        stream=sys.stderr)
+    logging.basicConfig(
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO, stream=sys.stderr
+    )
     register()  # the plugin's task and model, before fairseq reads --user-dir (an imported package is not read again)
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -51,8 +53,9 @@ def run_jobs(jobs, common):
         tmp = tempfile.mkdtemp(prefix=".decode-", dir=os.path.dirname(out))
         try:
             parser = options.get_generation_parser()
-            args = options.parse_args_and_arch(parser, [*common, "--path", ckpt, "-s", src, "-t", tgt,
-                                                        "--results-path", tmp])
+            args = options.parse_args_and_arch(
+                parser, [*common, "--path", ckpt, "-s", src, "-t", tgt, "--results-path", tmp]
+            )
             # fairseq's namespace -> config conversion (a hydra compose) costs seconds; the jobs of
             # a worker differ only in these four options, so convert once and set them per job
             same = first is not None and {k: v for k, v in vars(args).items() if k not in per_job} == first
@@ -150,8 +153,10 @@ def decode_all(jobs, common, data, workers, log_dir, env=None, echo=sys.stdout):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
-        print("hltmt-decode: error: usage: gpu_decode.py --jobs JOBS.tsv -- DATA [fairseq-generate options]",
-              file=sys.stderr)
+        print(
+            "hltmt-decode: error: usage: gpu_decode.py --jobs JOBS.tsv -- DATA [fairseq-generate options]",
+            file=sys.stderr,
+        )
         return 2
     cut = argv.index("--")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,13 +168,16 @@ def main(argv=None):
         print(f"hltmt-decode: error: {error}", flush=True)
         return 1
     try:
-        run_jobs(jobs, argv[cut + 1:])
+        run_jobs(jobs, argv[cut + 1 :])
     except BaseException as error:  # noqa: B902  (fairseq's option errors are SystemExit)
         if isinstance(error, KeyboardInterrupt):
             raise
         traceback.print_exc()
-        what = f"exit {error.code} from fairseq's option parser (see the log)" if isinstance(error, SystemExit) \
+        what = (
+            f"exit {error.code} from fairseq's option parser (see the log)"
+            if isinstance(error, SystemExit)
             else f"{type(error).__name__}: {error}"
+        )
         print(f"hltmt-decode: error: {what}", flush=True)
         return 1
     return 0

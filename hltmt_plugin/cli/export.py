@@ -16,6 +16,7 @@ with the checkpoint's contract (docs/deploying.md).
 
 Needs CTranslate2: ``pip install -e ".[ctranslate2]"``.
 """
+
 import argparse
 import atexit
 import logging
@@ -35,8 +36,12 @@ def build_parser():
     p.add_argument("--checkpoint", "--path", required=True, help="the checkpoint to export")
     p.add_argument("--out", "-o", required=True, metavar="FOLDER", help="the export folder to write")
     p.add_argument("--to", default="ctranslate2", choices=["ctranslate2"], help="the engine to export to")
-    p.add_argument("--quantization", default="float32", choices=QUANTIZATIONS,
-                   help="the weights' type (CTranslate2's quantization; default float32)")
+    p.add_argument(
+        "--quantization",
+        default="float32",
+        choices=QUANTIZATIONS,
+        help="the weights' type (CTranslate2's quantization; default float32)",
+    )
     p.add_argument("--spm", default=None, help="sentencepiece model (default: found as hltmt-translate finds it)")
     p.add_argument("--data", default=None, help="binarized data folder with the dict.*.txt (default: the stored one)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
@@ -57,26 +62,43 @@ def main(argv=None):
         if path and inside(path, args.out):
             return fail(f"--out {args.out} is or holds {name} {path}: name another folder")
     try:
-        record = export(args.checkpoint, args.out, quantization=args.quantization, spm=args.spm, data=args.data,
-                        force=args.force)
+        record = export(
+            args.checkpoint, args.out, quantization=args.quantization, spm=args.spm, data=args.data, force=args.force
+        )
     except HltmtError as error:
         return fail(error)
-    groups = ", ".join(f"{group} ({','.join(sorted(t for t, g in record['targets'].items() if g == group))})"
-                       for group in record["models"])
-    print(f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
-          f"{args.quantization}): {len(record['models'])} model(s): {groups}")
+    groups = ", ".join(
+        f"{group} ({','.join(sorted(t for t, g in record['targets'].items() if g == group))})"
+        for group in record["models"]
+    )
+    print(
+        f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
+        f"{args.quantization}): {len(record['models'])} model(s): {groups}"
+    )
     return 0
 
 
 def add_engine_options(p) -> None:
     """hltmt-translate's options for an exported model."""
-    p.add_argument("--engine", default=None, choices=["fairseq", "ctranslate2"],
-                   help="what translates (default: fairseq for a checkpoint, CTranslate2 for a folder written by "
-                        "hltmt-export); ctranslate2 with a checkpoint exports it to a temporary folder first")
-    p.add_argument("--compute-type", default=None, help="an exported model's CTranslate2 compute type (default: "
-                                                         "the exported weights' type): int8, float32, float16 ...")
-    p.add_argument("--threads", type=int, default=None,
-                   help="an exported model's CTranslate2 threads (default: $OMP_NUM_THREADS, else CTranslate2's)")
+    p.add_argument(
+        "--engine",
+        default=None,
+        choices=["fairseq", "ctranslate2"],
+        help="what translates (default: fairseq for a checkpoint, CTranslate2 for a folder written by "
+        "hltmt-export); ctranslate2 with a checkpoint exports it to a temporary folder first",
+    )
+    p.add_argument(
+        "--compute-type",
+        default=None,
+        help="an exported model's CTranslate2 compute type (default: "
+        "the exported weights' type): int8, float32, float16 ...",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="an exported model's CTranslate2 threads (default: $OMP_NUM_THREADS, else CTranslate2's)",
+    )
 
 
 def engine_load_options(args):
@@ -89,8 +111,9 @@ def engine_load_options(args):
     engine = {k: v for k, v in (("compute_type", args.compute_type), ("threads", args.threads)) if v is not None}
     exported = is_export(args.checkpoint)
     if args.engine == "fairseq" and exported:
-        raise HltmtConfigError(f"--checkpoint {args.checkpoint} is an exported model: CTranslate2 serves it "
-                               "(leave out --engine fairseq)")
+        raise HltmtConfigError(
+            f"--checkpoint {args.checkpoint} is an exported model: CTranslate2 serves it (leave out --engine fairseq)"
+        )
     if args.engine != "ctranslate2" or exported:
         return args.checkpoint, args.spm, args.data, engine
     from hltmt_plugin.export.ctranslate2 import export

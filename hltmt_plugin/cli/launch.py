@@ -20,6 +20,7 @@ update out of the optimizer step, so legacy_ddp's zero-filled gradients do not m
 fairseq's start-up warnings (hydra, pin_memory, tensorboardX) are kept out of the ranks' output
 unless PYTHONWARNINGS is set.
 """
+
 import argparse
 import os
 import signal
@@ -37,8 +38,15 @@ from hltmt_plugin.cli import add_version
 QUIET_WARNINGS = "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
 NOISE = ("Please install tensorboardX",)
 
-OWN = ("--distributed-init-method", "--distributed-world-size", "--distributed-rank", "--distributed-no-spawn",
-       "--distributed-port", "--device-id", "--distributed-backend")
+OWN = (
+    "--distributed-init-method",
+    "--distributed-world-size",
+    "--distributed-rank",
+    "--distributed-no-spawn",
+    "--distributed-port",
+    "--device-id",
+    "--distributed-backend",
+)
 
 
 def free_port():
@@ -52,8 +60,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter,
-                                usage="%(prog)s [options] -- FAIRSEQ_TRAIN_ARGUMENTS")
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=HelpFormatter, usage="%(prog)s [options] -- FAIRSEQ_TRAIN_ARGUMENTS"
+    )
     p.add_argument("--nproc", type=int, default=2, help="processes (ranks) on this machine")
     p.add_argument("--nnodes", type=int, default=1, help="machines")
     p.add_argument("--node-rank", type=int, default=0, help="this machine's index among --nnodes")
@@ -97,10 +106,19 @@ def device_defaults(train, gpu):
 def rank_command(args, train, rendezvous, world, local):
     """The fairseq-train command line of local rank ``local`` on this machine."""
     rank = args.node_rank * args.nproc + local
-    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-train"), *train,
-           "--distributed-init-method", rendezvous, "--distributed-world-size", str(world),
-           "--distributed-rank", str(rank), "--distributed-no-spawn",
-           "--distributed-backend", "nccl" if args.gpu else "gloo"]
+    cmd = [
+        os.path.join(os.path.dirname(sys.executable), "fairseq-train"),
+        *train,
+        "--distributed-init-method",
+        rendezvous,
+        "--distributed-world-size",
+        str(world),
+        "--distributed-rank",
+        str(rank),
+        "--distributed-no-spawn",
+        "--distributed-backend",
+        "nccl" if args.gpu else "gloo",
+    ]
     if args.gpu:
         cmd += ["--device-id", str(local)]
     return cmd
@@ -171,12 +189,25 @@ def launch(args, train):
     procs, logs = [], []
     for local, rank in enumerate(ranks):
         logs.append(open(os.path.join(log_dir, f"rank{rank}.log"), "w", encoding="utf-8"))
-        procs.append(subprocess.Popen(rank_command(args, train, rendezvous, world, local), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True, env=rank_env()))
-    print(f"hltmt-launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
-          f"{rendezvous}, logs in {log_dir}/rank*.log", flush=True)
-    threads = [threading.Thread(target=pump, args=(proc, log, i == 0 and args.node_rank == 0), daemon=True)
-               for i, (proc, log) in enumerate(zip(procs, logs))]
+        procs.append(
+            subprocess.Popen(
+                rank_command(args, train, rendezvous, world, local),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+                env=rank_env(),
+            )
+        )
+    print(
+        f"hltmt-launch: {args.nproc} ranks on this machine, world size {world}, rendezvous "
+        f"{rendezvous}, logs in {log_dir}/rank*.log",
+        flush=True,
+    )
+    threads = [
+        threading.Thread(target=pump, args=(proc, log, i == 0 and args.node_rank == 0), daemon=True)
+        for i, (proc, log) in enumerate(zip(procs, logs))
+    ]
     for t in threads:
         t.start()
     failed = wait_for_ranks(procs)
@@ -202,14 +233,16 @@ def main(argv=None):
             return 0
         if "--version" in argv:
             p.parse_args(["--version"])  # prints it and exits 0
-        return refuse("put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
-                      "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)")
+        return refuse(
+            "put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
+            "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)"
+        )
     split = argv.index("--")
     args = p.parse_args(argv[:split])
-    problem = check_options(args, argv[split + 1:])
+    problem = check_options(args, argv[split + 1 :])
     if problem:
         return refuse(problem)
-    return launch(args, argv[split + 1:])
+    return launch(args, argv[split + 1 :])
 
 
 if __name__ == "__main__":

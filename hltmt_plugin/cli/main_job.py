@@ -45,6 +45,7 @@ update for unused parameters). fairseq 0.12's ``--bf16`` is its TPU path and is 
 fairseq runs as ``python -m fairseq_cli.*`` of this Python (a ``pip install --target``
 works). The budgeted one-GPU run of the three systems is scripts/gpu_run.sh.
 """
+
 import argparse
 import os
 import shlex
@@ -75,15 +76,21 @@ class OptionError(Exception):
 # optimizer one float32 copy per parameter, whose gradient the task can drop (a bare --fp16
 # keeps one flat copy of all weights and steps it whole).
 PRECISION_FLAGS = {"fp32": [], "amp": ["--amp"], "fp16": ["--fp16", "--fp16-no-flatten-grads"]}
-PRECISION_HELP = ("training precision (default: amp on a GPU, fp32 on the CPU): amp is --amp (float16 "
-                  "autocast, float32 weights); fp16 is --fp16 --fp16-no-flatten-grads (fairseq's fp16 optimizer "
-                  "with one float32 copy per parameter, so modules an update did not use stay still; a bare "
-                  "--fp16 would step them)")
-NGPU_HELP = ("GPUs each fairseq-train run uses (--distributed-world-size; with more than one also --ddp-backend "
-             "legacy_ddp, which all-reduces every gradient so the task can leave modules that no worker used "
-             "out of the update)")
-BF16_REFUSED = ("--bf16 is not offered: fairseq 0.12's --bf16 is its TPU path and stops on a GPU or CPU; use "
-                "--precision amp (float16 autocast over float32 weights) or --precision fp16")
+PRECISION_HELP = (
+    "training precision (default: amp on a GPU, fp32 on the CPU): amp is --amp (float16 "
+    "autocast, float32 weights); fp16 is --fp16 --fp16-no-flatten-grads (fairseq's fp16 optimizer "
+    "with one float32 copy per parameter, so modules an update did not use stay still; a bare "
+    "--fp16 would step them)"
+)
+NGPU_HELP = (
+    "GPUs each fairseq-train run uses (--distributed-world-size; with more than one also --ddp-backend "
+    "legacy_ddp, which all-reduces every gradient so the task can leave modules that no worker used "
+    "out of the update)"
+)
+BF16_REFUSED = (
+    "--bf16 is not offered: fairseq 0.12's --bf16 is its TPU path and stops on a GPU or CPU; use "
+    "--precision amp (float16 autocast over float32 weights) or --precision fp16"
+)
 
 
 def gpu_flags(precision: str, ngpu: int) -> List[str]:
@@ -167,27 +174,69 @@ class Size:
 SIZES: Dict[str, Size] = {
     # a pipeline check: 12 updates of an untrained model decode to the length cap, so the cap
     # is 16 tokens and the valid set is cut (decoding and validation dominated its time)
-    "smoke": Size(max_train=300, max_test=12, vocab=1000, hltmt_arch="hltmt_transformer_tiny",
-                  baseline_arch="transformer_hltmt_tiny", high_updates=6, all_updates=6,
-                  max_tokens=2048, warmup=4, max_valid=40, gen_len=(0, 16), valid_interval=4),
+    "smoke": Size(
+        max_train=300,
+        max_test=12,
+        vocab=1000,
+        hltmt_arch="hltmt_transformer_tiny",
+        baseline_arch="transformer_hltmt_tiny",
+        high_updates=6,
+        all_updates=6,
+        max_tokens=2048,
+        warmup=4,
+        max_valid=40,
+        gen_len=(0, 16),
+        valid_interval=4,
+    ),
     # the quality study's setting (docs/quality-study.md: one-to-many En->X over the segments of
     # at most 12 English and 16 target words), cut to what 30 minutes of two cores train: MNMT
     # and HLT-MT side by side at one thread each
-    "quick": Size(max_train=0, max_test=200, vocab=8000, hltmt_arch="hltmt_transformer_tiny",
-                  baseline_arch="transformer_hltmt_tiny", high_updates=600, all_updates=800,
-                  max_tokens=4096, segment_words=(12, 16), to_english=False, train_jobs=2, valid_interval=200),
+    "quick": Size(
+        max_train=0,
+        max_test=200,
+        vocab=8000,
+        hltmt_arch="hltmt_transformer_tiny",
+        baseline_arch="transformer_hltmt_tiny",
+        high_updates=600,
+        all_updates=800,
+        max_tokens=4096,
+        segment_words=(12, 16),
+        to_english=False,
+        train_jobs=2,
+        valid_interval=200,
+    ),
     # all training data, 3 seeds; sized so the whole job fits in about 2 hours on 2 CPU cores
     # (a larger model would not fit: see docs/results/debmt10-full/README.md)
-    "full": Size(max_train=0, max_test=500, vocab=16000, hltmt_arch="hltmt_transformer_tiny",
-                 baseline_arch="transformer_hltmt_tiny", high_updates=400, all_updates=400, max_tokens=4096,
-                 seeds=[1, 2, 3]),
+    "full": Size(
+        max_train=0,
+        max_test=500,
+        vocab=16000,
+        hltmt_arch="hltmt_transformer_tiny",
+        baseline_arch="transformer_hltmt_tiny",
+        high_updates=400,
+        all_updates=400,
+        max_tokens=4096,
+        seeds=[1, 2, 3],
+    ),
     # the paper's size, for GPUs (examples/wmt10/run.sh): transformer-base, the paper's optimiser
     # (Adam 0.9/0.98, lr 5e-4 as its text says, 4,000 warm-up updates) and batch (4,096 tokens on
     # each of 64 GPUs: --update-freq 64 / --ngpu); the paper gives no number of updates: 50k of
     # stage high, then 50k of stage all (days on one GPU; see examples/wmt10/README.md)
-    "base": Size(max_train=0, max_test=0, vocab=64000, hltmt_arch="hltmt_transformer", baseline_arch="transformer",
-                 high_updates=50000, all_updates=50000, max_tokens=4096, seeds=[1], lr=5e-4, warmup=4000,
-                 batch_gpus=64, device="gpu"),
+    "base": Size(
+        max_train=0,
+        max_test=0,
+        vocab=64000,
+        hltmt_arch="hltmt_transformer",
+        baseline_arch="transformer",
+        high_updates=50000,
+        all_updates=50000,
+        max_tokens=4096,
+        seeds=[1],
+        lr=5e-4,
+        warmup=4000,
+        batch_gpus=64,
+        device="gpu",
+    ),
 }
 
 
@@ -241,8 +290,7 @@ def run_logged(cmd, log_path, prefix="", env=None):
         env["PYTHONWARNINGS"] = QUIET_WARNINGS
     with open(log_path, "w", encoding="utf-8") as log:
         log.write("$ " + " ".join(cmd) + "\n")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=CHECKOUT,
-                                env=env)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=CHECKOUT, env=env)
         for line in proc.stdout:
             if any(noise in line for noise in NOISE):
                 continue
@@ -265,8 +313,9 @@ class Job:
         self.logs = os.path.join(self.run_dir, "logs")
         self.langs = args.langs.split(",") if args.langs else LANGS
         self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
-        self.directions = [f"en-{x}" for x in self.langs] + ([f"{x}-en" for x in self.langs]
-                                                            if self.size.to_english else [])
+        self.directions = [f"en-{x}" for x in self.langs] + (
+            [f"{x}-en" for x in self.langs] if self.size.to_english else []
+        )
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
         self.dry_run = args.dry_run
         self.device, self.precision, self.device_flags = resolve_device(args, dry_run=args.dry_run)
@@ -285,24 +334,70 @@ class Job:
     # ---- fairseq command lines ----------------------------------------------------------
     def task_args(self, task="hltmt_translation"):
         device = ["--cpu"] if self.device == "cpu" else []
-        return ["--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
-                "--lang-pairs", ",".join(self.directions), "--encoder-langtok", "tgt", *device]
+        return [
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            task,
+            "--langs",
+            ",".join(["en"] + self.langs),
+            "--lang-pairs",
+            ",".join(self.directions),
+            "--encoder-langtok",
+            "tgt",
+            *device,
+        ]
 
     def train_args(self, seed, updates, save):
         s = self.size
         freq = ["--update-freq", str(self.update_freq)] if self.update_freq > 1 else []
         valid = ["--validate-interval-updates", str(s.valid_interval)] if s.valid_interval else []
-        return ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-                "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
-                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
-                "--max-tokens", str(s.max_tokens), *freq, "--max-update", str(updates),
-                "--sampling-method", "temperature", "--sampling-temperature", "5",
-                "--save-dir", save, "--no-epoch-checkpoints", "--log-interval", "50", *valid,
-                "--seed", str(seed), *self.device_flags]
+        return [
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--lr",
+            str(s.lr),
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            str(s.warmup),
+            "--dropout",
+            "0.1",
+            "--max-tokens",
+            str(s.max_tokens),
+            *freq,
+            "--max-update",
+            str(updates),
+            "--sampling-method",
+            "temperature",
+            "--sampling-temperature",
+            "5",
+            "--save-dir",
+            save,
+            "--no-epoch-checkpoints",
+            "--log-interval",
+            "50",
+            *valid,
+            "--seed",
+            str(seed),
+            *self.device_flags,
+        ]
 
     def hltmt_args(self, langs, pool_size):
-        return ["--arch", self.size.hltmt_arch, "--high-resource-langs", ",".join(langs),
-                "--slp-pool-size", str(pool_size)]
+        return [
+            "--arch",
+            self.size.hltmt_arch,
+            "--high-resource-langs",
+            ",".join(langs),
+            "--slp-pool-size",
+            str(pool_size),
+        ]
 
     def save_dir(self, system, seed, stage=""):
         return os.path.join(self.run_dir, "models", f"{system}{stage}.seed{seed}")
@@ -310,9 +405,17 @@ class Job:
     # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        cmd = [*plugin_cli("prepare_data"), "--raw", self.args.raw,
-               "--out", os.path.join(self.run_dir, "data"), "--langs", ",".join(self.langs),
-               "--vocab-size", str(s.vocab)]
+        cmd = [
+            *plugin_cli("prepare_data"),
+            "--raw",
+            self.args.raw,
+            "--out",
+            os.path.join(self.run_dir, "data"),
+            "--langs",
+            ",".join(self.langs),
+            "--vocab-size",
+            str(s.vocab),
+        ]
         cmd += ["--segment-words", ",".join(map(str, s.segment_words))] if s.segment_words else []
         cmd += ["--max-train", str(s.max_train)] if s.max_train else []
         cmd += ["--max-test", str(s.max_test)] if s.max_test else []
@@ -322,46 +425,92 @@ class Job:
     def train_mnmt(self, seed):
         """The plain fairseq transformer: (log name, command)."""
         s = self.size
-        return "train_mnmt", [*fairseq_cli("train"), self.data, *self.task_args("translation_multi_simple_epoch"),
-                              "--arch", s.baseline_arch,
-                              *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("mnmt", seed))]
+        return "train_mnmt", [
+            *fairseq_cli("train"),
+            self.data,
+            *self.task_args("translation_multi_simple_epoch"),
+            "--arch",
+            s.baseline_arch,
+            *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("mnmt", seed)),
+        ]
 
     def train_hltmt(self, seed, updates, save, *stage):
         """One fairseq-train run of HLT-MT (the pool over the high-resource languages)."""
-        return [*fairseq_cli("train"), self.data, *self.task_args(),
-                *self.hltmt_args(self.high, min(3, len(self.high))), *self.train_args(seed, updates, save),
-                "--criterion", "hltmt_cross_entropy", *stage]
+        return [
+            *fairseq_cli("train"),
+            self.data,
+            *self.task_args(),
+            *self.hltmt_args(self.high, min(3, len(self.high))),
+            *self.train_args(seed, updates, save),
+            "--criterion",
+            "hltmt_cross_entropy",
+            *stage,
+        ]
 
     def train_hltmt_high(self, seed):
-        return "train_hltmt_high", self.train_hltmt(seed, self.size.high_updates, self.save_dir("hltmt", seed, "-high"),
-                                                    "--hlt-stage", "high", "--disparity-weight", "1.0")
+        return "train_hltmt_high", self.train_hltmt(
+            seed,
+            self.size.high_updates,
+            self.save_dir("hltmt", seed, "-high"),
+            "--hlt-stage",
+            "high",
+            "--disparity-weight",
+            "1.0",
+        )
 
     def train_hltmt_all(self, seed):
         stage1 = os.path.join(self.save_dir("hltmt", seed, "-high"), "checkpoint_last.pt")
-        return "train_hltmt_all", self.train_hltmt(seed, self.size.all_updates, self.save_dir("hltmt", seed),
-                                                   "--hlt-stage", "all", "--restore-file", stage1,
-                                                   "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+        return "train_hltmt_all", self.train_hltmt(
+            seed,
+            self.size.all_updates,
+            self.save_dir("hltmt", seed),
+            "--hlt-stage",
+            "all",
+            "--restore-file",
+            stage1,
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+        )
 
     def train_hltmt_one_run(self, seed):
         """Both stages in one fairseq-train run (--high-stage-updates): one optimizer state and
         one learning-rate schedule across the switch, as the authors meant their schedule."""
         s = self.size
-        return "train_hltmt", self.train_hltmt(seed, s.high_updates + s.all_updates, self.save_dir("hltmt", seed),
-                                               "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
-                                               "--disparity-weight", "1.0")
+        return "train_hltmt", self.train_hltmt(
+            seed,
+            s.high_updates + s.all_updates,
+            self.save_dir("hltmt", seed),
+            "--hlt-stage",
+            "high",
+            "--high-stage-updates",
+            str(s.high_updates),
+            "--disparity-weight",
+            "1.0",
+        )
 
     def train_lsmnmt(self, seed):
         s = self.size
         targets = ["en"] + self.langs
-        return "train_lsmnmt", [*fairseq_cli("train"), self.data, *self.task_args(),
-                                *self.hltmt_args(targets, len(targets)), "--slp-language-specific", "--hlt-stage", "all",
-                                *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed))]
+        return "train_lsmnmt", [
+            *fairseq_cli("train"),
+            self.data,
+            *self.task_args(),
+            *self.hltmt_args(targets, len(targets)),
+            "--slp-language-specific",
+            "--hlt-stage",
+            "all",
+            *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed)),
+        ]
 
     def training_lanes(self, seed):
         """A seed's fairseq-train runs, one lane a system (a lane's runs go in order):
         [[(name, command)]], the name that of the step and of its log."""
-        hltmt = [self.train_hltmt_one_run] if self.args.hltmt_schedule == "one-run" else \
-            [self.train_hltmt_high, self.train_hltmt_all]
+        hltmt = (
+            [self.train_hltmt_one_run]
+            if self.args.hltmt_schedule == "one-run"
+            else [self.train_hltmt_high, self.train_hltmt_all]
+        )
         systems = [[self.train_mnmt], hltmt] + ([[self.train_lsmnmt]] if self.args.ls_mnmt else [])
         return [[(f"{log}.seed{seed}", cmd) for log, cmd in (run(seed) for run in lane)] for lane in systems]
 
@@ -376,8 +525,10 @@ class Job:
         threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, nproc() // self.train_jobs))  # the user's, if set
         env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
         if self.dry_run:
-            print(f"# these {sum(map(len, lanes))} fairseq-train runs go side by side in {len(lanes)} lanes "
-                  f"({self.train_jobs} at a time, OMP_NUM_THREADS={threads}), a lane's runs in order")
+            print(
+                f"# these {sum(map(len, lanes))} fairseq-train runs go side by side in {len(lanes)} lanes "
+                f"({self.train_jobs} at a time, OMP_NUM_THREADS={threads}), a lane's runs in order"
+            )
             for i, runs in enumerate(lanes, 1):
                 print(f"# lane {i}: {', '.join(name for name, _ in runs)}")
                 for _, cmd in runs:
@@ -414,13 +565,28 @@ class Job:
             say(f"decode seed {seed}: {len(todo)} of {len(jobs)} directions to go, {workers} worker(s)")
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
-        common = [self.data, *self.task_args(), "--gen-subset", "test", "--beam", "5",
-                  "--max-tokens", "20000" if self.device == "cuda" else "8000", "--max-len-a", str(self.size.gen_len[0]),
-                  "--max-len-b", str(self.size.gen_len[1]), "--remove-bpe", "sentencepiece",
-                  *(["--fp16"] if self.device == "cuda" and self.precision != "fp32" else [])]
+        common = [
+            self.data,
+            *self.task_args(),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--max-tokens",
+            "20000" if self.device == "cuda" else "8000",
+            "--max-len-a",
+            str(self.size.gen_len[0]),
+            "--max-len-b",
+            str(self.size.gen_len[1]),
+            "--remove-bpe",
+            "sentencepiece",
+            *(["--fp16"] if self.device == "cuda" and self.precision != "fp32" else []),
+        ]
         if self.dry_run:
-            print(f"# decode seed {seed}: {len(todo)} directions over {workers} worker processes, each running these "
-                  f"fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/seed{seed}/SRC-TGT.gen")
+            print(
+                f"# decode seed {seed}: {len(todo)} directions over {workers} worker processes, each running these "
+                f"fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/seed{seed}/SRC-TGT.gen"
+            )
             for _, ckpt, src, tgt, _ in todo:
                 print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
             return
@@ -433,14 +599,27 @@ class Job:
 
     def report(self):
         one_run = self.args.hltmt_schedule == "one-run"
-        cmd = [*plugin_cli("report"), "--decode-dir",
-               os.path.join(self.run_dir, "decode"), "--out", os.path.join(self.run_dir, "report"),
-               "--high", ",".join(self.high), "--baseline", "mnmt", "--system", "hltmt",
-               "--title", f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
-               "--gate-checkpoint", os.path.join(self.save_dir("hltmt", self.seeds[0], "" if one_run else "-high"),
-                                                 "checkpoint_last.pt"),
-               "--valid-log", f"mnmt={self.logs}/train_mnmt.seed*.log",
-               "--valid-log", f"hltmt={self.logs}/train_hltmt{'' if one_run else '_all'}.seed*.log"]
+        cmd = [
+            *plugin_cli("report"),
+            "--decode-dir",
+            os.path.join(self.run_dir, "decode"),
+            "--out",
+            os.path.join(self.run_dir, "report"),
+            "--high",
+            ",".join(self.high),
+            "--baseline",
+            "mnmt",
+            "--system",
+            "hltmt",
+            "--title",
+            f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
+            "--gate-checkpoint",
+            os.path.join(self.save_dir("hltmt", self.seeds[0], "" if one_run else "-high"), "checkpoint_last.pt"),
+            "--valid-log",
+            f"mnmt={self.logs}/train_mnmt.seed*.log",
+            "--valid-log",
+            f"hltmt={self.logs}/train_hltmt{'' if one_run else '_all'}.seed*.log",
+        ]
         if self.args.ls_mnmt:
             cmd += ["--valid-log", f"lsmnmt={self.logs}/train_lsmnmt.seed*.log"]
         if self.device == "cpu":
@@ -453,12 +632,16 @@ class Job:
         s = self.size
         trained = f"Trained on CPU ({s.high_updates} + {s.all_updates} updates of {s.hltmt_arch}"
         if not s.segment_words:
-            return (trained + "): these models are far from converged, so the figures show that the pipeline works "
-                              "end to end, not the quality of the method.")
-        return (trained + f", on the segment pairs of at most {s.segment_words[0]} English and {s.segment_words[1]} "
-                          "target words): these models are far from converged (the validation loss is still "
-                          "falling), so the figures are an early point of training, not the quality of the method; "
-                          "the quality study (docs/quality-study.md) trains this setting for 5,000 updates.")
+            return (
+                trained + "): these models are far from converged, so the figures show that the pipeline works "
+                "end to end, not the quality of the method."
+            )
+        return (
+            trained + f", on the segment pairs of at most {s.segment_words[0]} English and {s.segment_words[1]} "
+            "target words): these models are far from converged (the validation loss is still "
+            "falling), so the figures are an early point of training, not the quality of the method; "
+            "the quality study (docs/quality-study.md) trains this setting for 5,000 updates."
+        )
 
     def steps(self):
         steps = [("prepare", self.prepare, ())]
@@ -474,51 +657,87 @@ class Job:
     def run(self):
         steps = self.steps()
         gpus = f" x {self.args.ngpu}" if self.device == "cuda" else ""
-        print(f"{'# ' if self.dry_run else ''}main job: size={self.args.size} (made for the {self.size.device}), "
-              f"seeds={self.seeds}, systems={','.join(self.systems)}, {len(self.directions)} directions, device "
-              f"{self.device}{gpus} ({self.precision}), update-freq {self.update_freq}, "
-              f"{self.train_jobs} training run(s) at once, run folder {self.run_dir}",
-              flush=True)
+        print(
+            f"{'# ' if self.dry_run else ''}main job: size={self.args.size} (made for the {self.size.device}), "
+            f"seeds={self.seeds}, systems={','.join(self.systems)}, {len(self.directions)} directions, device "
+            f"{self.device}{gpus} ({self.precision}), update-freq {self.update_freq}, "
+            f"{self.train_jobs} training run(s) at once, run folder {self.run_dir}",
+            flush=True,
+        )
         run_steps(steps, self.run_dir, self.dry_run)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--size", choices=sorted(SIZES), default="quick",
-                   help="smoke, quick, full: CPU sizes (the tiny model, a few hundred updates: the pipeline, not "
-                        "the method's quality); base: the paper's size for GPUs (transformer-base, 50k + 50k "
-                        "updates, the batch of 64 GPUs of 4,096 tokens)")
+    p.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="quick",
+        help="smoke, quick, full: CPU sizes (the tiny model, a few hundred updates: the pipeline, not "
+        "the method's quality); base: the paper's size for GPUs (transformer-base, 50k + 50k "
+        "updates, the batch of 64 GPUs of 4,096 tokens)",
+    )
     p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
     p.add_argument("--langs", default=None, help="non-English languages (default: the ten WMT-10 languages)")
     p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et)")
     p.add_argument("--title", default="results", help="report title when --raw is not DebMT-10")
     p.add_argument("--run-dir", default=None, help="where everything goes (default: runs/debmt10-SIZE)")
-    p.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=None,
-                   help="comma-separated seeds (default: the size's)")
+    p.add_argument(
+        "--seeds",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=None,
+        help="comma-separated seeds (default: the size's)",
+    )
     p.add_argument("--ls-mnmt", action="store_true", help="also train the LS-MNMT baseline")
-    p.add_argument("--hltmt-schedule", choices=["one-run", "two-run"], default="one-run",
-                   help="HLT-MT's stages as one fairseq-train run that switches at --high-stage-updates (one "
-                        "optimizer state and learning-rate schedule; lower validation loss in "
-                        "docs/results/debmt10-full) or as two runs (stage all restarts from stage high's "
-                        "checkpoint with a fresh optimizer and warm-up)")
-    p.add_argument("--gpu", action="store_true", help="train and decode on the GPU (default: the GPU when torch "
-                                                      "sees one, else the CPU)")
+    p.add_argument(
+        "--hltmt-schedule",
+        choices=["one-run", "two-run"],
+        default="one-run",
+        help="HLT-MT's stages as one fairseq-train run that switches at --high-stage-updates (one "
+        "optimizer state and learning-rate schedule; lower validation loss in "
+        "docs/results/debmt10-full) or as two runs (stage all restarts from stage high's "
+        "checkpoint with a fresh optimizer and warm-up)",
+    )
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help="train and decode on the GPU (default: the GPU when torch sees one, else the CPU)",
+    )
     p.add_argument("--cpu", action="store_true", help="train and decode on the CPU even when a GPU is there")
-    p.add_argument("--precision", choices=["auto", "fp32", "fp16", "amp"], default="auto",
-                   help=PRECISION_HELP + "; decoding runs in fp16 on a GPU unless fp32")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "fp16", "amp"],
+        default="auto",
+        help=PRECISION_HELP + "; decoding runs in fp16 on a GPU unless fp32",
+    )
     p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP)
-    p.add_argument("--update-freq", type=int, default=0,
-                   help="batches per update (default: the size's: 64 / --ngpu for base, else 1)")
+    p.add_argument(
+        "--update-freq",
+        type=int,
+        default=0,
+        help="batches per update (default: the size's: 64 / --ngpu for base, else 1)",
+    )
     p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line: BF16_REFUSED
-    p.add_argument("--dry-run", action="store_true",
-                   help="print every command the job would run (hltmt-prepare-data, fairseq-train, one "
-                        "fairseq-generate line per direction, hltmt-report), one per line, and run nothing; "
-                        "with --gpu, no GPU needs to be there")
-    p.add_argument("--train-jobs", type=int, default=0,
-                   help="on the CPU, a seed's fairseq-train runs (one per system) go side by side, this many at "
-                        "once, each at its share of the cores (default: the size's: 2 for quick, else 1)")
-    p.add_argument("--decode-workers", type=int, default=0,
-                   help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every command the job would run (hltmt-prepare-data, fairseq-train, one "
+        "fairseq-generate line per direction, hltmt-report), one per line, and run nothing; "
+        "with --gpu, no GPU needs to be there",
+    )
+    p.add_argument(
+        "--train-jobs",
+        type=int,
+        default=0,
+        help="on the CPU, a seed's fairseq-train runs (one per system) go side by side, this many at "
+        "once, each at its share of the cores (default: the size's: 2 for quick, else 1)",
+    )
+    p.add_argument(
+        "--decode-workers",
+        type=int,
+        default=0,
+        help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)",
+    )
     add_version(p)
     args = p.parse_args(argv)
     if args.decode_workers < 0 or args.update_freq < 0 or args.train_jobs < 0:

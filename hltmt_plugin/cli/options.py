@@ -12,6 +12,7 @@ does not list them: fairseq parses the command line once before it adds any task
 model's options, and ``--help`` prints and exits during that first parse (the same happens to
 fairseq's own ``--task translation --arch transformer``). This command lists them instead.
 """
+
 import argparse
 import sys
 import textwrap
@@ -56,6 +57,7 @@ def _dataclass_adder(config):
         from fairseq.dataclass.utils import gen_parser_from_dataclass
 
         gen_parser_from_dataclass(parser, config())
+
     return add
 
 
@@ -72,19 +74,30 @@ def groups() -> List[Group]:
     from hltmt_plugin.tasks import temperature
     from hltmt_plugin.tasks.hltmt_translation import HltmtTranslationTask
 
-    task, model, criterion = ("--task hltmt_translation", "--arch hltmt_transformer*",
-                              "--criterion hltmt_cross_entropy")
+    task, model, criterion = (
+        "--task hltmt_translation",
+        "--arch hltmt_transformer*",
+        "--criterion hltmt_cross_entropy",
+    )
     return [
-        Group("Task: HLT-MT's two stages and distributed checks", task, HltmtTranslationTask.add_args,
-              (TranslationMultiSimpleEpochTask.add_args, temperature.add_args)),
+        Group(
+            "Task: HLT-MT's two stages and distributed checks",
+            task,
+            HltmtTranslationTask.add_args,
+            (TranslationMultiSimpleEpochTask.add_args, temperature.add_args),
+        ),
         Group("Task: a sampling temperature that moves with the epoch", task, temperature.add_args),
         Group("Model: the selective language-specific pool (HLT-MT, LS-MNMT)", model, _dataclass_adder(SlpConfig)),
         Group("Model: initialisation from XLM-R", model, _dataclass_adder(PretrainedConfig)),
         Group("Model: adapters (MAD-X, Houlsby, Pfeiffer)", model, _dataclass_adder(AdapterConfig)),
         Group("Model: encoder skills (SkillNet-X)", model, _dataclass_adder(SkillConfig)),
         Group("Model: which parameters train", model, _dataclass_adder(PeftConfig)),
-        Group("Criterion: the disparity term", criterion, _dataclass_adder(HltmtCrossEntropyConfig),
-              (_dataclass_adder(LabelSmoothedCrossEntropyCriterionConfig),)),
+        Group(
+            "Criterion: the disparity term",
+            criterion,
+            _dataclass_adder(HltmtCrossEntropyConfig),
+            (_dataclass_adder(LabelSmoothedCrossEntropyCriterionConfig),),
+        ),
     ]
 
 
@@ -139,9 +152,12 @@ def architectures() -> List[Tuple[str, str, str]]:
 
 
 def text() -> str:
-    out = ["Options that hltmt_plugin adds to fairseq's commands (fairseq's own options are not repeated).",
-           "fairseq-train ... --help does not list them: fairseq stops at --help before it adds any task's",
-           "or model's options.", ""]
+    out = [
+        "Options that hltmt_plugin adds to fairseq's commands (fairseq's own options are not repeated).",
+        "fairseq-train ... --help does not list them: fairseq stops at --help before it adds any task's",
+        "or model's options.",
+        "",
+    ]
     for group in groups():
         out.append(f"{group.title} (with {group.used_with}):")
         for action in group_options(group):
@@ -162,8 +178,14 @@ def _cell(value: str) -> str:
 def markdown() -> str:
     out = [MARKDOWN_HEAD]
     for group in groups():
-        out += [f"## {group.title}", "", f"With `{group.used_with}`.", "",
-                "| option | default | help |", "|---|---|---|"]
+        out += [
+            f"## {group.title}",
+            "",
+            f"With `{group.used_with}`.",
+            "",
+            "| option | default | help |",
+            "|---|---|---|",
+        ]
         for action in group_options(group):
             out.append(f"| `{_cell(usage(action))}` | `{_cell(default(action))}` | {_cell(help_text(action))} |")
         out.append("")
@@ -187,11 +209,13 @@ def check(path: str) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="hltmt-options", description="List the options hltmt_plugin adds to fairseq, with defaults and help.")
+        prog="hltmt-options", description="List the options hltmt_plugin adds to fairseq, with defaults and help."
+    )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--markdown", action="store_true", help="write the Markdown reference (docs/options.md)")
-    what.add_argument("--check", metavar="FILE",
-                      help="exit 1 when FILE is not what --markdown writes (a stale reference)")
+    what.add_argument(
+        "--check", metavar="FILE", help="exit 1 when FILE is not what --markdown writes (a stale reference)"
+    )
     add_version(parser)
     args = parser.parse_args(argv)
     register()  # the task, model and criterion; keeps fairseq's start-up noise out

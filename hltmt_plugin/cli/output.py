@@ -8,6 +8,7 @@ the old output as it was.
 :func:`refuse_inputs` refuses an output that is one of the command's input files (the input
 would be lost to its own output).
 """
+
 import os
 from typing import Dict, Optional
 
@@ -26,18 +27,24 @@ def same_file(a: Optional[str], b: Optional[str]) -> bool:
         return False
 
 
-def refuse_inputs(option: str, output: str, inputs: Dict[str, Optional[str]],
-                  folders: Dict[str, Optional[str]] = None) -> None:
+def refuse_inputs(
+    option: str, output: str, inputs: Dict[str, Optional[str]], folders: Dict[str, Optional[str]] = None
+) -> None:
     """Refuse ``output`` (given as ``option``) when it is one of ``inputs`` (what -> path) or a
     file inside one of ``folders`` (what -> folder) that the command reads."""
     for what, path in inputs.items():
         if same_file(output, path):
             raise OutputError(f"{option} {output} is {what}: writing there would replace it; name another file")
     for what, folder in (folders or {}).items():
-        if folder and os.path.isdir(folder) and os.path.exists(output) and \
-                same_file(os.path.dirname(os.path.abspath(output)), folder):
-            raise OutputError(f"{option} {output} is a file of {what} ({folder}): writing there would replace "
-                              "it; name another file")
+        if (
+            folder
+            and os.path.isdir(folder)
+            and os.path.exists(output)
+            and same_file(os.path.dirname(os.path.abspath(output)), folder)
+        ):
+            raise OutputError(
+                f"{option} {output} is a file of {what} ({folder}): writing there would replace it; name another file"
+            )
 
 
 class AtomicOutput:

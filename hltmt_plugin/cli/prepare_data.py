@@ -18,6 +18,7 @@ language tokens ``__xx__`` to the dictionary when it loads it). The binarized fo
 fingerprint of its dictionaries (``bin/dict_fingerprint.json``, sha256 of every
 ``dict.*.txt``), so a dictionary changed after binarization can be refused.
 """
+
 import argparse
 import os
 import random
@@ -43,11 +44,16 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def check_options(args):
     """Numbers that cannot work, before any data is read."""
-    for name, value, low in (("--vocab-size", args.vocab_size, 1), ("--workers", args.workers, 1),
-                             ("--threads", args.threads, 1),
-                             ("--max-train", args.max_train, 1), ("--max-valid", args.max_valid, 1),
-                             ("--max-test", args.max_test, 1), ("--max-words", args.max_words, 1),
-                             ("--max-eval-pieces", args.max_eval_pieces, 1)):
+    for name, value, low in (
+        ("--vocab-size", args.vocab_size, 1),
+        ("--workers", args.workers, 1),
+        ("--threads", args.threads, 1),
+        ("--max-train", args.max_train, 1),
+        ("--max-valid", args.max_valid, 1),
+        ("--max-test", args.max_test, 1),
+        ("--max-words", args.max_words, 1),
+        ("--max-eval-pieces", args.max_eval_pieces, 1),
+    ):
         if value is not None and value < low:
             raise DataError(f"{name} must be at least {low}, got {value}")
     parse_segment_words(args.segment_words)
@@ -145,8 +151,10 @@ def load_pair(raw, split, lang, limit, segment_words=None):
     if segment_words:
         kept = [(e, x) for e, x in zip(en, xx) if short_pair(e, x, *segment_words)]
         if not kept:
-            raise DataError(f"split {split} of en-{lang} has no segment pair of at most {segment_words[0]} English "
-                            f"and {segment_words[1]} {lang} words (--segment-words)")
+            raise DataError(
+                f"split {split} of en-{lang} has no segment pair of at most {segment_words[0]} English "
+                f"and {segment_words[1]} {lang} words (--segment-words)"
+            )
         en, xx = [e for e, _ in kept], [x for _, x in kept]
     en, xx = en[:limit], xx[:limit]
     if split != "train":  # evaluation sets must stay whole: refuse what cannot be translated
@@ -159,8 +167,11 @@ def load_pair(raw, split, lang, limit, segment_words=None):
 
 def drop_unusable(en, xx, max_words):
     """Training pairs with an empty side or a side over max_words words are dropped."""
-    keep = [(e, x) for e, x in zip(en, xx) if e.strip() and x.strip()
-            and len(e.split()) <= max_words and len(x.split()) <= max_words]
+    keep = [
+        (e, x)
+        for e, x in zip(en, xx)
+        if e.strip() and x.strip() and len(e.split()) <= max_words and len(x.split()) <= max_words
+    ]
     return [e for e, _ in keep], [x for _, x in keep], len(en) - len(keep)
 
 
@@ -174,20 +185,36 @@ def train_spm(texts, prefix, vocab_size, seed, threads=2):
     random.Random(seed).shuffle(texts)
     chars = {c for t in texts for c in t if not c.isspace()}
     if vocab_size <= len(chars) + 1:  # one piece per character, the word-boundary piece and <unk>
-        raise DataError(f"--vocab-size {vocab_size} is too small for this text: it has {len(chars)} distinct "
-                        f"characters and sentencepiece needs a piece for each; use --vocab-size "
-                        f"{max(len(chars) + 2, 100)} or more")
+        raise DataError(
+            f"--vocab-size {vocab_size} is too small for this text: it has {len(chars)} distinct "
+            f"characters and sentencepiece needs a piece for each; use --vocab-size "
+            f"{max(len(chars) + 2, 100)} or more"
+        )
     with open(prefix + ".input.txt", "w", encoding="utf-8") as f:
         f.writelines(t + "\n" for t in texts if t.strip())
     try:
         spm.SentencePieceTrainer.train(
-            input=prefix + ".input.txt", model_prefix=prefix, vocab_size=vocab_size,
-            character_coverage=1.0, model_type="unigram", input_sentence_size=2_000_000,
-            shuffle_input_sentence=True, bos_id=-1, eos_id=-1, pad_id=-1, unk_id=0,
-            hard_vocab_limit=False, num_threads=threads, minloglevel=2, seed_sentencepiece_size=200_000)
+            input=prefix + ".input.txt",
+            model_prefix=prefix,
+            vocab_size=vocab_size,
+            character_coverage=1.0,
+            model_type="unigram",
+            input_sentence_size=2_000_000,
+            shuffle_input_sentence=True,
+            bos_id=-1,
+            eos_id=-1,
+            pad_id=-1,
+            unk_id=0,
+            hard_vocab_limit=False,
+            num_threads=threads,
+            minloglevel=2,
+            seed_sentencepiece_size=200_000,
+        )
     except RuntimeError as error:  # sentencepiece's own checks: one line, the first of its message
-        raise DataError(f"sentencepiece could not train a {vocab_size}-piece model on this text: "
-                        f"{str(error).strip().splitlines()[0]}") from None
+        raise DataError(
+            f"sentencepiece could not train a {vocab_size}-piece model on this text: "
+            f"{str(error).strip().splitlines()[0]}"
+        ) from None
     finally:
         os.remove(prefix + ".input.txt")
     return spm.SentencePieceProcessor(model_file=prefix + ".model")
@@ -212,10 +239,23 @@ def binarize(spm_dir, bin_dir, lang, workers):
     import fairseq_cli.preprocess as preprocess
 
     dictionary = os.path.join(spm_dir, "dict.txt")
-    args = options.get_preprocessing_parser().parse_args([
-        "--source-lang", "en", "--target-lang", lang, "--destdir", bin_dir,
-        *(x for split in SPLITS for x in (f"--{split}pref", os.path.join(spm_dir, f"{split}.en-{lang}"))),
-        "--srcdict", dictionary, "--tgtdict", dictionary, "--workers", str(workers)])
+    args = options.get_preprocessing_parser().parse_args(
+        [
+            "--source-lang",
+            "en",
+            "--target-lang",
+            lang,
+            "--destdir",
+            bin_dir,
+            *(x for split in SPLITS for x in (f"--{split}pref", os.path.join(spm_dir, f"{split}.en-{lang}"))),
+            "--srcdict",
+            dictionary,
+            "--tgtdict",
+            dictionary,
+            "--workers",
+            str(workers),
+        ]
+    )
     before = list(preprocess.logger.handlers)
     propagate, preprocess.logger.propagate = preprocess.logger.propagate, False  # its log goes to its file only
     try:
@@ -224,7 +264,7 @@ def binarize(spm_dir, bin_dir, lang, workers):
         raise DataError(f"fairseq-preprocess failed for en-{lang}: {error!r}") from None
     finally:
         preprocess.logger.propagate = propagate
-        for handler in preprocess.logger.handlers[len(before):]:  # main() adds a file handler per call
+        for handler in preprocess.logger.handlers[len(before) :]:  # main() adds a file handler per call
             preprocess.logger.removeHandler(handler)
             handler.close()
 
@@ -235,27 +275,51 @@ def build_parser():
     p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
     p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
     p.add_argument("--langs", default=",".join(WMT10_LANGS), help="non-English languages, comma-separated")
-    p.add_argument("--segment-words", default=None, metavar="EN,XX",
-                   help="keep only the segment pairs whose English has at most EN words and whose other side at "
-                        "most XX, in every split (train, valid and test), before the --max-* limits: the short "
-                        "segments a small model learns first")
+    p.add_argument(
+        "--segment-words",
+        default=None,
+        metavar="EN,XX",
+        help="keep only the segment pairs whose English has at most EN words and whose other side at "
+        "most XX, in every split (train, valid and test), before the --max-* limits: the short "
+        "segments a small model learns first",
+    )
     p.add_argument("--max-train", type=int, default=None, help="first N training lines per pair")
-    p.add_argument("--max-train-lang", default="", metavar="XX=N,...",
-                   help="per-language override of --max-train, e.g. gu=500,hi=800")
+    p.add_argument(
+        "--max-train-lang",
+        default="",
+        metavar="XX=N,...",
+        help="per-language override of --max-train, e.g. gu=500,hi=800",
+    )
     p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
     p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
-    p.add_argument("--spm-model", default=None, help="reuse this sentencepiece model instead of training one "
-                                                     "(e.g. XLM-R's sentencepiece.bpe.model)")
-    p.add_argument("--dict", default=None, help="with --spm-model: binarize with this fixed fairseq dictionary "
-                                                "(e.g. XLM-R's dict.txt) instead of one made from the model's pieces")
-    p.add_argument("--max-words", type=int, default=250,
-                   help="training pairs with a side longer than this (or empty) are dropped")
-    p.add_argument("--max-eval-pieces", type=int, default=1000,
-                   help="a valid/test line longer than this many pieces is an error (the models take 1024)")
+    p.add_argument(
+        "--spm-model",
+        default=None,
+        help="reuse this sentencepiece model instead of training one (e.g. XLM-R's sentencepiece.bpe.model)",
+    )
+    p.add_argument(
+        "--dict",
+        default=None,
+        help="with --spm-model: binarize with this fixed fairseq dictionary "
+        "(e.g. XLM-R's dict.txt) instead of one made from the model's pieces",
+    )
+    p.add_argument(
+        "--max-words", type=int, default=250, help="training pairs with a side longer than this (or empty) are dropped"
+    )
+    p.add_argument(
+        "--max-eval-pieces",
+        type=int,
+        default=1000,
+        help="a valid/test line longer than this many pieces is an error (the models take 1024)",
+    )
     p.add_argument("--seed", type=int, default=1, help="seed of the sentencepiece input shuffle")
-    p.add_argument("--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (one per core by default)")
-    p.add_argument("--threads", type=int, default=nproc(), help="sentencepiece training threads (one per core by default)")
+    p.add_argument(
+        "--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (one per core by default)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=nproc(), help="sentencepiece training threads (one per core by default)"
+    )
     return p
 
 
@@ -278,8 +342,10 @@ def check_languages(args, langs):
         raise DataError(f"raw data folder {args.raw} does not exist")
     for made in ("spm", "bin"):  # replaced whole at the end: the raw text must not lie in them
         if inside(args.raw, os.path.join(args.out, made)):
-            raise DataError(f"--raw {args.raw} lies in {os.path.join(args.out, made)}, which this command "
-                            f"replaces with its {made} output: give another --out")
+            raise DataError(
+                f"--raw {args.raw} lies in {os.path.join(args.out, made)}, which this command "
+                f"replaces with its {made} output: give another --out"
+            )
     known = sorted({f.split(".")[1].split("-")[1] for f in os.listdir(args.raw) if f.count(".") == 2 and "-" in f})
     unknown = [lang for lang in langs if lang not in known]
     if unknown:
@@ -303,9 +369,13 @@ def load_data(args, langs):
     limits = {"train": args.max_train, "valid": args.max_valid, "test": args.max_test}
     segment_words = parse_segment_words(args.segment_words)
     per_lang = train_limits(args, langs)
-    data = {(s, lang): load_pair(args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s],
-                                 segment_words)
-            for s in SPLITS for lang in langs}
+    data = {
+        (s, lang): load_pair(
+            args.raw, s, lang, per_lang.get(lang, limits[s]) if s == "train" else limits[s], segment_words
+        )
+        for s in SPLITS
+        for lang in langs
+    }
     for lang in langs:
         en, xx, dropped = drop_unusable(*data[("train", lang)], args.max_words)
         if dropped:
@@ -384,16 +454,20 @@ def sentencepiece_model(args, data, langs, spm_dir):
         try:
             sp = spm.SentencePieceProcessor(model_file=args.spm_model)
         except (RuntimeError, OSError) as error:
-            raise DataError(f"--spm-model {args.spm_model} is not a sentencepiece model "
-                            f"({str(error).strip().splitlines()[0] if str(error).strip() else error})") from None
+            raise DataError(
+                f"--spm-model {args.spm_model} is not a sentencepiece model "
+                f"({str(error).strip().splitlines()[0] if str(error).strip() else error})"
+            ) from None
         shutil.copy(args.spm_model, os.path.join(spm_dir, "spm.model"))
         return sp
     texts = [t for lang in langs for side in data[("train", lang)] for t in side]
     log(f"training a sentencepiece model of at most {args.vocab_size} pieces on {len(texts)} lines")
     sp = train_spm(texts, os.path.join(spm_dir, "spm"), args.vocab_size, args.seed, max(1, args.threads))
     if sp.get_piece_size() < args.vocab_size:
-        log(f"the text allows {sp.get_piece_size()} pieces, fewer than --vocab-size {args.vocab_size}: the model "
-            f"has {sp.get_piece_size()}")
+        log(
+            f"the text allows {sp.get_piece_size()} pieces, fewer than --vocab-size {args.vocab_size}: the model "
+            f"has {sp.get_piece_size()}"
+        )
     return sp
 
 
@@ -405,14 +479,23 @@ def write_dictionary(args, data, langs, sp, spm_dir):
         return
     symbols = set(read_fairseq_dict(args.dict))
     shutil.copy(args.dict, os.path.join(spm_dir, "dict.txt"))
-    pieces = [p for lang in langs for side in data[("train", lang)] for line in side[:2000]
-              for p in sp.encode(line, out_type=str)]
+    pieces = [
+        p
+        for lang in langs
+        for side in data[("train", lang)]
+        for line in side[:2000]
+        for p in sp.encode(line, out_type=str)
+    ]
     unknown = sum(p not in symbols for p in pieces) / max(1, len(pieces))
     if unknown > 0.5:
-        raise DataError(f"--dict {args.dict} does not belong to --spm-model {args.spm_model}: "
-                        f"{100 * unknown:.0f}% of the training pieces are not in it")
-    log(f"fixed dictionary {args.dict}: {len(symbols)} symbols; {100 * unknown:.2f}% of the training "
-        "pieces are not in it (they become <unk>)")
+        raise DataError(
+            f"--dict {args.dict} does not belong to --spm-model {args.spm_model}: "
+            f"{100 * unknown:.0f}% of the training pieces are not in it"
+        )
+    log(
+        f"fixed dictionary {args.dict}: {len(symbols)} symbols; {100 * unknown:.2f}% of the training "
+        "pieces are not in it (they become <unk>)"
+    )
 
 
 def encode_splits(args, data, sp, spm_dir):
@@ -425,8 +508,10 @@ def encode_splits(args, data, sp, spm_dir):
             if split != "train":
                 longest = max(range(len(encoded)), key=lambda j: len(encoded[j]))
                 if len(encoded[longest]) > args.max_eval_pieces:
-                    raise DataError(f"{split}.en-{lang}.{side} line {longest + 1} has {len(encoded[longest])} "
-                                    f"pieces, more than --max-eval-pieces {args.max_eval_pieces}")
+                    raise DataError(
+                        f"{split}.en-{lang}.{side} line {longest + 1} has {len(encoded[longest])} "
+                        f"pieces, more than --max-eval-pieces {args.max_eval_pieces}"
+                    )
             with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
                 f.writelines(" ".join(pieces) + "\n" for pieces in encoded)
 

@@ -27,6 +27,7 @@ LS-MNMT 22.0 BLEU; the runs this reports train many-to-many models) and their de
 needs torch and fairseq (skipped, with a note, where they do not import). The plugin is
 found from this file's repository, installed or not.
 """
+
 import argparse
 import csv
 import json
@@ -97,8 +98,16 @@ def score_all(decode_dir):
                 b = bleu.corpus_score(hyps, [refs])
                 c = chrf.corpus_score(hyps, [refs])
                 signatures["BLEU"], signatures["chrF"] = str(bleu.get_signature()), str(chrf.get_signature())
-                rows.append({"system": system, "seed": seed, "direction": name[:-4], "sentences": len(refs),
-                             "bleu": b.score, "chrf": c.score})
+                rows.append(
+                    {
+                        "system": system,
+                        "seed": seed,
+                        "direction": name[:-4],
+                        "sentences": len(refs),
+                        "bleu": b.score,
+                        "chrf": c.score,
+                    }
+                )
     if not rows:
         raise ValueError(f"no .gen files under {decode_dir}")
     return rows, signatures
@@ -168,7 +177,8 @@ def read_valid_logs(specs):
                 continue
             last = points[-1]
             found.setdefault(system, []).append(
-                (int(seed.group(1)), *(float(last[k]) for k in VALID_KEYS[:3]), int(last["num_updates"])))
+                (int(seed.group(1)), *(float(last[k]) for k in VALID_KEYS[:3]), int(last["num_updates"]))
+            )
             curve = sorted({int(p["num_updates"]): float(p["loss"]) for p in points}.items())
             curves.setdefault(system, {})[int(seed.group(1))] = curve
     return found, curves
@@ -195,8 +205,11 @@ def converged_summary(curves):
     out = {}
     for system, by_seed in curves.items():
         states = [convergence(c) for _, c in sorted(by_seed.items())]
-        worst = next((st for st in states if st[0] == "falling"), None) or \
-            next((st for st in states if st[0] == "unknown"), None) or states[0]
+        worst = (
+            next((st for st in states if st[0] == "falling"), None)
+            or next((st for st in states if st[0] == "unknown"), None)
+            or states[0]
+        )
         out[system] = worst
     return out
 
@@ -248,15 +261,22 @@ def paper_lines(table, systems, baseline):
     ours = {s: mean_std(table[(s, "bleu")].get("En->X", []))[0] for s in systems if s in PAPER_EN_X}
     if baseline not in ours or len(ours) < 2:
         return []
-    lines = ["", "## Beside the paper (En->X average BLEU)", "",
-             "The paper's figures are WMT-10 many-to-many (Yang et al. 2022); ours are DebMT-10 (other data, other "
-             "sizes, other training length): compare the deltas to the baseline, not the levels.", "",
-             "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
-             "|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Beside the paper (En->X average BLEU)",
+        "",
+        "The paper's figures are WMT-10 many-to-many (Yang et al. 2022); ours are DebMT-10 (other data, other "
+        "sizes, other training length): compare the deltas to the baseline, not the levels.",
+        "",
+        "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
+        "|---|---|---|---|---|",
+    ]
     for s in sorted(ours, key=lambda x: list(PAPER_EN_X).index(x)):
         paper, mine = PAPER_EN_X[s], ours[s]
-        lines.append(f"| {PAPER_NAMES[s]} ({s}) | {paper:.1f} | {paper - PAPER_EN_X[baseline]:+.1f} | {mine:.2f} | "
-                     f"{mine - ours[baseline]:+.2f} |")
+        lines.append(
+            f"| {PAPER_NAMES[s]} ({s}) | {paper:.1f} | {paper - PAPER_EN_X[baseline]:+.1f} | {mine:.2f} | "
+            f"{mine - ours[baseline]:+.2f} |"
+        )
     return lines
 
 
@@ -266,11 +286,30 @@ def save_figure(fig, path):
         fig.savefig(f, format="png", dpi=110)
 
 
-def write_markdown(path, table, systems, directions, baseline, system, signatures, title, note, seeds, valid=None,
-                   machine=None, run_info=None, conv=None):
+def write_markdown(
+    path,
+    table,
+    systems,
+    directions,
+    baseline,
+    system,
+    signatures,
+    title,
+    note,
+    seeds,
+    valid=None,
+    machine=None,
+    run_info=None,
+    conv=None,
+):
     """results.md: the run's facts, convergence, validation, and the BLEU and chrF tables."""
-    lines = [f"# {title}", "", f"Systems: {', '.join(systems)}; seeds: {seeds}. Test split, "
-             "detokenized, case-sensitive; mean ± standard deviation over seeds.", ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"Systems: {', '.join(systems)}; seeds: {seeds}. Test split, "
+        "detokenized, case-sensitive; mean ± standard deviation over seeds.",
+        "",
+    ]
     if machine:
         lines.append(f"- Machine: {machine}")
     for sig_name, sig in signatures.items():
@@ -299,18 +338,27 @@ def verdict_of(conv):
     if flat:
         return "**Converged**: every validation curve is flat."
     if conv:
-        return ("**NOT CONVERGED**: " + "; ".join(f"{s} {st}" for s, (st, _) in sorted(conv.items())
-                                                  if st != "flat")
-                + " — BLEU differences between these systems do not rank the methods.")
+        return (
+            "**NOT CONVERGED**: "
+            + "; ".join(f"{s} {st}" for s, (st, _) in sorted(conv.items()) if st != "flat")
+            + " — BLEU differences between these systems do not rank the methods."
+        )
     return "**Convergence not shown**: no validation in the training logs."
 
 
 def convergence_lines(conv, baseline):
     """The convergence table: each system's status and its evidence."""
-    lines = ["", "## Convergence (validation loss curves, valid_loss.png)", "",
-             f"A curve is *flat* when the validation loss fell by less than {100 * FLAT_DROP:.0f}% over the "
-             "last quarter of the run's updates; *falling* otherwise; *unknown* with fewer than 3 "
-             "validations.", "", "| system | status | evidence |", "|---|---|---|"]
+    lines = [
+        "",
+        "## Convergence (validation loss curves, valid_loss.png)",
+        "",
+        f"A curve is *flat* when the validation loss fell by less than {100 * FLAT_DROP:.0f}% over the "
+        "last quarter of the run's updates; *falling* otherwise; *unknown* with fewer than 3 "
+        "validations.",
+        "",
+        "| system | status | evidence |",
+        "|---|---|---|",
+    ]
     for name in sorted(conv, key=lambda s: (s != baseline, s)):
         st, why = conv[name]
         lines.append(f"| {name} | {st} | {why} |")
@@ -319,15 +367,24 @@ def convergence_lines(conv, baseline):
 
 def valid_lines(valid, baseline):
     """The last validation of each system's runs (mean ± std over seeds)."""
-    lines = ["", "## Validation at the end of training", "",
-             "The last validation of each run (valid split; label-smoothed loss, nll in bits, perplexity); "
-             "lower is better, and the first place to look for convergence.", "",
-             "| system | updates in the run | loss | nll_loss | ppl |", "|---|---|---|---|---|"]
+    lines = [
+        "",
+        "## Validation at the end of training",
+        "",
+        "The last validation of each run (valid split; label-smoothed loss, nll in bits, perplexity); "
+        "lower is better, and the first place to look for convergence.",
+        "",
+        "| system | updates in the run | loss | nll_loss | ppl |",
+        "|---|---|---|---|---|",
+    ]
     for name in sorted(valid, key=lambda s: (s != baseline, s)):
         runs = valid[name]
         updates = sorted({r[4] for r in runs})
-        lines.append(f"| {name} | {','.join(map(str, updates))} | " + " | ".join(
-            fmt([r[i] for r in runs]) for i in (1, 2, 3)) + " |")
+        lines.append(
+            f"| {name} | {','.join(map(str, updates))} | "
+            + " | ".join(fmt([r[i] for r in runs]) for i in (1, 2, 3))
+            + " |"
+        )
     return lines
 
 
@@ -361,8 +418,14 @@ def plot_bleu(path, table, systems, directions, title, warning=None):
         width = 0.8 / len(systems)
         for i, s in enumerate(systems):
             stats = [mean_std(table[(s, "bleu")].get(k, [])) for k in keys]
-            ax.bar([x + i * width for x in range(len(keys))], [m for m, _ in stats], width,
-                   yerr=[sd for _, sd in stats], label=s, capsize=2)
+            ax.bar(
+                [x + i * width for x in range(len(keys))],
+                [m for m, _ in stats],
+                width,
+                yerr=[sd for _, sd in stats],
+                label=s,
+                capsize=2,
+            )
             top = max([top] + [m + sd for m, sd in stats if m == m])
         ax.set_xticks([x + 0.4 - width / 2 for x in range(len(keys))])
         ax.set_xticklabels(keys, rotation=60, ha="right", fontsize=8)
@@ -374,8 +437,17 @@ def plot_bleu(path, table, systems, directions, title, warning=None):
     axes[1].set_title("averages")
     axes[0].legend()
     if warning:
-        fig.text(0.5, 0.985, warning, ha="center", va="top", fontsize=12, fontweight="bold", color="white",
-                 bbox=dict(boxstyle="round", facecolor="#c0392b", edgecolor="none"))
+        fig.text(
+            0.5,
+            0.985,
+            warning,
+            ha="center",
+            va="top",
+            fontsize=12,
+            fontweight="bold",
+            color="white",
+            bbox=dict(boxstyle="round", facecolor="#c0392b", edgecolor="none"),
+        )
         fig.tight_layout(rect=(0, 0, 1, 0.93))
     else:
         fig.tight_layout()
@@ -394,12 +466,20 @@ def plot_valid(path, curves, conv, title):
     for system in sorted(curves):
         for seed, curve in sorted(curves[system].items()):
             st, _ = convergence(curve)
-            ax.plot([u for u, _ in curve], [l for _, l in curve], marker="o", markersize=3,
-                    label=f"{system} seed {seed}: {st}")
+            ax.plot(
+                [u for u, _ in curve],
+                [l for _, l in curve],
+                marker="o",
+                markersize=3,
+                label=f"{system} seed {seed}: {st}",
+            )
     ax.set_xlabel("updates")
     ax.set_ylabel("validation loss (label-smoothed, bits)")
-    ax.set_title(f"{title}: validation loss" + ("" if conv and all(s == "flat" for s, _ in conv.values())
-                                                 else " (NOT all flat: not converged)"), fontsize=10)
+    ax.set_title(
+        f"{title}: validation loss"
+        + ("" if conv and all(s == "flat" for s, _ in conv.values()) else " (NOT all flat: not converged)"),
+        fontsize=10,
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -439,9 +519,16 @@ def draw_gate(path, probs, langs, chosen, title):
     im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
     for i in range(len(langs)):
         for t in range(len(probs[0])):
-            ax.text(t, i, f"{probs[i][t]:.2f}", ha="center", va="center",
-                    color="white" if probs[i][t] < 0.6 else "black", fontsize=9,
-                    fontweight="bold" if t == chosen[i] else "normal")
+            ax.text(
+                t,
+                i,
+                f"{probs[i][t]:.2f}",
+                ha="center",
+                va="center",
+                color="white" if probs[i][t] < 0.6 else "black",
+                fontsize=9,
+                fontweight="bold" if t == chosen[i] else "normal",
+            )
     ax.set_xticks(range(len(probs[0])))
     ax.set_xticklabels([f"m{t}" for t in range(len(probs[0]))])
     ax.set_yticks(range(len(langs)))
@@ -457,8 +544,14 @@ def gate_heatmap(path, checkpoint):
     """The gate P (languages x modules) and the routing map, as a picture; returns the
     languages and each one's module (the fixed map, or the argmax after stage 1)."""
     probs, langs, chosen, fixed = gate_of(checkpoint)
-    draw_gate(path, probs, langs, chosen, "gate p(module | language) " + (
-        "at the end of training\n(bold: the map fixed after stage 1)" if fixed else "after stage 1"))
+    draw_gate(
+        path,
+        probs,
+        langs,
+        chosen,
+        "gate p(module | language) "
+        + ("at the end of training\n(bold: the map fixed after stage 1)" if fixed else "after stage 1"),
+    )
     return langs, chosen
 
 
@@ -472,13 +565,23 @@ def build_parser():
     p.add_argument("--system", default="hltmt")
     p.add_argument("--title", default="results")
     p.add_argument("--note", default="")
-    p.add_argument("--gate-checkpoint", default=None, help="HLT-MT checkpoint for the gate heatmap: stage 1's, or a later one (it holds the fixed map)")
-    p.add_argument("--valid-log", action="append", default=[], metavar="SYSTEM=GLOB",
-                   help="fairseq-train logs of a system (files named ...seed<N>.log): report their last "
-                        "validation and their validation curve (repeatable)")
+    p.add_argument(
+        "--gate-checkpoint",
+        default=None,
+        help="HLT-MT checkpoint for the gate heatmap: stage 1's, or a later one (it holds the fixed map)",
+    )
+    p.add_argument(
+        "--valid-log",
+        action="append",
+        default=[],
+        metavar="SYSTEM=GLOB",
+        help="fairseq-train logs of a system (files named ...seed<N>.log): report their last "
+        "validation and their validation curve (repeatable)",
+    )
     p.add_argument("--machine", default=None, help="the machine, in words (default: detected here)")
-    p.add_argument("--run-info", default=None, help="JSON of the run (scripts/gpu_run.py's run.json): sizes, "
-                                                    "updates, tokens/s")
+    p.add_argument(
+        "--run-info", default=None, help="JSON of the run (scripts/gpu_run.py's run.json): sizes, updates, tokens/s"
+    )
     return p
 
 
@@ -523,9 +626,11 @@ def bleu_warning(conv, rows, note):
     """The line written across bleu.png when the models are not shown to be converged (None
     when they are, or when nothing says otherwise)."""
     if conv is not None and not (conv and all(st == "flat" for st, _ in conv.values())):
-        return ("NOT CONVERGED: validation loss still falling or not shown"
-                + (" (every score near 0)" if all(r["bleu"] < 0.5 for r in rows) else "")
-                + " - these bars do not rank the methods")
+        return (
+            "NOT CONVERGED: validation loss still falling or not shown"
+            + (" (every score near 0)" if all(r["bleu"] < 0.5 for r in rows) else "")
+            + " - these bars do not rank the methods"
+        )
     if conv is None and note:
         return "Models not shown to be converged - these bars do not rank the methods"
     return None
@@ -558,11 +663,25 @@ def main(argv=None):
     if args.gate_checkpoint and os.path.exists(args.gate_checkpoint):
         note = add_gate_heatmap(args.out, args.gate_checkpoint, note, written)
     conv = converged_summary(curves) if args.valid_log else None
-    write_markdown(os.path.join(args.out, "results.md"), table, systems, directions, args.baseline, args.system,
-                   signatures, args.title, note, seeds, valid, machine=args.machine or detect_machine(),
-                   run_info=run_info, conv=conv)
-    plot_bleu(os.path.join(args.out, "bleu.png"), table, systems, directions, args.title,
-              bleu_warning(conv, rows, args.note))
+    write_markdown(
+        os.path.join(args.out, "results.md"),
+        table,
+        systems,
+        directions,
+        args.baseline,
+        args.system,
+        signatures,
+        args.title,
+        note,
+        seeds,
+        valid,
+        machine=args.machine or detect_machine(),
+        run_info=run_info,
+        conv=conv,
+    )
+    plot_bleu(
+        os.path.join(args.out, "bleu.png"), table, systems, directions, args.title, bleu_warning(conv, rows, args.note)
+    )
     if curves:
         plot_valid(os.path.join(args.out, "valid_loss.png"), curves, conv, args.title)
         written.append("valid_loss.png")

@@ -27,6 +27,7 @@ unfinished run continues from its last fairseq checkpoint (every ``--valid-inter
 updates), so the study can be stopped at any point. The report (written at the end of every call,
 rebuilt alone by ``--report-only``) is built from the results folder alone.
 """
+
 import argparse
 import json
 import os
@@ -56,6 +57,7 @@ DEFAULT_RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2,mnmt:3,hltm
 @dataclass
 class Setting:
     """What every system of the study shares."""
+
     max_en_words: int = 12  # a segment pair is kept when its English has at most this many words ...
     max_xx_words: int = 16  # ... and its target at most this many
     vocab: int = 8000  # joint sentencepiece vocabulary
@@ -86,8 +88,9 @@ def same_length(a: str, b: str) -> None:
         with open(path, "rb") as f:
             counts.append(sum(1 for _ in f))
     if counts[0] != counts[1]:
-        raise StepFailed(f"{a} holds {counts[0]} lines and {b} {counts[1]}: the two sides of a pair must match line "
-                         "by line")
+        raise StepFailed(
+            f"{a} holds {counts[0]} lines and {b} {counts[1]}: the two sides of a pair must match line by line"
+        )
 
 
 def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: int = 0) -> dict:
@@ -101,8 +104,11 @@ def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: in
             prefix = os.path.join(raw, f"{split}.en-{lang}")
             same_length(f"{prefix}.en", f"{prefix}.{lang}")
             with open(f"{prefix}.en", encoding="utf-8") as f_en, open(f"{prefix}.{lang}", encoding="utf-8") as f_xx:
-                pairs = [(en, xx) for en, xx in zip(f_en, f_xx)
-                         if short_pair(en, xx, setting.max_en_words, setting.max_xx_words)]
+                pairs = [
+                    (en, xx)
+                    for en, xx in zip(f_en, f_xx)
+                    if short_pair(en, xx, setting.max_en_words, setting.max_xx_words)
+                ]
             if split == "train" and max_train:
                 pairs = pairs[:max_train]
             for side, index in (("en", 0), (lang, 1)):
@@ -127,19 +133,64 @@ class Study:
 
     # ---- fairseq command lines ------------------------------------------------------------
     def task_args(self, task, pairs):
-        return ["--user-dir", PLUGIN, "--task", task, "--langs", ",".join(["en"] + self.langs),
-                "--lang-pairs", ",".join(pairs), "--encoder-langtok", "tgt", "--cpu"]
+        return [
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            task,
+            "--langs",
+            ",".join(["en"] + self.langs),
+            "--lang-pairs",
+            ",".join(pairs),
+            "--encoder-langtok",
+            "tgt",
+            "--cpu",
+        ]
 
     def train_args(self, seed, updates, save, criterion="label_smoothed_cross_entropy"):
         s = self.s
-        return [self.data, "--criterion", criterion, "--label-smoothing", "0.1",
-                "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", str(s.lr),
-                "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(s.warmup), "--dropout", "0.1",
-                "--max-tokens", str(s.max_tokens), "--max-update", str(updates),
-                "--sampling-method", "temperature", "--sampling-temperature", str(s.temperature),
-                "--save-dir", save, "--no-epoch-checkpoints", "--save-interval-updates", str(s.valid_interval),
-                "--validate-interval-updates", str(s.valid_interval),
-                "--log-format", "simple", "--log-interval", "100", "--num-workers", "0", "--seed", str(seed)]
+        return [
+            self.data,
+            "--criterion",
+            criterion,
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.98)",
+            "--lr",
+            str(s.lr),
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            str(s.warmup),
+            "--dropout",
+            "0.1",
+            "--max-tokens",
+            str(s.max_tokens),
+            "--max-update",
+            str(updates),
+            "--sampling-method",
+            "temperature",
+            "--sampling-temperature",
+            str(s.temperature),
+            "--save-dir",
+            save,
+            "--no-epoch-checkpoints",
+            "--save-interval-updates",
+            str(s.valid_interval),
+            "--validate-interval-updates",
+            str(s.valid_interval),
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "100",
+            "--num-workers",
+            "0",
+            "--seed",
+            str(seed),
+        ]
 
     def train_commands(self, system, seed):
         """[(name, command)] of one system and seed, in order: one fairseq-train run, two for
@@ -147,27 +198,76 @@ class Study:
         optimizer state and learning-rate schedule, only the data reloaded)."""
         s, save = self.s, self.save_dir(system, seed)
         if system == "mnmt":
-            return [("train", [*fairseq_cli("train"), *self.task_args("translation_multi_simple_epoch", self.pairs),
-                               "--arch", s.baseline_arch, *self.train_args(seed, s.updates, save)])]
+            return [
+                (
+                    "train",
+                    [
+                        *fairseq_cli("train"),
+                        *self.task_args("translation_multi_simple_epoch", self.pairs),
+                        "--arch",
+                        s.baseline_arch,
+                        *self.train_args(seed, s.updates, save),
+                    ],
+                )
+            ]
         if system == "mnmt-staged":
             first = save + "-high"
             plain = [*fairseq_cli("train"), "--arch", s.baseline_arch]
-            resume = [] if os.path.exists(os.path.join(save, "checkpoint_last.pt")) else \
-                ["--restore-file", os.path.join(first, "checkpoint_last.pt"), "--reset-dataloader"]
-            return [("train-high", [*plain, *self.task_args("translation_multi_simple_epoch", self.high_pairs),
-                                    *self.train_args(seed, s.high_updates, first)]),
-                    ("train", [*plain, *self.task_args("translation_multi_simple_epoch", self.pairs),
-                               *self.train_args(seed, s.updates, save), *resume])]
+            resume = (
+                []
+                if os.path.exists(os.path.join(save, "checkpoint_last.pt"))
+                else ["--restore-file", os.path.join(first, "checkpoint_last.pt"), "--reset-dataloader"]
+            )
+            return [
+                (
+                    "train-high",
+                    [
+                        *plain,
+                        *self.task_args("translation_multi_simple_epoch", self.high_pairs),
+                        *self.train_args(seed, s.high_updates, first),
+                    ],
+                ),
+                (
+                    "train",
+                    [
+                        *plain,
+                        *self.task_args("translation_multi_simple_epoch", self.pairs),
+                        *self.train_args(seed, s.updates, save),
+                        *resume,
+                    ],
+                ),
+            ]
         pool = ["--arch", s.hltmt_arch]
         if system == "hltmt":
-            capacity = ["--high-resource-langs", ",".join(self.high), "--slp-pool-size", str(min(s.pool_size, len(self.high))),
-                        "--hlt-stage", "high", "--high-stage-updates", str(s.high_updates),
-                        "--disparity-weight", "1.0"]
+            capacity = [
+                "--high-resource-langs",
+                ",".join(self.high),
+                "--slp-pool-size",
+                str(min(s.pool_size, len(self.high))),
+                "--hlt-stage",
+                "high",
+                "--high-stage-updates",
+                str(s.high_updates),
+                "--disparity-weight",
+                "1.0",
+            ]
         else:  # lsmnmt: a module per target language, every direction from the start
-            capacity = ["--high-resource-langs", ",".join(self.langs), "--slp-pool-size", str(len(self.langs)),
-                        "--slp-language-specific", "--hlt-stage", "all"]
-        cmd = [*fairseq_cli("train"), *self.task_args("hltmt_translation", self.pairs),
-               *self.train_args(seed, s.updates, save, "hltmt_cross_entropy"), *pool, *capacity]
+            capacity = [
+                "--high-resource-langs",
+                ",".join(self.langs),
+                "--slp-pool-size",
+                str(len(self.langs)),
+                "--slp-language-specific",
+                "--hlt-stage",
+                "all",
+            ]
+        cmd = [
+            *fairseq_cli("train"),
+            *self.task_args("hltmt_translation", self.pairs),
+            *self.train_args(seed, s.updates, save, "hltmt_cross_entropy"),
+            *pool,
+            *capacity,
+        ]
         return [("train", cmd)]
 
     def save_dir(self, system, seed):
@@ -202,8 +302,7 @@ class Study:
                 print_command(cmd)
                 continue
             updates = str(self.s.high_updates if name == "train-high" else self.s.updates)
-            done = os.path.join(self.save_dir(system, seed) + ("-high" if name == "train-high" else ""),
-                                ".finished")
+            done = os.path.join(self.save_dir(system, seed) + ("-high" if name == "train-high" else ""), ".finished")
             if not os.path.exists(done) or open(done).read() != updates:
                 run_quiet(cmd, self.log_path(system, seed, name))
                 write_text(done, updates)
@@ -216,20 +315,40 @@ class Study:
 
     def decode(self, system, seed):
         """The test set of every direction, beam 5."""
-        self.decode_to(self.decode_dir(system, seed),
-                       os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"), system, "test")
+        self.decode_to(
+            self.decode_dir(system, seed),
+            os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"),
+            system,
+            "test",
+        )
 
     def decode_to(self, folder, ckpt, system, subset):
         """Every direction of ``subset`` by ``ckpt`` into ``folder``/<pair>.gen, one
         fairseq-generate after another in one process, at one thread."""
         s = self.s
-        todo = [(f"{system} {pair}", ckpt, "en", pair[3:], os.path.join(folder, f"{pair}.gen"))
-                for pair in self.pairs if not os.path.exists(os.path.join(folder, f"{pair}.gen"))]
+        todo = [
+            (f"{system} {pair}", ckpt, "en", pair[3:], os.path.join(folder, f"{pair}.gen"))
+            for pair in self.pairs
+            if not os.path.exists(os.path.join(folder, f"{pair}.gen"))
+        ]
         # every model decodes under hltmt_translation (fairseq's plain transformer too): fairseq 0.12's
         # translation_multi_simple_epoch drops the last partial batch of a test set (fairseq issue 5036)
-        common = [self.data, *self.task_args("hltmt_translation", self.pairs), "--gen-subset", subset, "--beam", str(s.beam),
-                  "--max-tokens", "8000", "--max-len-a", str(s.gen_len[0]), "--max-len-b", str(s.gen_len[1]),
-                  "--remove-bpe", "sentencepiece"]
+        common = [
+            self.data,
+            *self.task_args("hltmt_translation", self.pairs),
+            "--gen-subset",
+            subset,
+            "--beam",
+            str(s.beam),
+            "--max-tokens",
+            "8000",
+            "--max-len-a",
+            str(s.gen_len[0]),
+            "--max-len-b",
+            str(s.gen_len[1]),
+            "--remove-bpe",
+            "sentencepiece",
+        ]
         if self.dry_run:
             for _, ckpt, src, tgt, _ in todo:
                 print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
@@ -255,10 +374,15 @@ class Study:
                 raise StepFailed(f"{system}:{seed} {pair}: {len(hyps)} hypotheses for {len(refs)} references")
             write_lines(os.path.join(out, f"{pair}.hyp"), hyps)
             write_reference(os.path.join(self.results, "refs", f"{pair}.ref"), refs)
-            write_reference(os.path.join(self.results, "refs", f"{pair}.en"),
-                            read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.en")))
-            scores[pair] = {"bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2),
-                            "chrf": round(CHRF().corpus_score(hyps, [refs]).score, 2), "sentences": len(refs)}
+            write_reference(
+                os.path.join(self.results, "refs", f"{pair}.en"),
+                read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.en")),
+            )
+            scores[pair] = {
+                "bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2),
+                "chrf": round(CHRF().corpus_score(hyps, [refs]).score, 2),
+                "sentences": len(refs),
+            }
         for name, _ in self.train_commands(system, seed):
             log = self.log_path(system, seed, name)
             if os.path.exists(log):
@@ -266,10 +390,20 @@ class Study:
         if system == "hltmt":
             write_gate(os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"), os.path.join(out, "gate.json"))
         if seed == 1:
-            export_model(os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"), self.data,
-                         os.path.join(self.results, "models"), system)
-        summary = {"system": system, "seed": seed, "high": self.high, "scores": scores, "setting": asdict(self.s),
-                   "wall_seconds": round(train_seconds)}
+            export_model(
+                os.path.join(self.save_dir(system, seed), "checkpoint_last.pt"),
+                self.data,
+                os.path.join(self.results, "models"),
+                system,
+            )
+        summary = {
+            "system": system,
+            "seed": seed,
+            "high": self.high,
+            "scores": scores,
+            "setting": asdict(self.s),
+            "wall_seconds": round(train_seconds),
+        }
         write_lines(os.path.join(out, "scores.json"), [json.dumps(summary, indent=1)])
 
 
@@ -280,13 +414,21 @@ def calibrate(study: Study, runs, every: int):
     from sacrebleu.metrics import BLEU
 
     path = os.path.join(study.results, "calibration.csv")
-    rows = [line.split(",") for line in open(path, encoding="utf-8").read().split("\n")[1:-1]] \
-        if os.path.exists(path) else []
+    rows = (
+        [line.split(",") for line in open(path, encoding="utf-8").read().split("\n")[1:-1]]
+        if os.path.exists(path)
+        else []
+    )
     seen = {(r[0], r[1], r[2]) for r in rows}
     for system, seed in runs:
         folder = study.save_dir(system, seed)
-        found = sorted(int(m.group(1)) for m in map(re.compile(r"checkpoint_\d+_(\d+)\.pt$").search,
-                                                    os.listdir(folder) if os.path.isdir(folder) else []) if m)
+        found = sorted(
+            int(m.group(1))
+            for m in map(
+                re.compile(r"checkpoint_\d+_(\d+)\.pt$").search, os.listdir(folder) if os.path.isdir(folder) else []
+            )
+            if m
+        )
         for updates in [u for u in found if u % every == 0 and (system, str(seed), str(u)) not in seen]:
             ckpt = next(p for p in os.listdir(folder) if p.endswith(f"_{updates}.pt"))
             gen = os.path.join(study.run_dir, "calibration", f"{system}.seed{seed}.{updates}")
@@ -309,8 +451,13 @@ def export_model(checkpoint, data, out, name):
 
     state = load_state(checkpoint)
     weights = {k: (v.half() if v.is_floating_point() else v) for k, v in state["model"].items()}
-    slim = {"cfg": state["cfg"], "args": state.get("args"), "model": weights,
-            "optimizer_history": state.get("optimizer_history", []), "extra_state": {}}
+    slim = {
+        "cfg": state["cfg"],
+        "args": state.get("args"),
+        "model": weights,
+        "optimizer_history": state.get("optimizer_history", []),
+        "extra_state": {},
+    }
     os.makedirs(out, exist_ok=True)
     for name_ in sorted(os.listdir(data)):
         if name_.startswith("dict.") or name_ == "dict_fingerprint.json":
@@ -351,8 +498,9 @@ def write_reference(path, refs):
 def write_gate(checkpoint, path):
     """The HLT-MT gate p(module | language) and the routing map of ``checkpoint``, as JSON."""
     probs, langs, chosen, _ = gate_of(checkpoint)
-    write_lines(path, [json.dumps({"langs": langs, "probs": [[round(p, 4) for p in row] for row in probs],
-                                   "map": chosen})])
+    write_lines(
+        path, [json.dumps({"langs": langs, "probs": [[round(p, 4) for p in row] for row in probs], "map": chosen})]
+    )
 
 
 UPDATES = re.compile(r"num_updates[= ](\d+)")
@@ -389,17 +537,33 @@ def progress(log_path):
 def prepare(study: Study):
     """select + hltmt-prepare-data (joint sentencepiece, binarized), once."""
     raw, data = os.path.join(study.run_dir, "raw"), os.path.join(study.run_dir, "data")
-    cmd = [*plugin_cli("prepare_data"), "--raw", raw, "--out", data, "--langs", ",".join(study.langs),
-           "--vocab-size", str(study.s.vocab)]
+    cmd = [
+        *plugin_cli("prepare_data"),
+        "--raw",
+        raw,
+        "--out",
+        data,
+        "--langs",
+        ",".join(study.langs),
+        "--vocab-size",
+        str(study.s.vocab),
+    ]
     if study.dry_run:
-        print(f"# select: segments of at most {study.s.max_en_words} English and {study.s.max_xx_words} target "
-              f"words from {study.args.raw} into {raw}")
+        print(
+            f"# select: segments of at most {study.s.max_en_words} English and {study.s.max_xx_words} target "
+            f"words from {study.args.raw} into {raw}"
+        )
         print_command(cmd)
         return
     marker = os.path.join(study.run_dir, ".done-prepare")
-    made = {"raw": os.path.abspath(study.args.raw), "langs": study.langs, "vocab": study.s.vocab,
-            "max_train": study.args.max_train, "max_en_words": study.s.max_en_words,
-            "max_xx_words": study.s.max_xx_words}
+    made = {
+        "raw": os.path.abspath(study.args.raw),
+        "langs": study.langs,
+        "vocab": study.s.vocab,
+        "max_train": study.args.max_train,
+        "max_en_words": study.s.max_en_words,
+        "max_xx_words": study.s.max_xx_words,
+    }
     if os.path.exists(marker):
         check_prepared(marker, made)
         return
@@ -420,8 +584,10 @@ def check_prepared(marker: str, made: dict) -> None:
         was = {}
     differ = [f"{k}: prepared {was[k]}, asked {made[k]}" for k in sorted(made) if k in was and was[k] != made[k]]
     if differ:
-        raise StepFailed(f"the run folder {os.path.dirname(marker)} holds data prepared otherwise ({'; '.join(differ)}): "
-                         "give another --run-dir, or the options it was prepared with")
+        raise StepFailed(
+            f"the run folder {os.path.dirname(marker)} holds data prepared otherwise ({'; '.join(differ)}): "
+            "give another --run-dir, or the options it was prepared with"
+        )
 
 
 def parse_runs(text: str) -> List[Tuple[str, int]]:
@@ -446,9 +612,11 @@ def watch(study: Study, active: dict, stop: threading.Event, every: float):
                 continue
             updates, loss = progress(study.log_path(system, seed, name))
             high = name == "train-high"
-            parts.append(f"{system}:{seed} {updates}/{study.s.high_updates if high else study.s.updates} updates"
-                         + (" (high-resource directions only)" if high else "")
-                         + (f", valid loss {loss:.3f}" if loss else ""))
+            parts.append(
+                f"{system}:{seed} {updates}/{study.s.high_updates if high else study.s.updates} updates"
+                + (" (high-resource directions only)" if high else "")
+                + (f", valid loss {loss:.3f}" if loss else "")
+            )
         if parts:
             say("; ".join(parts))
 
@@ -490,25 +658,44 @@ def summary_line(study, system, seed):
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
-    p.add_argument("--run-dir", default=os.path.join("runs", "cpu-study"),
-                   help="data, checkpoints and logs (default: runs/cpu-study)")
-    p.add_argument("--results", default=None,
-                   help="scores, hypotheses, logs, report and the seed-1 models (default: RUN_DIR/results; the "
-                        "recorded study of a source checkout is docs/results/cpu-study, written only when named here)")
+    p.add_argument(
+        "--run-dir",
+        default=os.path.join("runs", "cpu-study"),
+        help="data, checkpoints and logs (default: runs/cpu-study)",
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        help="scores, hypotheses, logs, report and the seed-1 models (default: RUN_DIR/results; the "
+        "recorded study of a source checkout is docs/results/cpu-study, written only when named here)",
+    )
     p.add_argument("--langs", default=None, help="target languages (default: the ten of DebMT-10)")
     p.add_argument("--high", default=None, help="high-resource targets (default: DebMT-10's fr,de,cs,tr,fi,et)")
     p.add_argument("--vocab", type=int, default=None, help=f"joint sentencepiece vocabulary (default {Setting.vocab})")
-    p.add_argument("--max-train", type=int, default=0,
-                   help="at most N selected training pairs per language (default: all; a quick look at the pipeline)")
+    p.add_argument(
+        "--max-train",
+        type=int,
+        default=0,
+        help="at most N selected training pairs per language (default: all; a quick look at the pipeline)",
+    )
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"SYSTEM:SEED runs in order (default: {DEFAULT_RUNS})")
     p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each (default: 2)")
     p.add_argument("--progress", type=float, default=120, help="seconds between progress lines (default: 120)")
     p.add_argument("--updates", type=int, default=None, help=f"updates of every run (default {Setting.updates})")
-    p.add_argument("--high-updates", type=int, default=None,
-                   help=f"HLT-MT's stage high, mnmt-staged's high-resource-only updates (default {Setting.high_updates})")
-    p.add_argument("--calibrate", type=int, default=0, metavar="N",
-                   help="only decode the validation split with the runs' checkpoints of every N updates so far "
-                        "(results/calibration.csv), then stop")
+    p.add_argument(
+        "--high-updates",
+        type=int,
+        default=None,
+        help=f"HLT-MT's stage high, mnmt-staged's high-resource-only updates (default {Setting.high_updates})",
+    )
+    p.add_argument(
+        "--calibrate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only decode the validation split with the runs' checkpoints of every N updates so far "
+        "(results/calibration.csv), then stop",
+    )
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the results folder")
     p.add_argument("--dry-run", action="store_true", help="print every command, run nothing")
     return add_version(p)
@@ -531,8 +718,10 @@ def check_options(p, args):
             p.error(f"{option} names {','.join(twice) or 'an empty language'} {'twice' if twice else ''}".strip())
     outside = [x for x in high if x not in langs]
     if outside:
-        p.error(f"--high {','.join(outside)} not in --langs ({','.join(langs)}): HLT-MT's pool would have no "
-                "language of its own")
+        p.error(
+            f"--high {','.join(outside)} not in --langs ({','.join(langs)}): HLT-MT's pool would have no "
+            "language of its own"
+        )
     if not args.report_only and not args.dry_run:
         missing = [x for x in langs if not os.path.isfile(os.path.join(args.raw, f"train.en-{x}.{x}"))]
         if missing:
@@ -571,8 +760,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     runs = check_options(p, args)
     register()  # torch and fairseq, once the arguments are checked
-    setting = Setting(**{k: v for k, v in (("updates", args.updates), ("high_updates", args.high_updates),
-                                           ("vocab", args.vocab)) if v is not None})
+    setting = Setting(
+        **{
+            k: v
+            for k, v in (("updates", args.updates), ("high_updates", args.high_updates), ("vocab", args.vocab))
+            if v is not None
+        }
+    )
     study = Study(args, setting)
     if args.dry_run:
         print_plan(study, runs)

@@ -16,6 +16,7 @@ figure is recomputed from the committed text), the runs' training logs and HLT-M
   reached and the significance in words;
 - ``bleu.png``, ``valid_loss.png``, ``gate_seed<N>.png``.
 """
+
 import csv
 import glob
 import json
@@ -50,8 +51,9 @@ def load_runs(results):
         folder = os.path.dirname(scores)
         meta = json.load(open(scores, encoding="utf-8"))
         setting = meta["setting"]
-        runs[(meta["system"], meta["seed"])] = {pair: read_text(os.path.join(folder, f"{pair}.hyp"))
-                                                for pair in meta["scores"]}
+        runs[(meta["system"], meta["seed"])] = {
+            pair: read_text(os.path.join(folder, f"{pair}.hyp")) for pair in meta["scores"]
+        }
         high = set(meta.get("high", high))
     for system_seed, hyps in runs.items():
         for pair, lines in hyps.items():
@@ -67,9 +69,15 @@ def score_rows(runs, refs):
     rows = []
     for (system, seed), hyps in sorted(runs.items(), key=lambda r: (ORDER.index(r[0][0]), r[0][1])):
         for pair in sorted(hyps):
-            rows.append({"system": system, "seed": seed, "direction": pair,
-                         "bleu": round(BLEU().corpus_score(hyps[pair], [refs[pair]]).score, 2),
-                         "chrf": round(CHRF().corpus_score(hyps[pair], [refs[pair]]).score, 2)})
+            rows.append(
+                {
+                    "system": system,
+                    "seed": seed,
+                    "direction": pair,
+                    "bleu": round(BLEU().corpus_score(hyps[pair], [refs[pair]]).score, 2),
+                    "chrf": round(CHRF().corpus_score(hyps[pair], [refs[pair]]).score, 2),
+                }
+            )
     return rows
 
 
@@ -109,13 +117,23 @@ def significance(runs, refs):
             for pair in pairs + ["all"]:
                 chosen = pairs if pair == "all" else [pair]
                 ref = [r for p in chosen for r in refs[p]]
-                named = [(baseline, [h for p in chosen for h in base[p]]), ("hltmt", [h for p in chosen for h in hyps[p]])]
+                named = [
+                    (baseline, [h for p in chosen for h in base[p]]),
+                    ("hltmt", [h for p in chosen for h in hyps[p]]),
+                ]
                 _, scores = PairedTest(named, {"BLEU": BLEU(), "chrF": CHRF()}, [ref], test_type="bs")()
                 row = {"system": "hltmt", "baseline": baseline, "seed": seed, "direction": pair}
-                per_metric = [v for k, v in scores.items() if k != "System"]  # [baseline, hltmt] of each metric, in the order asked
+                per_metric = [
+                    v for k, v in scores.items() if k != "System"
+                ]  # [baseline, hltmt] of each metric, in the order asked
                 for metric, (b, s) in zip(("bleu", "chrf"), per_metric):
-                    row.update({f"{metric}_baseline": round(b.score, 2), f"{metric}_hltmt": round(s.score, 2),
-                                f"{metric}_p": s.p_value})
+                    row.update(
+                        {
+                            f"{metric}_baseline": round(b.score, 2),
+                            f"{metric}_hltmt": round(s.score, 2),
+                            f"{metric}_p": s.p_value,
+                        }
+                    )
                 rows.append(row)
     return rows
 
@@ -132,15 +150,20 @@ def valid_curves(results):
     curves = defaultdict(dict)
     for folder in sorted(glob.glob(os.path.join(results, "runs", "*.seed*"))):
         system, seed = re.match(r"(.+)\.seed(\d+)$", os.path.basename(folder)).groups()
-        points = {int(p["num_updates"]): float(p["loss"])
-                  for log in sorted(glob.glob(os.path.join(folder, "train*.log"))) for p in valid_points(log)}
+        points = {
+            int(p["num_updates"]): float(p["loss"])
+            for log in sorted(glob.glob(os.path.join(folder, "train*.log")))
+            for p in valid_points(log)
+        }
         if points:
             curves[system][int(seed)] = sorted(points.items())
     return curves
 
 
 def pyplot():
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its start-up and font search otherwise, under fairseq's logging
+    logging.getLogger("matplotlib").setLevel(
+        logging.WARNING
+    )  # its start-up and font search otherwise, under fairseq's logging
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,8 +193,14 @@ def plot_bleu(path, rows, high):
         means = [statistics.mean(v) if v else 0 for v in values]
         low = [m - min(v) if v else 0 for m, v in zip(means, values)]
         up = [max(v) - m if v else 0 for m, v in zip(means, values)]
-        ax.bar([x + i * width for x in range(len(pairs))], means, width, yerr=[low, up], capsize=2,
-               label=f"{NAMES[system]} ({len({r['seed'] for r in rows if r['system'] == system})} seed(s))")
+        ax.bar(
+            [x + i * width for x in range(len(pairs))],
+            means,
+            width,
+            yerr=[low, up],
+            capsize=2,
+            label=f"{NAMES[system]} ({len({r['seed'] for r in rows if r['system'] == system})} seed(s))",
+        )
     ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(pairs))])
     ax.set_xticklabels([p + (" (high)" if p[3:] in high else "") for p in pairs], rotation=30, fontsize=8)
     ax.set_ylabel("test BLEU (mean over seeds; bars: min-max)")
@@ -184,21 +213,32 @@ def plot_valid(path, curves, high_updates):
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for system in [s for s in ORDER if s in curves]:
         for seed, curve in sorted(curves[system].items()):
-            ax.plot([u for u, _ in curve], [l for _, l in curve], marker="o", markersize=2,
-                    label=f"{NAMES[system]} seed {seed}: {convergence(curve)[0]}")
+            ax.plot(
+                [u for u, _ in curve],
+                [l for _, l in curve],
+                marker="o",
+                markersize=2,
+                label=f"{NAMES[system]} seed {seed}: {convergence(curve)[0]}",
+            )
     if high_updates:
         ax.axvline(high_updates, color="grey", linestyle=":", linewidth=1)
         ax.text(high_updates, ax.get_ylim()[1], " stage high | all", va="top", fontsize=8, color="grey")
     ax.set_xlabel("updates")
     ax.set_ylabel("validation loss (label-smoothed, base 2)")
-    ax.set_title("validation loss of every run (staged runs: the high-resource directions only before the line)",
-                 fontsize=9)
+    ax.set_title(
+        "validation loss of every run (staged runs: the high-resource directions only before the line)", fontsize=9
+    )
     finish(plt, fig, ax, path, 7)
 
 
 def plot_gate(path, gate, seed):
-    draw_gate(path, gate["probs"], gate["langs"], gate["map"],
-              f"HLT-MT seed {seed}: gate p(module | language)\nat the end (bold: the routing map)")
+    draw_gate(
+        path,
+        gate["probs"],
+        gate["langs"],
+        gate["map"],
+        f"HLT-MT seed {seed}: gate p(module | language)\nat the end (bold: the routing map)",
+    )
 
 
 def per_system(means, system, group):
@@ -212,8 +252,9 @@ def regime_verdict(base):
         return "the baseline translates"
     if len(short) == len(base):
         return "the baseline has NOT reached the regime this study asks for"
-    return ("the baseline is at the edge of the regime this study asks for: "
-            + ", ".join(f"seed {seed} is {REGIME_BLEU - b:.2f} BLEU short of it" for seed, b in short.items()))
+    return "the baseline is at the edge of the regime this study asks for: " + ", ".join(
+        f"seed {seed} is {REGIME_BLEU - b:.2f} BLEU short of it" for seed, b in short.items()
+    )
 
 
 def regime_lines(means, curves, setting):
@@ -222,13 +263,18 @@ def regime_lines(means, curves, setting):
     lines = []
     base = {seed: v["high"] for (s, seed), v in sorted(means.items()) if s == "mnmt" and "high" in v}
     if base:
-        lines.append(f"- MNMT's mean test BLEU over the high-resource directions: "
-                     f"{', '.join(f'{b:.2f} (seed {seed})' for seed, b in base.items())}; the study asks for at "
-                     f"least {REGIME_BLEU:.0f}: {regime_verdict(base)}.")
+        lines.append(
+            f"- MNMT's mean test BLEU over the high-resource directions: "
+            f"{', '.join(f'{b:.2f} (seed {seed})' for seed, b in base.items())}; the study asks for at "
+            f"least {REGIME_BLEU:.0f}: {regime_verdict(base)}."
+        )
     for system in [s for s in ORDER if s in curves]:
-        states = [f"seed {seed}: {convergence(c)[0]} ({convergence(c)[1]})" for seed, c in sorted(curves[system].items())]
-        lines.append(f"- {NAMES[system]} validation loss, last quarter of {setting['updates']} updates: "
-                     + "; ".join(states))
+        states = [
+            f"seed {seed}: {convergence(c)[0]} ({convergence(c)[1]})" for seed, c in sorted(curves[system].items())
+        ]
+        lines.append(
+            f"- {NAMES[system]} validation loss, last quarter of {setting['updates']} updates: " + "; ".join(states)
+        )
     return lines
 
 
@@ -236,14 +282,22 @@ def tables(rows, means, high, systems):
     pairs = sorted({r["direction"] for r in rows}, key=lambda p: (p[3:] not in high, p))
     out = []
     for metric in ("bleu", "chrf"):
-        out += ["", f"{metric.upper() if metric == 'bleu' else 'chrF'} per direction (test; mean ± sd over seeds):", "",
-                "| direction | " + " | ".join(NAMES[s] for s in systems) + " |",
-                "|---|" + "---|" * len(systems)]
+        out += [
+            "",
+            f"{metric.upper() if metric == 'bleu' else 'chrF'} per direction (test; mean ± sd over seeds):",
+            "",
+            "| direction | " + " | ".join(NAMES[s] for s in systems) + " |",
+            "|---|" + "---|" * len(systems),
+        ]
         for p in pairs:
             cells = [mean_sd([r[metric] for r in rows if r["system"] == s and r["direction"] == p]) for s in systems]
             out.append(f"| {p}{' (high)' if p[3:] in high else ''} | " + " | ".join(cells) + " |")
         prefix = "" if metric == "bleu" else "chrf "
-        for group, label in (("high", "high-resource mean"), ("low", "low-resource mean"), ("all", f"mean of all {len(pairs)}")):
+        for group, label in (
+            ("high", "high-resource mean"),
+            ("low", "low-resource mean"),
+            ("all", f"mean of all {len(pairs)}"),
+        ):
             cells = [mean_sd(per_system(means, s, prefix + group)) for s in systems]
             out.append(f"| **{label}** | " + " | ".join(cells) + " |")
     return out
@@ -252,15 +306,18 @@ def tables(rows, means, high, systems):
 def differences(means, systems):
     """System differences on the group means (over the seeds each has): the total, and the
     stage schedule's and the capacity's share of it."""
+
     def avg(system, group):
         values = per_system(means, system, group)
         return statistics.mean(values) if values else None
 
     out = ["", "| difference (BLEU) | high-resource | low-resource | all directions |", "|---|---|---|---|"]
-    for a, b, what in (("hltmt", "mnmt", "HLT-MT − MNMT (total)"),
-                       ("mnmt-staged", "mnmt", "MNMT staged − MNMT (the stage schedule alone)"),
-                       ("hltmt", "mnmt-staged", "HLT-MT − MNMT staged (the pool, same schedule)"),
-                       ("hltmt", "lsmnmt", "HLT-MT − LS-MNMT")):
+    for a, b, what in (
+        ("hltmt", "mnmt", "HLT-MT − MNMT (total)"),
+        ("mnmt-staged", "mnmt", "MNMT staged − MNMT (the stage schedule alone)"),
+        ("hltmt", "mnmt-staged", "HLT-MT − MNMT staged (the pool, same schedule)"),
+        ("hltmt", "lsmnmt", "HLT-MT − LS-MNMT"),
+    ):
         if a in systems and b in systems:
             cells = [f"{avg(a, g) - avg(b, g):+.2f}" for g in ("high", "low", "all")]
             out.append(f"| {what} | " + " | ".join(cells) + " |")
@@ -273,21 +330,33 @@ def significance_lines(sig):
         for seed in sorted({r["seed"] for r in sig if r["baseline"] == baseline}):
             rows = [r for r in sig if r["baseline"] == baseline and r["seed"] == seed]
             every = next(r for r in rows if r["direction"] == "all")
-            better = [r["direction"] for r in rows if r["direction"] != "all" and r["bleu_p"] < 0.05
-                      and r["bleu_hltmt"] > r["bleu_baseline"]]
-            worse = [r["direction"] for r in rows if r["direction"] != "all" and r["bleu_p"] < 0.05
-                     and r["bleu_hltmt"] < r["bleu_baseline"]]
-            out.append(f"- HLT-MT vs {NAMES[baseline]}, seed {seed}: all directions together BLEU "
-                       f"{every['bleu_hltmt']:.2f} vs {every['bleu_baseline']:.2f} (p = {every['bleu_p']:.4f}), "
-                       f"chrF {every['chrf_hltmt']:.2f} vs {every['chrf_baseline']:.2f} (p = {every['chrf_p']:.4f}); "
-                       f"BLEU better at p < 0.05 in {', '.join(better) or 'no direction'}, "
-                       f"worse in {', '.join(worse) or 'no direction'}.")
+            better = [
+                r["direction"]
+                for r in rows
+                if r["direction"] != "all" and r["bleu_p"] < 0.05 and r["bleu_hltmt"] > r["bleu_baseline"]
+            ]
+            worse = [
+                r["direction"]
+                for r in rows
+                if r["direction"] != "all" and r["bleu_p"] < 0.05 and r["bleu_hltmt"] < r["bleu_baseline"]
+            ]
+            out.append(
+                f"- HLT-MT vs {NAMES[baseline]}, seed {seed}: all directions together BLEU "
+                f"{every['bleu_hltmt']:.2f} vs {every['bleu_baseline']:.2f} (p = {every['bleu_p']:.4f}), "
+                f"chrF {every['chrf_hltmt']:.2f} vs {every['chrf_baseline']:.2f} (p = {every['chrf_p']:.4f}); "
+                f"BLEU better at p < 0.05 in {', '.join(better) or 'no direction'}, "
+                f"worse in {', '.join(worse) or 'no direction'}."
+            )
     return out
 
 
 def paper_lines(means, systems):
-    out = ["", "| | MNMT | LS-MNMT | HLT-MT |", "|---|---|---|---|",
-           "| the paper, WMT-10 one-to-many, En->X average BLEU | 22.0 | 22.3 | 23.2 |"]
+    out = [
+        "",
+        "| | MNMT | LS-MNMT | HLT-MT |",
+        "|---|---|---|---|",
+        "| the paper, WMT-10 one-to-many, En->X average BLEU | 22.0 | 22.3 | 23.2 |",
+    ]
     cells = [mean_sd(per_system(means, s, "all")) if s in systems else "not run" for s in ("mnmt", "lsmnmt", "hltmt")]
     out.append("| this study, DebMT-10 short segments, average of its En->X directions | " + " | ".join(cells) + " |")
     return out
@@ -314,7 +383,9 @@ def build_report(results):
         seed = int(re.search(r"seed(\d+)", gate_file).group(1))
         gate = json.load(open(gate_file, encoding="utf-8"))
         plot_gate(os.path.join(results, f"gate_seed{seed}.png"), gate, seed)
-        gates.append(f"- seed {seed}: {map_text(dict(zip(gate['langs'], gate['map'])))} ([picture](gate_seed{seed}.png))")
+        gates.append(
+            f"- seed {seed}: {map_text(dict(zip(gate['langs'], gate['map'])))} ([picture](gate_seed{seed}.png))"
+        )
     write_markdown(os.path.join(results, "report.md"), locals())
     print(f"hltmt-study: report in {os.path.join(results, 'report.md')}")
 
@@ -322,22 +393,51 @@ def build_report(results):
 def write_markdown(path, v):
     runs, setting = v["runs"], v["setting"]
     seeds = {s: sorted(seed for (x, seed) in runs if x == s) for s in v["systems"]}
-    lines = ["# Quality study: DebMT-10 one-to-many on two CPU cores", "",
-             "Made by `hltmt-study`; every figure here is recomputed from the hypotheses and references in this "
-             "folder by `hltmt-study --report-only`. Runs so far: "
-             + "; ".join(f"{NAMES[s]} seed(s) {', '.join(map(str, seeds[s]))}" for s in v["systems"]) + ".", "",
-             "## The regime the models reached", "", *regime_lines(v["means"], v["curves"], setting), "",
-             "![validation loss](valid_loss.png)", "", "## Results", "",
-             "![BLEU per direction](bleu.png)", *tables(v["rows"], v["means"], v["high"], v["systems"]), "",
-             "## What makes the difference", "", "Group means over each system's seeds:", *differences(v["means"], v["systems"]),
-             "", "## Significance (sacreBLEU paired bootstrap, 1,000 resamples; `significance.csv`)", "",
-             *(significance_lines(v["sig"]) or ["- no HLT-MT run has a baseline of the same seed yet"]), "",
-             "## Routing map of each HLT-MT seed", "", *(v["gates"] or ["- none yet"]), "",
-             "## Beside the paper", *paper_lines(v["means"], v["systems"]), "",
-             "The paper's models are transformer-base with an XLM-R encoder trained on millions of WMT sentence pairs "
-             "on GPUs; these are 2+2-layer models of width 128 trained for "
-             f"{setting['updates']} updates on short software-documentation segments: compare the direction of "
-             "the differences, not the numbers.", "", "## The setting", "",
-             "```", json.dumps(setting, indent=1), "```"]
+    lines = [
+        "# Quality study: DebMT-10 one-to-many on two CPU cores",
+        "",
+        "Made by `hltmt-study`; every figure here is recomputed from the hypotheses and references in this "
+        "folder by `hltmt-study --report-only`. Runs so far: "
+        + "; ".join(f"{NAMES[s]} seed(s) {', '.join(map(str, seeds[s]))}" for s in v["systems"])
+        + ".",
+        "",
+        "## The regime the models reached",
+        "",
+        *regime_lines(v["means"], v["curves"], setting),
+        "",
+        "![validation loss](valid_loss.png)",
+        "",
+        "## Results",
+        "",
+        "![BLEU per direction](bleu.png)",
+        *tables(v["rows"], v["means"], v["high"], v["systems"]),
+        "",
+        "## What makes the difference",
+        "",
+        "Group means over each system's seeds:",
+        *differences(v["means"], v["systems"]),
+        "",
+        "## Significance (sacreBLEU paired bootstrap, 1,000 resamples; `significance.csv`)",
+        "",
+        *(significance_lines(v["sig"]) or ["- no HLT-MT run has a baseline of the same seed yet"]),
+        "",
+        "## Routing map of each HLT-MT seed",
+        "",
+        *(v["gates"] or ["- none yet"]),
+        "",
+        "## Beside the paper",
+        *paper_lines(v["means"], v["systems"]),
+        "",
+        "The paper's models are transformer-base with an XLM-R encoder trained on millions of WMT sentence pairs "
+        "on GPUs; these are 2+2-layer models of width 128 trained for "
+        f"{setting['updates']} updates on short software-documentation segments: compare the direction of "
+        "the differences, not the numbers.",
+        "",
+        "## The setting",
+        "",
+        "```",
+        json.dumps(setting, indent=1),
+        "```",
+    ]
     with AtomicOutput(path) as f:
         f.write("\n".join(lines) + "\n")

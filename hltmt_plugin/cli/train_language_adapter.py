@@ -20,6 +20,7 @@ language can then be translated from without parallel data (MAD-X's zero-shot tr
 Defaults follow MAD-X: Adam, learning rate 1e-4, 64 sentences per batch. The loss is logged
 in base 2 per masked token, as fairseq's ``masked_lm`` criterion reports it.
 """
+
 import argparse
 import logging
 import math
@@ -47,10 +48,13 @@ def load_model(path, data=None):
         raise HltmtInputError(f"checkpoint {path} does not exist")
     try:
         models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
-            [path], arg_overrides={"data": data} if data else None)
+            [path], arg_overrides={"data": data} if data else None
+        )
     except FileNotFoundError as error:
-        raise HltmtInputError(f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
-                              "folder with its dict.*.txt)") from None
+        raise HltmtInputError(
+            f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
+            "folder with its dict.*.txt)"
+        ) from None
     return models[0].eval()
 
 
@@ -71,22 +75,25 @@ def read_sentences(text, spm_model, dictionary, max_positions, max_lines=None):
         lines = [line.strip() for line in f if line.strip()][:max_lines]
     if not lines:
         raise HltmtInputError(f"text file {text} holds no text")
-    items = [dictionary.encode_line(" ".join(pieces), add_if_not_exist=False, append_eos=False).long()
-             for pieces in sp.encode(lines, out_type=str)]
+    items = [
+        dictionary.encode_line(" ".join(pieces), add_if_not_exist=False, append_eos=False).long()
+        for pieces in sp.encode(lines, out_type=str)
+    ]
     pieces = sum(len(t) for t in items)
     unknown = sum(int(t.eq(dictionary.unk()).sum()) for t in items) / max(1, pieces)
     if unknown > MAX_UNKNOWN:
-        raise HltmtInputError(f"{100 * unknown:.0f}% of the pieces of {text} are unknown to the model's dictionary "
-                              f"(more than {100 * MAX_UNKNOWN:.0f}%): {spm_model} is not the sentencepiece model its "
-                              "data was prepared with, or it does not cover this text's script")
+        raise HltmtInputError(
+            f"{100 * unknown:.0f}% of the pieces of {text} are unknown to the model's dictionary "
+            f"(more than {100 * MAX_UNKNOWN:.0f}%): {spm_model} is not the sentencepiece model its "
+            "data was prepared with, or it does not cover this text's script"
+        )
     kept = [t for t in items if 0 < len(t) <= max_positions - 2]  # + eos + the language token
     if not kept:
         raise HltmtInputError(f"no line of {text} fits the encoder ({max_positions} positions)")
     return kept, len(items) - len(kept)
 
 
-def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=None, log_interval=50, seed=1,
-          log=print):
+def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=None, log_interval=50, seed=1, log=print):
     """Adam on ``lang``'s encoder language + invertible adapters for ``steps`` updates of the
     MLM loss (everything else frozen); returns the loss of every step (base 2, per masked token)."""
     import torch
@@ -113,8 +120,10 @@ def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=Non
             losses.append(float(loss) / float(sample_size) / math.log(2))
             if len(losses) % log_interval == 0 or len(losses) == steps:
                 window = losses[-log_interval:]
-                log(f"step {len(losses)}/{steps} | epoch {epoch} | mlm_loss {sum(window) / len(window):.3f} | "
-                    f"{time.time() - t0:.1f}s")
+                log(
+                    f"step {len(losses)}/{steps} | epoch {epoch} | mlm_loss {sum(window) / len(window):.3f} | "
+                    f"{time.time() - t0:.1f}s"
+                )
     model.eval()
     return losses
 
@@ -130,8 +139,12 @@ def run(args):
     from hltmt_plugin.cli.output import OutputError, refuse_inputs
 
     try:
-        refuse_inputs("--out", args.out, {"the checkpoint --path": args.path, "the --text file": args.text,
-                                          "the --spm model": args.spm}, {"the data folder --data": args.data})
+        refuse_inputs(
+            "--out",
+            args.out,
+            {"the checkpoint --path": args.path, "the --text file": args.text, "the --spm model": args.spm},
+            {"the data folder --data": args.data},
+        )
     except OutputError as error:
         raise HltmtInputError(str(error)) from None
     register()  # torch and fairseq, once the arguments are checked
@@ -142,21 +155,28 @@ def run(args):
     add_language(model, args.lang)  # refuses a language outside --langs; keeps existing adapters
     encoder = model.encoder
     items, skipped = read_sentences(args.text, args.spm, encoder.dictionary, encoder.max_positions(), args.max_lines)
-    print(f"{args.lang}: {len(items):,} sentences of {args.text}"
-          f"{f' ({skipped:,} too long or empty, left out)' if skipped else ''}")
+    print(
+        f"{args.lang}: {len(items):,} sentences of {args.text}"
+        f"{f' ({skipped:,} too long or empty, left out)' if skipped else ''}"
+    )
     if not args.cpu and torch.cuda.is_available():
         model.cuda()
     dataset = mlm_dataset(items, model, args.lang, seed=args.seed, mask_prob=args.mask_prob)
     n = sum(p.numel() for p in model.parameters())
-    losses = train(model, args.lang, dataset, args.steps, args.lr, args.batch_size, args.max_tokens,
-                   args.log_interval, args.seed)
+    losses = train(
+        model, args.lang, dataset, args.steps, args.lr, args.batch_size, args.max_tokens, args.log_interval, args.seed
+    )
     k = min(args.log_interval, len(losses))
-    print(f"mlm_loss (base 2, per masked token): first {k} steps {sum(losses[:k]) / k:.3f}, "
-          f"last {k} steps {sum(losses[-k:]) / k:.3f}")
+    print(
+        f"mlm_loss (base 2, per masked token): first {k} steps {sum(losses[:k]) / k:.3f}, "
+        f"last {k} steps {sum(losses[-k:]) / k:.3f}"
+    )
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     blob = export_language(model.cpu(), args.lang, args.out)
-    print(f"trained {trained:,} of {n:,} parameters; exported {args.lang}: {len(blob['tensors'])} adapter tensors "
-          f"to {args.out}")
+    print(
+        f"trained {trained:,} of {n:,} parameters; exported {args.lang}: {len(blob['tensors'])} adapter tensors "
+        f"to {args.out}"
+    )
     return losses
 
 
@@ -167,8 +187,9 @@ def parse_args(argv=None):
     p.add_argument("--text", required=True, help="plain text of that language, one sentence per line")
     p.add_argument("--spm", required=True, help="the sentencepiece model the model's data was encoded with")
     p.add_argument("--out", required=True, help="the adapter file to write")
-    p.add_argument("--data", default=None, help="binarized data folder (default: the one the checkpoint was "
-                                                "trained on)")
+    p.add_argument(
+        "--data", default=None, help="binarized data folder (default: the one the checkpoint was trained on)"
+    )
     p.add_argument("--steps", type=int, default=1000, help="updates (default 1000)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (MAD-X: 1e-4)")
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (MAD-X: 64)")

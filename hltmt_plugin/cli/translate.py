@@ -38,6 +38,7 @@ is written: a failure or an interrupt leaves the old file as it was. An --output
 of the files the command reads (--input, the checkpoint, the sentencepiece model, a file of the
 data folder) is refused.
 """
+
 import argparse
 import json
 import logging
@@ -71,14 +72,26 @@ def finite_float(text):
 def build_parser():
     """The command line of hltmt-translate."""
     p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", "--path", required=True,
-                   help="checkpoint of --task hltmt_translation or translation_multi_simple_epoch "
-                        "(any of their models, fairseq's transformer included)")
-    p.add_argument("--spm", default=None, help="sentencepiece model (default: found beside the data folder "
-                                               "(../spm/spm.model), in it, or beside the checkpoint)")
-    p.add_argument("--data", default=None, help="binarized data folder with the dict.*.txt (default: the one "
-                                                "stored in the checkpoint, or the checkpoint's own folder when "
-                                                "that one is gone and the dictionaries lie beside the checkpoint)")
+    p.add_argument(
+        "--checkpoint",
+        "--path",
+        required=True,
+        help="checkpoint of --task hltmt_translation or translation_multi_simple_epoch "
+        "(any of their models, fairseq's transformer included)",
+    )
+    p.add_argument(
+        "--spm",
+        default=None,
+        help="sentencepiece model (default: found beside the data folder "
+        "(../spm/spm.model), in it, or beside the checkpoint)",
+    )
+    p.add_argument(
+        "--data",
+        default=None,
+        help="binarized data folder with the dict.*.txt (default: the one "
+        "stored in the checkpoint, or the checkpoint's own folder when "
+        "that one is gone and the dictionaries lie beside the checkpoint)",
+    )
     p.add_argument("--input", "-i", default="-", help="input file (default: stdin)")
     p.add_argument("--output", "-o", default="-", help="output file (default: stdout)")
     p.add_argument("--src", default=None, help="source language of every line (plain-text input; with --tgt)")
@@ -88,13 +101,20 @@ def build_parser():
     p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
     p.add_argument("--max-tokens", type=int, default=4000, help="source tokens per batch")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: no limit)")
-    p.add_argument("--buffer-size", type=int, default=None,
-                   help="lines read and batched together before their translations are written (default: 1024, "
-                        "1 when stdin is a terminal)")
+    p.add_argument(
+        "--buffer-size",
+        type=int,
+        default=None,
+        help="lines read and batched together before their translations are written (default: 1024, "
+        "1 when stdin is a terminal)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line: translation, score, routing")
-    p.add_argument("--zero-shot", action="store_true",
-                   help="also translate directions the model was not trained on whose languages it saw in others "
-                        "(marked \"zero_shot\": true with --json); without it such lines fail")
+    p.add_argument(
+        "--zero-shot",
+        action="store_true",
+        help="also translate directions the model was not trained on whose languages it saw in others "
+        '(marked "zero_shot": true with --json); without it such lines fail',
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -156,23 +176,26 @@ def raw_lines(stream):
         if first:
             first = False
             if body.startswith(UTF16_BOMS):
-                raise InputError("the input starts with a UTF-16 / UTF-32 byte order mark: convert it to UTF-8 "
-                                 "(e.g. iconv -f UTF-16 -t UTF-8)")
+                raise InputError(
+                    "the input starts with a UTF-16 / UTF-32 byte order mark: convert it to UTF-8 "
+                    "(e.g. iconv -f UTF-16 -t UTF-8)"
+                )
             if body.startswith(UTF8_BOM):
-                body = body[len(UTF8_BOM):]
+                body = body[len(UTF8_BOM) :]
         yield from body.split(b"\r")
 
 
 def decode(raw):
     """(text, None) for a line of valid UTF-8 without NUL bytes, else (None, why)."""
     if b"\x00" in raw:
-        return None, (f"holds a NUL byte at byte {raw.index(0) + 1} (binary data, or UTF-16 text?): not "
-                      "translated")
+        return None, (f"holds a NUL byte at byte {raw.index(0) + 1} (binary data, or UTF-16 text?): not translated")
     try:
         return raw.decode("utf-8"), None
     except UnicodeDecodeError as error:
-        return None, (f"is not valid UTF-8 (byte 0x{raw[error.start]:02x} at byte {error.start + 1}): not "
-                      "translated; convert the file to UTF-8")
+        return None, (
+            f"is not valid UTF-8 (byte 0x{raw[error.start]:02x} at byte {error.start + 1}): not "
+            "translated; convert the file to UTF-8"
+        )
 
 
 def chunks(stream, size):
@@ -241,11 +264,19 @@ def open_output(args):
     unwritable place fails before loading; an --output that is an input raises OutputError."""
     if args.output == "-":
         return None
-    refuse_inputs("--output", args.output, {"the --input file": None if args.input == "-" else args.input,
-                                            "the checkpoint": args.checkpoint, "the --spm model": args.spm})
+    refuse_inputs(
+        "--output",
+        args.output,
+        {
+            "the --input file": None if args.input == "-" else args.input,
+            "the checkpoint": args.checkpoint,
+            "the --spm model": args.spm,
+        },
+    )
     if args.input == "-" and same_as_stdin(args.output):
-        raise OutputError(f"--output {args.output} is the file on stdin: writing there would replace it; "
-                          "name another file")
+        raise OutputError(
+            f"--output {args.output} is the file on stdin: writing there would replace it; name another file"
+        )
     return AtomicOutput(args.output, "--output")
 
 
@@ -258,16 +289,27 @@ def load_translator(args, sink, HltmtTranslator, HltmtError):
     --tgt against the model. Raises LoadError, HltmtError or OutputError."""
     try:
         checkpoint, spm, data, engine = engine_load_options(args)
-        translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device=args.device, fp16=args.fp16,
-                                          max_tokens=args.max_tokens, max_sentences=args.batch_size, **engine)
+        translator = HltmtTranslator.load(
+            checkpoint,
+            spm=spm,
+            data=data,
+            device=args.device,
+            fp16=args.fp16,
+            max_tokens=args.max_tokens,
+            max_sentences=args.batch_size,
+            **engine,
+        )
     except HltmtError:
         raise
     except Exception as error:  # noqa: BLE001 (whatever fairseq raises on a file it cannot use: one line)
-        raise LoadError(f"cannot load {args.checkpoint}: {type(error).__name__}: {str(error).strip()[:300]}") \
-            from None
+        raise LoadError(f"cannot load {args.checkpoint}: {type(error).__name__}: {str(error).strip()[:300]}") from None
     if sink is not None:
-        refuse_inputs("--output", args.output, {"the sentencepiece model": translator.spm},
-                      {"the data folder": served_folder(translator)})
+        refuse_inputs(
+            "--output",
+            args.output,
+            {"the sentencepiece model": translator.spm},
+            {"the data folder": served_folder(translator)},
+        )
     if args.src is not None:
         translator.routing(args.src, args.tgt)
     return translator
@@ -299,8 +341,9 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        return fail(f"interrupted after {done} line(s)" + (f"; --output {args.output} left as it was" if sink else ""),
-                    130)
+        return fail(
+            f"interrupted after {done} line(s)" + (f"; --output {args.output} left as it was" if sink else ""), 130
+        )
     except (InputError, HltmtError) as error:
         return fail(error)
     finally:
@@ -331,8 +374,16 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
     of lines that failed."""
     items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
     results = translator.translate_batch(
-        items, beam=args.beam, lenpen=args.lenpen, max_len=args.max_len, details=True, errors="keep",
-        first_line=first_line, progress=bar.update if bar is not None else None, zero_shot=args.zero_shot)
+        items,
+        beam=args.beam,
+        lenpen=args.lenpen,
+        max_len=args.max_len,
+        details=True,
+        errors="keep",
+        first_line=first_line,
+        progress=bar.update if bar is not None else None,
+        zero_shot=args.zero_shot,
+    )
     failed = 0
     for (text, unreadable), item, result in zip(chunk, items, results):
         if unreadable is not None:
@@ -356,8 +407,9 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
 def summary(done, failed, seconds):
     """The closing line on stderr (translated lines and rate); the exit status."""
     rate = (done - failed) / seconds if seconds > 0 else 0.0
-    sys.stderr.write(f"{PROG}: {done - failed} of {done} sentence(s) translated in {seconds:.1f} s: "
-                     f"{rate:.1f} sentences/s\n")
+    sys.stderr.write(
+        f"{PROG}: {done - failed} of {done} sentence(s) translated in {seconds:.1f} s: {rate:.1f} sentences/s\n"
+    )
     return 1 if failed else 0
 
 

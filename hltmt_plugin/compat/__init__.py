@@ -33,6 +33,7 @@ excepthook             any                         an uncaught :class:`HltmtErro
                                                    one line (``errors.install_excepthook``)
 =====================  ==========================  =============================================
 """
+
 import sys
 
 from hltmt_plugin.compat.quiet import quiet_fairseq
@@ -59,8 +60,10 @@ def install() -> None:
     from hltmt_plugin.compat import atomic_copy, hub_generator, safe_eval, safe_loading
 
     if not hasattr(torch.serialization, "add_safe_globals"):
-        raise HltmtError(f"hltmt_plugin needs torch >= {TORCH_FLOOR} (safe checkpoint loading with an "
-                         f"allowlist); this is torch {torch.__version__}")
+        raise HltmtError(
+            f"hltmt_plugin needs torch >= {TORCH_FLOOR} (safe checkpoint loading with an "
+            f"allowlist); this is torch {torch.__version__}"
+        )
     safe_loading.install(checkpoint_utils)
     if _version(fairseq.__version__)[:2] == (0, 12):
         safe_eval.install()

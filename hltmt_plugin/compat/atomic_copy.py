@@ -12,6 +12,7 @@ or copy that fails removes its temporary file and is one :class:`HltmtInputError
 folder, the file and how large it is (and what room the folder has); the checkpoints already
 there are unchanged, so the run can resume from the last one that was written.
 """
+
 import errno
 import functools
 import os
@@ -50,11 +51,17 @@ def did_not_fit(path: str, error: OSError, size: int) -> HltmtInputError:
     except OSError:
         free = ""
     full = error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-    advice = ("make room there (or give --save-dir on a disk with room) and run again: training resumes from the "
-              "last checkpoint that was written" if full else "check the folder and run again")
-    return HltmtInputError(f"could not write the checkpoint {os.path.basename(path)} ({size / MB:.1f} MB) to the folder "
-                           f"{folder}: {error.strerror or error}{free}; nothing partial was left and the checkpoints "
-                           f"already there are unchanged: {advice}")
+    advice = (
+        "make room there (or give --save-dir on a disk with room) and run again: training resumes from the "
+        "last checkpoint that was written"
+        if full
+        else "check the folder and run again"
+    )
+    return HltmtInputError(
+        f"could not write the checkpoint {os.path.basename(path)} ({size / MB:.1f} MB) to the folder "
+        f"{folder}: {error.strerror or error}{free}; nothing partial was left and the checkpoints "
+        f"already there are unchanged: {advice}"
+    )
 
 
 def _write_atomically(path: str, write, size: int) -> None:
@@ -82,6 +89,7 @@ def atomic_copy_file(copy, src_path: str, dst_path: str) -> None:
 def install(path_manager, checkpoint_utils) -> None:
     copy = path_manager.copy
     if not getattr(copy, "hltmt_atomic", False):
+
         @functools.wraps(copy)
         def atomic_copy(src_path, dst_path, overwrite=False):
             if "://" in str(src_path) or "://" in str(dst_path):
@@ -94,6 +102,7 @@ def install(path_manager, checkpoint_utils) -> None:
 
     save = checkpoint_utils.torch_persistent_save
     if not getattr(save, "hltmt_atomic", False):
+
         @functools.wraps(save)
         def torch_persistent_save(obj, filename, async_write: bool = False):
             if async_write or "://" in str(filename):

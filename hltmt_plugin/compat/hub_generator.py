@@ -12,6 +12,7 @@ models alike:
   ``translate`` returned ``__fr__ ...``. The hub's ``string`` here strips the language tokens too,
   unless the task keeps them (``--keep-inference-langtok``).
 """
+
 import functools
 
 from hltmt_plugin.errors import HltmtConfigError
@@ -35,18 +36,23 @@ def install(task_class, hub_class) -> None:
     """Patch ``task_class.build_generator`` and ``hub_class.string`` (idempotent)."""
     build = task_class.build_generator
     if not getattr(build, "hltmt_patched", False):
+
         @functools.wraps(build)
-        def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
-                            prefix_allowed_tokens_fn=None):
+        def build_generator(
+            self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None
+        ):
             if prefix_allowed_tokens_fn is not None:
-                raise HltmtConfigError("prefix_allowed_tokens_fn is not supported by fairseq's multilingual task "
-                                       "(it forces its own target-language prefix)")
+                raise HltmtConfigError(
+                    "prefix_allowed_tokens_fn is not supported by fairseq's multilingual task "
+                    "(it forces its own target-language prefix)"
+                )
             return build(self, models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs)
 
         build_generator.hltmt_patched = True
         task_class.build_generator = build_generator
     string = hub_class.string
     if not getattr(string, "hltmt_patched", False):
+
         @functools.wraps(string)
         def string_(self, tokens):
             strip = language_token_ids(self.task)

@@ -1,6 +1,7 @@
 """fairseq's start-up noise, kept out when the plugin is what imports fairseq (the plugin's own
 commands, ``import hltmt_plugin`` in Python); fairseq's commands, which import fairseq before the
 plugin, print what they always print."""
+
 import os
 
 # fairseq 0.12's own noise, not the plugin's: the notice it logs on import when tensorboardX is
@@ -25,7 +26,8 @@ def quiet_fairseq():
     import warnings
 
     logging.getLogger("fairseq.tasks.text_to_speech").addFilter(
-        lambda record: FAIRSEQ_NOISE_LOG not in record.getMessage())
+        lambda record: FAIRSEQ_NOISE_LOG not in record.getMessage()
+    )
     if os.environ.get("PYTHONWARNINGS"):
         return
     for message in FAIRSEQ_NOISE_WARNINGS:

@@ -23,6 +23,7 @@ So two things:
 Values of the command line pass through the same evaluator: every value fairseq documents
 for these options is a literal.
 """
+
 import argparse
 import ast
 import importlib
@@ -34,27 +35,63 @@ from hltmt_plugin.errors import HltmtInputError
 # The options fairseq 0.12 evaluates (utils.eval_str_list / eval_str_dict / eval_bool, or eval)
 # when it builds a task, model, criterion or optimizer from them; tests/compat/test_safe_eval.py
 # checks this list against the installed fairseq's source.
-EVALUATED_OPTIONS = frozenset({
-    # eval_bool
-    "left_pad_source", "left_pad_target", "decoder_attention",
-    # eval_str_list
-    "adaptive_softmax_cutoff", "adaptive_input_cutoff", "pipeline_balance", "pipeline_devices",
-    "pipeline_encoder_balance", "pipeline_encoder_devices", "pipeline_decoder_balance", "pipeline_decoder_devices",
-    # eval_str_dict
-    "xformers_att_config",
-    # eval
-    "adam_betas", "adamax_betas", "adafactor_eps", "lamb_betas", "wer_args", "character_filters",
-    "encoder_layers", "decoder_layers", "encoder_attention", "pretrained", "self_attention", "project_input",
-    "gated_attention", "downsample", "conv_feature_layers", "conv_aggregator_layers", "feature_encoder_spec",
-})
+EVALUATED_OPTIONS = frozenset(
+    {
+        # eval_bool
+        "left_pad_source",
+        "left_pad_target",
+        "decoder_attention",
+        # eval_str_list
+        "adaptive_softmax_cutoff",
+        "adaptive_input_cutoff",
+        "pipeline_balance",
+        "pipeline_devices",
+        "pipeline_encoder_balance",
+        "pipeline_encoder_devices",
+        "pipeline_decoder_balance",
+        "pipeline_decoder_devices",
+        # eval_str_dict
+        "xformers_att_config",
+        # eval
+        "adam_betas",
+        "adamax_betas",
+        "adafactor_eps",
+        "lamb_betas",
+        "wer_args",
+        "character_filters",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention",
+        "pretrained",
+        "self_attention",
+        "project_input",
+        "gated_attention",
+        "downsample",
+        "conv_feature_layers",
+        "conv_aggregator_layers",
+        "feature_encoder_spec",
+    }
+)
 
 # The fairseq 0.12 modules whose code calls eval (checked by the same test).
 EVALUATING_MODULES = (
-    "fairseq.utils", "fairseq.criterions.ctc", "fairseq.data.audio.raw_audio_dataset", "fairseq.data.codedataset",
-    "fairseq.models.fconv", "fairseq.models.fconv_lm", "fairseq.models.fconv_self_att",
-    "fairseq.models.hubert.hubert", "fairseq.models.lightconv_lm", "fairseq.models.speech_to_text.s2t_wav_transformer",
-    "fairseq.models.transformer_lm", "fairseq.models.wav2vec.wav2vec", "fairseq.models.wav2vec.wav2vec2",
-    "fairseq.optim.adafactor", "fairseq.optim.adam", "fairseq.optim.adamax", "fairseq.optim.cpu_adam",
+    "fairseq.utils",
+    "fairseq.criterions.ctc",
+    "fairseq.data.audio.raw_audio_dataset",
+    "fairseq.data.codedataset",
+    "fairseq.models.fconv",
+    "fairseq.models.fconv_lm",
+    "fairseq.models.fconv_self_att",
+    "fairseq.models.hubert.hubert",
+    "fairseq.models.lightconv_lm",
+    "fairseq.models.speech_to_text.s2t_wav_transformer",
+    "fairseq.models.transformer_lm",
+    "fairseq.models.wav2vec.wav2vec",
+    "fairseq.models.wav2vec.wav2vec2",
+    "fairseq.optim.adafactor",
+    "fairseq.optim.adam",
+    "fairseq.optim.adamax",
+    "fairseq.optim.cpu_adam",
     "fairseq.optim.fused_lamb",
 )
 
@@ -71,7 +108,7 @@ _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
 def _short(text, limit: int = 80) -> str:
     text = repr(text)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _value(node):
@@ -114,16 +151,21 @@ def literal_value(text, *unused):
         reason = str(error)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         reason = type(error).__name__
-    raise NotALiteral(f"the option value {_short(text)} is not a literal ({reason}): fairseq evaluates this option as "
-                      f"Python, and the plugin reads only literals there ({ACCEPTED})")
+    raise NotALiteral(
+        f"the option value {_short(text)} is not a literal ({reason}): fairseq evaluates this option as "
+        f"Python, and the plugin reads only literals there ({ACCEPTED})"
+    )
 
 
 def _stored_options(record, where: str, depth: int = 0) -> Iterator[Tuple[str, object]]:
     """(dotted name, value) of every option in a checkpoint's ``cfg`` / ``args`` record."""
     if depth > 3:
         return
-    items = vars(record).items() if isinstance(record, argparse.Namespace) else (
-        record.items() if isinstance(record, dict) else ())
+    items = (
+        vars(record).items()
+        if isinstance(record, argparse.Namespace)
+        else (record.items() if isinstance(record, dict) else ())
+    )
     for key, value in items:
         name = f"{where}.{key}"
         if isinstance(value, (dict, argparse.Namespace)):
@@ -144,7 +186,8 @@ def check_stored_options(path: str, state: dict) -> None:
                 raise HltmtInputError(
                     f"refused to load checkpoint {path}: its stored option {name} = {_short(value)} is not a "
                     f"literal, and fairseq evaluates that option as Python when it builds the model or task, so "
-                    f"loading it could run code (nothing was run)") from None
+                    f"loading it could run code (nothing was run)"
+                ) from None
 
 
 def install() -> None:

@@ -15,6 +15,7 @@ one clear error. A file the user trusts can still be read with full pickle by na
 Every file the plugin reads with torch is read here: checkpoints (:func:`load_state`, and
 fairseq's own loading) and the plugin's adapter files (:func:`load_plugin_file`).
 """
+
 import argparse
 import functools
 import logging
@@ -68,7 +69,8 @@ def weights_only_load(f, *args, **kwargs):
         raise HltmtInputError(
             f"refused to load checkpoint {path}: it holds {_refused_global(error)}, which is outside the "
             "allowlist of types that fairseq checkpoints hold, and unpickling it could run "
-            f"code. If you trust the file, list its path in {TRUST_ENV}.") from None
+            f"code. If you trust the file, list its path in {TRUST_ENV}."
+        ) from None
 
 
 def check_fairseq_state(path: str, state) -> None:
@@ -78,16 +80,22 @@ def check_fairseq_state(path: str, state) -> None:
     inside fairseq). Stored options that fairseq evaluates as Python must be literals
     (:func:`hltmt_plugin.compat.safe_eval.check_stored_options`)."""
     if not isinstance(state, dict):
-        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (it holds a {type(state).__name__}, "
-                              "not fairseq's dict of records)")
+        raise HltmtInputError(
+            f"checkpoint {path} is not a fairseq checkpoint (it holds a {type(state).__name__}, "
+            "not fairseq's dict of records)"
+        )
     if "model" not in state:
         raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (no 'model' record)")
     if not isinstance(state["model"], dict):
-        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (its 'model' record is a "
-                              f"{type(state['model']).__name__}, not the model's weights)")
+        raise HltmtInputError(
+            f"checkpoint {path} is not a fairseq checkpoint (its 'model' record is a "
+            f"{type(state['model']).__name__}, not the model's weights)"
+        )
     if state.get("cfg") is None and state.get("args") is None:
-        raise HltmtInputError(f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record: the "
-                              "options the model was trained with)")
+        raise HltmtInputError(
+            f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record: the "
+            "options the model was trained with)"
+        )
     check_stored_options(path, state)
 
 
@@ -110,8 +118,14 @@ class _WeightsOnlyTorch:
 
 
 # torch's zip reader (PyTorchStreamReader, miniz) on a file that is not a whole torch.save zip
-ZIP_ERRORS = ("zip archive", "central directory", "file read failed", "PytorchStreamReader", "inline_container",
-              "not in a subdirectory")
+ZIP_ERRORS = (
+    "zip archive",
+    "central directory",
+    "file read failed",
+    "PytorchStreamReader",
+    "inline_container",
+    "not in a subdirectory",
+)
 
 
 def guarded(path, load):
@@ -127,8 +141,9 @@ def guarded(path, load):
         text = str(error)
         record = re.search(r'hasRecord\("([^"]+)"\)', text)
         if record:  # torch's zip reader: a zip without one of the records torch.save writes
-            raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint (its zip has no "
-                                  f"'{record.group(1)}' record)") from None
+            raise HltmtInputError(
+                f"checkpoint {path} is truncated or not a checkpoint (its zip has no '{record.group(1)}' record)"
+            ) from None
         if any(sign in text for sign in ZIP_ERRORS):
             first = re.sub(r"^\[enforce fail at [^\]]*\]\s*\.?\s*", "", text.splitlines()[0]).split(". This is")[0]
             raise HltmtInputError(f"checkpoint {path} is truncated or not a checkpoint ({first.strip()})") from None
@@ -157,6 +172,7 @@ def install(checkpoint_utils) -> None:
         checkpoint_utils.torch = _WeightsOnlyTorch()
     load = checkpoint_utils.load_checkpoint_to_cpu
     if not getattr(load, "hltmt_guarded", False):
+
         @functools.wraps(load)
         def load_checkpoint_to_cpu(path, *args, **kwargs):
             return guarded(path, lambda: load(path, *args, **kwargs))

@@ -16,6 +16,7 @@ values appear in progress lines, JSON logs and tensorboard:
   pool module and to the universal layer;
 - ``loss_xx``: the loss (base 2, per target token) of each target language ``xx``.
 """
+
 import math
 from dataclasses import dataclass, field
 
@@ -34,29 +35,47 @@ from hltmt_plugin.languages import ROWS, TGT
 from hltmt_plugin.modules.language_router import disparity
 from hltmt_plugin.models.hltmt_transformer import plugin_model
 
-LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = "lang_loss:", "lang_ntokens:", "route:", "disparity_sum", "disparity_n"
+LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = (
+    "lang_loss:",
+    "lang_ntokens:",
+    "route:",
+    "disparity_sum",
+    "disparity_n",
+)
 
 
 @dataclass
 class HltmtCrossEntropyConfig(LabelSmoothedCrossEntropyCriterionConfig):
     disparity_weight: float = field(
         default=1.0,
-        metadata={"help": "weight of the disparity (load-balancing) term over the high-resource "
-                          "languages' gate distributions, added on soft routing steps; the authors' "
-                          "value (1.0) with their batch size (--disparity-batch-size 4096) is the default"},
+        metadata={
+            "help": "weight of the disparity (load-balancing) term over the high-resource "
+            "languages' gate distributions, added on soft routing steps; the authors' "
+            "value (1.0) with their batch size (--disparity-batch-size 4096) is the default"
+        },
     )
     disparity_batch_size: float = field(
         default=4096,
-        metadata={"help": "the batch size (in the loss's units: target tokens, or sentences with "
-                          "--sentence-avg) at which the term weighs as in the authors' code, which adds "
-                          "--disparity-weight x D once per batch: each unit carries weight / this"},
+        metadata={
+            "help": "the batch size (in the loss's units: target tokens, or sentences with "
+            "--sentence-avg) at which the term weighs as in the authors' code, which adds "
+            "--disparity-weight x D once per batch: each unit carries weight / this"
+        },
     )
 
 
 @register_criterion("hltmt_cross_entropy", dataclass=HltmtCrossEntropyConfig)
 class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 disparity_weight=1.0, disparity_batch_size=4096):
+    def __init__(
+        self,
+        task,
+        sentence_avg,
+        label_smoothing,
+        ignore_prefix_size=0,
+        report_accuracy=False,
+        disparity_weight=1.0,
+        disparity_batch_size=4096,
+    ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if not 0 <= disparity_weight < float("inf"):
             raise HltmtConfigError(f"--disparity-weight must be a finite number >= 0, got {disparity_weight}")
@@ -75,14 +94,20 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         if ROWS not in extra:
             raise HltmtConfigError("--criterion hltmt_cross_entropy needs --arch hltmt_transformer*")
         lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
-        tok_loss, tok_nll = label_smoothed_nll_loss(lprobs, target, self.eps, ignore_index=self.padding_idx,
-                                                    reduce=False)
+        tok_loss, tok_nll = label_smoothed_nll_loss(
+            lprobs, target, self.eps, ignore_index=self.padding_idx, reduce=False
+        )
         bsz = sample["target"].size(0)
         row_loss = tok_loss.view(bsz, -1).sum(dim=1)
         loss, nll_loss = row_loss.sum(), tok_nll.sum()
         sample_size = bsz if self.sentence_avg else sample["ntokens"]
-        log = {"loss": None, "nll_loss": nll_loss.data, "ntokens": sample["ntokens"], "nsentences": bsz,
-               "sample_size": sample_size}
+        log = {
+            "loss": None,
+            "nll_loss": nll_loss.data,
+            "ntokens": sample["ntokens"],
+            "nsentences": bsz,
+            "sample_size": sample_size,
+        }
 
         if extra.get("slp_gate") is not None:
             probs = extra["slp_gate"]
@@ -101,7 +126,8 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         lang = extra[ROWS][:, TGT]
         row_tokens = target.view(bsz, -1).ne(self.padding_idx).sum(dim=1)
         lang_loss = torch.zeros(len(self.langs), dtype=row_loss.dtype, device=lang.device).index_add_(
-            0, lang, row_loss.detach())
+            0, lang, row_loss.detach()
+        )
         lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs))
         for i, name in enumerate(self.langs):
             log[LANG_LOSS + name], log[LANG_TOKENS + name] = lang_loss[i], lang_tokens[i]
@@ -132,13 +158,14 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         rows = sum(utils.item(total(k)) for k in routes)
         for key in routes:
             if rows > 0:
-                metrics.log_scalar("route_" + key[len(ROUTE):], utils.item(total(key)) / rows, rows, round=3)
+                metrics.log_scalar("route_" + key[len(ROUTE) :], utils.item(total(key)) / rows, rows, round=3)
         for key in keys:
             if key.startswith(LANG_TOKENS):
-                name, tokens = key[len(LANG_TOKENS):], utils.item(total(key))
+                name, tokens = key[len(LANG_TOKENS) :], utils.item(total(key))
                 if tokens > 0:
-                    metrics.log_scalar(f"loss_{name}", utils.item(total(LANG_LOSS + name)) / tokens / math.log(2),
-                                       tokens, round=3)
+                    metrics.log_scalar(
+                        f"loss_{name}", utils.item(total(LANG_LOSS + name)) / tokens / math.log(2), tokens, round=3
+                    )
 
 
 def _drop_empty_meter(name: str) -> None:

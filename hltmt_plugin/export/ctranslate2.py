@@ -26,6 +26,7 @@ language inside the encoder layers, which a CTranslate2 encoder layer has no pla
 ``--lang-tok-replacing-bos-eos`` (refused by the translator already), activations and
 positions CTranslate2 does not have, an adaptive softmax.
 """
+
 import json
 import os
 import shutil
@@ -40,8 +41,7 @@ from hltmt_plugin.export import manifest
 from hltmt_plugin.hub import HltmtTranslator
 
 QUANTIZATIONS = manifest.QUANTIZATIONS
-ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh",
-               "swish": "SWISH"}
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
 PAD_LOGIT = -1e9  # the output bias of the padding token: fairseq's beam search never picks it
 INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
 
@@ -55,8 +55,14 @@ def import_ctranslate2():
     return ctranslate2
 
 
-def export(checkpoint: str, out: str, quantization: str = "float32", spm: Optional[str] = None,
-           data: Optional[str] = None, force: bool = False) -> dict:
+def export(
+    checkpoint: str,
+    out: str,
+    quantization: str = "float32",
+    spm: Optional[str] = None,
+    data: Optional[str] = None,
+    force: bool = False,
+) -> dict:
     """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest."""
     ct2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
@@ -127,21 +133,25 @@ def check_exportable(translator) -> None:
     model = translator.model
     encoder, decoder = model.encoder, model.decoder
     if getattr(encoder, "adapter_layout", None) is not None or getattr(decoder, "adapter_layout", None) is not None:
-        raise HltmtConfigError("cannot export adapters to CTranslate2: an adapter transforms a sublayer's output "
-                               "before its residual connection (x + U relu(D x)), a step CTranslate2's layers do not "
-                               "have, with modules chosen by each sentence's language")
+        raise HltmtConfigError(
+            "cannot export adapters to CTranslate2: an adapter transforms a sublayer's output "
+            "before its residual connection (x + U relu(D x)), a step CTranslate2's layers do not "
+            "have, with modules chosen by each sentence's language"
+        )
     if getattr(encoder, "skill_layout", None) is not None:
-        raise HltmtConfigError("cannot export skills to CTranslate2: the encoder's skill modules are chosen and "
-                               "mixed per direction inside its layers, which a CTranslate2 encoder layer cannot do "
-                               "(it has one attention and one feed-forward sublayer)")
+        raise HltmtConfigError(
+            "cannot export skills to CTranslate2: the encoder's skill modules are chosen and "
+            "mixed per direction inside its layers, which a CTranslate2 encoder layer cannot do "
+            "(it has one attention and one feed-forward sublayer)"
+        )
     activation = getattr(translator.cfg.model, "activation_fn", "relu")
     if activation not in ACTIVATIONS:
-        raise HltmtConfigError(f"cannot export --activation-fn {activation}: CTranslate2 has "
-                               f"{', '.join(ACTIVATIONS)}")
+        raise HltmtConfigError(f"cannot export --activation-fn {activation}: CTranslate2 has {', '.join(ACTIVATIONS)}")
     for side in (encoder, decoder):
         if side.embed_positions is None:
-            raise HltmtConfigError("cannot export --no-token-positional-embeddings: a CTranslate2 Transformer "
-                                   "always adds positions")
+            raise HltmtConfigError(
+                "cannot export --no-token-positional-embeddings: a CTranslate2 Transformer always adds positions"
+            )
     if getattr(decoder, "adaptive_softmax", None) is not None:
         raise HltmtConfigError("cannot export an adaptive softmax: CTranslate2 has one output projection")
     if getattr(translator.cfg.model, "cross_self_attention", False):
@@ -173,25 +183,39 @@ def describe(translator, targets, models, quantization, checkpoint, version) -> 
     style = getattr(args, "lang_tok_style", "multilingual")
     from fairseq.data.multilingual.multilingual_utils import get_lang_tok
 
-    tokens = {lang: get_lang_tok(lang, style) for lang in translator.langs} if encoder_langtok or decoder_langtok \
-        else {}
+    tokens = (
+        {lang: get_lang_tok(lang, style) for lang in translator.langs} if encoder_langtok or decoder_langtok else {}
+    )
     model = translator.model
     slp = getattr(getattr(model, "decoder", None), "slp", None)
     return {
-        "format": manifest.FORMAT, "version": manifest.VERSION, "engine": "ctranslate2",
-        "langs": list(translator.langs), "lang_pairs": list(getattr(args, "lang_pairs", []) or []),
-        "encoder_langtok": encoder_langtok, "decoder_langtok": decoder_langtok, "language_tokens": tokens,
+        "format": manifest.FORMAT,
+        "version": manifest.VERSION,
+        "engine": "ctranslate2",
+        "langs": list(translator.langs),
+        "lang_pairs": list(getattr(args, "lang_pairs", []) or []),
+        "encoder_langtok": encoder_langtok,
+        "decoder_langtok": decoder_langtok,
+        "language_tokens": tokens,
         "routing_map": {k: int(v) for k, v in model.routing_map().items()} if slp is not None else {},
-        "targets": targets, "models": models, "routes": slp is not None, "quantization": quantization,
+        "targets": targets,
+        "models": models,
+        "routes": slp is not None,
+        "quantization": quantization,
         "max_source_positions": int(translator.max_source_positions),
         "max_target_positions": int(translator.max_target_positions),
-        "source": {"checkpoint": os.path.basename(checkpoint), "arch": str(getattr(translator.cfg.model, "arch", "")),
-                   "ctranslate2": version, "data_langtok_spec": list(map(str, args.langtoks["main"])),
-                   "dm_langs": len(dm.lang_dict) if getattr(dm, "lang_dict", None) is not None else 0},
+        "source": {
+            "checkpoint": os.path.basename(checkpoint),
+            "arch": str(getattr(translator.cfg.model, "arch", "")),
+            "ctranslate2": version,
+            "data_langtok_spec": list(map(str, args.langtoks["main"])),
+            "dm_langs": len(dm.lang_dict) if getattr(dm, "lang_dict", None) is not None else 0,
+        },
     }
 
 
 # ---- weights -> CTranslate2 specs ----------------------------------------------------------
+
 
 def _array(tensor) -> np.ndarray:
     return tensor.detach().float().cpu().numpy().copy()
@@ -207,8 +231,9 @@ def _set_stacked(spec, layers) -> None:
     """One linear spec from several linears of the same input, their outputs stacked."""
     spec.weight = np.concatenate([_array(x.weight) for x in layers])
     if any(x.bias is not None for x in layers):
-        spec.bias = np.concatenate([_array(x.bias) if x.bias is not None else np.zeros(x.weight.shape[0], np.float32)
-                                    for x in layers])
+        spec.bias = np.concatenate(
+            [_array(x.bias) if x.bias is not None else np.zeros(x.weight.shape[0], np.float32) for x in layers]
+        )
 
 
 def _set_norm(spec, norm, plain: bool = False) -> None:
@@ -240,7 +265,7 @@ def _positions(module, count: int) -> np.ndarray:
         table = SinusoidalPositionalEmbedding.get_embedding(count + pad + 1, module.embedding_dim, pad)
     else:
         table = module.weight
-    return _array(table)[pad + 1:pad + 1 + count]
+    return _array(table)[pad + 1 : pad + 1 + count]
 
 
 def _set_inputs(spec, side, count: int) -> None:
@@ -257,9 +282,13 @@ def _encoder_spec(ct2, encoder, cfg):
 
     pre_norm = bool(encoder.cfg.encoder.normalize_before) if hasattr(encoder, "cfg") else False
     spec = transformer_spec.TransformerEncoderSpec(
-        len(encoder.layers), encoder.layers[0].self_attn.num_heads, pre_norm=pre_norm,
+        len(encoder.layers),
+        encoder.layers[0].self_attn.num_heads,
+        pre_norm=pre_norm,
         activation=getattr(common_spec.Activation, ACTIVATIONS[cfg.activation_fn]),
-        layernorm_embedding=encoder.layernorm_embedding is not None, no_final_norm=encoder.layer_norm is None)
+        layernorm_embedding=encoder.layernorm_embedding is not None,
+        no_final_norm=encoder.layer_norm is None,
+    )
     _set_inputs(spec, encoder, encoder.max_source_positions)
     for layer_spec, layer in zip(spec.layer, encoder.layers):
         _set_attention(layer_spec.self_attention, layer.self_attn, True)
@@ -304,11 +333,16 @@ def _decoder_spec(ct2, decoder, cfg, group: Optional[str]):
     count = len(decoder.layers)
     final_norm = getattr(decoder, "slp_output_norm", None) if group is not None and pre_norm else decoder.layer_norm
     spec = transformer_spec.TransformerDecoderSpec(
-        count + (group is not None), decoder.layers[0].self_attn.num_heads, pre_norm=pre_norm,
+        count + (group is not None),
+        decoder.layers[0].self_attn.num_heads,
+        pre_norm=pre_norm,
         activation=getattr(common_spec.Activation, ACTIVATIONS[cfg.activation_fn]),
-        layernorm_embedding=decoder.layernorm_embedding is not None, no_final_norm=final_norm is None,
+        layernorm_embedding=decoder.layernorm_embedding is not None,
+        no_final_norm=final_norm is None,
         project_in_out=decoder.project_in_dim is not None or decoder.project_out_dim is not None,
-        alignment_layer=count - 1, alignment_heads=1)
+        alignment_layer=count - 1,
+        alignment_heads=1,
+    )
     _set_inputs(spec, decoder, decoder.max_target_positions)
     for layer_spec, layer in zip(spec.layer, decoder.layers):
         _decoder_layer(layer_spec, layer)
@@ -327,8 +361,10 @@ def _decoder_spec(ct2, decoder, cfg, group: Optional[str]):
 
 def _set_projection(spec, decoder) -> None:
     if decoder.project_in_dim is not None or decoder.project_out_dim is not None:
-        raise HltmtConfigError("cannot export a decoder whose input or output dimension differs from its "
-                               "embedding dimension (--decoder-input-dim / --decoder-output-dim)")
+        raise HltmtConfigError(
+            "cannot export a decoder whose input or output dimension differs from its "
+            "embedding dimension (--decoder-input-dim / --decoder-output-dim)"
+        )
     projection = decoder.output_projection
     spec.projection.weight = _array(projection.weight)
     bias = _array(projection.bias) if projection.bias is not None else np.zeros(projection.weight.shape[0], np.float32)

@@ -17,6 +17,7 @@ each language), the routing map of an HLT-MT pool (``routing_map``: target langu
 module), which group serves each target language (``targets``), and the SHA-256 of every file,
 so that a folder whose files were changed, cut or swapped is refused before anything is served.
 """
+
 import json
 import os
 import struct
@@ -34,10 +35,24 @@ VERSION = 1
 
 # field -> the type it must have
 FIELDS = {
-    "format": str, "version": int, "engine": str, "langs": list, "lang_pairs": list, "encoder_langtok": (str, type(None)),
-    "decoder_langtok": bool, "language_tokens": dict, "routing_map": dict, "targets": dict, "models": dict,
-    "routes": bool, "quantization": str, "max_source_positions": int, "max_target_positions": int, "files": dict,
-    "source": dict, "patches": dict,
+    "format": str,
+    "version": int,
+    "engine": str,
+    "langs": list,
+    "lang_pairs": list,
+    "encoder_langtok": (str, type(None)),
+    "decoder_langtok": bool,
+    "language_tokens": dict,
+    "routing_map": dict,
+    "targets": dict,
+    "models": dict,
+    "routes": bool,
+    "quantization": str,
+    "max_source_positions": int,
+    "max_target_positions": int,
+    "files": dict,
+    "source": dict,
+    "patches": dict,
 }
 
 
@@ -67,13 +82,17 @@ def read(folder: str) -> dict:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
     except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise HltmtInputError(f"{path} is not an export manifest ({type(error).__name__}: "
-                              f"{str(error).splitlines()[0] if str(error) else ''})") from None
+        raise HltmtInputError(
+            f"{path} is not an export manifest ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else ''})"
+        ) from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise HltmtInputError(f"{path} is not an {FORMAT} manifest (written by hltmt-export)")
     if record.get("version") != VERSION:
-        raise HltmtInputError(f"{path} is version {record.get('version')!r} of the export format; this plugin reads "
-                              f"version {VERSION}: export the checkpoint again")
+        raise HltmtInputError(
+            f"{path} is version {record.get('version')!r} of the export format; this plugin reads "
+            f"version {VERSION}: export the checkpoint again"
+        )
     for name, kind in FIELDS.items():
         if not isinstance(record.get(name), kind) or isinstance(record.get(name), bool) != (kind is bool):
             raise HltmtInputError(f"{path}: field {name!r} is missing or not a {getattr(kind, '__name__', 'value')}")
@@ -104,14 +123,19 @@ def _check_files(record: dict, folder: str) -> None:
     patches = record["patches"]  # group -> the group whose model.bin its model.patch applies to
     if any(base not in record["models"] or base in patches for base in patches.values()):
         raise HltmtInputError(f"{folder}: the manifest's 'patches' must name models stored whole")
-    wanted = ["spm.model", "dict.txt"] + [f"{entry}/model.{'patch' if group in patches else 'bin'}"
-                                          for group, entry in record["models"].items() if isinstance(entry, str)]
+    wanted = ["spm.model", "dict.txt"] + [
+        f"{entry}/model.{'patch' if group in patches else 'bin'}"
+        for group, entry in record["models"].items()
+        if isinstance(entry, str)
+    ]
     listed = record["files"]
     missing = [name for name in wanted if name not in listed]
-    if missing or not all(isinstance(m, str) and not os.path.isabs(m) and ".." not in m.split("/")
-                          for m in record["models"].values()):
-        raise HltmtInputError(f"{folder}: the manifest does not list {', '.join(missing) or 'its models'} "
-                              "as files of the folder")
+    if missing or not all(
+        isinstance(m, str) and not os.path.isabs(m) and ".." not in m.split("/") for m in record["models"].values()
+    ):
+        raise HltmtInputError(
+            f"{folder}: the manifest does not list {', '.join(missing) or 'its models'} as files of the folder"
+        )
     present = files_of(folder)
     for name, digest in listed.items():
         if name not in present:
@@ -162,6 +186,6 @@ def apply_patch(base: bytes, patch: bytes, where: str) -> bytes:
         at += _RECORD.size
         if offset + length > len(out) or at + length > len(patch):
             raise HltmtInputError(f"{where} does not fit the model it patches")
-        out[offset:offset + length] = patch[at:at + length]
+        out[offset : offset + length] = patch[at : at + length]
         at += length
     return bytes(out)

@@ -2,6 +2,7 @@
 one :class:`~hltmt_plugin.errors.HltmtConfigError` (an option) or
 :class:`~hltmt_plugin.errors.HltmtInputError` (the input) naming the argument, before any
 search runs."""
+
 import math
 import numbers
 from typing import Iterable, List, Optional
@@ -71,13 +72,17 @@ def check_text(text: str) -> None:
     """A sentence the model can be given as it is: valid Unicode (no lone surrogate, which
     UTF-8 cannot hold) and no NUL character."""
     if CONTROL in text:
-        raise HltmtInputError(f"the text holds a NUL character at position {text.index(CONTROL) + 1} (binary data, or "
-                              "UTF-16 text read as UTF-8?): not translated")
+        raise HltmtInputError(
+            f"the text holds a NUL character at position {text.index(CONTROL) + 1} (binary data, or "
+            "UTF-16 text read as UTF-8?): not translated"
+        )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise HltmtInputError(f"the text is not valid Unicode ({error.object[error.start]!r} at position {error.start + 1}, "
-                              "a lone surrogate): not translated") from None
+        raise HltmtInputError(
+            f"the text is not valid Unicode ({error.object[error.start]!r} at position {error.start + 1}, "
+            "a lone surrogate): not translated"
+        ) from None
 
 
 def translate_batch(items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress):

@@ -13,6 +13,7 @@ tokens; results come back in input order. Beam search is CTranslate2's: the scor
 fairseq's (sum of the token log-probabilities, end of sentence included, over the length to
 the power ``lenpen``, in base 2).
 """
+
 import math
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -23,8 +24,18 @@ from hltmt_plugin.export.manifest import apply_patch, read as read_manifest
 from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.results import Translation, TranslationErrors
 
-COMPUTE_TYPES = ("default", "auto", "float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
-                 "float16", "bfloat16")
+COMPUTE_TYPES = (
+    "default",
+    "auto",
+    "float32",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+)
 INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
 
 
@@ -41,8 +52,16 @@ class Ct2Translator:
 
     engine = "ctranslate2"
 
-    def __init__(self, folder: str, record: dict, models: Dict[str, object], dictionary, bpe,
-                 max_tokens: int = 4000, max_sentences: Optional[int] = None):
+    def __init__(
+        self,
+        folder: str,
+        record: dict,
+        models: Dict[str, object],
+        dictionary,
+        bpe,
+        max_tokens: int = 4000,
+        max_sentences: Optional[int] = None,
+    ):
         self.folder, self.record, self.models = folder, record, models
         self.dictionary, self.bpe = dictionary, bpe
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
@@ -58,9 +77,18 @@ class Ct2Translator:
         self.strip = {dictionary.eos()} | (set(self.lang_ids.values()) if record["decoder_langtok"] else set())
 
     @classmethod
-    def load(cls, folder: str, spm: Optional[str] = None, data: Optional[str] = None, device: Optional[str] = None,
-             compute_type: str = "default", threads: Optional[int] = None, max_tokens: int = 4000,
-             max_sentences: Optional[int] = None, fp16: bool = False) -> "Ct2Translator":
+    def load(
+        cls,
+        folder: str,
+        spm: Optional[str] = None,
+        data: Optional[str] = None,
+        device: Optional[str] = None,
+        compute_type: str = "default",
+        threads: Optional[int] = None,
+        max_tokens: int = 4000,
+        max_sentences: Optional[int] = None,
+        fp16: bool = False,
+    ) -> "Ct2Translator":
         """Load the export ``folder`` (checked first). ``device``: cpu (default) or cuda;
         ``compute_type``: CTranslate2's (``default``: the exported weights' type); ``threads``:
         CTranslate2's threads per translation (default: $OMP_NUM_THREADS, else its own choice);
@@ -70,8 +98,10 @@ class Ct2Translator:
 
         folder = os.fspath(folder)
         if spm is not None or data is not None:
-            raise HltmtConfigError(f"{folder} is an exported model: it carries its own sentencepiece model and "
-                                   "dictionary (leave out --spm / --data)")
+            raise HltmtConfigError(
+                f"{folder} is an exported model: it carries its own sentencepiece model and "
+                "dictionary (leave out --spm / --data)"
+            )
         max_tokens = arguments.positive_int("max_tokens", max_tokens)
         max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         if compute_type not in COMPUTE_TYPES:
@@ -87,14 +117,21 @@ class Ct2Translator:
         models = {}
         for group, path in record["models"].items():
             try:
-                models[group] = ct2.Translator(os.path.join(folder, path), device=device, compute_type=compute_type,
-                                               inter_threads=1, intra_threads=threads or 0,
-                                               files=_patched_files(folder, record, group))
+                models[group] = ct2.Translator(
+                    os.path.join(folder, path),
+                    device=device,
+                    compute_type=compute_type,
+                    inter_threads=1,
+                    intra_threads=threads or 0,
+                    files=_patched_files(folder, record, group),
+                )
             except (RuntimeError, ValueError) as error:
                 if isinstance(error, HltmtInputError):
                     raise
-                raise HltmtInputError(f"CTranslate2 cannot load {os.path.join(folder, path)}: "
-                                      f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+                raise HltmtInputError(
+                    f"CTranslate2 cannot load {os.path.join(folder, path)}: "
+                    f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+                ) from None
         return cls(folder, record, models, dictionary, bpe, max_tokens=max_tokens, max_sentences=max_sentences)
 
     # ---- routing and input checks ------------------------------------------------------
@@ -128,7 +165,8 @@ class Ct2Translator:
         if length > self.max_source_positions:
             raise HltmtInputError(
                 f"{length} tokens (pieces, language token and end of sentence), more than the model's "
-                f"{self.max_source_positions} source positions: split the line into sentences")
+                f"{self.max_source_positions} source positions: split the line into sentences"
+            )
         side = self.record["encoder_langtok"]
         if side is not None:
             ids = [self.lang_ids[tgt if side == "tgt" else src]] + ids
@@ -139,14 +177,25 @@ class Ct2Translator:
         """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
         return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
 
-    def translate_batch(self, items, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, details: bool = False,
-                        errors: str = "raise", max_tokens: Optional[int] = None, max_sentences: Optional[int] = None,
-                        first_line: int = 1, progress: Optional[Callable[[int], None]] = None,
-                        zero_shot: bool = False) -> list:
+    def translate_batch(
+        self,
+        items,
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len: int = 200,
+        details: bool = False,
+        errors: str = "raise",
+        max_tokens: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        first_line: int = 1,
+        progress: Optional[Callable[[int], None]] = None,
+        zero_shot: bool = False,
+    ) -> list:
         """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
         directions, results in input order, each failed sentence reported with its line."""
         items, search, max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress)
+            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
+        )
         results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
         if progress is not None and len(items) - len(prepared):
             progress(len(items) - len(prepared))
@@ -187,9 +236,16 @@ class Ct2Translator:
             prefix = [[self.record["language_tokens"][results[index].tgt]] for index, _ in batch]
         sources = [tokens for _, tokens in batch]
         outputs = model.translate_batch(
-            sources, target_prefix=prefix, beam_size=beam, length_penalty=lenpen, max_input_length=0,
-            max_decoding_length=max_len, return_scores=True, num_hypotheses=beam,
-            min_decoding_length=0 if prefix else 1)  # fairseq: no end of sentence at the first step only
+            sources,
+            target_prefix=prefix,
+            beam_size=beam,
+            length_penalty=lenpen,
+            max_input_length=0,
+            max_decoding_length=max_len,
+            return_scores=True,
+            num_hypotheses=beam,
+            min_decoding_length=0 if prefix else 1,
+        )  # fairseq: no end of sentence at the first step only
         # CTranslate2 leaves a forced prefix's log-probability out of the scores; fairseq counts it
         forced = [s.log_probs[0] for s in model.score_batch(sources, prefix)] if prefix else [0.0] * len(batch)
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
@@ -208,8 +264,9 @@ def _best(model, source: List[str], output, max_len: int, lenpen: float, forced:
     hypothesis cut at ``max_len``, the end of sentence fairseq forces there (such hypotheses
     are scored again with it, by CTranslate2's ``score_batch``)."""
     hypotheses = list(output.hypotheses)
-    scores = [(float(x) * (len(h) + 1) ** lenpen + forced) / (len(h) + 1) ** lenpen
-              for h, x in zip(hypotheses, output.scores)]
+    scores = [
+        (float(x) * (len(h) + 1) ** lenpen + forced) / (len(h) + 1) ** lenpen for h, x in zip(hypotheses, output.scores)
+    ]
     cut = [i for i, h in enumerate(hypotheses) if len(h) >= max_len]
     if cut:
         for i, scored in zip(cut, model.score_batch([source] * len(cut), [hypotheses[i] for i in cut])):
@@ -230,8 +287,10 @@ def _patched_files(folder: str, record: dict, group: str) -> Optional[Dict[str, 
         if name != "model.patch":
             with open(os.path.join(where, name), "rb") as f:
                 files[name] = f.read()
-    with open(os.path.join(folder, record["models"][base], "model.bin"), "rb") as f, \
-            open(os.path.join(where, "model.patch"), "rb") as p:
+    with (
+        open(os.path.join(folder, record["models"][base], "model.bin"), "rb") as f,
+        open(os.path.join(where, "model.patch"), "rb") as p,
+    ):
         files["model.bin"] = apply_patch(f.read(), p.read(), os.path.join(where, "model.patch"))
     return files
 
@@ -263,8 +322,9 @@ def _outcome(results: List[Translation], details: bool, errors: str) -> list:
     if failed and errors == "raise":
         shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        raise TranslationErrors(f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}",
-                                out, failed)
+        raise TranslationErrors(
+            f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}", out, failed
+        )
     return out
 
 

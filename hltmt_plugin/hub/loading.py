@@ -1,5 +1,6 @@
 """Loading a checkpoint for the translator: the options and data folder it stores, and where
 its sentencepiece model lies."""
+
 import glob
 import os
 from argparse import Namespace
@@ -26,8 +27,11 @@ def _stored(cfg, section: str, name: str, default=None):
     part = cfg.get(section) if hasattr(cfg, "get") else getattr(cfg, section, None)
     if part is None:
         return default
-    return part.get(name, default) if hasattr(part, "get") and not isinstance(part, Namespace) else getattr(
-        part, name, default)
+    return (
+        part.get(name, default)
+        if hasattr(part, "get") and not isinstance(part, Namespace)
+        else getattr(part, name, default)
+    )
 
 
 def _find_spm(spm: Optional[str], data: str, checkpoint: str, stored: Optional[str]) -> str:
@@ -39,12 +43,15 @@ def _find_spm(spm: Optional[str], data: str, checkpoint: str, stored: Optional[s
     places = ([stored] if stored else []) + [
         os.path.join(os.path.dirname(os.path.abspath(data)), "spm", "spm.model"),  # hltmt-prepare-data
         *(os.path.join(data, n) for n in SPM_NAMES),
-        *(os.path.join(os.path.dirname(os.path.abspath(checkpoint)), n) for n in SPM_NAMES)]
+        *(os.path.join(os.path.dirname(os.path.abspath(checkpoint)), n) for n in SPM_NAMES),
+    ]
     for path in places:
         if os.path.isfile(path):
             return path
-    raise HltmtConfigError(f"no sentencepiece model found (looked for {', '.join(places)}): give it with "
-                           "spm=PATH / --spm PATH (hltmt-prepare-data writes OUT/spm/spm.model)")
+    raise HltmtConfigError(
+        f"no sentencepiece model found (looked for {', '.join(places)}): give it with "
+        "spm=PATH / --spm PATH (hltmt-prepare-data writes OUT/spm/spm.model)"
+    )
 
 
 def _read_checkpoint(path: str, data: Optional[str]):
@@ -60,8 +67,10 @@ def _read_checkpoint(path: str, data: Optional[str]):
     except (KeyError, AttributeError, TypeError, ValueError) as error:
         if isinstance(error, HltmtInputError):
             raise
-        raise HltmtInputError(f"{path} is not a checkpoint fairseq can read ({type(error).__name__}: "
-                              f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})") from None
+        raise HltmtInputError(
+            f"{path} is not a checkpoint fairseq can read ({type(error).__name__}: "
+            f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})"
+        ) from None
     # (a state without weights or options was refused by the loader: compat.safe_loading.check_fairseq_state)
     cfg = state["cfg"]
     task_name = _stored(cfg, "task", "_name") or _stored(cfg, "task", "task")
@@ -72,21 +81,28 @@ def _read_checkpoint(path: str, data: Optional[str]):
         raise HltmtInputError(
             f"checkpoint {path} holds a {arch or 'unknown'} model of task {task_name or 'unknown'}, not a multilingual "
             f"model of --task {' / '.join(TASK_NAMES)}; translate it with fairseq-generate / "
-            "fairseq-interactive -s SRC -t TGT")
+            "fairseq-interactive -s SRC -t TGT"
+        )
     if _stored(cfg, "task", "lang_tok_replacing_bos_eos"):
-        raise HltmtConfigError(f"checkpoint {path} was trained with --lang-tok-replacing-bos-eos; the translator "
-                               "serves models trained without it (translate this one with fairseq-generate)")
+        raise HltmtConfigError(
+            f"checkpoint {path} was trained with --lang-tok-replacing-bos-eos; the translator "
+            "serves models trained without it (translate this one with fairseq-generate)"
+        )
     stored_data = _stored(cfg, "task", "data")
     folder = data or stored_data
     beside = os.path.dirname(os.path.abspath(path))
-    if not data and not os.path.isdir(str(stored_data or "").split(os.pathsep)[0]) and \
-            glob.glob(os.path.join(glob.escape(beside), "dict.*.txt")):
+    if (
+        not data
+        and not os.path.isdir(str(stored_data or "").split(os.pathsep)[0])
+        and glob.glob(os.path.join(glob.escape(beside), "dict.*.txt"))
+    ):
         folder = beside  # a model shipped with its dictionaries beside it (e.g. the study's models)
     first = str(folder or "").split(os.pathsep)[0]
     if not first or not os.path.isdir(first):
         raise HltmtConfigError(
             f"the data folder {'given' if data else 'stored in the checkpoint'} ({first or 'none'}) does not exist: "
-            "give data=DIR / --data DIR, the binarized folder with the dict.*.txt the model was trained with")
+            "give data=DIR / --data DIR, the binarized folder with the dict.*.txt the model was trained with"
+        )
     overrides = {"data": folder, "distributed_world_size": 1}
     if routes:  # the plugin's adapters and skills read each row's source-language id
         overrides["enable_lang_ids"] = True
@@ -105,15 +121,19 @@ def check_spm(spm_path: str, symbols, model_options) -> None:
 
     recorded = record_of_options(model_options).get("spm")
     if recorded and recorded != sha256_file(spm_path):
-        raise HltmtConfigError(f"sentencepiece model {spm_path} is not the one the checkpoint was trained with "
-                               f"(sha256 {sha256_file(spm_path)[:12]}, recorded {recorded[:12]}): give the training "
-                               "data's model (hltmt-prepare-data writes OUT/spm/spm.model)")
+        raise HltmtConfigError(
+            f"sentencepiece model {spm_path} is not the one the checkpoint was trained with "
+            f"(sha256 {sha256_file(spm_path)[:12]}, recorded {recorded[:12]}): give the training "
+            "data's model (hltmt-prepare-data writes OUT/spm/spm.model)"
+        )
     try:
         model = sentencepiece.SentencePieceProcessor(model_file=spm_path)
     except (OSError, RuntimeError) as error:
         raise HltmtInputError(f"{spm_path} is not a sentencepiece model ({str(error).strip()[:200]})") from None
     share = spm_coverage([model.id_to_piece(i) for i in range(model.get_piece_size())], symbols)
     if share < SPM_COVERAGE:
-        raise HltmtConfigError(f"sentencepiece model {spm_path} does not fit the checkpoint's dictionary: it makes "
-                               f"only {share:.0%} of the dictionary's pieces (the rest would be read as <unk>): give "
-                               "the sentencepiece model of the training data")
+        raise HltmtConfigError(
+            f"sentencepiece model {spm_path} does not fit the checkpoint's dictionary: it makes "
+            f"only {share:.0%} of the dictionary's pieces (the rest would be read as <unk>): give "
+            "the sentencepiece model of the training data"
+        )

@@ -1,5 +1,6 @@
 """What a translation call returns: one :class:`Translation` per sentence (text, score,
 routing, error), and the error that names the sentences that failed."""
+
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
@@ -19,6 +20,7 @@ class TranslationErrors(HltmtInputError):
 @dataclass
 class Translation:
     """One sentence's result. ``line`` is its 1-based position in the input."""
+
     line: int
     src: str
     tgt: str

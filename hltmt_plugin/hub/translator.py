@@ -39,6 +39,7 @@ than the model's source positions: refused, not cut; a NUL character or a lone s
 reported with its line number; the others are still translated. A sentence longer than the
 token budget is a batch of its own.
 """
+
 import logging
 import math
 import os
@@ -62,8 +63,18 @@ logger = logging.getLogger(__name__)
 class HltmtTranslator:
     """A loaded multilingual checkpoint that translates any of its directions, mixed in one call."""
 
-    def __init__(self, task, model, cfg, bpe, device, max_tokens: int = 4000, max_sentences: Optional[int] = None,
-                 checkpoint: str = "", spm: str = ""):
+    def __init__(
+        self,
+        task,
+        model,
+        cfg,
+        bpe,
+        device,
+        max_tokens: int = 4000,
+        max_sentences: Optional[int] = None,
+        checkpoint: str = "",
+        spm: str = "",
+    ):
         self.task, self.model, self.cfg, self.bpe, self.device = task, model, cfg, bpe, device
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.checkpoint, self.spm = checkpoint, spm
@@ -72,7 +83,8 @@ class HltmtTranslator:
         from fairseq import utils
 
         self.max_source_positions, self.max_target_positions = utils.resolve_max_positions(
-            task.max_positions(), model.max_positions())
+            task.max_positions(), model.max_positions()
+        )
         self._generators: Dict[Tuple, object] = {}
         self._routes: Dict[Tuple[str, str], Dict[str, object]] = {}
         # the directions it was trained on; languages whose adapters were imported later
@@ -85,9 +97,17 @@ class HltmtTranslator:
             task.data_manager.dicts.setdefault(lang, self.dictionary)
 
     @classmethod
-    def load(cls, checkpoint: str, spm: Optional[str] = None, data: Optional[str] = None,
-             device: Optional[str] = None, fp16: bool = False, max_tokens: int = 4000,
-             max_sentences: Optional[int] = None, **engine) -> "HltmtTranslator":
+    def load(
+        cls,
+        checkpoint: str,
+        spm: Optional[str] = None,
+        data: Optional[str] = None,
+        device: Optional[str] = None,
+        fp16: bool = False,
+        max_tokens: int = 4000,
+        max_sentences: Optional[int] = None,
+        **engine,
+    ) -> "HltmtTranslator":
         """Load ``checkpoint`` once.
 
         Args:
@@ -109,10 +129,20 @@ class HltmtTranslator:
         if is_export(checkpoint):  # a folder written by hltmt-export
             from hltmt_plugin.hub.ct2_engine import Ct2Translator
 
-            return Ct2Translator.load(checkpoint, spm=spm, data=data, device=device, max_tokens=max_tokens,
-                                      max_sentences=max_sentences, fp16=fp16, **engine)
+            return Ct2Translator.load(
+                checkpoint,
+                spm=spm,
+                data=data,
+                device=device,
+                max_tokens=max_tokens,
+                max_sentences=max_sentences,
+                fp16=fp16,
+                **engine,
+            )
         if engine:
-            raise HltmtConfigError(f"{', '.join(engine)}: options of an exported model (hltmt-export), not of a checkpoint")
+            raise HltmtConfigError(
+                f"{', '.join(engine)}: options of an exported model (hltmt-export), not of a checkpoint"
+            )
         max_tokens = arguments.positive_int("max_tokens", max_tokens)
         max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         device = _device(device)
@@ -129,10 +159,21 @@ class HltmtTranslator:
             model.half()
         model.to(device)
         bpe = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=spm_path))
-        logger.info(f"loaded {checkpoint} ({len(task.langs)} languages: {','.join(task.langs)}; data {folder}; "
-                    f"sentencepiece {spm_path}; {device})")
-        return cls(task, model, cfg, bpe, device, max_tokens=max_tokens, max_sentences=max_sentences,
-                   checkpoint=checkpoint, spm=spm_path)
+        logger.info(
+            f"loaded {checkpoint} ({len(task.langs)} languages: {','.join(task.langs)}; data {folder}; "
+            f"sentencepiece {spm_path}; {device})"
+        )
+        return cls(
+            task,
+            model,
+            cfg,
+            bpe,
+            device,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            checkpoint=checkpoint,
+            spm=spm_path,
+        )
 
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
@@ -177,7 +218,8 @@ class HltmtTranslator:
         if length > self.max_source_positions:
             raise HltmtInputError(
                 f"{length} tokens (pieces, language token and end of sentence), more than the model's "
-                f"{self.max_source_positions} source positions: split the line into sentences")
+                f"{self.max_source_positions} source positions: split the line into sentences"
+            )
         return tokens, routing, kind
 
     # ---- batching ----------------------------------------------------------------------
@@ -197,12 +239,20 @@ class HltmtTranslator:
         entries = []
         for (src, tgt), rows in by_direction.items():
             tokens = [t for _, t in rows]
-            source = dm.src_dataset_tranform_func(src, tgt, ListDataset(tokens, np.array([t.numel() for t in tokens])),
-                                                  spec)
-            dataset = with_row_ids(LanguagePairDataset(
-                source, source.sizes, self.dictionary, left_pad_source=args.left_pad_source,
-                left_pad_target=args.left_pad_target, src_lang_id=dm.lang_dict.index(src) if with_ids else None,
-                tgt_lang_id=dm.lang_dict.index(tgt) if with_ids else None))
+            source = dm.src_dataset_tranform_func(
+                src, tgt, ListDataset(tokens, np.array([t.numel() for t in tokens])), spec
+            )
+            dataset = with_row_ids(
+                LanguagePairDataset(
+                    source,
+                    source.sizes,
+                    self.dictionary,
+                    left_pad_source=args.left_pad_source,
+                    left_pad_target=args.left_pad_target,
+                    src_lang_id=dm.lang_dict.index(src) if with_ids else None,
+                    tgt_lang_id=dm.lang_dict.index(tgt) if with_ids else None,
+                )
+            )
             entries.extend((index, dataset, j) for j, (index, _) in enumerate(rows))
         return entries
 
@@ -213,8 +263,17 @@ class HltmtTranslator:
         sizes = np.array([dataset.src_sizes[j] for _, dataset, j in entries], dtype=np.int64)
         order = np.argsort(sizes, kind="mergesort")
         fits = sizes[order] <= max_tokens  # a sentence longer than the token budget is a batch of its own
-        batches = data_utils.batch_by_size(order[fits], num_tokens_fn=None, num_tokens_vec=sizes[order][fits],
-                                           max_tokens=max_tokens, max_sentences=max_sentences) if fits.any() else []
+        batches = (
+            data_utils.batch_by_size(
+                order[fits],
+                num_tokens_fn=None,
+                num_tokens_vec=sizes[order][fits],
+                max_tokens=max_tokens,
+                max_sentences=max_sentences,
+            )
+            if fits.any()
+            else []
+        )
         for batch in list(batches) + [[k] for k in order[~fits]]:
             samples = []
             for k in batch:
@@ -245,11 +304,20 @@ class HltmtTranslator:
         """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
         return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
 
-    def translate_batch(self, items: Sequence[Tuple[str, str, str]], beam: int = 5, lenpen: float = 1.0,
-                        max_len: int = 200, details: bool = False, errors: str = "raise",
-                        max_tokens: Optional[int] = None, max_sentences: Optional[int] = None,
-                        first_line: int = 1, progress: Optional[Callable[[int], None]] = None,
-                        zero_shot: bool = False) -> list:
+    def translate_batch(
+        self,
+        items: Sequence[Tuple[str, str, str]],
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len: int = 200,
+        details: bool = False,
+        errors: str = "raise",
+        max_tokens: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        first_line: int = 1,
+        progress: Optional[Callable[[int], None]] = None,
+        zero_shot: bool = False,
+    ) -> list:
         """Translate ``(src, tgt, text)`` items of any directions together, in input order.
 
         Args:
@@ -272,7 +340,8 @@ class HltmtTranslator:
         holding a NUL character or a lone surrogate fails alone, like an empty one.
         """
         items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress)
+            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
+        )
         zero_shot = arguments.flag("zero_shot", zero_shot)
         results, prepared = self._prepare_items(items, first_line, zero_shot)
         failed_early = len(items) - len(prepared)
@@ -318,8 +387,12 @@ class HltmtTranslator:
         try:
             with torch.no_grad():
                 if tgt_spec:  # --decoder-langtok: each row's translation starts with its target-language token
-                    prefix = torch.tensor([[self.task.data_manager.get_decoder_langtok(results[i].tgt, tgt_spec)]
-                                           for i in sample["id"].tolist()]).to(sample["net_input"]["src_tokens"])
+                    prefix = torch.tensor(
+                        [
+                            [self.task.data_manager.get_decoder_langtok(results[i].tgt, tgt_spec)]
+                            for i in sample["id"].tolist()
+                        ]
+                    ).to(sample["net_input"]["src_tokens"])
                     hypos = generator.generate([self.model], sample, prefix_tokens=prefix)
                 else:
                     hypos = self.task.inference_step(generator, [self.model], sample)
@@ -339,8 +412,9 @@ class HltmtTranslator:
         for index, nbest in zip(sample["id"].tolist(), hypos):
             best = nbest[0]
             result = results[index]
-            result.text = self.bpe.decode(self.task.target_dictionary.string(
-                best["tokens"].int().cpu(), extra_symbols_to_ignore=strip))
+            result.text = self.bpe.decode(
+                self.task.target_dictionary.string(best["tokens"].int().cpu(), extra_symbols_to_ignore=strip)
+            )
             result.score = float(best["score"]) / math.log(2)
             result.tokens = int(best["tokens"].numel())
 
@@ -356,8 +430,9 @@ def _outcome(results: List[Translation], details: bool, errors: str) -> list:
     if failed and errors == "raise":
         shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        raise TranslationErrors(f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}",
-                                out, failed)
+        raise TranslationErrors(
+            f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}", out, failed
+        )
     return out
 
 
@@ -369,8 +444,10 @@ def _device(device: Optional[str]) -> torch.device:
     try:
         found = torch.device(device)
     except (RuntimeError, TypeError) as error:
-        raise HltmtConfigError(f"device {device!r:.60} is not a torch device (cpu, cuda, cuda:1 ...): "
-                               f"{str(error).splitlines()[0] if str(error) else type(error).__name__}") from None
+        raise HltmtConfigError(
+            f"device {device!r:.60} is not a torch device (cpu, cuda, cuda:1 ...): "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        ) from None
     if found.type == "cuda" and (not torch.cuda.is_available() or (found.index or 0) >= torch.cuda.device_count()):
         raise HltmtConfigError(f"device {device} is not available here ({torch.cuda.device_count()} CUDA device(s))")
     if found.type not in ("cpu", "cuda"):

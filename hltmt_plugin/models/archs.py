@@ -1,5 +1,6 @@
 """The architectures of ``hltmt_transformer`` (sizes; the SLP options' defaults), and the CPU
 sizes shared with the plain-transformer baselines (:mod:`hltmt_plugin.models.baselines`)."""
+
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
 
@@ -40,10 +41,24 @@ def hltmt_transformer_xlmr_base(args):
 
 # Sizes for CPU work, shared with the plain-transformer baselines (models/baselines.py).
 CPU_SIZES = {
-    "tiny": dict(encoder_embed_dim=128, encoder_ffn_embed_dim=256, encoder_layers=2, encoder_attention_heads=4,
-                 decoder_layers=2, decoder_attention_heads=4, share_decoder_input_output_embed=True),
-    "small": dict(encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_layers=4, encoder_attention_heads=4,
-                  decoder_layers=3, decoder_attention_heads=4, share_decoder_input_output_embed=True),
+    "tiny": dict(
+        encoder_embed_dim=128,
+        encoder_ffn_embed_dim=256,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_layers=2,
+        decoder_attention_heads=4,
+        share_decoder_input_output_embed=True,
+    ),
+    "small": dict(
+        encoder_embed_dim=256,
+        encoder_ffn_embed_dim=1024,
+        encoder_layers=4,
+        encoder_attention_heads=4,
+        decoder_layers=3,
+        decoder_attention_heads=4,
+        share_decoder_input_output_embed=True,
+    ),
 }
 
 

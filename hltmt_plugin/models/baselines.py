@@ -1,5 +1,6 @@
 """Plain fairseq ``transformer`` architectures of the same sizes as ours, for baselines that
 differ from HLT-MT only by the language-specific decoder top."""
+
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture
 

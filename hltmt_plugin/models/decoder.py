@@ -4,6 +4,7 @@ before the output projection, routed by each row's target language from the reco
 (``slp``) routes the rows by that decision. In a beam search the route plans (SLP,
 target-language adapters) are made at the first step and kept with the beams
 (:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
+
 import logging
 from typing import Dict, List, Optional
 
@@ -28,26 +29,43 @@ SLP_IDS = "slp"  # PassRows ids: each row's SLP module under hard routing
 
 
 class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
-    def __init__(self, cfg: TransformerConfig, dictionary, embed_tokens, slp_cfg, num_high: int, seed: int = 1,
-                 no_encoder_attn: bool = False, layouts: Optional[Layouts] = None):
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        dictionary,
+        embed_tokens,
+        slp_cfg,
+        num_high: int,
+        seed: int = 1,
+        no_encoder_attn: bool = False,
+        layouts: Optional[Layouts] = None,
+    ):
         self.layouts = layouts or Layouts()  # read by build_decoder_layer during fairseq's __init__
         self.rows = PassRows("decoder")
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn)
         self.adapter_layout = self.invertible_adapters = None
         normalize_before = cfg.decoder.normalize_before
         if normalize_before and self.project_out_dim is not None:
-            raise HltmtConfigError("a pre-norm decoder with --decoder-output-dim different from "
-                                   "--decoder-embed-dim is not supported by the SLP")
+            raise HltmtConfigError(
+                "a pre-norm decoder with --decoder-output-dim different from "
+                "--decoder-embed-dim is not supported by the SLP"
+            )
         self.slp = self.slp_router = self.slp_output_norm = None
         if num_high == 0:  # no --high-resource-langs: no pool, fairseq's own decoder top
             return
         self.slp = SelectiveLanguagePool(
-            self.output_embed_dim, slp_cfg.slp_hidden_dim or cfg.decoder.ffn_embed_dim, slp_cfg.slp_pool_size,
-            activation_fn=cfg.activation_fn, dropout=cfg.dropout, activation_dropout=cfg.activation_dropout,
-            normalize_before=normalize_before)
+            self.output_embed_dim,
+            slp_cfg.slp_hidden_dim or cfg.decoder.ffn_embed_dim,
+            slp_cfg.slp_pool_size,
+            activation_fn=cfg.activation_fn,
+            dropout=cfg.dropout,
+            activation_dropout=cfg.activation_dropout,
+            normalize_before=normalize_before,
+        )
         # its tensors live on the pool: decoder.slp.gate.*, decoder.slp.fixed_map_onehot, decoder.slp.gate_steps
-        self.slp_router = LanguageRouter(self.slp, self.output_embed_dim, slp_cfg.slp_pool_size, num_high,
-                                         hard_prob=slp_cfg.slp_hard_prob, seed=seed)
+        self.slp_router = LanguageRouter(
+            self.slp, self.output_embed_dim, slp_cfg.slp_pool_size, num_high, hard_prob=slp_cfg.slp_hard_prob, seed=seed
+        )
         # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
         # projection still sees normalised features.
         if normalize_before and self.layer_norm is not None:
@@ -64,9 +82,13 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         if self.slp is None:
             return
         self.slp_router.set_languages(langs, high, self.high_lang_embeddings)
-        self.register_buffer("high_tokens", torch.tensor(
-            [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high], dtype=torch.long),
-            persistent=False)
+        self.register_buffer(
+            "high_tokens",
+            torch.tensor(
+                [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high], dtype=torch.long
+            ),
+            persistent=False,
+        )
         # saved with the weights: the map's entries belong to these languages, in this order
         self.register_buffer("high_langs", names_tensor(high))
 
@@ -86,16 +108,30 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def invertible_input(self, x: Tensor) -> Tensor:  # T x B x C: the first layer's input
         return self.invertible_adapters(x, self.rows, dim=1)
 
-    def extract_features(self, prev_output_tokens, encoder_out: Optional[Dict[str, List[Tensor]]],
-                         incremental_state=None, full_context_alignment: bool = False,
-                         alignment_layer: Optional[int] = None, alignment_heads: Optional[int] = None):
+    def extract_features(
+        self,
+        prev_output_tokens,
+        encoder_out: Optional[Dict[str, List[Tensor]]],
+        incremental_state=None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
         record = rows_of(encoder_out)
         if record is None:
-            raise HltmtInputError("the decoder got no target language per sentence: HLT-MT needs the "
-                                  "hltmt_transformer encoder's output (and --encoder-langtok tgt)")
+            raise HltmtInputError(
+                "the decoder got no target language per sentence: HLT-MT needs the "
+                "hltmt_transformer encoder's output (and --encoder-langtok tgt)"
+            )
         with self.rows.use(record, self.search_plans(incremental_state)):
-            x, extra = super().extract_features(prev_output_tokens, encoder_out, incremental_state,
-                                                full_context_alignment, alignment_layer, alignment_heads)
+            x, extra = super().extract_features(
+                prev_output_tokens,
+                encoder_out,
+                incremental_state,
+                full_context_alignment,
+                alignment_layer,
+                alignment_heads,
+            )
             routing = {}
             if self.slp is not None:  # a hard step's plan: one per forward pass, or per beam search
                 decision = self.slp_router.decide(record[:, TGT], plan=lambda: self.rows.plan(SLP_IDS))
@@ -114,8 +150,10 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         fill_missing_weights(self, state_dict, name)
         if self.slp is None:
             if any(key.startswith(f"{name}.slp." if name else "slp.") for key in state_dict):
-                raise HltmtInputError("the checkpoint has an HLT-MT pool and these options build none: pass the "
-                                      "training run's --high-resource-langs")
+                raise HltmtInputError(
+                    "the checkpoint has an HLT-MT pool and these options build none: pass the "
+                    "training run's --high-resource-langs"
+                )
             return state_dict
         self._start_pool_from_dense(state_dict, f"{name}." if name else "")
         self._map_by_language(state_dict, f"{name}." if name else "")
@@ -135,15 +173,19 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
                 fresh = value.detach().clone()
                 if key.endswith(".fc2.weight") or key.endswith(".fc2.bias"):
                     fresh.zero_()
-                elif ".layer_norm." in key and self.slp_output_norm is None and top + key.rsplit(".", 1)[1] in state_dict:
+                elif (
+                    ".layer_norm." in key and self.slp_output_norm is None and top + key.rsplit(".", 1)[1] in state_dict
+                ):
                     fresh = state_dict[top + key.rsplit(".", 1)[1]].clone()
                 state_dict[prefix + key] = fresh
         if self.slp_output_norm is not None:
             for suffix in ("weight", "bias"):
                 if prefix + "layer_norm." + suffix in state_dict:
                     state_dict[prefix + "slp_output_norm." + suffix] = state_dict.pop(prefix + "layer_norm." + suffix)
-        logger.info("HLT-MT: the checkpoint has no pool (a plain transformer): the pool modules and the universal "
-                    "layer start as the identity on its top decoder layer (fc2 at zero), the gate fresh")
+        logger.info(
+            "HLT-MT: the checkpoint has no pool (a plain transformer): the pool modules and the universal "
+            "layer start as the identity on its top decoder layer (fc2 at zero), the gate fresh"
+        )
 
     def _map_by_language(self, state_dict, prefix: str) -> None:
         """The checkpoint's routing map, reordered to this model's --high-resource-langs (the
@@ -155,8 +197,10 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             return
         saved = names_of(saved)
         if sorted(saved) != sorted(ours):
-            raise HltmtInputError(f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these "
-                                  f"options name {','.join(ours)}: pass the training run's --high-resource-langs")
+            raise HltmtInputError(
+                f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these "
+                f"options name {','.join(ours)}: pass the training run's --high-resource-langs"
+            )
         for mapping in (prefix + "slp.fixed_map_onehot", prefix + "slp.fixed_map"):  # (fixed_map: older checkpoints)
             if mapping in state_dict:
                 state_dict[mapping] = state_dict[mapping].index_select(0, torch.tensor([saved.index(x) for x in ours]))

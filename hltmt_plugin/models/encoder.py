@@ -1,6 +1,7 @@
 """The HLT-MT encoder: fairseq's ``TransformerEncoderBase`` that makes each batch's language
 record (:mod:`hltmt_plugin.languages`) once per forward pass, runs its layers with it, and
 hands it on in ``encoder_out``."""
+
 from typing import Dict, List, Optional
 
 from torch import Tensor
@@ -35,9 +36,16 @@ class HltmtTransformerEncoder(TransformerEncoderBase):
             return super().build_encoder_layer(cfg)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
-    def forward(self, src_tokens, src_lengths: Optional[Tensor] = None, return_all_hiddens: bool = False,
-                token_embeddings: Optional[Tensor] = None, src_lang_id: Optional[Tensor] = None,
-                tgt_lang_id: Optional[Tensor] = None, **unused):
+    def forward(
+        self,
+        src_tokens,
+        src_lengths: Optional[Tensor] = None,
+        return_all_hiddens: bool = False,
+        token_embeddings: Optional[Tensor] = None,
+        src_lang_id: Optional[Tensor] = None,
+        tgt_lang_id: Optional[Tensor] = None,
+        **unused,
+    ):
         # src_lang_id / tgt_lang_id: --enable-lang-ids puts them in net_input (tasks.collation).
         record = self.languages.record(src_tokens, src_lang_id, tgt_lang_id)
         with self.rows.use(record):

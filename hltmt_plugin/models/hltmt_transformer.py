@@ -6,6 +6,7 @@ before the model is built (its *layout*; the encoder and decoder build their lay
 layouts), then installs itself into the built model. The encoder makes each batch's language
 record (:mod:`hltmt_plugin.languages`), which every language-specific module reads.
 """
+
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -41,25 +42,37 @@ logger = logging.getLogger(__name__)
 class SlpConfig(OptionGroup):
     high_resource_langs: Optional[str] = field(
         default=None,
-        metadata={"help": "comma-separated target languages routed into the selective "
-                          "language-specific pool; every other target language goes through "
-                          "the universal layer (e.g. fr,cs,de,fi,et,tr); without it the model has no pool "
-                          "(the decoder top is fairseq's own: adapters and/or skills alone) and "
-                          "every direction trains from the start"},
+        metadata={
+            "help": "comma-separated target languages routed into the selective "
+            "language-specific pool; every other target language goes through "
+            "the universal layer (e.g. fr,cs,de,fi,et,tr); without it the model has no pool "
+            "(the decoder top is fairseq's own: adapters and/or skills alone) and "
+            "every direction trains from the start"
+        },
     )
     slp_pool_size: int = field(
-        default=3, metadata={"help": "T, the number of modules in the pool (1 <= T <= number of "
-                                     "high-resource languages)"})
+        default=3,
+        metadata={"help": "T, the number of modules in the pool (1 <= T <= number of high-resource languages)"},
+    )
     slp_hidden_dim: Optional[int] = field(
-        default=None, metadata={"help": "inner dimension h of each pool / universal module "
-                                        "(default: --decoder-ffn-embed-dim)"})
+        default=None,
+        metadata={"help": "inner dimension h of each pool / universal module (default: --decoder-ffn-embed-dim)"},
+    )
     slp_hard_prob: float = field(
-        default=0.5, metadata={"help": "probability that a training update routes hard (argmax "
-                                       "module only) rather than soft while the gate is learning"})
+        default=0.5,
+        metadata={
+            "help": "probability that a training update routes hard (argmax "
+            "module only) rather than soft while the gate is learning"
+        },
+    )
     slp_language_specific: bool = field(
-        default=False, metadata={"help": "LS-MNMT baseline: one pool module per language of "
-                                         "--high-resource-langs (in that order), no gate: the routing map is "
-                                         "the identity from the start; needs --slp-pool-size equal to their number"})
+        default=False,
+        metadata={
+            "help": "LS-MNMT baseline: one pool module per language of "
+            "--high-resource-langs (in that order), no gate: the routing map is "
+            "the identity from the start; needs --slp-pool-size equal to their number"
+        },
+    )
 
     @property
     def high_langs(self) -> List[str]:
@@ -78,22 +91,27 @@ def validate(slp: SlpConfig, task, width: int = 1) -> List[str]:
     high = slp.high_langs
     if not high:
         if slp.slp_language_specific:
-            raise HltmtConfigError("--slp-language-specific gives each language of --high-resource-langs its own "
-                                   "pool module: name them, e.g. --high-resource-langs fr,de,cs")
+            raise HltmtConfigError(
+                "--slp-language-specific gives each language of --high-resource-langs its own "
+                "pool module: name them, e.g. --high-resource-langs fr,de,cs"
+            )
         check_language_tokens(task)
         return high  # no pool: the decoder top is fairseq's own
     check_known(high, task.langs, "--high-resource-langs")
     if not 1 <= slp.slp_pool_size <= len(high):
-        raise HltmtConfigError(f"--slp-pool-size must lie in [1, {len(high)}] (the number of "
-                               f"high-resource languages), got {slp.slp_pool_size}")
+        raise HltmtConfigError(
+            f"--slp-pool-size must lie in [1, {len(high)}] (the number of "
+            f"high-resource languages), got {slp.slp_pool_size}"
+        )
     if slp.slp_hidden_dim is not None and slp.slp_hidden_dim < 1:
         raise HltmtConfigError(f"--slp-hidden-dim must be positive, got {slp.slp_hidden_dim}")
     if slp.slp_hidden_dim is not None:  # one pool module: in and out projections of the decoder's width
-        check_allocation("--slp-hidden-dim", slp.slp_hidden_dim,
-                         2 * slp.slp_hidden_dim * width)
+        check_allocation("--slp-hidden-dim", slp.slp_hidden_dim, 2 * slp.slp_hidden_dim * width)
     if slp.slp_language_specific and slp.slp_pool_size != len(high):
-        raise HltmtConfigError(f"--slp-language-specific gives each of the {len(high)} languages of "
-                               f"--high-resource-langs its own module: set --slp-pool-size {len(high)}")
+        raise HltmtConfigError(
+            f"--slp-language-specific gives each of the {len(high)} languages of "
+            f"--high-resource-langs its own module: set --slp-pool-size {len(high)}"
+        )
     if not 0.0 <= slp.slp_hard_prob <= 1.0:
         raise HltmtConfigError(f"--slp-hard-prob must lie in [0, 1], got {slp.slp_hard_prob}")
     check_language_tokens(task)
@@ -105,24 +123,29 @@ def check_language_tokens(task) -> None:
     encoder_langtok = getattr(args, "encoder_langtok", None)
     if encoder_langtok == "tgt":
         return
-    if encoder_langtok == "src" and getattr(args, "decoder_langtok", False) and \
-            not getattr(args, "lang_tok_replacing_bos_eos", False):
+    if (
+        encoder_langtok == "src"
+        and getattr(args, "decoder_langtok", False)
+        and not getattr(args, "lang_tok_replacing_bos_eos", False)
+    ):
         # the target language of each row: its target-language id (the task's batches), or -t
         if not getattr(args, "enable_lang_ids", False) and not getattr(args, "target_lang", None):
-            raise HltmtConfigError("with --encoder-langtok src --decoder-langtok the model reads each sentence's "
-                                   "target language from its language id: add --enable-lang-ids")
+            raise HltmtConfigError(
+                "with --encoder-langtok src --decoder-langtok the model reads each sentence's "
+                "target language from its language id: add --enable-lang-ids"
+            )
         return
     raise HltmtConfigError(
         "the model reads each sentence's languages from --encoder-langtok tgt or from --encoder-langtok src "
         f"--decoder-langtok (got --encoder-langtok {encoder_langtok}"
         f"{' --decoder-langtok' if getattr(args, 'decoder_langtok', False) else ''}"
-        f"{' --lang-tok-replacing-bos-eos' if getattr(args, 'lang_tok_replacing_bos_eos', False) else ''})")
+        f"{' --lang-tok-replacing-bos-eos' if getattr(args, 'lang_tok_replacing_bos_eos', False) else ''})"
+    )
 
 
 # The optional features, in the order they are planned and installed: (field of Layouts,
 # layout from the options and task, install into the built model).
-FEATURES = (("adapters", layout_adapters, adapter_feature.install),
-            ("skills", layout_skills, skill_feature.install))
+FEATURES = (("adapters", layout_adapters, adapter_feature.install), ("skills", layout_skills, skill_feature.install))
 
 _building: List[Layouts] = []  # the layouts of the model being built (build_encoder / build_decoder read them)
 
@@ -161,13 +184,17 @@ class HltmtTransformerModel(TransformerModel):
         model.decoder.set_languages(task.langs, high, task.args.lang_tok_style)
         model.high_resource_langs = high
         if not high:
-            logger.info("hltmt_transformer: no --high-resource-langs, so no HLT-MT pool: the decoder top is "
-                        "fairseq's own and every direction trains from the start")
+            logger.info(
+                "hltmt_transformer: no --high-resource-langs, so no HLT-MT pool: the decoder top is "
+                "fairseq's own and every direction trains from the start"
+            )
         elif slp.slp_language_specific:
             model.slp_router.fix_map_to(torch.arange(len(high)))
         if high:
-            logger.info(f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
-                        f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}")
+            logger.info(
+                f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
+                f"layer for {','.join(lang for lang in task.langs if lang not in high) or '(none)'}"
+            )
         for name, _, install in FEATURES:
             install(model, getattr(layouts, name))
         apply_train_only(model, PeftConfig.from_namespace(args), args)
@@ -175,41 +202,71 @@ class HltmtTransformerModel(TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return HltmtTransformerEncoder(TransformerConfig.from_namespace(args), src_dict, embed_tokens,
-                                       layouts=_current_layouts())
+        return HltmtTransformerEncoder(
+            TransformerConfig.from_namespace(args), src_dict, embed_tokens, layouts=_current_layouts()
+        )
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         slp = SlpConfig.from_namespace(args)
-        return HltmtTransformerDecoder(TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, slp,
-                                       num_high=len(slp.high_langs),
-                                       seed=getattr(args, "seed", 1),
-                                       no_encoder_attn=getattr(args, "no_cross_attention", False),
-                                       layouts=_current_layouts())
+        return HltmtTransformerDecoder(
+            TransformerConfig.from_namespace(args),
+            tgt_dict,
+            embed_tokens,
+            slp,
+            num_high=len(slp.high_langs),
+            seed=getattr(args, "seed", 1),
+            no_encoder_attn=getattr(args, "no_cross_attention", False),
+            layouts=_current_layouts(),
+        )
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, return_all_hiddens: bool = True,
-                features_only: bool = False, alignment_layer: Optional[int] = None,
-                alignment_heads: Optional[int] = None, src_lang_id: Optional[Tensor] = None,
-                tgt_lang_id: Optional[Tensor] = None, **unused):
+    def forward(
+        self,
+        src_tokens,
+        src_lengths,
+        prev_output_tokens,
+        return_all_hiddens: bool = True,
+        features_only: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+        src_lang_id: Optional[Tensor] = None,
+        tgt_lang_id: Optional[Tensor] = None,
+        **unused,
+    ):
         # src_lang_id / tgt_lang_id: --enable-lang-ids adds them to net_input (tasks.collation); the
         # encoder reads each row's languages from them. TransformerModel.forward, plus that.
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-                                   src_lang_id=src_lang_id, tgt_lang_id=tgt_lang_id)
-        return self.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
-                            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-                            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens)
+        encoder_out = self.encoder(
+            src_tokens,
+            src_lengths=src_lengths,
+            return_all_hiddens=return_all_hiddens,
+            src_lang_id=src_lang_id,
+            tgt_lang_id=tgt_lang_id,
+        )
+        return self.decoder(
+            prev_output_tokens,
+            encoder_out=encoder_out,
+            features_only=features_only,
+            alignment_layer=alignment_layer,
+            alignment_heads=alignment_heads,
+            src_lengths=src_lengths,
+            return_all_hiddens=return_all_hiddens,
+        )
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         try:
             result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
         except RuntimeError as error:
             details = " ".join(str(error).split())
-            raise HltmtInputError("the checkpoint does not fit the model its options build (another "
-                                  f"architecture, language list or version?): {details[:600]}") from None
+            raise HltmtInputError(
+                "the checkpoint does not fit the model its options build (another "
+                f"architecture, language list or version?): {details[:600]}"
+            ) from None
         if self.slp is not None and self.slp_router.map_is_fixed:
             universal = [lang for lang in self.slp_router.langs if lang not in self.high_resource_langs]
-            logger.info(f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.routing_map())}"
-                        f"; universal layer: {','.join(universal) or '(none)'}")
+            logger.info(
+                f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.routing_map())}"
+                f"; universal layer: {','.join(universal) or '(none)'}"
+            )
         return result
 
     @property

@@ -1,5 +1,6 @@
 """Which layer class each encoder / decoder layer is, from the features' layouts: fairseq's
 own layer when no feature touches it, else the subclass that holds exactly those features."""
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,6 +18,7 @@ class SkillAdapterEncoderLayer(SkillLayerMixin, AdapterEncoderLayer):
 @dataclass
 class Layouts:
     """What the optional features resolved to for one model (None: the feature is off)."""
+
     adapters: Optional[AdapterLayout] = None
     skills: Optional[SkillLayout] = None
 

@@ -8,6 +8,7 @@ module each row takes (hard) or how each row mixes the pool (soft), and the pool
 out through :func:`hltmt_plugin.modules.routing.route`. Module ids: ``0..T-1`` are the pool,
 ``T`` is the universal module.
 """
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,8 +24,15 @@ class LanguageModule(nn.Module):
     """One FFN sublayer: ``LN(x + drop(W_u(drop(act(W_d x)))))`` (post-norm) or
     ``x + drop(W_u(drop(act(W_d LN(x)))))`` (pre-norm)."""
 
-    def __init__(self, dim: int, hidden: int, activation_fn: str = "relu", dropout: float = 0.0,
-                 activation_dropout: float = 0.0, normalize_before: bool = False):
+    def __init__(
+        self,
+        dim: int,
+        hidden: int,
+        activation_fn: str = "relu",
+        dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        normalize_before: bool = False,
+    ):
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden)
         self.fc2 = nn.Linear(hidden, dim)
@@ -60,6 +68,7 @@ class RoutingDecision:
         gate_probs: soft routing: the gate's distribution ``P`` (H x T) the weights were read
             from (the criterion's disparity term); None for hard routing.
     """
+
     module_ids: Tensor
     plan: Optional[RoutePlan] = None
     weights: Optional[Tensor] = None

@@ -12,6 +12,7 @@ sentence goes through, from its target language.
 :meth:`LanguageRouter.decide` makes a batch's :class:`~hltmt_plugin.modules.language_pool.RoutingDecision`;
 the pool (:class:`~hltmt_plugin.modules.language_pool.SelectiveLanguagePool`) carries it out.
 """
+
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -45,8 +46,9 @@ class LanguageRouter:
             (and a resumed run) makes the same draw.
     """
 
-    def __init__(self, owner: nn.Module, dim: int, pool_size: int, num_high: int, hard_prob: float = 0.5,
-                 seed: int = 1):
+    def __init__(
+        self, owner: nn.Module, dim: int, pool_size: int, num_high: int, hard_prob: float = 0.5, seed: int = 1
+    ):
         self.owner = owner
         self.hard_prob = hard_prob
         self.seed = seed
@@ -108,9 +110,11 @@ class LanguageRouter:
         languages, -1 for the universal module's."""
         self.langs, self.high = list(langs), list(high)
         self.embeddings = embeddings
-        self.owner.register_buffer("high_of_lang", torch.tensor(
-            [self.high.index(lang) if lang in self.high else -1 for lang in self.langs], dtype=torch.long),
-            persistent=False)
+        self.owner.register_buffer(
+            "high_of_lang",
+            torch.tensor([self.high.index(lang) if lang in self.high else -1 for lang in self.langs], dtype=torch.long),
+            persistent=False,
+        )
 
     @property
     def map_is_fixed(self) -> bool:
@@ -126,12 +130,15 @@ class LanguageRouter:
         if legacy is not None:
             check_fixed_map(legacy, self.pool_size, self.fixed_map.numel())
             if key in state_dict and not torch.equal(state_dict[key], encode_map(legacy, self.pool_size)):
-                raise HltmtInputError(f"the checkpoint holds two routing maps that differ ({prefix}fixed_map "
-                                      f"{legacy.tolist()} and {key}): it was not written by fairseq-train")
+                raise HltmtInputError(
+                    f"the checkpoint holds two routing maps that differ ({prefix}fixed_map "
+                    f"{legacy.tolist()} and {key}): it was not written by fairseq-train"
+                )
             state_dict[key] = encode_map(legacy, self.pool_size)
         if key in state_dict:
-            check_map_onehot(state_dict[key], self.pool_size, self.high or
-                             [f"row {i}" for i in range(self.fixed_map.numel())], key)
+            check_map_onehot(
+                state_dict[key], self.pool_size, self.high or [f"row {i}" for i in range(self.fixed_map.numel())], key
+            )
 
     def _read_stored_map(self, module, incompatible_keys) -> None:
         """After ``owner`` loaded: the map as indices, and whether it is fixed."""
@@ -221,13 +228,17 @@ def map_text(mapping: Dict[str, int]) -> str:
 def check_fixed_map(mapping: Tensor, pool_size: int, num_high: int) -> None:
     """A routing map is ``num_high`` integers, all in ``[0, T)`` (fixed) or all -1 (open)."""
     if mapping.dtype != torch.long or mapping.shape != (num_high,):
-        raise HltmtInputError(f"the checkpoint's routing map (decoder.slp.fixed_map) must hold {num_high} integers, "
-                             f"got {tuple(mapping.shape)} of {mapping.dtype}")
+        raise HltmtInputError(
+            f"the checkpoint's routing map (decoder.slp.fixed_map) must hold {num_high} integers, "
+            f"got {tuple(mapping.shape)} of {mapping.dtype}"
+        )
     values = mapping.tolist()
     if not (all(v == -1 for v in values) or all(0 <= v < pool_size for v in values)):
-        raise HltmtInputError(f"the checkpoint's routing map (decoder.slp.fixed_map) {values} is out of range: each "
-                             f"high-resource language needs a pool module in 0..{pool_size - 1} (or -1 while the "
-                             "gate learns)")
+        raise HltmtInputError(
+            f"the checkpoint's routing map (decoder.slp.fixed_map) {values} is out of range: each "
+            f"high-resource language needs a pool module in 0..{pool_size - 1} (or -1 while the "
+            "gate learns)"
+        )
 
 
 def encode_map(mapping: Tensor, pool_size: int) -> Tensor:
@@ -245,22 +256,26 @@ def check_map_onehot(onehot: Tensor, pool_size: int, high: Sequence[str], name: 
     """A stored routing map is one row per high-resource language, each a single 1 among 0s over
     the ``pool_size`` modules and the open column, all open or all fixed: what a stage wrote."""
     if onehot.shape != (len(high), pool_size + 1) or onehot.is_complex() or onehot.dtype == torch.bool:
-        raise HltmtInputError(f"the checkpoint's routing map ({name}) must hold {len(high)} x {pool_size + 1} "
-                              f"integers, got {tuple(onehot.shape)} of {onehot.dtype}")
+        raise HltmtInputError(
+            f"the checkpoint's routing map ({name}) must hold {len(high)} x {pool_size + 1} "
+            f"integers, got {tuple(onehot.shape)} of {onehot.dtype}"
+        )
     for lang, row in zip(high, onehot.tolist()):
         if sorted(row) != [0] * pool_size + [1]:  # (a float 0. / 1. compares equal: the values count)
             raise HltmtInputError(
                 f"the checkpoint's routing map ({name}) is no map a training stage wrote: the row of {lang} is {row}, "
                 f"not a single 1 (one of pool modules 0..{pool_size - 1}, or the last column while the gate learns); "
                 "were checkpoints with different maps averaged (e.g. from both sides of the stage switch)? Average "
-                "checkpoints of one stage and one map (hltmt-average-checkpoints checks this)")
+                "checkpoints of one stage and one map (hltmt-average-checkpoints checks this)"
+            )
     open_rows = onehot[:, pool_size].tolist()
     if 0 < sum(open_rows) < len(open_rows):
         raise HltmtInputError(
             f"the checkpoint's routing map ({name}) fixes "
             f"{','.join(lang for lang, o in zip(high, open_rows) if not o)} and leaves "
             f"{','.join(lang for lang, o in zip(high, open_rows) if o)} open: a stage fixes every language at once, "
-            "so this is no map a training stage wrote (checkpoints of both stages mixed?)")
+            "so this is no map a training stage wrote (checkpoints of both stages mixed?)"
+        )
 
 
 def disparity(probs: Tensor) -> Tensor:

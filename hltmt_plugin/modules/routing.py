@@ -10,6 +10,7 @@ Grouping needs the group sizes on the host, so a :class:`RoutePlan` is made once
 ids and reused: by all layers of a forward pass, and (through :class:`SearchPlans` on the
 decoder) by every step of a beam search, reordered with the beams.
 """
+
 from typing import Callable, Optional, Sequence, Union
 
 import torch
@@ -131,8 +132,9 @@ class SearchPlans:
         super().reorder_incremental_state(incremental_state, new_order)
         plans = self.get_incremental_state(incremental_state, "route_plans")
         if plans:
-            self.set_incremental_state(incremental_state, "route_plans",
-                                       {name: plan.reorder(new_order) for name, plan in plans.items()})
+            self.set_incremental_state(
+                incremental_state, "route_plans", {name: plan.reorder(new_order) for name, plan in plans.items()}
+            )
 
 
 def mix(x: Tensor, weights: Tensor, fns: Sequence[RowFn], dim: int = 0) -> Tensor:

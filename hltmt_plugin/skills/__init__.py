@@ -13,7 +13,14 @@ checkpoint (MNMT / HLT-MT) is loaded (``upgrade_state_dict_named`` converts its 
 converted model computes what the dense one did. A direction absent from training runs with
 the skills the matrix gives it.
 """
+
 from hltmt_plugin.skills.config import (  # noqa: F401
-    SkillConfig, SkillLayout, SkillMatrix, default_matrix, layout_skills, load_matrix)
+    SkillConfig,
+    SkillLayout,
+    SkillMatrix,
+    default_matrix,
+    layout_skills,
+    load_matrix,
+)
 from hltmt_plugin.skills.modules import SkillFFN, SkillSelfAttention  # noqa: F401
 from hltmt_plugin.skills.report import format_skill_report, is_skill_parameter, skill_report  # noqa: F401

@@ -9,6 +9,7 @@ A JSON file given by ``--skill-matrix`` replaces it::
     {"skills": ["generic", "en", "de", "to_en", "from_en"],
      "directions": {"en-de": ["generic", "en", "from_en"], "de-en": ["generic", "de", "to_en"]}}
 """
+
 import json
 import logging
 import os
@@ -32,19 +33,32 @@ NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 @dataclass
 class SkillConfig(OptionGroup):
     skill_ffn: bool = field(
-        default=False, metadata={"help": "SkillNet-X skill FFNs: the FFN of each chosen encoder layer becomes one "
-                                         "FFN per skill of the skill matrix; a sentence's direction activates some "
-                                         "of them and the layer outputs their mean (needs --enable-lang-ids, or -s "
-                                         "when decoding one source language)"})
+        default=False,
+        metadata={
+            "help": "SkillNet-X skill FFNs: the FFN of each chosen encoder layer becomes one "
+            "FFN per skill of the skill matrix; a sentence's direction activates some "
+            "of them and the layer outputs their mean (needs --enable-lang-ids, or -s "
+            "when decoding one source language)"
+        },
+    )
     skill_attention: bool = field(
-        default=False, metadata={"help": "SkillNet-X skill attention: one set of Q/K/V projections per language "
-                                         "in each chosen encoder layer, chosen by the sentence's source language"})
+        default=False,
+        metadata={
+            "help": "SkillNet-X skill attention: one set of Q/K/V projections per language "
+            "in each chosen encoder layer, chosen by the sentence's source language"
+        },
+    )
     skill_layers: Optional[str] = field(
-        default=None, metadata={"help": "comma-separated encoder layers (0-based) that get skills (default: all)"})
+        default=None, metadata={"help": "comma-separated encoder layers (0-based) that get skills (default: all)"}
+    )
     skill_matrix: Optional[str] = field(
-        default=None, metadata={"help": "JSON file {\"skills\": [...], \"directions\": {\"src-tgt\": [skills]}} "
-                                        "giving the skills each direction activates (default: generic + the "
-                                        "source language + to_en / from_en, for every pair of --langs)"})
+        default=None,
+        metadata={
+            "help": 'JSON file {"skills": [...], "directions": {"src-tgt": [skills]}} '
+            "giving the skills each direction activates (default: generic + the "
+            "source language + to_en / from_en, for every pair of --langs)"
+        },
+    )
 
     @property
     def enabled(self) -> bool:
@@ -71,8 +85,11 @@ def default_matrix(langs: Sequence[str]) -> SkillMatrix:
     for s in langs:
         for t in langs:
             if s != t:
-                active = {GENERIC, s} | ({TO_EN} if english and t == "en" else set()) | (
-                    {FROM_EN} if english and s == "en" else set())
+                active = (
+                    {GENERIC, s}
+                    | ({TO_EN} if english and t == "en" else set())
+                    | ({FROM_EN} if english and s == "en" else set())
+                )
                 directions[f"{s}-{t}"] = [k for k in skills if k in active]
     return SkillMatrix(skills, directions)
 
@@ -100,8 +117,10 @@ def _check_skill_names(skills, where: str) -> None:
     module = nn.ModuleDict()
     bad = [s for s in skills if not NAME.match(s) or hasattr(module, s)]
     if bad:
-        raise HltmtConfigError(f'{where}: skill name(s) {",".join(map(repr, bad))} cannot name a module: use '
-                               "letters, digits, '_' and '-', and no name of a module attribute (e.g. train)")
+        raise HltmtConfigError(
+            f"{where}: skill name(s) {','.join(map(repr, bad))} cannot name a module: use "
+            "letters, digits, '_' and '-', and no name of a module attribute (e.g. train)"
+        )
 
 
 def _check_direction(key, active, skills, langs, where: str) -> List[str]:
@@ -116,24 +135,32 @@ def _check_direction(key, active, skills, langs, where: str) -> List[str]:
         raise HltmtConfigError(f"{entry} activates no skill: give it at least one of {','.join(skills)}")
     unknown = [s for s in active if s not in skills]
     if unknown:
-        raise HltmtConfigError(f"{entry} names skill {','.join(unknown)}, not in \"skills\" ({','.join(skills)})")
+        raise HltmtConfigError(f'{entry} names skill {",".join(unknown)}, not in "skills" ({",".join(skills)})')
     language_skills = [s for s in active if s in langs]
     if len(language_skills) > 1:
-        logger.warning(f"{entry} activates {len(language_skills)} language skills ({','.join(language_skills)}); "
-                       "SkillNet-X activates one (the source language's)")
+        logger.warning(
+            f"{entry} activates {len(language_skills)} language skills ({','.join(language_skills)}); "
+            "SkillNet-X activates one (the source language's)"
+        )
     return [s for s in skills if s in active]
 
 
 def load_matrix(path: str, langs: Sequence[str]) -> SkillMatrix:
     where = f"--skill-matrix {path}"
     data = _read_json(path)
-    if not isinstance(data, dict) or not isinstance(data.get("skills"), list) or not isinstance(
-            data.get("directions"), dict):
-        raise HltmtConfigError(f'{where}: expected an object {{"skills": [names], "directions": '
-                               f'{{"src-tgt": [names]}}}}')
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("skills"), list)
+        or not isinstance(data.get("directions"), dict)
+    ):
+        raise HltmtConfigError(
+            f'{where}: expected an object {{"skills": [names], "directions": {{"src-tgt": [names]}}}}'
+        )
     skills = data["skills"]
     _check_skill_names(skills, where)
-    directions = {key: _check_direction(key, active, skills, langs, where) for key, active in data["directions"].items()}
+    directions = {
+        key: _check_direction(key, active, skills, langs, where) for key, active in data["directions"].items()
+    }
     if not directions:
         raise HltmtConfigError(f'{where}: "directions" is empty')
     return SkillMatrix(list(skills), directions)
@@ -157,6 +184,7 @@ def _matrix_of(cfg: SkillConfig, args, langs: Sequence[str]) -> SkillMatrix:
 @dataclass
 class SkillLayout:
     """The skill options resolved against the task: which layers, which skills, the matrix."""
+
     cfg: SkillConfig
     langs: List[str]
     layers: List[int]
@@ -168,10 +196,14 @@ class SkillLayout:
         HltmtInputError when the skill matrix does not name the direction."""
         active = self.matrix.directions.get(f"{src}-{tgt}")
         if self.cfg.skill_ffn and active is None:
-            raise HltmtInputError(f"direction {src}-{tgt} is not in the model's skill matrix (it names "
-                                  f"{len(self.matrix.directions)} directions): add it to the --skill-matrix file")
-        return {"ffn": list(active) if self.cfg.skill_ffn else None,
-                "attention": src if self.cfg.skill_attention else None}
+            raise HltmtInputError(
+                f"direction {src}-{tgt} is not in the model's skill matrix (it names "
+                f"{len(self.matrix.directions)} directions): add it to the --skill-matrix file"
+            )
+        return {
+            "ffn": list(active) if self.cfg.skill_ffn else None,
+            "attention": src if self.cfg.skill_attention else None,
+        }
 
 
 def layout_skills(args, task) -> Optional[SkillLayout]:
@@ -179,22 +211,29 @@ def layout_skills(args, task) -> Optional[SkillLayout]:
     cfg = SkillConfig.from_namespace(args)
     if not cfg.enabled:
         if cfg.skill_matrix or cfg.skill_layers:
-            raise HltmtConfigError("--skill-matrix / --skill-layers configure skills: add --skill-ffn and/or "
-                                   "--skill-attention")
+            raise HltmtConfigError(
+                "--skill-matrix / --skill-layers configure skills: add --skill-ffn and/or --skill-attention"
+            )
         return None
     if getattr(args, "checkpoint_activations", False):
-        raise HltmtConfigError("encoder skills choose per sentence inside the layers, which activation "
-                               "checkpointing re-runs out of order: drop --checkpoint-activations")
+        raise HltmtConfigError(
+            "encoder skills choose per sentence inside the layers, which activation "
+            "checkpointing re-runs out of order: drop --checkpoint-activations"
+        )
     langs = list(task.langs)
     if not getattr(task.args, "enable_lang_ids", False) and single_source_language(task) is None:
-        raise HltmtConfigError("encoder skills choose by each sentence's source language: add --enable-lang-ids "
-                               "(or give -s when decoding a single source language)")
+        raise HltmtConfigError(
+            "encoder skills choose by each sentence's source language: add --enable-lang-ids "
+            "(or give -s when decoding a single source language)"
+        )
     layers = parse_layers(cfg.skill_layers, args.encoder_layers, "skill-layers")
     matrix = _matrix_of(cfg, args, langs)
     pairs = task_pairs(task)
     if cfg.skill_ffn:
         missing = [p for p in pairs if p not in matrix.directions]
         if missing:
-            raise HltmtConfigError(f"--skill-matrix has no entry for direction(s) {','.join(missing)} of "
-                                   "--lang-pairs: list the skills each of them activates")
+            raise HltmtConfigError(
+                f"--skill-matrix has no entry for direction(s) {','.join(missing)} of "
+                "--lang-pairs: list the skills each of them activates"
+            )
     return SkillLayout(cfg, langs, layers, matrix, pairs)

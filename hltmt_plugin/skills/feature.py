@@ -1,6 +1,7 @@
 """Skills as a feature of ``hltmt_transformer``: after the encoder is built with skill layers
 (:mod:`~hltmt_plugin.skills.layers`), :func:`install` names the rows' ids (the direction's
 skill set for the FFN, the source language for attention) and logs the report."""
+
 import logging
 from typing import Optional
 

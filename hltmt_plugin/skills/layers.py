@@ -6,6 +6,7 @@
 ``fc2`` the skill FFN and a linear activation without dropout (a copy of the layer's config
 says so); fairseq's ``forward`` runs unchanged around them.
 """
+
 import copy
 from dataclasses import dataclass
 from typing import List, Tuple
@@ -21,6 +22,7 @@ from hltmt_plugin.skills.modules import SkillFFN, SkillSelfAttention
 @dataclass
 class SkillLayerSpec:
     """What one skill layer holds."""
+
     ffn: bool
     attention: bool
     skills: List[str]
@@ -61,9 +63,15 @@ class SkillLayerMixin:
             return dense
         cfg = self.dense_cfg
         dropout_p = cfg.activation_dropout or getattr(cfg, "relu_dropout", 0) or 0
-        self.skill_ffn = SkillFFN(self._dense_fc1.pop(), dense, utils.get_activation_fn(cfg.activation_fn),
-                                  FairseqDropout(float(dropout_p), module_name=type(self).__name__),
-                                  spec.skills, spec.combos, spec.rows)
+        self.skill_ffn = SkillFFN(
+            self._dense_fc1.pop(),
+            dense,
+            utils.get_activation_fn(cfg.activation_fn),
+            FairseqDropout(float(dropout_p), module_name=type(self).__name__),
+            spec.skills,
+            spec.combos,
+            spec.rows,
+        )
         return self.skill_ffn.forward  # a bound method: the module stays registered once, as skill_ffn
 
 
@@ -72,6 +80,11 @@ class SkillEncoderLayer(SkillLayerMixin, TransformerEncoderLayerBase):
 
 
 def layer_spec(layout, rows: PassRows) -> SkillLayerSpec:
-    return SkillLayerSpec(ffn=layout.cfg.skill_ffn, attention=layout.cfg.skill_attention,
-                          skills=list(layout.matrix.skills), combos=layout.matrix.combos(), langs=list(layout.langs),
-                          rows=rows)
+    return SkillLayerSpec(
+        ffn=layout.cfg.skill_ffn,
+        attention=layout.cfg.skill_attention,
+        skills=list(layout.matrix.skills),
+        combos=layout.matrix.combos(),
+        langs=list(layout.langs),
+        rows=rows,
+    )

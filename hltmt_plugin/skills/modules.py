@@ -12,6 +12,7 @@ that turns a row's direction into its set of active skills.
   fairseq's ``MultiheadAttention`` makes (``F.multi_head_attention_forward``) with that
   language's Q/K/V.
 """
+
 import logging
 from typing import Optional, Sequence
 
@@ -59,7 +60,8 @@ class SkillDirections(nn.Module):
             b = int((combo < 0).nonzero()[0, 0])
             raise HltmtInputError(
                 f"direction {self.langs[int(src[b])]}-{self.langs[int(tgt[b])]} has no entry in the skill "
-                "matrix: add it to the --skill-matrix file with the skills it should combine")
+                "matrix: add it to the --skill-matrix file with the skills it should combine"
+            )
         return combo
 
 
@@ -72,8 +74,16 @@ class SkillFFN(nn.Module):
     active skills' outputs, per row by its set of active skills. Every skill starts as a
     copy of the dense ``fc1`` / ``fc2`` given."""
 
-    def __init__(self, fc1: nn.Linear, fc2: nn.Linear, activation_fn, activation_dropout_module: nn.Module,
-                 skills: Sequence[str], combos, rows: PassRows):
+    def __init__(
+        self,
+        fc1: nn.Linear,
+        fc2: nn.Linear,
+        activation_fn,
+        activation_dropout_module: nn.Module,
+        skills: Sequence[str],
+        combos,
+        rows: PassRows,
+    ):
         super().__init__()
         self.activation_fn = activation_fn
         self.activation_dropout_module = activation_dropout_module
@@ -97,6 +107,7 @@ class SkillFFN(nn.Module):
                 return first
             rest = [self.run_skill(s, x) - first for s in active[1:]]  # exact y_1 while the skills agree
             return first + torch.stack(rest).sum(0) / len(active)
+
         return fn
 
     def forward(self, x: Tensor) -> Tensor:  # T x B x C
@@ -133,24 +144,50 @@ class SkillSelfAttention(nn.Module):
         self.skills = nn.ModuleDict()
         for lang in langs:  # dense-to-skill: each language starts with the dense Q/K/V
             qkv = nn.Module()
-            qkv.q_proj, qkv.k_proj, qkv.v_proj = (copy_linear(dense.q_proj), copy_linear(dense.k_proj),
-                                                  copy_linear(dense.v_proj))
+            qkv.q_proj, qkv.k_proj, qkv.v_proj = (
+                copy_linear(dense.q_proj),
+                copy_linear(dense.k_proj),
+                copy_linear(dense.v_proj),
+            )
             self.skills[lang] = qkv
 
     def attend(self, lang: str, x: Tensor, key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor]):
         qkv = self.skills[lang]
         out, _ = F.multi_head_attention_forward(  # exactly fairseq's MultiheadAttention fast path
-            x, x, x, self.embed_dim, self.num_heads, torch.empty([0]),
-            torch.cat((qkv.q_proj.bias, qkv.k_proj.bias, qkv.v_proj.bias)), None, None, False,
-            self.dropout_module.p, self.out_proj.weight, self.out_proj.bias,
+            x,
+            x,
+            x,
+            self.embed_dim,
+            self.num_heads,
+            torch.empty([0]),
+            torch.cat((qkv.q_proj.bias, qkv.k_proj.bias, qkv.v_proj.bias)),
+            None,
+            None,
+            False,
+            self.dropout_module.p,
+            self.out_proj.weight,
+            self.out_proj.bias,
             self.training or self.dropout_module.apply_during_inference,
-            key_padding_mask.bool() if key_padding_mask is not None else None, False, attn_mask,
-            use_separate_proj_weight=True, q_proj_weight=qkv.q_proj.weight, k_proj_weight=qkv.k_proj.weight,
-            v_proj_weight=qkv.v_proj.weight)
+            key_padding_mask.bool() if key_padding_mask is not None else None,
+            False,
+            attn_mask,
+            use_separate_proj_weight=True,
+            q_proj_weight=qkv.q_proj.weight,
+            k_proj_weight=qkv.k_proj.weight,
+            v_proj_weight=qkv.v_proj.weight,
+        )
         return out
 
-    def forward(self, query: Tensor, key=None, value=None, key_padding_mask: Optional[Tensor] = None,
-                need_weights: bool = False, attn_mask: Optional[Tensor] = None, **unused):
+    def forward(
+        self,
+        query: Tensor,
+        key=None,
+        value=None,
+        key_padding_mask: Optional[Tensor] = None,
+        need_weights: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        **unused,
+    ):
         plan = self.rows.plan(ATTENTION_IDS)
         if key_padding_mask is None:  # fairseq passes None for a batch without padding: keep it None
             fns = [lambda x, lang=lang: self.attend(lang, x, None, attn_mask) for lang in self.langs]

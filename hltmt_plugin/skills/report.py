@@ -1,5 +1,6 @@
 """Skill parameters by name and the skill report: parameters per skill and, per direction,
 the share of the model it activates."""
+
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from torch import nn
@@ -37,15 +38,21 @@ def skill_report(model: nn.Module, layout, directions: Optional[Sequence[str]] =
         ffn = sum(per_skill["ffn"].get(s, 0) for s in layout.matrix.directions.get(key, []))
         attn = per_skill["attention"].get(src, 0)
         active = total - skill_params + ffn + attn
-        out["directions"][key] = {"skills": list(layout.matrix.directions.get(key, [])), "active_skill": ffn + attn,
-                                  "active": active, "share": active / total}
+        out["directions"][key] = {
+            "skills": list(layout.matrix.directions.get(key, [])),
+            "active_skill": ffn + attn,
+            "active": active,
+            "share": active / total,
+        }
     return out
 
 
 def format_skill_report(report: Dict, layout) -> List[str]:
     layers = ",".join(map(str, layout.layers))
-    lines = [f"skills: encoder layers {layers}; model {report['total']:,} parameters, "
-             f"{report['skill_parameters']:,} in skills"]
+    lines = [
+        f"skills: encoder layers {layers}; model {report['total']:,} parameters, "
+        f"{report['skill_parameters']:,} in skills"
+    ]
     for kind, label in (("ffn", "skill FFN"), ("attention", "language Q/K/V")):
         counts = report["per_skill"][kind]
         if counts:
@@ -54,8 +61,10 @@ def format_skill_report(report: Dict, layout) -> List[str]:
                 groups.setdefault(n, []).append(skill)
             lines.append(f"  {label}: " + "; ".join(f"{','.join(s)}: {n:,} each" for n, s in groups.items()))
     for key, d in report["directions"].items():
-        lines.append(f"  {key}: skills {'+'.join(d['skills']) or '-'}; active {d['active']:,} of "
-                     f"{report['total']:,} parameters ({100.0 * d['share']:.1f}%)")
+        lines.append(
+            f"  {key}: skills {'+'.join(d['skills']) or '-'}; active {d['active']:,} of "
+            f"{report['total']:,} parameters ({100.0 * d['share']:.1f}%)"
+        )
     others = len(layout.matrix.directions) - len(report["directions"])
     if others > 0:
         lines.append(f"  (+{others} more direction(s) in the skill matrix, e.g. for decoding without retraining)")

@@ -11,34 +11,52 @@
   stores the new options' record over the old one. A resume without ``--reset-optimizer`` also
   needs the same criterion and optimizer (fairseq's "Criterion does not match").
 """
+
 import os
 
 from fairseq import utils
 
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
-from hltmt_plugin.compatibility import (SHAPE_OPTIONS, RECORD_KEY, build_record, check, record_of_options,
-                                        record_of_state)
+from hltmt_plugin.compatibility import (
+    SHAPE_OPTIONS,
+    RECORD_KEY,
+    build_record,
+    check,
+    record_of_options,
+    record_of_state,
+)
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.tasks.fairseq_command import running_fairseq
 
 LAST = "checkpoint_last.pt"
-DECODE_FIX = ("decode with the training run's data folder, dictionaries, --langs and language-token options "
-              "(they change what the model's token ids mean)")
+DECODE_FIX = (
+    "decode with the training run's data folder, dictionaries, --langs and language-token options "
+    "(they change what the model's token ids mean)"
+)
 
 
 def given_record(task, options):
     """The record of a model built from ``options`` by ``task`` (its data, dictionary, languages)."""
     folder = utils.split_paths(task.args.data)[0]
     spm = os.path.join(os.path.dirname(os.path.abspath(folder)), "spm", "spm.model")  # hltmt-prepare-data's
-    return build_record(options, data=folder if os.path.isdir(folder) else None,
-                        symbols=list(task.source_dictionary.symbols), languages=task.langs,
-                        spm=spm if os.path.isfile(spm) else None)
+    return build_record(
+        options,
+        data=folder if os.path.isdir(folder) else None,
+        symbols=list(task.source_dictionary.symbols),
+        languages=task.langs,
+        spm=spm if os.path.isfile(spm) else None,
+    )
 
 
 def check_record(model_args, task) -> None:
     """A model about to be built from a checkpoint's options: its record against ``task``."""
-    check(record_of_options(model_args, edits=False), given_record(task, task.args), "the checkpoint", DECODE_FIX,
-          fields=("dictionaries", "vocabulary", "languages", "marking"))
+    check(
+        record_of_options(model_args, edits=False),
+        given_record(task, task.args),
+        "the checkpoint",
+        DECODE_FIX,
+        fields=("dictionaries", "vocabulary", "languages", "marking"),
+    )
     record_of_options(model_args)  # then the options against the record (edited in the file, or overridden)
 
 
@@ -76,10 +94,18 @@ def check_checkpoint_to_load(args, task) -> None:
         return
     state = load_state(path)
     check_fairseq_state(path, state)
-    fix = ("fine-tune on the data and options the model was trained with" if how == FINETUNE else
-           "give this run its own --save-dir, or the training run's data and options")
-    check(record_of_state(state), given_record(task, args), f"checkpoint {path}", fix,
-          model_options=None if how == RESUME else list(SHAPE_OPTIONS))
+    fix = (
+        "fine-tune on the data and options the model was trained with"
+        if how == FINETUNE
+        else "give this run its own --save-dir, or the training run's data and options"
+    )
+    check(
+        record_of_state(state),
+        given_record(task, args),
+        f"checkpoint {path}",
+        fix,
+        model_options=None if how == RESUME else list(SHAPE_OPTIONS),
+    )
     if how != FINETUNE and not getattr(args, "reset_optimizer", False):
         _check_training_state(path, state, args)
 
@@ -93,6 +119,8 @@ def _check_training_state(path: str, state, args) -> None:
     stored = last.get("criterion_name")
     given = getattr(CRITERION_REGISTRY.get(getattr(args, "criterion", None)), "__name__", None)
     if stored and given and stored != given:
-        raise HltmtConfigError(f"checkpoint {path} does not fit: criterion: checkpoint {stored}, given {given}: "
-                               "resume with the training run's --criterion, or add --reset-optimizer to start its "
-                               "training state afresh")
+        raise HltmtConfigError(
+            f"checkpoint {path} does not fit: criterion: checkpoint {stored}, given {given}: "
+            "resume with the training run's --criterion, or add --reset-optimizer to start its "
+            "training state afresh"
+        )

@@ -12,6 +12,7 @@ The task's data manager gives its datasets this subclass (:func:`with_row_ids`):
 carries its dataset's ids and the collater builds the batch's ids from its items, in the
 batch's (length-sorted) order. Other tasks in the process are untouched.
 """
+
 import torch
 
 from fairseq.data.language_pair_dataset import LanguagePairDataset

@@ -1,5 +1,6 @@
 """The data folder, languages, dictionaries and split files the options name, checked before
 fairseq reads them, so a mistake is one clear line instead of a traceback."""
+
 import itertools
 import logging
 import os
@@ -33,7 +34,8 @@ def task_languages(args) -> Optional[List[str]]:
     fairseq_log.setLevel(logging.WARNING)  # fairseq logs the list itself when it reads it next
     try:
         langs = MultilingualDatasetManager.load_langs(
-            Namespace(langs=split_list(args.langs) if args.langs is not None else None, lang_dict=lang_dict))
+            Namespace(langs=split_list(args.langs) if args.langs is not None else None, lang_dict=lang_dict)
+        )
     finally:
         fairseq_log.setLevel(level)
     return split_list(langs)
@@ -56,8 +58,10 @@ def _directions(args) -> List[str]:
 def check_data(args) -> None:
     paths = utils.split_paths(args.data) if getattr(args, "data", None) else []
     if not paths or not os.path.isdir(paths[0]):
-        raise HltmtConfigError(f"data folder {paths[0] if paths else args.data!r} does not exist (the folder "
-                               "that fairseq-preprocess / hltmt-prepare-data wrote)")
+        raise HltmtConfigError(
+            f"data folder {paths[0] if paths else args.data!r} does not exist (the folder "
+            "that fairseq-preprocess / hltmt-prepare-data wrote)"
+        )
     pairs = _directions(args)
     inference = args.source_lang is not None
     langs = task_languages(args)
@@ -65,14 +69,17 @@ def check_data(args) -> None:
     if langs is not None:
         unknown = unknown_languages(used, langs)
         if unknown:
-            raise HltmtConfigError(f"language(s) {','.join(unknown)} of {'-s/-t' if inference else '--lang-pairs'} "
-                                   f"not in --langs / --lang-dict ({','.join(langs)})")
+            raise HltmtConfigError(
+                f"language(s) {','.join(unknown)} of {'-s/-t' if inference else '--lang-pairs'} "
+                f"not in --langs / --lang-dict ({','.join(langs)})"
+            )
     check_dictionaries(args)
     if not (getattr(args, "source_dict", None) or getattr(args, "fixed_dictionary", None)):
         missing = [x for x in used if not os.path.isfile(os.path.join(paths[0], f"dict.{x}.txt"))]
         if missing:
-            raise HltmtConfigError(f"{paths[0]} has no dictionary for {','.join(missing)} (dict.XX.txt): is "
-                                   f"that language in the data?")
+            raise HltmtConfigError(
+                f"{paths[0]} has no dictionary for {','.join(missing)} (dict.XX.txt): is that language in the data?"
+            )
     if inference:
         for path in filter(None, str(getattr(args, "path", "") or "").split(":")):
             if "://" not in path and not os.path.isfile(path):
@@ -88,9 +95,11 @@ def check_dictionaries(args) -> None:
     except ValueError as error:
         raise HltmtConfigError(str(error)) from None
     if problems:
-        raise HltmtConfigError(f"{folder}: {'; '.join(problems)}: the token ids of its binarized files no longer "
-                               "mean what they meant; binarize again (hltmt-prepare-data) or restore the "
-                               "dictionaries")
+        raise HltmtConfigError(
+            f"{folder}: {'; '.join(problems)}: the token ids of its binarized files no longer "
+            "mean what they meant; binarize again (hltmt-prepare-data) or restore the "
+            "dictionaries"
+        )
 
 
 def check_split(args, split: str, pairs: List[str]) -> None:
@@ -99,8 +108,10 @@ def check_split(args, split: str, pairs: List[str]) -> None:
     for pair in pairs:
         src, tgt = pair.split("-")
         names = [f"{split}.{a}-{b}.{src}.idx" for a, b in ((src, tgt), (tgt, src))]
-        if not any(os.path.isfile(os.path.join(folder, n)) or
-                   os.path.isfile(os.path.join(folder, n[: -len(".idx")] + "0.idx")) for n in names):
+        if not any(
+            os.path.isfile(os.path.join(folder, n)) or os.path.isfile(os.path.join(folder, n[: -len(".idx")] + "0.idx"))
+            for n in names
+        ):
             raise HltmtConfigError(f"{folder} has no {split} data for {pair} (looked for {names[0]} and {names[1]})")
         for a, b in ((src, tgt), (tgt, src)):
             for k in itertools.count():
@@ -136,8 +147,10 @@ def binarized_length(prefix: str) -> Optional[int]:
             raise HltmtConfigError(f"{idx} is not a fairseq index (unknown token type {code}): {again}")
         want = MMAP_HEADER + 12 * n
         if size != want:
-            raise HltmtConfigError(f"{idx} is {'truncated' if size < want else 'damaged'}: an index of {n} "
-                                   f"sentences has {want} bytes, this one {size}: {again}")
+            raise HltmtConfigError(
+                f"{idx} is {'truncated' if size < want else 'damaged'}: an index of {n} "
+                f"sentences has {want} bytes, this one {size}: {again}"
+            )
         last = 0
         if n:
             f.seek(MMAP_HEADER + 4 * (n - 1))
@@ -150,8 +163,9 @@ def binarized_length(prefix: str) -> Optional[int]:
     have = os.path.getsize(data)
     if have != last:
         state = "empty" if have == 0 else "truncated" if have < last else "longer than its index says"
-        raise HltmtConfigError(f"{data} is {state}: its index lists {n} sentences in {last} bytes, the file "
-                               f"holds {have}: {again}")
+        raise HltmtConfigError(
+            f"{data} is {state}: its index lists {n} sentences in {last} bytes, the file holds {have}: {again}"
+        )
     return n
 
 
@@ -159,12 +173,16 @@ def check_pair_files(src_prefix: str, tgt_prefix: str, what: str) -> None:
     """Both sides of one binarized split of a pair are whole and hold as many sentences."""
     n_src = binarized_length(src_prefix)
     if not os.path.isfile(tgt_prefix + ".idx"):
-        raise HltmtConfigError(f"{tgt_prefix}.idx is missing ({os.path.basename(src_prefix)}.idx, the other side of "
-                               f"{what}, is there): binarize the data again")
+        raise HltmtConfigError(
+            f"{tgt_prefix}.idx is missing ({os.path.basename(src_prefix)}.idx, the other side of "
+            f"{what}, is there): binarize the data again"
+        )
     n_tgt = binarized_length(tgt_prefix)
     if n_src is not None and n_tgt is not None and n_src != n_tgt:
-        raise HltmtConfigError(f"{src_prefix}.idx holds {n_src} sentences and {tgt_prefix}.idx {n_tgt}: the two "
-                               f"sides of {what} do not match; binarize the data again")
+        raise HltmtConfigError(
+            f"{src_prefix}.idx holds {n_src} sentences and {tgt_prefix}.idx {n_tgt}: the two "
+            f"sides of {what} do not match; binarize the data again"
+        )
 
 
 class OverlongInputs:
@@ -181,10 +199,15 @@ class OverlongInputs:
         limit = max_positions[0] if isinstance(max_positions, (tuple, list)) else max_positions
         for index in sorted(int(i) for i in skipped):
             line = self.lines_before + index + 1
-            length = int(dataset.src_sizes[index]) if getattr(dataset, "src_sizes", None) is not None \
+            length = (
+                int(dataset.src_sizes[index])
+                if getattr(dataset, "src_sizes", None) is not None
                 else dataset.size(index)
-            logger.warning(f"input line {line} (S-{line - 1}) has {length} tokens (pieces and end "
-                           f"of sentence), more than the model's {limit} source positions: not translated; split "
-                           f"it into sentences")
+            )
+            logger.warning(
+                f"input line {line} (S-{line - 1}) has {length} tokens (pieces and end "
+                f"of sentence), more than the model's {limit} source positions: not translated; split "
+                f"it into sentences"
+            )
         self.lines_before += len(dataset)
         return kept

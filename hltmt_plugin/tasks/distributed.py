@@ -7,6 +7,7 @@ from every worker's batch) keep none, so the optimizer skips them as in single-p
 training. ``legacy_ddp`` all-reduces a zero gradient for them, and Adam's momentum would
 move them.
 """
+
 import hashlib
 import importlib.util
 from typing import Dict, List, Optional
@@ -63,14 +64,20 @@ def fp32_copies(optimizer) -> Dict[int, torch.Tensor]:
 def check_precision(args) -> None:
     """Mixed-precision options that break the idle-gradient rule or do not run."""
     if getattr(args, "bf16", False) and importlib.util.find_spec("torch_xla") is None:  # fairseq sets --tpu itself
-        raise HltmtConfigError("--bf16 in fairseq 0.12 is the TPU path (it fails without one): on a GPU use --amp "
-                               "(float16 autocast, float32 weights) or --fp16 --fp16-no-flatten-grads")
-    if (getattr(args, "fp16", False) and not getattr(args, "memory_efficient_fp16", False)
-            and not getattr(args, "fp16_no_flatten_grads", False)):
+        raise HltmtConfigError(
+            "--bf16 in fairseq 0.12 is the TPU path (it fails without one): on a GPU use --amp "
+            "(float16 autocast, float32 weights) or --fp16 --fp16-no-flatten-grads"
+        )
+    if (
+        getattr(args, "fp16", False)
+        and not getattr(args, "memory_efficient_fp16", False)
+        and not getattr(args, "fp16_no_flatten_grads", False)
+    ):
         raise HltmtConfigError(
             "--fp16 keeps one flat float32 copy of all weights and steps it whole, so modules a hard step did not "
             "use (pool modules, the gate, adapters of absent languages) would move: add --fp16-no-flatten-grads, "
-            "or use --amp or --memory-efficient-fp16")
+            "or use --amp or --memory-efficient-fp16"
+        )
 
 
 def check_ddp_backend(args) -> None:
@@ -82,15 +89,19 @@ def check_ddp_backend(args) -> None:
         if getattr(args, "cpu", False):
             raise HltmtConfigError(
                 f"--ddp-backend {backend} does not work on CPU in fairseq 0.12 (it passes device_ids): use "
-                "--ddp-backend legacy_ddp (hltmt-launch sets it)")
+                "--ddp-backend legacy_ddp (hltmt-launch sets it)"
+            )
         if not getattr(args, "find_unused_parameters", False):
             raise HltmtConfigError(
                 f"--ddp-backend {backend}: hard routing leaves pool modules, the universal layer or the gate "
                 "without gradient in an update, which PyTorch DDP reports as an error mid-training; add "
-                "--find-unused-parameters, or use --ddp-backend legacy_ddp")
+                "--find-unused-parameters, or use --ddp-backend legacy_ddp"
+            )
     elif backend == "fully_sharded":
-        raise HltmtConfigError("--ddp-backend fully_sharded is not supported with per-sentence routing; use "
-                               "legacy_ddp, or pytorch_ddp with --find-unused-parameters")
+        raise HltmtConfigError(
+            "--ddp-backend fully_sharded is not supported with per-sentence routing; use "
+            "legacy_ddp, or pytorch_ddp with --find-unused-parameters"
+        )
 
 
 def rank() -> int:

@@ -10,6 +10,7 @@ What lives where: the stages in :mod:`~hltmt_plugin.tasks.stages`, the distribut
 :mod:`~hltmt_plugin.tasks.data_checks`, per-row language ids in
 :mod:`~hltmt_plugin.tasks.collation`.
 """
+
 import logging
 import sys
 from argparse import Namespace
@@ -39,20 +40,37 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     @staticmethod
     def add_args(parser):
         TranslationMultiSimpleEpochTask.add_args(parser)
-        parser.add_argument("--hlt-stage", choices=[HIGH, ALL], default=None,
-                            help="HLT-MT training stage: 'high' trains the high-resource directions and "
-                                 "learns the gate; 'all' trains every direction with the routing map fixed "
-                                 "from the gate (default: high, or as --high-stage-updates says)")
-        parser.add_argument("--high-stage-updates", type=int, default=0, metavar="N",
-                            help="one run for both stages: stage high for the first N updates, then "
-                                 "stage all (0: off)")
-        parser.add_argument("--hlt-param-digest-interval", type=int, default=0, metavar="N",
-                            help="every N updates, print each rank's parameter digest to stderr (check that "
-                                 "distributed workers stay identical; 0: off)")
-        parser.add_argument("--pivot-langs", default="en", metavar="LANGS",
-                            help="comma-separated languages that are neither high- nor low-resource (the "
-                                 "hub of an English-centric corpus); stage high trains the directions whose "
-                                 "languages are all high-resource or pivots")
+        parser.add_argument(
+            "--hlt-stage",
+            choices=[HIGH, ALL],
+            default=None,
+            help="HLT-MT training stage: 'high' trains the high-resource directions and "
+            "learns the gate; 'all' trains every direction with the routing map fixed "
+            "from the gate (default: high, or as --high-stage-updates says)",
+        )
+        parser.add_argument(
+            "--high-stage-updates",
+            type=int,
+            default=0,
+            metavar="N",
+            help="one run for both stages: stage high for the first N updates, then stage all (0: off)",
+        )
+        parser.add_argument(
+            "--hlt-param-digest-interval",
+            type=int,
+            default=0,
+            metavar="N",
+            help="every N updates, print each rank's parameter digest to stderr (check that "
+            "distributed workers stay identical; 0: off)",
+        )
+        parser.add_argument(
+            "--pivot-langs",
+            default="en",
+            metavar="LANGS",
+            help="comma-separated languages that are neither high- nor low-resource (the "
+            "hub of an English-centric corpus); stage high trains the directions whose "
+            "languages are all high-resource or pivots",
+        )
         temperature.add_args(parser)
 
     @classmethod
@@ -76,8 +94,10 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         if training and SlpConfig.from_namespace(args).high_langs:
             self.stages = StageSchedule(args, self.lang_pairs)
         elif training and (args.hlt_stage is not None or args.high_stage_updates):
-            logger.info("hltmt_translation: --hlt-stage / --high-stage-updates do nothing for a model without "
-                        "--high-resource-langs: every direction of --lang-pairs trains")
+            logger.info(
+                "hltmt_translation: --hlt-stage / --high-stage-updates do nothing for a model without "
+                "--high-resource-langs: every direction of --lang-pairs trains"
+            )
 
     def updates_done(self) -> int:
         if self.model is None or getattr(self.model, "slp", None) is None:
@@ -99,8 +119,12 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             check_ddp_backend(args)
             check_precision(args)
         if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
-            load_pretrained(model, args.pretrained_xlmr_checkpoint, self.source_dictionary,
-                            getattr(args, "pretrained_xlmr_decoder", False))
+            load_pretrained(
+                model,
+                args.pretrained_xlmr_checkpoint,
+                self.source_dictionary,
+                getattr(args, "pretrained_xlmr_decoder", False),
+            )
         if self.stages is not None and getattr(model, "slp", None) is None:
             raise HltmtConfigError("--high-resource-langs and the HLT-MT stages need --arch hltmt_transformer*")
         self.model = model
@@ -117,14 +141,19 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             return
         kind = directions.kind(src, tgt)
         if kind == REFUSED:
-            raise HltmtConfigError(f"-s {src} -t {tgt}: direction {src}-{tgt} refused: "
-                                   f"{directions.why_refused(src, tgt)}; the checkpoint was {directions.describe()}")
+            raise HltmtConfigError(
+                f"-s {src} -t {tgt}: direction {src}-{tgt} refused: "
+                f"{directions.why_refused(src, tgt)}; the checkpoint was {directions.describe()}"
+            )
         if kind == ZERO_SHOT:
-            print(f"hltmt_translation: direction {src}-{tgt} is zero-shot: the checkpoint was {directions.describe()}; "
-                  "its output may not be in the target language", file=sys.stderr, flush=True)
+            print(
+                f"hltmt_translation: direction {src}-{tgt} is zero-shot: the checkpoint was {directions.describe()}; "
+                "its output may not be in the target language",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
-                        prefix_allowed_tokens_fn=None):
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
         """The parent's generator; also takes ``prefix_allowed_tokens_fn``, which fairseq's hub
         interface (``from_pretrained(...).translate()``) passes and fairseq 0.12's
         multilingual task does not accept (a constrained prefix is not supported here)."""
@@ -132,10 +161,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             raise HltmtConfigError("prefix_allowed_tokens_fn is not supported by --task hltmt_translation")
         beam, size = getattr(args, "beam", None), len(self.target_dictionary)
         if isinstance(beam, int) and beam > size:
-            raise HltmtConfigError(f"--beam {beam} is larger than the model's vocabulary ({size} symbols): a beam "
-                                   f"keeps at most one hypothesis per symbol; give at most {size}")
-        return super().build_generator(models, args, seq_gen_cls=seq_gen_cls,
-                                       extra_gen_cls_kwargs=extra_gen_cls_kwargs)
+            raise HltmtConfigError(
+                f"--beam {beam} is larger than the model's vocabulary ({size} symbols): a beam "
+                f"keeps at most one hypothesis per symbol; give at most {size}"
+            )
+        return super().build_generator(models, args, seq_gen_cls=seq_gen_cls, extra_gen_cls_kwargs=extra_gen_cls_kwargs)
 
     # ---- training ----------------------------------------------------------------------
     def begin_epoch(self, epoch, model):
@@ -155,16 +185,20 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             self.model.slp_router.num_updates = update_num + 1  # the count after this update, for stage decisions
         interval = getattr(self.args, "hlt_param_digest_interval", 0)
         if interval and (update_num + 1) % interval == 0:
-            print(f"HLT-MT parameter digest: rank {rank()} update {update_num + 1} {parameter_digest(self.model)}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"HLT-MT parameter digest: rank {rank()} update {update_num + 1} {parameter_digest(self.model)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # ---- data ------------------------------------------------------------------------
     def _is_train(self, split) -> bool:
         return self.training and split == getattr(self.args, "train_subset", "train")
 
     def has_sharded_data(self, split):
-        stage_changed = (self._is_train(split) and self.train_stage is not None
-                         and self.train_stage != self.current_stage())
+        stage_changed = (
+            self._is_train(split) and self.train_stage is not None and self.train_stage != self.current_stage()
+        )
         new_temperature = self._is_train(split) and temperature.scheduled(self.args)  # reloaded every epoch
         return stage_changed or new_temperature or super().has_sharded_data(split)
 
@@ -191,8 +225,12 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq-interactive's input (a dataset no split loaded): a line longer than the model
         takes is reported and skipped, the other lines translated (:class:`OverlongInputs`)."""
-        if (not self.training and max_positions is not None and running_fairseq("interactive")
-                and all(dataset is not d for d in self.datasets.values())):
+        if (
+            not self.training
+            and max_positions is not None
+            and running_fairseq("interactive")
+            and all(dataset is not d for d in self.datasets.values())
+        ):
             return self.overlong_inputs.filter(indices, dataset, max_positions)
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
@@ -211,15 +249,27 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def _stage_iterator(self, dataset, **kwargs):
         """The training iterator of a one-run schedule: its epochs end at the stage switch."""
         sampler = self.create_batch_sampler_func(
-            kwargs.get("max_positions"), kwargs.get("ignore_invalid_inputs", False), kwargs.get("max_tokens"),
-            kwargs.get("max_sentences"), required_batch_size_multiple=kwargs.get("required_batch_size_multiple", 1),
-            seed=kwargs.get("seed", 1))
+            kwargs.get("max_positions"),
+            kwargs.get("ignore_invalid_inputs", False),
+            kwargs.get("max_tokens"),
+            kwargs.get("max_sentences"),
+            required_batch_size_multiple=kwargs.get("required_batch_size_multiple", 1),
+            seed=kwargs.get("seed", 1),
+        )
         epoch = kwargs.get("epoch", 1)
         update_freq = self.args.update_freq
         per_update = update_freq[min(epoch, len(update_freq)) - 1] * kwargs.get("num_shards", 1)
         return StageEpochBatchIterator(
-            dataset=dataset, collate_fn=dataset.collater, batch_sampler=sampler, seed=kwargs.get("seed", 1),
-            num_shards=kwargs.get("num_shards", 1), shard_id=kwargs.get("shard_id", 0),
-            num_workers=kwargs.get("num_workers", 0), epoch=epoch,
-            switch_update=self.args.high_stage_updates, batches_per_update=per_update,
-            count_updates=self.updates_done, map_fixed=lambda: self.model.slp_router.map_is_fixed)
+            dataset=dataset,
+            collate_fn=dataset.collater,
+            batch_sampler=sampler,
+            seed=kwargs.get("seed", 1),
+            num_shards=kwargs.get("num_shards", 1),
+            shard_id=kwargs.get("shard_id", 0),
+            num_workers=kwargs.get("num_workers", 0),
+            epoch=epoch,
+            switch_update=self.args.high_stage_updates,
+            batches_per_update=per_update,
+            count_updates=self.updates_done,
+            map_fixed=lambda: self.model.slp_router.map_is_fixed,
+        )

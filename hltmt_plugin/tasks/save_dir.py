@@ -11,6 +11,7 @@
   opens is copied to ``checkpoint_last.pt``, saying which; fairseq would otherwise start from
   scratch (missing) or stop with a traceback (broken).
 """
+
 import atexit
 import glob
 import logging
@@ -56,8 +57,10 @@ def take_lock(save_dir: str) -> None:
     except (OSError, ValueError):
         holder = 0
     if holder and holder != os.getpid() and _alive(holder):
-        raise HltmtConfigError(f"--save-dir {save_dir} is in use by another training process (pid {holder}, lock "
-                               f"file {path}): give this run its own --save-dir, or stop that process")
+        raise HltmtConfigError(
+            f"--save-dir {save_dir} is in use by another training process (pid {holder}, lock "
+            f"file {path}): give this run its own --save-dir, or stop that process"
+        )
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()}\n")
     atexit.register(_release, path, os.getpid())
@@ -94,8 +97,10 @@ def restore_last(save_dir: str) -> None:
     fallback = newest_loadable(save_dir)
     if fallback is None:
         if os.path.exists(last):
-            raise HltmtConfigError(f"{last} is truncated or not a checkpoint (not a whole file) and no other checkpoint in "
-                                   f"{save_dir} opens: remove it to start from scratch")
+            raise HltmtConfigError(
+                f"{last} is truncated or not a checkpoint (not a whole file) and no other checkpoint in "
+                f"{save_dir} opens: remove it to start from scratch"
+            )
         return
     what = "is broken" if os.path.exists(last) else "is missing"
     atomic_copy_file(lambda src, dst, overwrite=True: shutil.copyfile(src, dst), fallback, last)

@@ -14,6 +14,7 @@ epochs are cut so that the epoch in which update N falls ends exactly at N
 (:class:`StageEpochBatchIterator`; the cut is part of the iterator's state, so a resume on
 either side of N switches at N too).
 """
+
 import logging
 import os
 from typing import List, Optional
@@ -66,12 +67,15 @@ class StageSchedule:
         if args.high_stage_updates < 0:
             raise HltmtConfigError(f"--high-stage-updates must be >= 0, got {args.high_stage_updates}")
         if args.high_stage_updates > 0 and args.hlt_stage == ALL:
-            raise HltmtConfigError("--hlt-stage all cannot be combined with --high-stage-updates "
-                                   "(which runs stage high first)")
+            raise HltmtConfigError(
+                "--hlt-stage all cannot be combined with --high-stage-updates (which runs stage high first)"
+            )
         if args.high_stage_updates > 0 and args.sampling_method == "RoundRobin":
-            raise HltmtConfigError("--high-stage-updates cuts the training epoch at the stage switch, which "
-                                   "--sampling-method RoundRobin does not allow: use temperature or uniform "
-                                   "sampling, or two runs (--hlt-stage high, then --hlt-stage all)")
+            raise HltmtConfigError(
+                "--high-stage-updates cuts the training epoch at the stage switch, which "
+                "--sampling-method RoundRobin does not allow: use temperature or uniform "
+                "sampling, or two runs (--hlt-stage high, then --hlt-stage all)"
+            )
         self.high = SlpConfig.from_namespace(args).high_langs
         keep = set(self.high) | set(split_list(args.pivot_langs))
         self.high_pairs = [p for p in lang_pairs if set(p.split("-")) <= keep]
@@ -79,7 +83,8 @@ class StageSchedule:
         if not self.high_pairs and self.uses_high():
             raise HltmtConfigError(
                 f"stage high has no direction to train: no pair of --lang-pairs has only high-resource "
-                f"({','.join(self.high)}) or pivot ({args.pivot_langs}) languages")
+                f"({','.join(self.high)}) or pivot ({args.pivot_langs}) languages"
+            )
         self.dropped_warned = False
 
         # fairseq's trainer restarts its update count at 0 when it loads a checkpoint with
@@ -97,10 +102,13 @@ class StageSchedule:
         self.dropped_warned = True
         logger.warning(
             f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs "
-            + ("wait for stage all (after update " + str(self.args.high_stage_updates) + ")"
-               if self.args.high_stage_updates > 0 else
-               "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
-               "checkpoint, or run both stages in one with --high-stage-updates N"))
+            + (
+                "wait for stage all (after update " + str(self.args.high_stage_updates) + ")"
+                if self.args.high_stage_updates > 0
+                else "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
+                "checkpoint, or run both stages in one with --high-stage-updates N"
+            )
+        )
 
     def updates_done(self, model) -> int:
         """fairseq's own update count (the ``num_updates`` of its progress lines).
@@ -114,9 +122,11 @@ class StageSchedule:
         if not self.count_checked:
             self.count_checked = True
             if self.count_restarts and router.num_updates:
-                logger.info(f"HLT-MT: the checkpoint was saved after {router.num_updates} updates; fairseq's update "
-                            f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
-                            f"(--high-stage-updates counts from here)")
+                logger.info(
+                    f"HLT-MT: the checkpoint was saved after {router.num_updates} updates; fairseq's update "
+                    f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
+                    f"(--high-stage-updates counts from here)"
+                )
                 router.set_num_updates(0)
         return router.num_updates
 
@@ -142,8 +152,13 @@ class StageSchedule:
     def begin_epoch(self, model, epoch: int, updates_done: int) -> None:
         """Fix the routing map at the start of stage all; refuse a model that cannot run the stage."""
         router = model.slp_router
-        check_trains_in_run(model, [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
-                            self.high, self.args, self.args.high_stage_updates)
+        check_trains_in_run(
+            model,
+            [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
+            self.high,
+            self.args,
+            self.args.high_stage_updates,
+        )
         if self.stage(updates_done) == ALL:
             if not router.map_is_fixed and 0 < self.args.high_stage_updates < updates_done:
                 raise stage_high_passed(updates_done, self.args.high_stage_updates)
@@ -152,11 +167,14 @@ class StageSchedule:
                     "stage all needs the routing map learned in stage high, and this model's gate was never "
                     "trained: start from the stage-1 checkpoint (--restore-file STAGE1/checkpoint_last.pt "
                     "--reset-optimizer --reset-dataloader --reset-meters) or run both stages in one job with "
-                    "--high-stage-updates N")
+                    "--high-stage-updates N"
+                )
             newly = not router.map_is_fixed
             mapping = model.fix_routing_map()
-            logger.info(f"HLT-MT stage all (epoch {epoch}, update {updates_done}): routing map "
-                        f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: {map_text(mapping)}")
+            logger.info(
+                f"HLT-MT stage all (epoch {epoch}, update {updates_done}): routing map "
+                f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: {map_text(mapping)}"
+            )
         else:
             switch = self.args.high_stage_updates
             if router.map_is_fixed and switch > 0:
@@ -164,12 +182,17 @@ class StageSchedule:
                     f"the checkpoint is past the stage switch (its routing map is fixed; this run goes on from update "
                     f"{updates_done}), and --high-stage-updates {switch} asks for stage high until update {switch}: "
                     f"resume with the --high-stage-updates of the run that wrote it (or any value up to "
-                    f"{updates_done}: the switch is behind)")
+                    f"{updates_done}: the switch is behind)"
+                )
             if router.map_is_fixed:
-                raise HltmtConfigError("stage high on a model whose routing map is already fixed (a stage-all "
-                                       "checkpoint): the gate can no longer learn; use --hlt-stage all")
-            logger.info(f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
-                        f"{','.join(self.high_pairs)}; the gate learns (current map: {map_text(model.routing_map())})")
+                raise HltmtConfigError(
+                    "stage high on a model whose routing map is already fixed (a stage-all "
+                    "checkpoint): the gate can no longer learn; use --hlt-stage all"
+                )
+            logger.info(
+                f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
+                f"{','.join(self.high_pairs)}; the gate learns (current map: {map_text(model.routing_map())})"
+            )
 
 
 def stage_high_passed(updates_done: int, switch: int) -> HltmtConfigError:
@@ -177,7 +200,8 @@ def stage_high_passed(updates_done: int, switch: int) -> HltmtConfigError:
     return HltmtConfigError(
         f"the checkpoint was saved at update {updates_done}, in stage high (its routing map is not fixed yet), and "
         f"--high-stage-updates {switch} would have ended stage high before that: resume with the "
-        "--high-stage-updates of the run that wrote it, or a larger one")
+        "--high-stage-updates of the run that wrote it, or a larger one"
+    )
 
 
 def restarts_update_count(args) -> Optional[str]:
@@ -186,8 +210,11 @@ def restarts_update_count(args) -> Optional[str]:
     if getattr(args, "reset_optimizer", False):
         return "--reset-optimizer"
     finetune = getattr(args, "finetune_from_model", None)
-    if finetune and getattr(args, "restore_file", "checkpoint_last.pt") == "checkpoint_last.pt" \
-            and not os.path.exists(os.path.join(getattr(args, "save_dir", ""), "checkpoint_last.pt")):
+    if (
+        finetune
+        and getattr(args, "restore_file", "checkpoint_last.pt") == "checkpoint_last.pt"
+        and not os.path.exists(os.path.join(getattr(args, "save_dir", ""), "checkpoint_last.pt"))
+    ):
         return "--finetune-from-model"
     return None
 
@@ -202,7 +229,11 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
     """
 
     def __init__(self, *args, switch_update: int, batches_per_update: int, count_updates, map_fixed, **kwargs):
-        self.switch_update, self.batches_per_update, self.count_updates = switch_update, batches_per_update, count_updates
+        self.switch_update, self.batches_per_update, self.count_updates = (
+            switch_update,
+            batches_per_update,
+            count_updates,
+        )
         self.map_fixed = map_fixed
         self.start_update = None
         super().__init__(*args, **kwargs)
@@ -216,8 +247,10 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
             left = self.switch_update - self.start_update
             if 0 < left and left * self.batches_per_update < len(batches) and not self.map_fixed():
                 batches = batches[: left * self.batches_per_update]
-                logger.info(f"HLT-MT: epoch {self.epoch} ends at update {self.switch_update} "
-                            f"(end of stage high) after {len(batches)} batches")
+                logger.info(
+                    f"HLT-MT: epoch {self.epoch} ends at update {self.switch_update} "
+                    f"(end of stage high) after {len(batches)} batches"
+                )
             self._frozen_batches = batches
         return self._frozen_batches
 

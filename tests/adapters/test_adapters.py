@@ -9,14 +9,36 @@ from torch import nn
 from fairseq import checkpoint_utils
 
 from conftest import (
-    DIRECTIONS, HIGH, LANGS, MADX, PAIRS, PLUGIN, assert_beam_equals_forward, build, cli, generate, make_sample,
-    mixed_sample, perturb, randomize_adapters, run, with_lang_ids)
+    DIRECTIONS,
+    HIGH,
+    LANGS,
+    MADX,
+    PAIRS,
+    PLUGIN,
+    assert_beam_equals_forward,
+    build,
+    cli,
+    generate,
+    make_sample,
+    mixed_sample,
+    perturb,
+    randomize_adapters,
+    run,
+    with_lang_ids,
+)
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import ROWS, SRC
 from hltmt_plugin.adapters import (
-    AdapterDecoderLayer, AdapterEncoderLayer, Bottleneck, InvertibleAdapter, bottleneck_parameters,
-    format_parameter_report, parameter_report)
+    AdapterDecoderLayer,
+    AdapterEncoderLayer,
+    Bottleneck,
+    InvertibleAdapter,
+    bottleneck_parameters,
+    format_parameter_report,
+    parameter_report,
+)
 from hltmt_plugin.modules.routing import route
+
 
 @pytest.fixture(scope="module")
 def madx(data_bin):
@@ -93,6 +115,7 @@ class Capture:
             first = inputs[0] if inputs else kwargs["query"]  # fairseq calls attention with query=...
             out = output[0] if isinstance(output, tuple) else output
             self.seen.setdefault(name, []).append((first.detach().clone(), out.detach().clone()))
+
         self.handles.append(module.register_forward_hook(hook, with_kwargs=True))
 
     def __enter__(self):
@@ -139,8 +162,9 @@ def test_houlsby_adapters_see_each_sublayer_output_before_the_residual_add(data_
         ffn_res = cap.seen["attn_ln"][0][1]
         torch.testing.assert_close(layer_out, layer.final_layer_norm(ffn_res + fc2_out + delta), rtol=0, atol=1e-5)
         attn_delta = cap.seen["attn_adapter"][0][1]
-        torch.testing.assert_close(ffn_res, layer.self_attn_layer_norm(layer_in + attn_out + attn_delta),
-                                   rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            ffn_res, layer.self_attn_layer_norm(layer_in + attn_out + attn_delta), rtol=0, atol=1e-5
+        )
 
 
 def test_pfeiffer_adapter_sees_the_normed_ffn_output_and_madx_stacks_on_the_ffn_residual(data_bin):
@@ -167,8 +191,15 @@ def test_pfeiffer_adapter_sees_the_normed_ffn_output_and_madx_stacks_on_the_ffn_
 
 
 def test_decoder_houlsby_adapters_skip_cross_attention_and_invertible_runs_on_the_first_layer_input(data_bin):
-    _, task, model = build(data_bin, "--shared-adapters", "--decoder-adapters", "--adapter-placement", "houlsby",
-                           "--invertible-adapters", "--enable-lang-ids")
+    _, task, model = build(
+        data_bin,
+        "--shared-adapters",
+        "--decoder-adapters",
+        "--adapter-placement",
+        "houlsby",
+        "--invertible-adapters",
+        "--enable-lang-ids",
+    )
     randomize_adapters(model)
     model.eval()
     layer = model.decoder.layers[0]
@@ -210,8 +241,9 @@ def test_the_target_languages_inverse_runs_between_the_slp_and_the_tied_output_p
 
 
 def test_only_the_chosen_layers_get_adapters(data_bin):
-    _, _, model = build(data_bin, "--shared-adapters", "--adapter-layers", "1", "--decoder-adapters",
-                        "--decoder-adapter-layers", "0")
+    _, _, model = build(
+        data_bin, "--shared-adapters", "--adapter-layers", "1", "--decoder-adapters", "--decoder-adapter-layers", "0"
+    )
     assert len(model.encoder.layers[0].adapters) == 0 and len(model.encoder.layers[1].adapters) == 1
     assert len(model.decoder.layers[0].adapters) == 1 and len(model.decoder.layers[1].adapters) == 0
 
@@ -244,12 +276,13 @@ def test_each_row_of_a_mixed_batch_equals_that_row_alone(madx):
         batch_out = model(**net)[0]
     pad = task.source_dictionary.pad()
     for b in range(len(DIRECTIONS)):
-        src = net["src_tokens"][b: b + 1]
+        src = net["src_tokens"][b : b + 1]
         src = src[:, src.ne(pad).any(0)]  # the row without the batch's padding
         with torch.no_grad():
-            alone = model(src, src.ne(pad).sum(1), net["prev_output_tokens"][b: b + 1],
-                          src_lang_id=net["src_lang_id"][b: b + 1])[0]
-        torch.testing.assert_close(batch_out[b: b + 1], alone, rtol=0, atol=1e-4)
+            alone = model(
+                src, src.ne(pad).sum(1), net["prev_output_tokens"][b : b + 1], src_lang_id=net["src_lang_id"][b : b + 1]
+            )[0]
+        torch.testing.assert_close(batch_out[b : b + 1], alone, rtol=0, atol=1e-4)
 
 
 def test_the_source_language_id_chooses_the_encoder_adapters_of_that_row_only(madx):
@@ -269,8 +302,12 @@ def test_language_adapters_route_through_the_routing_primitive(madx, monkeypatch
     _, task, model = madx
     calls = []
     import hltmt_plugin.adapters.modules as adapters
-    monkeypatch.setattr(adapters, "route", lambda x, plan, fns, *a, dim=0: calls.append(plan.ids.clone()) or route(
-        x, plan, fns, *a, dim=dim))
+
+    monkeypatch.setattr(
+        adapters,
+        "route",
+        lambda x, plan, fns, *a, dim=0: calls.append(plan.ids.clone()) or route(x, plan, fns, *a, dim=dim),
+    )
     sample = mixed_sample(task)
     with torch.no_grad():
         model(**sample["net_input"])
@@ -300,8 +337,9 @@ def test_gradients_reach_only_the_adapters_of_the_batchs_languages(data_bin):
 # generation
 
 
-@pytest.mark.parametrize("extra", [[], ["--encoder-normalize-before", "--decoder-normalize-before",
-                                         "--adapter-placement", "houlsby"]])
+@pytest.mark.parametrize(
+    "extra", [[], ["--encoder-normalize-before", "--decoder-normalize-before", "--adapter-placement", "houlsby"]]
+)
 def test_beam_search_scores_equal_a_full_forward_pass_with_adapters(data_bin, extra):
     _, task, model = build(data_bin, *MADX, *extra)
     randomize_adapters(model, scale=0.2)
@@ -315,6 +353,7 @@ def test_beam_search_makes_each_routing_plan_once_per_search(data_bin, monkeypat
     """Source adapters: one plan per encoder pass; target adapters and the SLP: one plan each
     for the whole search, carried with the beams (not one per layer and token)."""
     import hltmt_plugin.modules.routing as routing
+
     _, task, model = build(data_bin, *MADX)
     model.eval()
     made = []
@@ -335,8 +374,11 @@ def test_decoding_a_single_source_language_needs_no_lang_ids(data_bin):
     net = sample["net_input"]
     with torch.no_grad():
         out = model.encoder(net["src_tokens"], net["src_lengths"])
-        explicit = model.encoder(net["src_tokens"], net["src_lengths"],
-                                 src_lang_id=torch.full((2, 1), task.data_manager.lang_dict.index("de")))
+        explicit = model.encoder(
+            net["src_tokens"],
+            net["src_lengths"],
+            src_lang_id=torch.full((2, 1), task.data_manager.lang_dict.index("de")),
+        )
     assert out[ROWS][0][:, SRC].tolist() == [task.langs.index("de")] * 2
     assert torch.equal(out["encoder_out"][0], explicit["encoder_out"][0])
 
@@ -352,8 +394,12 @@ def test_parameter_report_counts_what_each_language_adds(madx):
     lang = bottleneck_parameters(d, d // 2) * layers  # pfeiffer: one per layer
     inv = 2 * bottleneck_parameters(d // 2, d // 4)
     for counts in report["per_language"].values():
-        assert counts == {"encoder language": lang, "decoder language": lang,
-                          "encoder invertible": inv, "decoder invertible": inv}
+        assert counts == {
+            "encoder language": lang,
+            "decoder language": lang,
+            "encoder invertible": inv,
+            "decoder invertible": inv,
+        }
     assert report["shared"] == 2 * layers * bottleneck_parameters(d, d // 16)
     assert report["base"] == sum(p.numel() for n, p in model.named_parameters() if "adapter" not in n)
     lines = format_parameter_report(report)
@@ -379,21 +425,41 @@ def test_a_language_without_adapters_is_an_error_naming_it(data_bin, direction):
         generate(task, model, generate_sample, beam=2)
 
 
-SMALL_BASE = ["--arch", "hltmt_transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-              "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "32",
-              "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+SMALL_BASE = [
+    "--arch",
+    "hltmt_transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--language-adapters"], "add --enable-lang-ids"),
-    (["--invertible-adapters", "--enable-lang-ids", *SMALL_BASE], "add --share-decoder-input-output-embed"),
-    (["--shared-adapters", "--adapter-layers", "0,2"], r"names layer\(s\) 2; this model has layers 0..1"),
-    (["--shared-adapters", "--adapter-langs", "en,xx"], "--adapter-langs names xx"),
-    (["--decoder-adapters"], "add --language-adapters and/or --shared-adapters"),
-    (["--shared-adapters", "--checkpoint-activations"], "drop --checkpoint-activations"),
-    (["--shared-adapters", "--shared-adapter-reduction-factor", "0"], "must be positive"),
-    (["--shared-adapters", "--adapter-placement", "foo"], "must be houlsby or pfeiffer, got foo"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--language-adapters"], "add --enable-lang-ids"),
+        (["--invertible-adapters", "--enable-lang-ids", *SMALL_BASE], "add --share-decoder-input-output-embed"),
+        (["--shared-adapters", "--adapter-layers", "0,2"], r"names layer\(s\) 2; this model has layers 0..1"),
+        (["--shared-adapters", "--adapter-langs", "en,xx"], "--adapter-langs names xx"),
+        (["--decoder-adapters"], "add --language-adapters and/or --shared-adapters"),
+        (["--shared-adapters", "--checkpoint-activations"], "drop --checkpoint-activations"),
+        (["--shared-adapters", "--shared-adapter-reduction-factor", "0"], "must be positive"),
+        (["--shared-adapters", "--adapter-placement", "foo"], "must be houlsby or pfeiffer, got foo"),
+    ],
+)
 def test_bad_adapter_options_are_refused_before_training(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
@@ -402,11 +468,45 @@ def test_bad_adapter_options_are_refused_before_training(data_bin, extra, messag
 def test_a_language_of_the_pairs_without_adapters_is_refused_before_the_first_update(data_bin, tmp_path):
     """Stage high trains en-de,en-fr,de-en; gu (a source of stage all) has no adapter: refused
     at the start, not after stage high (issue 14)."""
-    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok",
-                "tgt", "--high-resource-langs", HIGH, "--slp-pool-size", "2", "--cpu", "--language-adapters",
-                "--enable-lang-ids", "--adapter-langs", "en,de,fr", "--high-stage-updates", "3", "--max-update", "6",
-                "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--save-dir", str(tmp_path / "s")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "--high-resource-langs",
+            HIGH,
+            "--slp-pool-size",
+            "2",
+            "--cpu",
+            "--language-adapters",
+            "--enable-lang-ids",
+            "--adapter-langs",
+            "en,de,fr",
+            "--high-stage-updates",
+            "3",
+            "--max-update",
+            "6",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "1000",
+            "--save-dir",
+            str(tmp_path / "s"),
+        ]
+    )
     assert done.returncode != 0
     assert "hltmt_plugin: error: --adapter-langs (en,de,fr) leaves out gu" in done.stderr, done.stderr[-1500:]
     assert "num_updates" not in done.stdout + done.stderr

@@ -4,6 +4,7 @@ adapters and token row, export / import of a language's adapters (in Python and 
 hltmt-adapters, which trusts nothing in the file and never leaves a partial checkpoint), and the
 errors a user gets. The hltmt-adapters checks are here, not in tests/cli/, so that the two
 trained models (``base``, ``with_hi``) are built once."""
+
 import os
 import re
 import subprocess
@@ -28,8 +29,9 @@ def base(data_bin, tmp_path_factory):
     """A MAD-X model (language + shared + invertible adapters, encoder and decoder) trained
     in full on the directions without hi; hi is in --langs (its token exists) but has no adapters."""
     save = tmp_path_factory.mktemp("madx_base")
-    done = train(data_bin, save, "--lang-pairs", BASE_PAIRS, *MADX, "--adapter-langs", "en,de,fr,gu",
-                 "--max-update", "12")
+    done = train(
+        data_bin, save, "--lang-pairs", BASE_PAIRS, *MADX, "--adapter-langs", "en,de,fr,gu", "--max-update", "12"
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
 
@@ -38,10 +40,27 @@ def base(data_bin, tmp_path_factory):
 def with_hi(data_bin, base, tmp_path_factory):
     """hi added to the trained base: only hi's adapters and its token row train."""
     save = tmp_path_factory.mktemp("madx_hi")
-    done = train(data_bin, save, "--lang-pairs", "en-hi,hi-en", *MADX, "--adapter-langs", "en,de,fr,gu,hi",
-                 "--train-only", "adapters:hi,lang-token-rows:hi", "--hlt-stage", "all",
-                 "--restore-file", base[0], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-                 "--reset-lr-scheduler", "--max-update", "6")
+    done = train(
+        data_bin,
+        save,
+        "--lang-pairs",
+        "en-hi,hi-en",
+        *MADX,
+        "--adapter-langs",
+        "en,de,fr,gu,hi",
+        "--train-only",
+        "adapters:hi,lang-token-rows:hi",
+        "--hlt-stage",
+        "all",
+        "--restore-file",
+        base[0],
+        "--reset-optimizer",
+        "--reset-dataloader",
+        "--reset-meters",
+        "--reset-lr-scheduler",
+        "--max-update",
+        "6",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return str(save / "checkpoint_last.pt"), done.stdout + done.stderr
 
@@ -133,14 +152,12 @@ def test_other_directions_give_identical_outputs_after_adding_a_language(task, b
 
 def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, base, with_hi, tmp_path):
     path = tmp_path / "hi.adapters.pt"
-    done = run([cli("hltmt-adapters"), "export", "--path", with_hi[0],
-                "--lang", "hi", "--out", str(path)])
+    done = run([cli("hltmt-adapters"), "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "exported hi: 32 adapter tensors" in done.stdout
     assert os.path.getsize(path) < os.path.getsize(with_hi[0]) / 10  # a small file
     merged = tmp_path / "base_plus_hi.pt"
-    done = run([cli("hltmt-adapters"), "import", "--path", base[0],
-                "--adapters", str(path), "--out", str(merged)])
+    done = run([cli("hltmt-adapters"), "import", "--path", base[0], "--adapters", str(path), "--out", str(merged)])
     assert done.returncode == 0, done.stderr[-3000:]
     _, trained_hi = load(with_hi[0])
     _, imported = load(str(merged))
@@ -180,18 +197,54 @@ def test_an_adapter_file_for_a_model_without_adapters_fails_with_one_line(traine
     path = tmp_path / "hi.pt"
     _, model = load(with_hi[0])
     export_language(model, "hi", str(path))
-    done = run([cli("hltmt-adapters"), "import", "--path", trained[0],
-                "--adapters", str(path), "--out", str(tmp_path / "out.pt")])
+    done = run(
+        [
+            cli("hltmt-adapters"),
+            "import",
+            "--path",
+            trained[0],
+            "--adapters",
+            str(path),
+            "--out",
+            str(tmp_path / "out.pt"),
+        ]
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "hltmt_plugin: error: this model has no adapters" in done.stderr
     assert not (tmp_path / "out.pt").exists()
 
 
 def generate_args(data_bin, ckpt, src, tgt, *extra):
-    return [cli("fairseq-generate"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", LANGS,
-            "--lang-pairs", "en-de,en-fr,en-gu,en-hi,de-en,gu-en", "--encoder-langtok", "tgt", "-s", src, "-t", tgt,
-            "--path", ckpt, "--cpu", "--gen-subset", "test", "--beam", "2", "--max-len-b", "6", "--max-tokens", "3000",
-            *extra]
+    return [
+        cli("fairseq-generate"),
+        data_bin,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--langs",
+        LANGS,
+        "--lang-pairs",
+        "en-de,en-fr,en-gu,en-hi,de-en,gu-en",
+        "--encoder-langtok",
+        "tgt",
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--path",
+        ckpt,
+        "--cpu",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--max-len-b",
+        "6",
+        "--max-tokens",
+        "3000",
+        *extra,
+    ]
 
 
 def test_generation_with_the_new_language_and_a_language_without_adapters(data_bin, base, with_hi):
@@ -202,11 +255,17 @@ def test_generation_with_the_new_language_and_a_language_without_adapters(data_b
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "hltmt_plugin: error: -s en -t hi: direction en-hi refused: the model never produced hi" in done.stderr
     # told that it was trained into hi, the model still meets no adapter for hi in its decoder
-    done = run(generate_args(data_bin, base[0], "en", "hi", "--enable-lang-ids", "--model-overrides",
-                             "{'lang_pairs': 'en-de,en-hi'}"))
+    done = run(
+        generate_args(
+            data_bin, base[0], "en", "hi", "--enable-lang-ids", "--model-overrides", "{'lang_pairs': 'en-de,en-hi'}"
+        )
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert re.search(r"hltmt_plugin: error: a sentence with target language 'hi' reached the decoder, which has no "
-                     r"\w+ adapter for 'hi'", done.stderr)
+    assert re.search(
+        r"hltmt_plugin: error: a sentence with target language 'hi' reached the decoder, which has no "
+        r"\w+ adapter for 'hi'",
+        done.stderr,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -220,8 +279,13 @@ def hi_file(with_hi, tmp_path_factory):
     path = tmp_path_factory.mktemp("hi_file") / "hi.adapters.pt"
     # without the suite's PYTHONWARNINGS=ignore: the script itself keeps fairseq's noise out
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
-    done = subprocess.run([ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"))
+    done = subprocess.run(
+        [ADAPTERS, "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(env, OMP_NUM_THREADS="1"),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr and "tensorboardX" not in done.stderr, done.stderr[-3000:]
     return path
@@ -241,23 +305,38 @@ def _set(blob, value):
 
 
 TAMPERED = {
-    "another language's tensors": (lambda b: _rename(b, "hi", "fr"), "is for hi but holds decoder.invertible_adapters."
-                                                                      "adapters.fr.f.down.bias and 31 more, not one of hi's"),
-    "a base weight (the gate)": (lambda b: b["tensors"].__setitem__("decoder.slp.gate.weight", torch.zeros(2, 128)),
-                                 "is for hi but holds decoder.slp.gate.weight, not one of hi's adapter tensors"),
+    "another language's tensors": (
+        lambda b: _rename(b, "hi", "fr"),
+        "is for hi but holds decoder.invertible_adapters.adapters.fr.f.down.bias and 31 more, not one of hi's",
+    ),
+    "a base weight (the gate)": (
+        lambda b: b["tensors"].__setitem__("decoder.slp.gate.weight", torch.zeros(2, 128)),
+        "is for hi but holds decoder.slp.gate.weight, not one of hi's adapter tensors",
+    ),
     "NaN": (lambda b: _set(b, float("nan")), "holds NaN or infinite values"),
-    "1e30": (lambda b: _set(b, 1e30), "holds values up to 1e+30 in absolute value (more than 10000: not a trained adapter)"),
-    "int64": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].long()),
-              "is int64, this model's is float32"),
-    "float16": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].half()),
-                "is float16, this model's is float32"),
+    "1e30": (
+        lambda b: _set(b, 1e30),
+        "holds values up to 1e+30 in absolute value (more than 10000: not a trained adapter)",
+    ),
+    "int64": (
+        lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].long()),
+        "is int64, this model's is float32",
+    ),
+    "float16": (
+        lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].half()),
+        "is float16, this model's is float32",
+    ),
     "no sizes": (lambda b: b.pop("sizes"), "has no 'sizes' entry"),
     "a tensor missing": (lambda b: b["tensors"].pop(_first(b)), "lacks 1 of the 32 adapter tensors of hi"),
     "another shape": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)][:-1]), "has shape"),
-    "a token row of inf": (lambda b: next(iter(b["token_rows"].values()))["row"].fill_(float("inf")),
-                           "the __hi__ row of encoder.embed_tokens.weight holds NaN or infinite values"),
+    "a token row of inf": (
+        lambda b: next(iter(b["token_rows"].values()))["row"].fill_(float("inf")),
+        "the __hi__ row of encoder.embed_tokens.weight holds NaN or infinite values",
+    ),
     "a token row of another vocabulary": (
-        lambda b: next(iter(b["token_rows"].values())).__setitem__("index", 7), "is row 7 there"),
+        lambda b: next(iter(b["token_rows"].values())).__setitem__("index", 7),
+        "is row 7 there",
+    ),
 }
 
 
@@ -273,8 +352,9 @@ def test_import_refuses_a_tampered_adapter_file_with_one_line(base, hi_file, tmp
     assert done.returncode != 0, done.stdout[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and errors[0].startswith("hltmt_plugin: error: adapter file ") and message in errors[0], \
+    assert len(errors) == 1 and errors[0].startswith("hltmt_plugin: error: adapter file ") and message in errors[0], (
         done.stderr[-3000:]
+    )
     assert not out.exists()
 
 

@@ -2,6 +2,7 @@
 and invertible adapters trained by masked language modelling on Gujarati text of DebMT-10,
 everything else frozen, exported, imported into a MAD-X translation model trained with
 adapters for en, de and fr only, and gu -> en decoded from it (zero-shot transfer)."""
+
 import os
 import re
 import sys
@@ -10,8 +11,7 @@ import pytest
 import torch
 
 from conftest import LANGS, PLUGIN, ROOT, build, cli, run
-from hltmt_plugin.adapters.mlm import (EncoderMLM, encoder_language_parameters, mask_index, mlm_criterion,
-                                       mlm_dataset)
+from hltmt_plugin.adapters.mlm import EncoderMLM, encoder_language_parameters, mask_index, mlm_criterion, mlm_dataset
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.adapters.files import add_language, export_language, read_language_file
@@ -47,13 +47,55 @@ def base(data_bin, tmp_path_factory):
     """A MAD-X translation model trained by fairseq-train with adapters for en, de, fr only;
     gu is in --langs (its token exists) but has no adapters and no parallel data here."""
     save = tmp_path_factory.mktemp("mlm_base")
-    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--encoder-langtok", "tgt",
-                "--high-resource-langs", "de,fr", "--slp-pool-size", "2", "--cpu", "--lang-pairs", "en-de,en-fr,de-en",
-                *MADX, "--adapter-langs", "en,de,fr", "--criterion", "label_smoothed_cross_entropy",
-                "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
-                "--warmup-updates", "4", "--max-tokens", "1500", "--max-update", "12", "--save-dir", str(save),
-                "--no-epoch-checkpoints", "--seed", "3", "--num-workers", "0"])
+    done = run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--encoder-langtok",
+            "tgt",
+            "--high-resource-langs",
+            "de,fr",
+            "--slp-pool-size",
+            "2",
+            "--cpu",
+            "--lang-pairs",
+            "en-de,en-fr,de-en",
+            *MADX,
+            "--adapter-langs",
+            "en,de,fr",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "2e-3",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "4",
+            "--max-tokens",
+            "1500",
+            "--max-update",
+            "12",
+            "--save-dir",
+            str(save),
+            "--no-epoch-checkpoints",
+            "--seed",
+            "3",
+            "--num-workers",
+            "0",
+        ]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return str(save / "checkpoint_last.pt")
 
@@ -111,8 +153,12 @@ def test_the_loss_is_fairseqs_masked_lm_loss_over_the_tied_embedding(base):
     target[:, 3] = src[:, 3]
     src[:, 3] = mask_index(d)
     lang_id = torch.full((3, 1), encoder.languages.lang_id("en"))
-    sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((3,), 9), "src_lang_id": lang_id},
-              "target": target, "ntokens": 27, "nsentences": 3}
+    sample = {
+        "net_input": {"src_tokens": src, "src_lengths": torch.full((3,), 9), "src_lang_id": lang_id},
+        "target": target,
+        "ntokens": 27,
+        "nsentences": 3,
+    }
     with torch.no_grad():
         loss, n, _ = mlm_criterion(encoder)(EncoderMLM(encoder), sample)
         out = encoder(src, sample["net_input"]["src_lengths"], src_lang_id=lang_id)
@@ -128,8 +174,10 @@ def test_the_loss_is_fairseqs_masked_lm_loss_over_the_tied_embedding(base):
 def test_mlm_trains_only_the_languages_encoder_adapters(mlm):
     before, model, _, _, _ = mlm
     trained = set(encoder_language_parameters(model, "gu"))
-    assert trained and all(adapter_language(n) == "gu" and adapter_kind(n) in ("language", "invertible")
-                           and n.startswith("encoder.") for n in trained)
+    assert trained and all(
+        adapter_language(n) == "gu" and adapter_kind(n) in ("language", "invertible") and n.startswith("encoder.")
+        for n in trained
+    )
     assert any(".invertible_adapters." in n for n in trained) and any(".language_adapters." in n for n in trained)
     for name, p in model.named_parameters():
         if name in trained:
@@ -152,18 +200,44 @@ def test_the_file_imports_and_gu_translates_zero_shot(mlm, base, data_bin, tmp_p
     blob = read_language_file(path)
     assert blob["lang"] == "gu"
     out = str(tmp_path / "base_plus_gu.pt")
-    done = run([cli("hltmt-adapters"), "import", "--path", base,
-                "--adapters", path, "--out", out])
+    done = run([cli("hltmt-adapters"), "import", "--path", base, "--adapters", path, "--out", out])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "adapter languages en,de,fr,gu" in done.stdout
     imported = tla.load_model(out)
     mine = dict(model.named_parameters())
     for name, p in imported.named_parameters():  # the trained gu adapters, on the untouched base
         assert torch.equal(p, mine[name]), name
-    done = run([cli("fairseq-generate"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--langs", LANGS, "--lang-pairs", "en-de,en-fr,de-en,gu-en", "--encoder-langtok", "tgt",
-                "-s", "gu", "-t", "en", "--path", out, "--cpu", "--gen-subset", "test", "--beam", "2",
-                "--max-len-b", "6", "--max-tokens", "3000"])
+    done = run(
+        [
+            cli("fairseq-generate"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            "en-de,en-fr,de-en,gu-en",
+            "--encoder-langtok",
+            "tgt",
+            "-s",
+            "gu",
+            "-t",
+            "en",
+            "--path",
+            out,
+            "--cpu",
+            "--gen-subset",
+            "test",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "6",
+            "--max-tokens",
+            "3000",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(re.findall(r"^H-\d+\t", done.stdout, re.M)) == 37
 
@@ -179,22 +253,47 @@ def test_without_the_import_gu_has_no_adapters(base, gu_text, spm_model):
 
 def test_the_script_end_to_end_in_process(base, gu_text, spm_model, tmp_path, capsys):
     out = tmp_path / "gu.pt"
-    assert tla.main(["--path", base, "--lang", "gu", "--text", gu_text, "--spm", spm_model, "--out", str(out),
-                     "--steps", "4", "--batch-size", "8", "--log-interval", "2", "--cpu"]) == 0
+    assert (
+        tla.main(
+            [
+                "--path",
+                base,
+                "--lang",
+                "gu",
+                "--text",
+                gu_text,
+                "--spm",
+                spm_model,
+                "--out",
+                str(out),
+                "--steps",
+                "4",
+                "--batch-size",
+                "8",
+                "--log-interval",
+                "2",
+                "--cpu",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "step 4/4 | epoch 1 | mlm_loss" in printed and "mlm_loss (base 2, per masked token): first 2" in printed
     assert read_language_file(str(out))["lang"] == "gu"
 
 
-@pytest.mark.parametrize("case, message", [
-    ("no-text", "error: text file {tmp}/missing.gu does not exist"),
-    ("empty-text", "error: text file {tmp}/empty.gu holds no text"),
-    ("not-spm", "is not a sentencepiece model"),
-    ("other-spm", "are unknown to the model's dictionary"),
-    ("unknown-lang", "error: 'xx' is not in this model's language list (en,de,fr,gu,hi)"),
-    ("no-checkpoint", "error: checkpoint {tmp}/none.pt does not exist"),
-    ("mask-prob", "error: --mask-prob 1.5 is not a share of the tokens"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no-text", "error: text file {tmp}/missing.gu does not exist"),
+        ("empty-text", "error: text file {tmp}/empty.gu holds no text"),
+        ("not-spm", "is not a sentencepiece model"),
+        ("other-spm", "are unknown to the model's dictionary"),
+        ("unknown-lang", "error: 'xx' is not in this model's language list (en,de,fr,gu,hi)"),
+        ("no-checkpoint", "error: checkpoint {tmp}/none.pt does not exist"),
+        ("mask-prob", "error: --mask-prob 1.5 is not a share of the tokens"),
+    ],
+)
 def test_bad_input_is_one_line(case, message, base, gu_text, spm_model, tmp_path, capsys):
     args = {"--path": base, "--lang": "gu", "--text": gu_text, "--spm": spm_model, "--out": str(tmp_path / "o.pt")}
     if case == "no-text":
@@ -207,9 +306,13 @@ def test_bad_input_is_one_line(case, message, base, gu_text, spm_model, tmp_path
     elif case == "other-spm":
         import sentencepiece as spm
 
-        spm.SentencePieceTrainer.train(input=os.path.join(ROOT, "data", "debmt10", "train.en-de.de"),
-                                       model_prefix=str(tmp_path / "other"), vocab_size=1000, input_sentence_size=3000,
-                                       minloglevel=2)  # 43% of the gu pieces are <unk> to the model
+        spm.SentencePieceTrainer.train(
+            input=os.path.join(ROOT, "data", "debmt10", "train.en-de.de"),
+            model_prefix=str(tmp_path / "other"),
+            vocab_size=1000,
+            input_sentence_size=3000,
+            minloglevel=2,
+        )  # 43% of the gu pieces are <unk> to the model
         args["--spm"] = str(tmp_path / "other.model")
         args["--text"] = gu_text
     elif case == "unknown-lang":
@@ -226,8 +329,21 @@ def test_bad_input_is_one_line(case, message, base, gu_text, spm_model, tmp_path
 
 
 def test_bad_input_from_the_command_line(base, spm_model, tmp_path):
-    done = run([SCRIPT, "--path", base, "--lang", "gu", "--text", str(tmp_path / "none.gu"),
-                "--spm", spm_model, "--out", str(tmp_path / "o.pt")])
+    done = run(
+        [
+            SCRIPT,
+            "--path",
+            base,
+            "--lang",
+            "gu",
+            "--text",
+            str(tmp_path / "none.gu"),
+            "--spm",
+            spm_model,
+            "--out",
+            str(tmp_path / "o.pt"),
+        ]
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == f"error: text file {tmp_path}/none.gu does not exist"
 

@@ -3,6 +3,7 @@ checkpoints whose map or gate differ, of other options, or holding code, and opt
 work, refused in one line; and a map averaged across the stage switch by another tool refused
 when the checkpoint is loaded. The checks share one training run (``two_stages``) on both sides
 of its stage switch."""
+
 import os
 import re
 
@@ -14,9 +15,29 @@ from conftest import cli, run, train_args
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 
-AVERAGE_RUN = ["--criterion", "hltmt_cross_entropy", "--optimizer", "adam", "--lr", "2e-3", "--max-tokens", "1000",
-               "--num-workers", "0", "--seed", "5", "--no-epoch-checkpoints", "--high-stage-updates", "5",
-               "--max-update", "8", "--save-interval-updates", "2", "--keep-interval-updates", "-1"]
+AVERAGE_RUN = [
+    "--criterion",
+    "hltmt_cross_entropy",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "2e-3",
+    "--max-tokens",
+    "1000",
+    "--num-workers",
+    "0",
+    "--seed",
+    "5",
+    "--no-epoch-checkpoints",
+    "--high-stage-updates",
+    "5",
+    "--max-update",
+    "8",
+    "--save-interval-updates",
+    "2",
+    "--keep-interval-updates",
+    "-1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +70,10 @@ def test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map(d
     out = tmp_path / "averaged.pt"
     done = average_cmd("--inputs", two_stages, "--num-update-checkpoints", "2", "--output", out)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert f"averaged 2 checkpoint(s) into {out}: {two_stages}/checkpoint_2_8.pt, {two_stages}/checkpoint_2_6.pt" \
+    assert (
+        f"averaged 2 checkpoint(s) into {out}: {two_stages}/checkpoint_2_8.pt, {two_stages}/checkpoint_2_6.pt"
         in done.stdout
+    )
     a, b, avg = weights(two_stages / "checkpoint_2_8.pt"), weights(two_stages / "checkpoint_2_6.pt"), weights(out)
     for key in ("decoder.slp.universal.fc1.weight", "encoder.embed_tokens.weight"):
         torch.testing.assert_close(avg[key], ((a[key].double() + b[key].double()) / 2).float(), rtol=0, atol=1e-7)
@@ -59,50 +82,87 @@ def test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map(d
     decoded = run([cli("fairseq-generate"), data_bin, *DECODE, "--path", str(out), "--gen-subset", "test"])
     assert decoded.returncode == 0, decoded.stderr[-3000:]
     printed = re.search(r"HLT-MT routing map \(fixed, from the checkpoint\): (de->m\d, fr->m\d)", decoded.stderr)
-    last = run([cli("fairseq-generate"), data_bin, *DECODE, "--path", str(two_stages / "checkpoint_2_8.pt"),
-                "--gen-subset", "test"])
+    last = run(
+        [
+            cli("fairseq-generate"),
+            data_bin,
+            *DECODE,
+            "--path",
+            str(two_stages / "checkpoint_2_8.pt"),
+            "--gen-subset",
+            "test",
+        ]
+    )
     assert printed and printed.group(1) in last.stderr, decoded.stderr[-2000:]
 
 
-@pytest.mark.parametrize("pair, why", [
-    (("checkpoint_1_4.pt", "checkpoint_2_6.pt"), r"their routing maps \(decoder\.slp\.fixed_map_onehot\) differ "
-                                                 r"\(.*\): checkpoints from both sides of the stage switch"),
-    (("checkpoint_1_2.pt", "checkpoint_1_4.pt"), r"the gate trained for \d+ and \d+ steps \(decoder\.slp\.gate_steps\): "
-                                                 r"checkpoints of stage high"),
-])
+@pytest.mark.parametrize(
+    "pair, why",
+    [
+        (
+            ("checkpoint_1_4.pt", "checkpoint_2_6.pt"),
+            r"their routing maps \(decoder\.slp\.fixed_map_onehot\) differ "
+            r"\(.*\): checkpoints from both sides of the stage switch",
+        ),
+        (
+            ("checkpoint_1_2.pt", "checkpoint_1_4.pt"),
+            r"the gate trained for \d+ and \d+ steps \(decoder\.slp\.gate_steps\): "
+            r"checkpoints of stage high",
+        ),
+    ],
+)
 def test_averaging_checkpoints_whose_map_or_gate_differ_is_refused(two_stages, tmp_path, pair, why):
     out = tmp_path / "averaged.pt"
     first, second = (two_stages / name for name in pair)
     line = one_error(average_cmd("--inputs", first, second, "--output", out))
-    assert re.fullmatch(rf"hltmt_plugin: error: cannot average {re.escape(str(first))} and {re.escape(str(second))}: "
-                        rf"{why}.*", line), line
+    assert re.fullmatch(
+        rf"hltmt_plugin: error: cannot average {re.escape(str(first))} and {re.escape(str(second))}: "
+        rf"{why}.*",
+        line,
+    ), line
     assert not out.exists() and os.listdir(tmp_path) == []
 
 
 def test_a_map_averaged_across_the_stage_switch_by_other_tools_is_refused_on_load(data_bin, two_stages, tmp_path):
     """What fairseq's scripts/average_checkpoints.py computes (the sum, then ``//`` for integer
     tensors and ``/`` for the others): once [-1, -1] and [1, 1] made the map [0, 0]."""
-    states = [torch.load(two_stages / name, map_location="cpu", weights_only=True)
-              for name in ("checkpoint_1_4.pt", "checkpoint_2_6.pt")]
+    states = [
+        torch.load(two_stages / name, map_location="cpu", weights_only=True)
+        for name in ("checkpoint_1_4.pt", "checkpoint_2_6.pt")
+    ]
     model = {k: sum(s["model"][k] for s in states) for k in states[0]["model"]}
     states[0]["model"] = {k: v / 2 if v.is_floating_point() else v // 2 for k, v in model.items()}
     path = tmp_path / "fairseq_average.pt"
     torch.save(states[0], path)
     line = one_error(run([cli("fairseq-generate"), data_bin, *DECODE, "--path", str(path), "--gen-subset", "test"]))
-    assert re.fullmatch(r"hltmt_plugin: error: the checkpoint's routing map \(decoder\.slp\.fixed_map_onehot\) is no map "
-                        r"a training stage wrote: the row of (de|fr) is \[\d, \d, \d\], not a single 1 .*were "
-                        r"checkpoints with different maps averaged \(e\.g\. from both sides of the stage switch\)\?.*",
-                        line), line
+    assert re.fullmatch(
+        r"hltmt_plugin: error: the checkpoint's routing map \(decoder\.slp\.fixed_map_onehot\) is no map "
+        r"a training stage wrote: the row of (de|fr) is \[\d, \d, \d\], not a single 1 .*were "
+        r"checkpoints with different maps averaged \(e\.g\. from both sides of the stage switch\)\?.*",
+        line,
+    ), line
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--num-update-checkpoints", "9"], r"holds 4 checkpoint\(s\) named checkpoint_\\d\+_\(\\d\+\)\\.pt, fewer than the 9 "
-                                        r"asked for"),
-    (["--num-update-checkpoints", "2", "--checkpoint-upper-bound", "1"], r"holds 0 checkpoint\(s\) .* up to 1, fewer"),
-    (["--num-epoch-checkpoints", "0"], r"--num-epoch-checkpoints must be at least 1, got 0"),
-    (["--checkpoint-upper-bound", "4"], r"--checkpoint-upper-bound needs --num-epoch-checkpoints or "
-                                        r"--num-update-checkpoints"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--num-update-checkpoints", "9"],
+            r"holds 4 checkpoint\(s\) named checkpoint_\\d\+_\(\\d\+\)\\.pt, fewer than the 9 "
+            r"asked for",
+        ),
+        (
+            ["--num-update-checkpoints", "2", "--checkpoint-upper-bound", "1"],
+            r"holds 0 checkpoint\(s\) .* up to 1, fewer",
+        ),
+        (["--num-epoch-checkpoints", "0"], r"--num-epoch-checkpoints must be at least 1, got 0"),
+        (
+            ["--checkpoint-upper-bound", "4"],
+            r"--checkpoint-upper-bound needs --num-epoch-checkpoints or "
+            r"--num-update-checkpoints",
+        ),
+    ],
+)
 def test_averaging_options_that_cannot_work_are_one_line(two_stages, tmp_path, args, message):
     line = one_error(average_cmd("--inputs", two_stages, *args, "--output", tmp_path / "a.pt"))
     assert re.search(message, line), line
@@ -124,9 +184,11 @@ def test_averaging_checkpoints_trained_with_other_options_is_refused(two_stages,
     other = tmp_path / "other.pt"
     torch.save(state, other)
     line = one_error(average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", other, "--output", tmp_path / "a.pt"))
-    assert line == (f"hltmt_plugin: error: cannot average {two_stages / 'checkpoint_2_8.pt'} and {other}: they were "
-                    "trained on other data or options (--high-resource-langs: first de,fr, second fr,de), so the same "
-                    "weight means something else in each"), line
+    assert line == (
+        f"hltmt_plugin: error: cannot average {two_stages / 'checkpoint_2_8.pt'} and {other}: they were "
+        "trained on other data or options (--high-resource-langs: first de,fr, second fr,de), so the same "
+        "weight means something else in each"
+    ), line
     assert sorted(os.listdir(tmp_path)) == ["other.pt"]
 
 
@@ -136,8 +198,10 @@ def test_a_checkpoint_whose_stored_options_were_edited_is_refused(two_stages, tm
     other = tmp_path / "other.pt"
     torch.save(state, other)
     line = one_error(average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", other, "--output", tmp_path / "a.pt"))
-    assert f"checkpoint {other}: the checkpoint's stored options were changed after it was written " \
-           "(--decoder-ffn-embed-dim: written 256, now 257)" in line, line
+    assert (
+        f"checkpoint {other}: the checkpoint's stored options were changed after it was written "
+        "(--decoder-ffn-embed-dim: written 256, now 257)" in line
+    ), line
     assert sorted(os.listdir(tmp_path)) == ["other.pt"]
 
 

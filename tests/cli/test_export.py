@@ -2,6 +2,7 @@
 (``--checkpoint FOLDER``, or ``--engine ctranslate2`` with the checkpoint) gives the
 checkpoint's output lines; bad uses end in one line; without CTranslate2 both commands say
 how to install it."""
+
 import json
 import os
 import random
@@ -23,8 +24,21 @@ def lines_of(n=4):
 
 
 def translate(checkpoint, *extra, input=None):
-    return run([TRANSLATE, "--checkpoint", checkpoint, "--beam", str(BEAM), "--max-len", str(MAX_LEN),
-                "--device", "cpu", *extra], input=input)
+    return run(
+        [
+            TRANSLATE,
+            "--checkpoint",
+            checkpoint,
+            "--beam",
+            str(BEAM),
+            "--max-len",
+            str(MAX_LEN),
+            "--device",
+            "cpu",
+            *extra,
+        ],
+        input=input,
+    )
 
 
 def one_error_line(done, prog):
@@ -53,19 +67,22 @@ def test_the_export_serves_the_checkpoints_lines_json_and_output_file(hltmt, exp
     assert found.returncode == 1 and found.stdout == ""
     mine = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     theirs = [json.loads(line) for line in expected.stdout.splitlines()]
-    assert [(r["translation"], r["routing"], r.get("error")) for r in mine] == \
-        [(r["translation"], r["routing"], r.get("error")) for r in theirs]
+    assert [(r["translation"], r["routing"], r.get("error")) for r in mine] == [
+        (r["translation"], r["routing"], r.get("error")) for r in theirs
+    ]
     assert "line 13: unknown language 'xx'" in found.stderr
     on_the_fly = translate(hltmt, "--engine", "ctranslate2", input=text)
     assert on_the_fly.stdout.splitlines() == [r["translation"] or "" for r in theirs]
 
 
 def test_bad_uses_end_in_one_line(hltmt, exported, tmp_path):
-    assert "--engine fairseq" in one_error_line(translate(exported, "--engine", "fairseq", input="en\tde\tx\n"),
-                                                "hltmt-translate")
+    assert "--engine fairseq" in one_error_line(
+        translate(exported, "--engine", "fairseq", input="en\tde\tx\n"), "hltmt-translate"
+    )
     assert "exists" in one_error_line(run([EXPORT, "--checkpoint", hltmt, "--out", exported]), "hltmt-export")
     assert "holds --checkpoint" in one_error_line(
-        run([EXPORT, "--checkpoint", hltmt, "--out", os.path.dirname(hltmt), "--force"]), "hltmt-export")
+        run([EXPORT, "--checkpoint", hltmt, "--out", os.path.dirname(hltmt), "--force"]), "hltmt-export"
+    )
     copy = tmp_path / "copy"
     copy.mkdir()
     for name in os.listdir(exported):
@@ -79,12 +96,14 @@ def test_without_ctranslate2_both_commands_say_how_to_install_it(hltmt, tmp_path
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('not installed here')\n")
     env = {"PYTHONPATH": str(blocker.parent)}
-    line = one_error_line(run([EXPORT, "--checkpoint", hltmt, "--out", str(tmp_path / "x")], env_extra=env),
-                          "hltmt-export")
-    assert "CTranslate2 is not installed" in line and '.[ctranslate2]' in line
+    line = one_error_line(
+        run([EXPORT, "--checkpoint", hltmt, "--out", str(tmp_path / "x")], env_extra=env), "hltmt-export"
+    )
+    assert "CTranslate2 is not installed" in line and ".[ctranslate2]" in line
     assert not (tmp_path / "x").exists()
     folder = tmp_path / "fake"
     make_folder(folder)
-    line = one_error_line(run([TRANSLATE, "--checkpoint", str(folder)], env_extra=env, input="en\tde\tx\n"),
-                          "hltmt-translate")
+    line = one_error_line(
+        run([TRANSLATE, "--checkpoint", str(folder)], env_extra=env, input="en\tde\tx\n"), "hltmt-translate"
+    )
     assert "exported model and CTranslate2 is not installed" in line

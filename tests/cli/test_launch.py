@@ -1,5 +1,6 @@
 """hltmt-launch: its help, the fairseq-train arguments after ``--``, and fairseq's start-up
 noise kept out of the ranks' output (the two-rank runs are in tests/tasks/test_distributed.py)."""
+
 import os
 import subprocess
 
@@ -18,9 +19,19 @@ def test_launch_help_is_help_and_a_missing_separator_is_one_line():
 def test_launch_keeps_fairseqs_start_up_noise_out_of_its_output(data_bin, tmp_path):
     launch = cli("hltmt-launch")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # not the suite's PYTHONWARNINGS=ignore
-    done = subprocess.run([launch, "--nproc", "1", "--", *train_args(
-        data_bin, *ONE_UPDATE, "--save-dir", str(tmp_path / "s"), "--criterion", "hltmt_cross_entropy")],
-        capture_output=True, text=True, cwd=ROOT, env=dict(env, OMP_NUM_THREADS="1"))
+    done = subprocess.run(
+        [
+            launch,
+            "--nproc",
+            "1",
+            "--",
+            *train_args(data_bin, *ONE_UPDATE, "--save-dir", str(tmp_path / "s"), "--criterion", "hltmt_cross_entropy"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(env, OMP_NUM_THREADS="1"),
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "done training" in done.stdout
     for noise in ("UserWarning", "FutureWarning", "tensorboardX"):
@@ -34,10 +45,13 @@ def test_launch_builds_each_ranks_command_and_refuses_the_options_it_sets():
     train = device_defaults(["data", "--save-dir", "s"], gpu=False)
     assert train == ["data", "--save-dir", "s", "--ddp-backend", "legacy_ddp", "--cpu"]
     cmd = rank_command(args, train, "tcp://127.0.0.1:1234", 4, 1)
-    assert os.path.basename(cmd[0]) == "fairseq-train" and cmd[1:len(train) + 1] == train
+    assert os.path.basename(cmd[0]) == "fairseq-train" and cmd[1 : len(train) + 1] == train
     opts = dict(zip(cmd, cmd[1:]))
-    assert (opts["--distributed-rank"], opts["--distributed-world-size"], opts["--distributed-backend"]) == \
-        ("3", "4", "gloo")
+    assert (opts["--distributed-rank"], opts["--distributed-world-size"], opts["--distributed-backend"]) == (
+        "3",
+        "4",
+        "gloo",
+    )
     assert "--device-id" not in cmd
     assert check_options(args, train) is None
     assert "is set by the launcher" in check_options(args, [*train, "--distributed-port=5"])

@@ -1,5 +1,6 @@
 """The main job (hltmt-main-job) on a DebMT-10 slice (smoke size, two languages): every step through the real
 CLIs, the report, resuming, and bad input stopped before any training."""
+
 import csv
 import os
 import sys
@@ -15,16 +16,30 @@ PREPARE = cli("hltmt-prepare-data")
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
     folder = tmp_path_factory.mktemp("job")
-    done = run([JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
-                "--hltmt-schedule", "two-run"])
+    done = run(
+        [
+            JOB,
+            "--size",
+            "smoke",
+            "--langs",
+            "de,gu",
+            "--high",
+            "de",
+            "--run-dir",
+            str(folder),
+            "--hltmt-schedule",
+            "two-run",
+        ]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return folder, done.stdout
 
 
 def test_the_job_reports_every_direction_of_every_system(job):
     folder, out = job
-    for n, step in enumerate(["prepare", "train_mnmt.seed1", "train_hltmt_high.seed1", "train_hltmt_all.seed1",
-                              "decode.seed1", "report"], 1):
+    for n, step in enumerate(
+        ["prepare", "train_mnmt.seed1", "train_hltmt_high.seed1", "train_hltmt_all.seed1", "decode.seed1", "report"], 1
+    ):
         assert f"step {n}/6 {step}" in out
     assert "HLT-MT stage all" in open(folder / "logs" / "train_hltmt_all.seed1.log").read()
     # fairseq runs as this Python's module (works with a pip --target install), on the CPU here
@@ -34,7 +49,8 @@ def test_the_job_reports_every_direction_of_every_system(job):
     assert "device cpu (fp32)" in out and "2 worker(s)" in out  # decoding in parallel processes
     rows = list(csv.DictReader(open(folder / "report" / "results.csv")))
     assert {(r["system"], r["direction"]) for r in rows} == {
-        (s, d) for s in ("mnmt", "hltmt") for d in ("en-de", "en-gu", "de-en", "gu-en")}
+        (s, d) for s in ("mnmt", "hltmt") for d in ("en-de", "en-gu", "de-en", "gu-en")
+    }
     assert all(r["sentences"] == "12" for r in rows)
     md = open(folder / "report" / "results.md").read()
     assert "| direction | mnmt | hltmt | hltmt − mnmt |" in md and "**avg X->En low**" in md
@@ -50,8 +66,21 @@ def test_a_rerun_resumes_after_the_last_completed_step(job):
     os.remove(folder / ".done-report")
     os.remove(folder / "decode" / "hltmt" / "seed1" / "gu-en.gen")
     os.remove(folder / ".done-decode.seed1")
-    done = run([JOB, "--size", "smoke", "--langs", "de,gu", "--high", "de", "--run-dir", str(folder),
-                "--hltmt-schedule", "two-run"])
+    done = run(
+        [
+            JOB,
+            "--size",
+            "smoke",
+            "--langs",
+            "de,gu",
+            "--high",
+            "de",
+            "--run-dir",
+            str(folder),
+            "--hltmt-schedule",
+            "two-run",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "step 2/6 train_mnmt.seed1: already done, skipped" in done.stdout
     assert "decode seed 1 [8/8] hltmt gu-en" in done.stdout and "[1/8]" not in done.stdout
@@ -97,12 +126,15 @@ def raw(tmp_path):
     return folder
 
 
-@pytest.mark.parametrize("breakage, message", [
-    (lambda f: write_pair(f, "train", "de", ["a", "b", "c"], ["x", "y"]), "has 3 lines but"),
-    (lambda f: os.remove(f / "valid.en-de.de"), "missing file"),
-    (lambda f: write_pair(f, "test", "de", [], []), "split test of en-de is empty"),
-    (lambda f: (f / "train.en-de.de").write_bytes(b"\xff\xfe bad\nok\n"), "is not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda f: write_pair(f, "train", "de", ["a", "b", "c"], ["x", "y"]), "has 3 lines but"),
+        (lambda f: os.remove(f / "valid.en-de.de"), "missing file"),
+        (lambda f: write_pair(f, "test", "de", [], []), "split test of en-de is empty"),
+        (lambda f: (f / "train.en-de.de").write_bytes(b"\xff\xfe bad\nok\n"), "is not valid UTF-8"),
+    ],
+)
 def test_bad_data_stops_before_any_training(raw, tmp_path, breakage, message):
     breakage(raw)
     done = run([PREPARE, "--raw", str(raw), "--out", str(tmp_path / "out"), "--langs", "de"])
@@ -111,19 +143,21 @@ def test_bad_data_stops_before_any_training(raw, tmp_path, breakage, message):
 
 
 def test_an_unknown_language_stops_the_job_before_any_training(raw, tmp_path):
-    done = run([JOB, "--size", "smoke", "--raw", str(raw), "--langs", "de,xx", "--run-dir",
-                str(tmp_path / "job")])
+    done = run([JOB, "--size", "smoke", "--raw", str(raw), "--langs", "de,xx", "--run-dir", str(tmp_path / "job")])
     assert done.returncode != 0
     assert "no data for language(s) xx" in done.stderr and "hltmt-main-job: error:" in done.stderr
     assert not (tmp_path / "job" / "models").exists()
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--bf16"], "--bf16 is not offered: fairseq 0.12's --bf16 is its TPU path"),
-    (["--gpu"], "--gpu: torch sees no CUDA device"),
-    (["--gpu", "--cpu"], "--gpu and --cpu exclude each other"),
-    (["--precision", "fp16", "--cpu"], "--precision fp16 needs a GPU"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--bf16"], "--bf16 is not offered: fairseq 0.12's --bf16 is its TPU path"),
+        (["--gpu"], "--gpu: torch sees no CUDA device"),
+        (["--gpu", "--cpu"], "--gpu and --cpu exclude each other"),
+        (["--precision", "fp16", "--cpu"], "--precision fp16 needs a GPU"),
+    ],
+)
 def test_device_and_precision_mistakes_are_one_line_before_any_work(tmp_path, options, message):
     if "--gpu" in options and options != ["--gpu", "--cpu"]:
         import torch

@@ -4,6 +4,7 @@ is never truncated before what replaces it is complete, and no combination of op
 file the user already had (an output that is one of the command's inputs is refused; a failed
 or interrupted run leaves the old output as it was, and no temporary file); and AtomicOutput
 itself: whole or not at all, every problem one line naming the option."""
+
 import errno
 import os
 import signal
@@ -31,19 +32,32 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused_and_kept(hltmt, d
     text.write_text("The file is open.\nGood morning.\n", encoding="utf-8")
     before = {p: digest(p) for p in (str(text), hltmt, spm_of(data_bin), os.path.join(data_bin, "dict.en.txt"))}
     common = ["--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu"]
-    assert_refused(translate(*common, "--input", str(text), "-o", str(text)),
-                   f"hltmt-translate: error: --output {text} is the --input file: writing there would replace it")
+    assert_refused(
+        translate(*common, "--input", str(text), "-o", str(text)),
+        f"hltmt-translate: error: --output {text} is the --input file: writing there would replace it",
+    )
     with open(text, "rb") as stdin:  # hltmt-translate -o F < F
-        done = subprocess.run([cli("hltmt-translate"), *common, "-o", str(text)], stdin=stdin, capture_output=True,
-                              text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        done = subprocess.run(
+            [cli("hltmt-translate"), *common, "-o", str(text)],
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
     assert_refused(done, f"--output {text} is the file on stdin")
     assert_refused(translate(*common, "--input", str(text), "-o", hltmt), f"--output {hltmt} is the checkpoint")
-    assert_refused(translate(*common, "--input", str(text), "-o", os.path.join(data_bin, "dict.en.txt")),
-                   "is a file of the data folder")
+    assert_refused(
+        translate(*common, "--input", str(text), "-o", os.path.join(data_bin, "dict.en.txt")),
+        "is a file of the data folder",
+    )
     assert_refused(translate(*common, "--input", str(text), "-o", spm_of(data_bin)), "is the sentencepiece model")
     assert_refused(translate(*common, "--input", str(text), "-o", str(tmp_path)), f"--output {tmp_path} is a folder")
-    assert_refused(translate(*common, "--input", str(text), "-o", str(tmp_path / "no" / "out.txt")),
-                   "cannot write --output", "No such file or directory")
+    assert_refused(
+        translate(*common, "--input", str(text), "-o", str(tmp_path / "no" / "out.txt")),
+        "cannot write --output",
+        "No such file or directory",
+    )
     assert before == {p: digest(p) for p in before}
     assert sorted(os.listdir(tmp_path)) == ["in.txt"]  # no temporary file left
 
@@ -52,9 +66,32 @@ def test_an_existing_output_is_replaced_only_when_complete(hltmt, tmp_path):
     out = tmp_path / "out.txt"
     out.write_text("the user's earlier translations\n", encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.Popen([cli("hltmt-translate"), "--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device",
-                             "cpu", "--beam", "2", "--max-len", "10", "--buffer-size", "1", "-o", str(out)],
-                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [
+            cli("hltmt-translate"),
+            "--checkpoint",
+            hltmt,
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--device",
+            "cpu",
+            "--beam",
+            "2",
+            "--max-len",
+            "10",
+            "--buffer-size",
+            "1",
+            "-o",
+            str(out),
+        ],
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     try:
         proc.stdin.write("The file is open.\n")
         proc.stdin.flush()
@@ -72,15 +109,44 @@ def test_an_existing_output_is_replaced_only_when_complete(hltmt, tmp_path):
         proc.kill()
     assert out.read_text(encoding="utf-8") == "the user's earlier translations\n"
     assert sorted(os.listdir(tmp_path)) == ["out.txt"]
-    done = translate("--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu", "--beam", "2",
-                     "--max-len", "10", "-o", str(out), input="".join(s + "\n" for s in sentences("en", "de", 3)))
+    done = translate(
+        "--checkpoint",
+        hltmt,
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--device",
+        "cpu",
+        "--beam",
+        "2",
+        "--max-len",
+        "10",
+        "-o",
+        str(out),
+        input="".join(s + "\n" for s in sentences("en", "de", 3)),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(out.read_text(encoding="utf-8").split("\n")) == 4 and sorted(os.listdir(tmp_path)) == ["out.txt"]
 
 
 # ---- hltmt-prepare-data ------------------------------------------------------------------------------
-PREPARE = ["--langs", "de", "--max-train", "300", "--max-valid", "10", "--max-test", "10", "--vocab-size", "500",
-           "--workers", "1", "--threads", "1"]
+PREPARE = [
+    "--langs",
+    "de",
+    "--max-train",
+    "300",
+    "--max-valid",
+    "10",
+    "--max-test",
+    "10",
+    "--vocab-size",
+    "500",
+    "--workers",
+    "1",
+    "--threads",
+    "1",
+]
 
 
 def test_a_failed_rerun_of_prepare_data_keeps_the_earlier_model_and_data(tmp_path):
@@ -90,8 +156,9 @@ def test_a_failed_rerun_of_prepare_data_keeps_the_earlier_model_and_data(tmp_pat
     first = run([cli("hltmt-prepare-data"), "--out", str(out), *PREPARE])
     assert first.returncode == 0, first.stderr[-2000:]
     before = digest(str(out))
-    again = run([cli("hltmt-prepare-data"), "--out", str(out), *PREPARE, "--vocab-size", "600",
-                 "--max-eval-pieces", "3"])
+    again = run(
+        [cli("hltmt-prepare-data"), "--out", str(out), *PREPARE, "--vocab-size", "600", "--max-eval-pieces", "3"]
+    )
     assert_refused(again, "more than --max-eval-pieces 3")
     assert digest(str(out)) == before and sorted(os.listdir(out)) == ["bin", "spm"]
 
@@ -115,13 +182,26 @@ def test_adapter_commands_refuse_an_output_that_is_one_of_their_inputs(trained, 
     text = tmp_path / "mono.hi"
     text.write_text("एक वाक्य\n", encoding="utf-8")
     before = {p: digest(p) for p in (str(adapters), str(text), trained[0], spm_of(data_bin))}
-    done = run([cli("hltmt-adapters"), "import", "--path", trained[0], "--adapters", str(adapters),
-                "--out", str(adapters)])
+    done = run(
+        [cli("hltmt-adapters"), "import", "--path", trained[0], "--adapters", str(adapters), "--out", str(adapters)]
+    )
     assert_refused(done, f"import --out {adapters} is the --adapters file", status=1)
-    language = [cli("hltmt-train-language-adapter"), "--path", trained[0], "--lang", "hi", "--text", str(text),
-                "--spm", spm_of(data_bin)]
-    for out, what in ((text, "the --text file"), (trained[0], "the checkpoint --path"),
-                      (spm_of(data_bin), "the --spm model")):
+    language = [
+        cli("hltmt-train-language-adapter"),
+        "--path",
+        trained[0],
+        "--lang",
+        "hi",
+        "--text",
+        str(text),
+        "--spm",
+        spm_of(data_bin),
+    ]
+    for out, what in (
+        (text, "the --text file"),
+        (trained[0], "the checkpoint --path"),
+        (spm_of(data_bin), "the --spm model"),
+    ):
         assert_refused(run([*language, "--out", str(out)]), f"--out {out} is {what}", status=1)
     assert before == {p: digest(p) for p in before}
 

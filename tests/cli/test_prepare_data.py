@@ -2,6 +2,7 @@
 with the binarized data, the short-segment selection (--segment-words), binarizing with an
 existing sentencepiece model and a fixed dictionary (the XLM-R route), and the text and options
 it cannot use (docs/bad-input.md)."""
+
 import json
 import os
 import sys
@@ -32,8 +33,7 @@ def raw(tmp_path_factory):
 
 
 def prepare(raw, out, *extra):
-    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de,fr", "--vocab-size", "80",
-                *extra])
+    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de,fr", "--vocab-size", "80", *extra])
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,10 @@ def test_a_dictionary_changed_after_binarization_is_reported(prepared, tmp_path)
     lines = (folder / "dict.de.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     (folder / "dict.de.txt").write_text("".join(lines[1:]), encoding="utf-8")  # one line removed: ids shift
     os.remove(folder / "dict.fr.txt")
-    assert check_dictionaries(str(folder)) == ["dict.de.txt changed since the data was binarized",
-                                               "dict.fr.txt is missing"]
+    assert check_dictionaries(str(folder)) == [
+        "dict.de.txt changed since the data was binarized",
+        "dict.fr.txt is missing",
+    ]
     (folder / FINGERPRINT_FILE).write_text("{not json", encoding="utf-8")
     with pytest.raises(ValueError, match="is not readable JSON"):
         check_dictionaries(str(folder))
@@ -124,8 +126,23 @@ def test_segment_words_keeps_the_short_pairs_of_every_split_before_the_line_limi
         write(raw, f"{split}.en-de.en", en)
         write(raw, f"{split}.en-de.de", de)
     out = tmp_path / "out"
-    done = run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "12",
-                "--segment-words", "5,4", "--max-test", "2"])
+    done = run(
+        [
+            PREPARE,
+            "--raw",
+            str(raw),
+            "--out",
+            str(out),
+            "--langs",
+            "de",
+            "--vocab-size",
+            "12",
+            "--segment-words",
+            "5,4",
+            "--max-test",
+            "2",
+        ]
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     kept = {"train": 4, "valid": 4, "test": 2}  # lines 1, 2, 4, 6 (English <= 5 words, German <= 4); test: the first 2
     for split, n in kept.items():
@@ -133,16 +150,21 @@ def test_segment_words_keeps_the_short_pairs_of_every_split_before_the_line_limi
         assert len(lines) == n, (split, lines)
 
 
-@pytest.mark.parametrize("value, message", [
-    ("12", "--segment-words '12': expected EN,XX"), ("0,4", "expected EN,XX"),
-    ("1,1", "split train of en-de has no segment pair of at most 1 English and 1 de words"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("12", "--segment-words '12': expected EN,XX"),
+        ("0,4", "expected EN,XX"),
+        ("1,1", "split train of en-de has no segment pair of at most 1 English and 1 de words"),
+    ],
+)
 def test_a_bad_or_empty_segment_selection_is_one_line(raw, tmp_path, value, message):
     done = run([PREPARE, "--raw", str(raw), "--out", str(tmp_path / "out"), "--langs", "de", "--segment-words", value])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hltmt-prepare-data: error:") and message in lines[0], lines
     assert not (tmp_path / "out" / "bin").exists()
+
 
 # ---------------------------------------------------------------------------------------
 # text and options it cannot use: one line, and no bin/ folder that looks complete
@@ -162,8 +184,7 @@ def raw_de(tmp_path):
 
 
 def prepare_de(raw, out, *extra):
-    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "60",
-                *extra])
+    return run([PREPARE, "--raw", str(raw), "--out", str(out), "--langs", "de", "--vocab-size", "60", *extra])
 
 
 def test_empty_and_ten_thousand_token_training_lines_are_dropped(raw_de, tmp_path):
@@ -175,10 +196,13 @@ def test_empty_and_ten_thousand_token_training_lines_are_dropped(raw_de, tmp_pat
     assert (tmp_path / "out" / "bin" / "train.en-de.en.idx").exists()
 
 
-@pytest.mark.parametrize("lines, message", [
-    (["ok"] * 10 + [""] + ["ok"] * 29, "line 11 is empty"),
-    (["ok"] * 39 + ["word " * 10000], "line 40 has 50000 pieces, more than --max-eval-pieces 1000"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (["ok"] * 10 + [""] + ["ok"] * 29, "line 11 is empty"),
+        (["ok"] * 39 + ["word " * 10000], "line 40 has 50000 pieces, more than --max-eval-pieces 1000"),
+    ],
+)
 def test_unusable_evaluation_lines_are_errors(raw_de, tmp_path, lines, message):
     write(raw_de, "test.en-de.en", lines)
     done = prepare_de(raw_de, tmp_path / "out")
@@ -192,12 +216,15 @@ def test_missing_sentencepiece_model(raw_de, tmp_path):
     assert not (tmp_path / "out" / "bin").exists()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--vocab-size", "10"], "--vocab-size 10 is too small for this text: it has"),
-    (["--workers", "0"], "--workers must be at least 1, got 0"),
-    (["--max-train", "0"], "--max-train must be at least 1, got 0"),
-    (["--dict", "dict.txt"], "--dict needs --spm-model"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--vocab-size", "10"], "--vocab-size 10 is too small for this text: it has"),
+        (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--max-train", "0"], "--max-train must be at least 1, got 0"),
+        (["--dict", "dict.txt"], "--dict needs --spm-model"),
+    ],
+)
 def test_unusable_prepare_options_are_one_line(raw_de, tmp_path, extra, message):
     done = prepare_de(raw_de, tmp_path / "out", *extra)
     assert_clear(done, message, prefix="hltmt-prepare-data: error:", whole_output=False)
@@ -208,8 +235,12 @@ def test_an_unwritable_output_folder_is_one_line_before_any_work(raw_de, tmp_pat
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder\n")
     done = prepare_de(raw_de, blocker / "out")
-    assert_clear(done, f"cannot write to --out {blocker / 'out'}: Not a directory", prefix="hltmt-prepare-data: error:",
-                 whole_output=False)
+    assert_clear(
+        done,
+        f"cannot write to --out {blocker / 'out'}: Not a directory",
+        prefix="hltmt-prepare-data: error:",
+        whole_output=False,
+    )
     assert "training a" not in done.stdout  # refused before the sentencepiece model
 
 
@@ -219,20 +250,30 @@ def spm_model(tmp_path_factory):
     import sentencepiece as spm
 
     folder = tmp_path_factory.mktemp("spm")
-    (folder / "text.txt").write_text("".join(f"the file number {i} is open\ndie Datei Nummer {i} ist offen\n"
-                                             for i in range(40)), encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(folder / "text.txt"), model_prefix=str(folder / "m"), vocab_size=40,
-                                   hard_vocab_limit=False,
-                                   character_coverage=1.0, minloglevel=2, num_threads=1)
+    (folder / "text.txt").write_text(
+        "".join(f"the file number {i} is open\ndie Datei Nummer {i} ist offen\n" for i in range(40)), encoding="utf-8"
+    )
+    spm.SentencePieceTrainer.train(
+        input=str(folder / "text.txt"),
+        model_prefix=str(folder / "m"),
+        vocab_size=40,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+    )
     return str(folder / "m.model")
 
 
-@pytest.mark.parametrize("content, message", [
-    ("▁the 5\nno-count-here\n", "line 2 is not 'SYMBOL COUNT' (a fairseq dictionary)"),
-    ("▁the 5\n▁the 3\n", "line 2 repeats the symbol '▁the'"),
-    ("".join(f"▁other_model_piece_{i} 1\n" for i in range(50)), "does not belong to --spm-model"),
-    ("", "is empty"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("▁the 5\nno-count-here\n", "line 2 is not 'SYMBOL COUNT' (a fairseq dictionary)"),
+        ("▁the 5\n▁the 3\n", "line 2 repeats the symbol '▁the'"),
+        ("".join(f"▁other_model_piece_{i} 1\n" for i in range(50)), "does not belong to --spm-model"),
+        ("", "is empty"),
+    ],
+)
 def test_a_fixed_dictionary_that_cannot_be_used_is_one_line(raw_de, tmp_path, spm_model, content, message):
     path = tmp_path / "dict.txt"
     path.write_text(content, encoding="utf-8")

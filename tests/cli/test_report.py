@@ -1,10 +1,14 @@
 """hltmt_plugin/cli/report.py's tables: the averages a run has directions for."""
+
 from hltmt_plugin.cli.report import groups_present, summarise
 
 
 def rows_of(directions):
-    return [{"system": s, "seed": 1, "direction": d, "bleu": 10.0 + i, "chrf": 30.0 + i}
-            for s in ("mnmt", "hltmt") for i, d in enumerate(directions)]
+    return [
+        {"system": s, "seed": 1, "direction": d, "bleu": 10.0 + i, "chrf": 30.0 + i}
+        for s in ("mnmt", "hltmt")
+        for i, d in enumerate(directions)
+    ]
 
 
 def test_a_one_to_many_run_has_no_x_to_english_averages():

@@ -2,6 +2,7 @@
 is imported (read from sys.modules of the command's process, not timed); the package still
 registers with fairseq wherever fairseq needs it: fairseq's --user-dir, ``import hltmt_plugin`` in
 Python, the Python API, and a command once its arguments are read."""
+
 import os
 import re
 import subprocess
@@ -37,8 +38,14 @@ print("EXIT", code if isinstance(code, int) else 1, "HEAVY", ",".join(m for m in
 
 def probe(command, *args):
     env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), os.path.join(BIN, command), *args],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=HEAVY), os.path.join(BIN, command), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     found = re.fullmatch(r"EXIT (\d+) HEAVY ?(.*)", last)
     assert found, (command, args, done.stdout[-2000:], done.stderr[-2000:])
@@ -65,17 +72,25 @@ def run_python(code, argv0=None):
     script's process has it); its stdout."""
     if argv0:
         code = f"import sys; sys.argv[0] = {argv0!r}\n" + code
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"}, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.split()
 
 
-REGISTERED = ("from fairseq.tasks import TASK_REGISTRY; from fairseq.criterions import CRITERION_REGISTRY; "
-              "from fairseq.models import ARCH_MODEL_REGISTRY; import torch; "
-              "print('hltmt_translation' in TASK_REGISTRY, 'hltmt_cross_entropy' in CRITERION_REGISTRY, "
-              "'hltmt_transformer_tiny' in ARCH_MODEL_REGISTRY, "
-              "any('Namespace' in str(g) for g in torch.serialization.get_safe_globals()))")
+REGISTERED = (
+    "from fairseq.tasks import TASK_REGISTRY; from fairseq.criterions import CRITERION_REGISTRY; "
+    "from fairseq.models import ARCH_MODEL_REGISTRY; import torch; "
+    "print('hltmt_translation' in TASK_REGISTRY, 'hltmt_cross_entropy' in CRITERION_REGISTRY, "
+    "'hltmt_transformer_tiny' in ARCH_MODEL_REGISTRY, "
+    "any('Namespace' in str(g) for g in torch.serialization.get_safe_globals()))"
+)
 
 
 def test_import_in_python_registers_at_once():
@@ -83,17 +98,22 @@ def test_import_in_python_registers_at_once():
 
 
 def test_fairseqs_user_dir_registers():
-    code = (f"import argparse; from fairseq import utils; utils.import_user_module(argparse.Namespace(user_dir="
-            f"{PLUGIN!r}))\n" + REGISTERED)
+    code = (
+        f"import argparse; from fairseq import utils; utils.import_user_module(argparse.Namespace(user_dir="
+        f"{PLUGIN!r}))\n" + REGISTERED
+    )
     assert run_python(code) == ["True"] * 4
 
 
 def test_a_command_imports_the_package_light_and_registers_once_its_arguments_are_read():
-    light = run_python("import hltmt_plugin.cli.translate, sys; print(sorted(m for m in ('torch', 'fairseq') "
-                       "if m in sys.modules))", argv0="/usr/bin/hltmt-translate")
+    light = run_python(
+        "import hltmt_plugin.cli.translate, sys; print(sorted(m for m in ('torch', 'fairseq') if m in sys.modules))",
+        argv0="/usr/bin/hltmt-translate",
+    )
     assert light == ["[]"]
-    later = run_python("import hltmt_plugin.cli\nhltmt_plugin.cli.register()\n" + REGISTERED,
-                       argv0="/usr/bin/hltmt-translate")
+    later = run_python(
+        "import hltmt_plugin.cli\nhltmt_plugin.cli.register()\n" + REGISTERED, argv0="/usr/bin/hltmt-translate"
+    )
     assert later == ["True"] * 4
     api = run_python("from hltmt_plugin.hub import HltmtTranslator\n" + REGISTERED, argv0="/usr/bin/hltmt-export")
     assert api == ["True"] * 4

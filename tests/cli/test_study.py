@@ -1,6 +1,7 @@
 """hltmt-study at a tiny size (two targets, a few updates): every system trains, decodes and
 is scored through the real commands; the report is recomputed from the results folder; the
 seed-1 models translate from their own folder; a stopped study continues where it stopped."""
+
 import csv
 import json
 import os
@@ -15,9 +16,32 @@ RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2"
 
 
 def study(folder, *extra):
-    return run([STUDY, "--langs", "de,gu", "--high", "de", "--vocab", "600", "--max-train", "300",
-                "--updates", "8", "--high-updates", "4", "--run-dir", str(folder / "run"),
-                "--results", str(folder / "results"), "--runs", RUNS, "--progress", "5", *extra])
+    return run(
+        [
+            STUDY,
+            "--langs",
+            "de,gu",
+            "--high",
+            "de",
+            "--vocab",
+            "600",
+            "--max-train",
+            "300",
+            "--updates",
+            "8",
+            "--high-updates",
+            "4",
+            "--run-dir",
+            str(folder / "run"),
+            "--results",
+            str(folder / "results"),
+            "--runs",
+            RUNS,
+            "--progress",
+            "5",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +59,8 @@ def test_every_system_and_seed_is_scored_from_its_text(done):
     results = folder / "results"
     rows = list(csv.DictReader(open(results / "results.csv")))
     assert {(r["system"], r["seed"], r["direction"]) for r in rows} == {
-        (s, seed, d) for s, seed in (x.split(":") for x in RUNS.split(",")) for d in ("en-de", "en-gu")}
+        (s, seed, d) for s, seed in (x.split(":") for x in RUNS.split(",")) for d in ("en-de", "en-gu")
+    }
     row = next(r for r in rows if (r["system"], r["seed"], r["direction"]) == ("hltmt", "2", "en-gu"))
     hyps = open(results / "runs" / "hltmt.seed2" / "en-gu.hyp").read().split("\n")[:-1]
     refs = open(results / "refs" / "en-gu.ref").read().split("\n")[:-1]
@@ -53,15 +78,31 @@ def test_significance_and_report(done):
     results = folder / "results"
     sig = list(csv.DictReader(open(results / "significance.csv")))
     assert {(r["baseline"], r["seed"], r["direction"]) for r in sig} == {
-        ("mnmt", "1", "en-de"), ("mnmt", "1", "en-gu"), ("mnmt", "1", "all"), ("mnmt", "2", "en-de"),
-        ("mnmt", "2", "en-gu"), ("mnmt", "2", "all"), ("lsmnmt", "1", "en-de"), ("lsmnmt", "1", "en-gu"),
-        ("lsmnmt", "1", "all"), ("mnmt-staged", "1", "en-de"), ("mnmt-staged", "1", "en-gu"),
-        ("mnmt-staged", "1", "all")}
+        ("mnmt", "1", "en-de"),
+        ("mnmt", "1", "en-gu"),
+        ("mnmt", "1", "all"),
+        ("mnmt", "2", "en-de"),
+        ("mnmt", "2", "en-gu"),
+        ("mnmt", "2", "all"),
+        ("lsmnmt", "1", "en-de"),
+        ("lsmnmt", "1", "en-gu"),
+        ("lsmnmt", "1", "all"),
+        ("mnmt-staged", "1", "en-de"),
+        ("mnmt-staged", "1", "en-gu"),
+        ("mnmt-staged", "1", "all"),
+    }
     assert all(0 <= float(r["bleu_p"]) <= 1 and 0 <= float(r["chrf_p"]) <= 1 for r in sig)
     md = open(results / "report.md").read()
-    for text in ("## The regime the models reached", "has NOT reached the regime", "HLT-MT − MNMT (total)",
-                 "MNMT staged − MNMT (the stage schedule alone)", "| the paper, WMT-10 one-to-many",
-                 "HLT-MT vs MNMT, seed 2", "HLT-MT vs MNMT, staged data, seed 1", "- seed 1: de->m"):
+    for text in (
+        "## The regime the models reached",
+        "has NOT reached the regime",
+        "HLT-MT − MNMT (total)",
+        "MNMT staged − MNMT (the stage schedule alone)",
+        "| the paper, WMT-10 one-to-many",
+        "HLT-MT vs MNMT, seed 2",
+        "HLT-MT vs MNMT, staged data, seed 1",
+        "- seed 1: de->m",
+    ):
         assert text in md, text
     for png in ("bleu.png", "valid_loss.png", "gate_seed1.png", "gate_seed2.png"):
         assert open(results / png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
@@ -73,8 +114,18 @@ def test_seed_one_models_translate_from_their_own_folder(done, tmp_path):
     folder, _ = done
     models = folder / "results" / "models"
     assert sorted(os.listdir(models)) == sorted(
-        ["dict.en.txt", "dict.de.txt", "dict.gu.txt", "dict_fingerprint.json", "spm.model",
-         "hltmt.pt", "lsmnmt.pt", "mnmt.pt", "mnmt-staged.pt"])
+        [
+            "dict.en.txt",
+            "dict.de.txt",
+            "dict.gu.txt",
+            "dict_fingerprint.json",
+            "spm.model",
+            "hltmt.pt",
+            "lsmnmt.pt",
+            "mnmt.pt",
+            "mnmt-staged.pt",
+        ]
+    )
     copy = tmp_path / "models"
     shutil.copytree(models, copy)
     stored, away = folder / "run" / "data" / "bin", folder / "run" / "data" / "bin.away"
@@ -82,8 +133,18 @@ def test_seed_one_models_translate_from_their_own_folder(done, tmp_path):
     try:
         for name in ("hltmt", "mnmt"):
             (tmp_path / "in.tsv").write_text("en\tde\tThe file is open.\nen\tgu\tSave the file.\n")
-            out = run([cli("hltmt-translate"), "--checkpoint", str(copy / f"{name}.pt"), "--input",
-                       str(tmp_path / "in.tsv"), "--no-progress", "--device", "cpu"])
+            out = run(
+                [
+                    cli("hltmt-translate"),
+                    "--checkpoint",
+                    str(copy / f"{name}.pt"),
+                    "--input",
+                    str(tmp_path / "in.tsv"),
+                    "--no-progress",
+                    "--device",
+                    "cpu",
+                ]
+            )
             assert out.returncode == 0, out.stderr[-2000:]
             assert len(out.stdout.split("\n")) == 3
     finally:
@@ -118,8 +179,10 @@ def test_the_progress_line_follows_the_part_that_runs(tmp_path, capsys):
     from hltmt_plugin.cli.study import Setting, watch
 
     logs = {name: tmp_path / f"{name}.log" for name in ("train-high", "train")}
-    logs["train-high"].write_text("epoch 001:    300 / 501 loss=8.9, num_updates=300, lr=0.002\n"
-                                  "valid on 'valid' subset | loss 8.123 | nll_loss 7.4\n")
+    logs["train-high"].write_text(
+        "epoch 001:    300 / 501 loss=8.9, num_updates=300, lr=0.002\n"
+        "valid on 'valid' subset | loss 8.123 | nll_loss 7.4\n"
+    )
     fake = SimpleNamespace(s=Setting(), log_path=lambda system, seed, name: str(logs[name]))
     active, stop = {("mnmt-staged", 1): "train-high", ("hltmt", 1): "decode"}, threading.Event()
     watcher = threading.Thread(target=watch, args=(fake, active, stop, 0.05))
@@ -133,12 +196,15 @@ def test_the_progress_line_follows_the_part_that_runs(tmp_path, capsys):
 
 
 # ---- options that cannot work, refused before anything is written
-@pytest.mark.parametrize("extra, message", [
-    (["--runs", "mnmt:1,mnmt:1"], "--runs names mnmt:1 twice"),
-    (["--langs", "de,gu", "--high", "fr"], "--high fr not in --langs (de,gu)"),
-    (["--langs", "de,de"], "--langs names de twice"),
-    (["--langs", "de,xx", "--high", "de"], "has no data for xx"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--runs", "mnmt:1,mnmt:1"], "--runs names mnmt:1 twice"),
+        (["--langs", "de,gu", "--high", "fr"], "--high fr not in --langs (de,gu)"),
+        (["--langs", "de,de"], "--langs names de twice"),
+        (["--langs", "de,xx", "--high", "de"], "has no data for xx"),
+    ],
+)
 def test_study_options_that_cannot_work_are_one_line(tmp_path, extra, message):
     done = run([STUDY, "--run-dir", str(tmp_path / "run"), *extra])
     assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]

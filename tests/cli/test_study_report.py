@@ -1,12 +1,15 @@
 """The quality study's report (hltmt_plugin/cli/study_report.py): what it says of the regime
 the baseline reached."""
+
 from hltmt_plugin.cli.study_report import REGIME_BLEU, regime_lines, regime_verdict
 
 
 def test_the_regime_verdict_names_the_seeds_short_of_it_and_by_how_much():
     assert regime_verdict({1: REGIME_BLEU + 0.3, 2: REGIME_BLEU}) == "the baseline translates"
-    assert regime_verdict({1: REGIME_BLEU - 2, 2: REGIME_BLEU - 0.1}) == \
-        "the baseline has NOT reached the regime this study asks for"
+    assert (
+        regime_verdict({1: REGIME_BLEU - 2, 2: REGIME_BLEU - 0.1})
+        == "the baseline has NOT reached the regime this study asks for"
+    )
     edge = regime_verdict({1: REGIME_BLEU + 0.28, 2: REGIME_BLEU - 0.03, 3: REGIME_BLEU + 1})
     assert edge.startswith("the baseline is at the edge") and "seed 2 is 0.03 BLEU short of it" in edge
     assert "seed 1" not in edge and "seed 3" not in edge

@@ -2,6 +2,7 @@
 order, streaming; --json with scores and routing; bad lines reported by number while the rest
 is translated; unusable checkpoints and options end with one line; input files holding any
 bytes give one output line per input line; numbers that are NaN or infinite are refused."""
+
 import json
 import os
 import random
@@ -33,8 +34,11 @@ def assert_one_line(done, message):
 
 
 def test_a_mixed_file_comes_back_in_input_order_as_fairseq_generate_writes_it(hltmt, data_bin, tmp_path):
-    items = [(src, tgt, text, ref) for src, tgt in DIRECTIONS
-             for text, ref in zip(sentences(src, tgt, K), reference(data_bin, hltmt, src, tgt))]
+    items = [
+        (src, tgt, text, ref)
+        for src, tgt in DIRECTIONS
+        for text, ref in zip(sentences(src, tgt, K), reference(data_bin, hltmt, src, tgt))
+    ]
     random.Random(3).shuffle(items)
     path = tmp_path / "in.tsv"
     path.write_text("".join(f"{s}\t{t}\t{text}\n" for s, t, text, _ in items), encoding="utf-8")
@@ -53,9 +57,15 @@ def test_plain_text_streams_from_stdin_and_json_carries_scores_and_routing(hltmt
     texts, refs = sentences("en", "de", K), reference(data_bin, hltmt, "en", "de")
     mapping = HltmtTranslator.load(hltmt, device="cpu").model.routing_map()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.Popen([SCRIPT, *decode_options(hltmt), "--src", "en", "--tgt", "de", "--json",
-                             "--buffer-size", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        [SCRIPT, *decode_options(hltmt), "--src", "en", "--tgt", "de", "--json", "--buffer-size", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
     try:
         proc.stdin.write(texts[0] + "\n")
         proc.stdin.flush()
@@ -80,8 +90,15 @@ def test_plain_text_streams_from_stdin_and_json_carries_scores_and_routing(hltmt
 def test_bad_lines_are_reported_by_number_and_the_others_translated(hltmt, data_bin):
     good = sentences("en", "gu", 3)
     refs = reference(data_bin, hltmt, "en", "gu")
-    lines = [f"en\tgu\t{good[0]}", "xx\tgu\tsome text", "en\tgu\t", "no tabs here", f"en\tgu\t{good[1]}",
-             "en\tgu\t" + " ".join(["word"] * 1100), f"en\tgu\t{good[2]}"]
+    lines = [
+        f"en\tgu\t{good[0]}",
+        "xx\tgu\tsome text",
+        "en\tgu\t",
+        "no tabs here",
+        f"en\tgu\t{good[1]}",
+        "en\tgu\t" + " ".join(["word"] * 1100),
+        f"en\tgu\t{good[2]}",
+    ]
     done = translate(*decode_options(hltmt), "--json", input="".join(line + "\n" for line in lines))
     assert done.returncode == 1, done.stderr[-3000:]
     records = [json.loads(line) for line in done.stdout.splitlines()]
@@ -95,38 +112,105 @@ def test_bad_lines_are_reported_by_number_and_the_others_translated(hltmt, data_
     assert "hltmt-translate: 3 of 7 sentence(s) translated" in done.stderr
     plain = translate(*decode_options(hltmt), input="".join(line + "\n" for line in lines))
     assert plain.returncode == 1 and plain.stdout.split("\n")[:-1] == [
-        refs[0][0], "", "", "", refs[1][0], "", refs[2][0]]
+        refs[0][0],
+        "",
+        "",
+        "",
+        refs[1][0],
+        "",
+        refs[2][0],
+    ]
 
 
 def test_unusable_checkpoints_and_options_end_with_one_line(hltmt, data_bin, tmp_path):
     # the plain fairseq transformer of the same size (the baseline), written by fairseq-train
-    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "translation_multi_simple_epoch",
-                "--arch", "transformer_hltmt_tiny", "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt",
-                "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--max-update", "1",
-                "--disable-validation", "--no-save-optimizer-state", "--no-epoch-checkpoints",
-                "--save-dir", str(tmp_path / "plain")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "translation_multi_simple_epoch",
+            "--arch",
+            "transformer_hltmt_tiny",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "--cpu",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "1500",
+            "--max-update",
+            "1",
+            "--disable-validation",
+            "--no-save-optimizer-state",
+            "--no-epoch-checkpoints",
+            "--save-dir",
+            str(tmp_path / "plain"),
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     os.replace(tmp_path / "plain" / "checkpoint_last.pt", tmp_path / "plain.pt")
     # served (a model without routing), but a checkpoint of a one-direction task is not
-    done = translate("--checkpoint", str(tmp_path / "plain.pt"), "--data", data_bin, "--spm", spm_of(data_bin),
-                     "--src", "en", "--tgt", "de", "--beam", "1", "--max-len", "3", input="Hello.\n")
+    done = translate(
+        "--checkpoint",
+        str(tmp_path / "plain.pt"),
+        "--data",
+        data_bin,
+        "--spm",
+        spm_of(data_bin),
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--beam",
+        "1",
+        "--max-len",
+        "3",
+        input="Hello.\n",
+    )
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
     state = torch.load(tmp_path / "plain.pt", map_location="cpu", weights_only=True)
     state["cfg"]["task"]._name = "translation"
     torch.save(state, tmp_path / "bilingual.pt")
-    assert_one_line(translate("--checkpoint", str(tmp_path / "bilingual.pt"), "--src", "en", "--tgt", "de", input=""),
-                    "holds a transformer_hltmt_tiny model of task translation, not a multilingual model of --task "
-                    "hltmt_translation / translation_multi_simple_epoch")
+    assert_one_line(
+        translate("--checkpoint", str(tmp_path / "bilingual.pt"), "--src", "en", "--tgt", "de", input=""),
+        "holds a transformer_hltmt_tiny model of task translation, not a multilingual model of --task "
+        "hltmt_translation / translation_multi_simple_epoch",
+    )
     (tmp_path / "cut.pt").write_bytes(open(hltmt, "rb").read()[:5000])
     assert_one_line(translate("--checkpoint", str(tmp_path / "cut.pt"), input=""), "truncated or not a checkpoint")
-    assert_one_line(translate(*decode_options(hltmt), "--src", "xx", "--tgt", "de", input="Hello\n"),
-                    "unknown language 'xx'")
+    assert_one_line(
+        translate(*decode_options(hltmt), "--src", "xx", "--tgt", "de", input="Hello\n"), "unknown language 'xx'"
+    )
     state = torch.load(hltmt, map_location="cpu", weights_only=True)
     state["cfg"]["task"].data = str(tmp_path / "moved")
     torch.save(state, tmp_path / "moved.pt")
     assert_one_line(translate("--checkpoint", str(tmp_path / "moved.pt"), input=""), "give data=DIR / --data DIR")
-    done = translate("--checkpoint", str(tmp_path / "moved.pt"), "--data", data_bin, "--spm", spm_of(data_bin),
-                     "--src", "en", "--tgt", "de", "--beam", "1", "--max-len", "3", input="Hello.\n")
+    done = translate(
+        "--checkpoint",
+        str(tmp_path / "moved.pt"),
+        "--data",
+        data_bin,
+        "--spm",
+        spm_of(data_bin),
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--beam",
+        "1",
+        "--max-len",
+        "3",
+        input="Hello.\n",
+    )
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
 
 
@@ -134,13 +218,28 @@ def test_unusable_checkpoints_and_options_end_with_one_line(hltmt, data_bin, tmp
 def test_translate_script_translates_the_other_lines_and_reports_the_long_one(data_bin, trained):
     import json
 
-    done = run([cli("hltmt-translate"), "--checkpoint", trained[0],
-                "--src", "en", "--tgt", "de", "--beam", "1", "--json", "--no-progress"],
-               input="\n".join(WITH_A_LONG_LINE) + "\n")
+    done = run(
+        [
+            cli("hltmt-translate"),
+            "--checkpoint",
+            trained[0],
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--beam",
+            "1",
+            "--json",
+            "--no-progress",
+        ],
+        input="\n".join(WITH_A_LONG_LINE) + "\n",
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(records) == 4 and [r.get("error") is None for r in records] == [True, False, True, True]
-    assert re.search(r"^hltmt-translate: line 2: \d+ tokens .* more than the model's \d+ source positions", done.stderr, re.M)
+    assert re.search(
+        r"^hltmt-translate: line 2: \d+ tokens .* more than the model's \d+ source positions", done.stderr, re.M
+    )
     assert "hltmt-translate: 3 of 4 sentence(s) translated" in done.stderr
 
 
@@ -152,51 +251,97 @@ def test_every_input_line_gives_one_output_line_whatever_its_bytes(hltmt, transl
     clean = sentences("en", "de", 5)
     inside = clean[3][:12] + "\u2028" + clean[3][12:]  # a Unicode line separator inside a line
     controls = "A\x0bB\x0cC\x1cD\x1dE\x1eF\u0085G\u2029H end."
-    raw = (b"\xef\xbb\xbf" + clean[0].encode() + b"\r\n"  # a UTF-8 byte order mark, a Windows line end
-           + clean[1].encode() + b"\r"  # a classic Mac line end
-           + clean[2].encode() + b"\n"
-           + b"caf\xe9 au lait\n"  # Latin-1, not UTF-8
-           + b"nul\x00byte\n"
-           + inside.encode() + b"\n"
-           + controls.encode() + b"\r\n"
-           + clean[4].encode())  # no line end at the end of the file
+    raw = (
+        b"\xef\xbb\xbf"
+        + clean[0].encode()
+        + b"\r\n"  # a UTF-8 byte order mark, a Windows line end
+        + clean[1].encode()
+        + b"\r"  # a classic Mac line end
+        + clean[2].encode()
+        + b"\n"
+        + b"caf\xe9 au lait\n"  # Latin-1, not UTF-8
+        + b"nul\x00byte\n"
+        + inside.encode()
+        + b"\n"
+        + controls.encode()
+        + b"\r\n"
+        + clean[4].encode()
+    )  # no line end at the end of the file
     path = tmp_path / "in.txt"
     path.write_bytes(raw)
     texts = [clean[0], clean[1], clean[2], inside, controls, clean[4]]
     refs = translator.translate(texts, "en", "de", beam=2, max_len=10)
     expected = [r.translate(str.maketrans({c: " " for c in LINE_BREAKS})) for r in refs]
     expected = expected[:3] + ["", ""] + expected[3:]
-    options = ["--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", "--beam", "2", "--max-len",
-               "10", "--input", str(path), "--buffer-size", "3"]
+    options = [
+        "--checkpoint",
+        hltmt,
+        "--device",
+        "cpu",
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--beam",
+        "2",
+        "--max-len",
+        "10",
+        "--input",
+        str(path),
+        "--buffer-size",
+        "3",
+    ]
     done = translate(*options)
     assert done.returncode == 1, done.stderr[-3000:]
     assert done.stdout.split("\n") == expected + [""]
     assert len(done.stdout.splitlines()) == 8 and any(expected)  # no character of an output line ends it
     errors = [line for line in done.stderr.splitlines() if line.startswith("hltmt-translate: line ")]
-    assert errors == ["hltmt-translate: line 4: is not valid UTF-8 (byte 0xe9 at byte 4): not translated; convert "
-                      "the file to UTF-8",
-                      "hltmt-translate: line 5: holds a NUL byte at byte 4 (binary data, or UTF-16 text?): not "
-                      "translated"]
+    assert errors == [
+        "hltmt-translate: line 4: is not valid UTF-8 (byte 0xe9 at byte 4): not translated; convert the file to UTF-8",
+        "hltmt-translate: line 5: holds a NUL byte at byte 4 (binary data, or UTF-16 text?): not translated",
+    ]
     as_json = translate(*options, "--json")
     records = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [r["line"] for r in records] == list(range(1, 9))
-    assert [r.get("translation") or "" for r in records] == [r if r is not None else "" for r in
-                                                             refs[:3] + [None, None] + refs[3:]]
+    assert [r.get("translation") or "" for r in records] == [
+        r if r is not None else "" for r in refs[:3] + [None, None] + refs[3:]
+    ]
     assert records[0]["source"] == clean[0] and records[5]["source"] == inside and records[6]["source"] == controls
     assert "error" in records[3] and "error" in records[4]
 
 
 def test_a_utf16_file_is_refused_in_one_line(hltmt, tmp_path):
     (tmp_path / "utf16.txt").write_bytes("Hello.\nThe file is open.\n".encode("utf-16"))
-    done = translate("--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", "--input",
-                     str(tmp_path / "utf16.txt"), "-o", str(tmp_path / "out.txt"))
+    done = translate(
+        "--checkpoint",
+        hltmt,
+        "--device",
+        "cpu",
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--input",
+        str(tmp_path / "utf16.txt"),
+        "-o",
+        str(tmp_path / "out.txt"),
+    )
     assert_one_error_line(done, "hltmt-translate: error: the input starts with a UTF-16 / UTF-32 byte order mark")
     assert not (tmp_path / "out.txt").exists() and os.listdir(tmp_path) == ["utf16.txt"]
 
 
 # ---- numbers that are NaN or infinite; a sentence longer than the token budget
-@pytest.mark.parametrize("option,value", [("--lenpen", "nan"), ("--lenpen", "inf"), ("--lenpen", "-inf"),
-                                          ("--max-len", "inf"), ("--beam", "nan"), ("--max-tokens", "1e400")])
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("--lenpen", "nan"),
+        ("--lenpen", "inf"),
+        ("--lenpen", "-inf"),
+        ("--max-len", "inf"),
+        ("--beam", "nan"),
+        ("--max-tokens", "1e400"),
+    ],
+)
 def test_numbers_that_are_nan_or_infinite_are_refused_in_one_line(hltmt, option, value):
     done = translate("--checkpoint", hltmt, "--src", "en", "--tgt", "de", f"{option}={value}", input="Hello.\n")
     assert done.returncode == 2
@@ -207,8 +352,23 @@ def test_numbers_that_are_nan_or_infinite_are_refused_in_one_line(hltmt, option,
 
 def test_a_sentence_longer_than_the_token_budget_is_translated_alone(hltmt, translator):
     texts = sentences("en", "de", 4)
-    done = translate("--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", "--beam", "2",
-                     "--max-len", "10", "--max-tokens", "4", input="".join(t + "\n" for t in texts))
+    done = translate(
+        "--checkpoint",
+        hltmt,
+        "--device",
+        "cpu",
+        "--src",
+        "en",
+        "--tgt",
+        "de",
+        "--beam",
+        "2",
+        "--max-len",
+        "10",
+        "--max-tokens",
+        "4",
+        input="".join(t + "\n" for t in texts),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == translator.translate(texts, "en", "de", beam=2, max_len=10)
 
@@ -221,8 +381,12 @@ MIXED = "de\ten\tHallo Welt\nen\tde\tThe file is open.\nfr\tde\tLe fichier est o
 def test_a_target_never_produced_is_a_failed_line_and_zero_shot_is_served_only_when_asked():
     done = run(["bash", "-c", f"printf 'de\\ten\\tHallo Welt\\n' | {SCRIPT} --checkpoint {STUDY_MODEL}"])
     assert done.returncode == 1 and done.stdout == "\n", done.stderr[-2000:]
-    assert re.search(r"^hltmt-translate: line 1: direction de-en refused: the model never produced en; it was trained "
-                     r"on en-\w\w(,en-\w\w)+ \(targets [a-z,]+\)$", done.stderr, re.M), done.stderr[-2000:]
+    assert re.search(
+        r"^hltmt-translate: line 1: direction de-en refused: the model never produced en; it was trained "
+        r"on en-\w\w(,en-\w\w)+ \(targets [a-z,]+\)$",
+        done.stderr,
+        re.M,
+    ), done.stderr[-2000:]
     options = ["--checkpoint", STUDY_MODEL, "--device", "cpu", "--beam", "2", "--max-len", "12", "--json"]
     done = translate(*options, input=MIXED)
     assert done.returncode == 1, done.stderr[-2000:]

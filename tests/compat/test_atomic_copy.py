@@ -7,6 +7,7 @@ Through fairseq-train a full disk is simulated with a file-size limit on the tra
 where a full disk fails with ``ENOSPC``; both are the ``OSError`` of ``write()`` inside
 ``torch.save``, and take the same way through the plugin's checkpoint writer (tested with
 ``ENOSPC`` itself in the first tests here). No root, no special file system."""
+
 import errno
 import os
 import re
@@ -34,8 +35,10 @@ def test_a_checkpoint_that_does_not_fit_is_one_error_and_leaves_the_old_file(tmp
     with pytest.raises(HltmtInputError) as raised:
         checkpoint_utils.torch_persistent_save(STATE, str(path))
     monkeypatch.undo()
-    assert str(raised.value).startswith(f"could not write the checkpoint checkpoint_last.pt (1.0 MB) to the folder "
-                                        f"{tmp_path}: No space left on device; ")
+    assert str(raised.value).startswith(
+        f"could not write the checkpoint checkpoint_last.pt (1.0 MB) to the folder "
+        f"{tmp_path}: No space left on device; "
+    )
     assert "nothing partial was left" in str(raised.value) and "make room there" in str(raised.value)
     assert os.listdir(tmp_path) == ["checkpoint_last.pt"] and path.read_bytes() == b"the previous checkpoint"
 
@@ -60,8 +63,11 @@ def test_a_copy_that_does_not_fit_is_one_error_and_leaves_the_old_file(tmp_path,
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(shutil, "copyfile", copy_to_a_full_disk)
-    with pytest.raises(HltmtInputError, match=r"could not write the checkpoint checkpoint_last.pt \(3.0 MB\) to the "
-                                              r"folder .*: No space left on device"):
+    with pytest.raises(
+        HltmtInputError,
+        match=r"could not write the checkpoint checkpoint_last.pt \(3.0 MB\) to the "
+        r"folder .*: No space left on device",
+    ):
         PathManager.copy(str(src), str(dst), overwrite=True)
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_1_4.pt", "checkpoint_last.pt"] and dst.read_bytes() == b"old"
 
@@ -93,8 +99,9 @@ def test_a_save_that_does_not_fit_is_one_line_leaves_nothing_partial_and_the_run
     size = os.path.getsize(save / "checkpoint_last.pt")
     assert size > 4 << 20
 
-    full = train_run(data_bin, save, "--max-update", "8", "--save-interval-updates", "4",
-                     preexec_fn=file_size_limit(2 << 20))
+    full = train_run(
+        data_bin, save, "--max-update", "8", "--save-interval-updates", "4", preexec_fn=file_size_limit(2 << 20)
+    )
     out = full.stdout + full.stderr
     assert full.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert max(losses(out)) == 8  # it trained, then the save at update 8 did not fit
@@ -102,7 +109,9 @@ def test_a_save_that_does_not_fit_is_one_line_leaves_nothing_partial_and_the_run
         rf"hltmt_plugin: error: could not write the checkpoint checkpoint_1_8\.pt \(([\d.]+) MB\) to the "
         rf"folder {re.escape(str(save))}: File too large; [\d.]+ MB free there; nothing partial was left and the "
         r"checkpoints already there are unchanged: make room there \(or give --save-dir on a disk with room\) and run "
-        r"again: training resumes from the last checkpoint that was written", error_lines(full)[0])
+        r"again: training resumes from the last checkpoint that was written",
+        error_lines(full)[0],
+    )
     assert said and len(error_lines(full)) == 1, out[-2000:]
     assert abs(float(said.group(1)) - size / 2**20) < 0.02 * size / 2**20  # the size of the checkpoint
     assert sorted(os.listdir(save)) == before  # no temporary file, no partial checkpoint

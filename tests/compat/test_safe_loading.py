@@ -2,6 +2,7 @@
 also through the real fairseq-generate and fairseq-train: truncated, missing and crafted
 checkpoints are one line, and a checkpoint without --user-dir gets fairseq's own message, as
 docs/bad-input.md says."""
+
 import fractions
 import logging
 import os
@@ -140,10 +141,16 @@ def test_truncated_and_missing_checkpoints(data_bin, trained, tmp_path):
     ckpt, _ = trained
     cut = tmp_path / "cut.pt"
     cut.write_bytes(open(ckpt, "rb").read()[:50000])
-    assert_clear(run([cli("fairseq-generate"), *generate_args(data_bin, str(cut))]), "truncated or not a checkpoint",
-                 whole_output=False)
-    assert_clear(run([cli("fairseq-generate"), *generate_args(data_bin, str(tmp_path / "none.pt"))]),
-                 "checkpoint does not exist", whole_output=False)
+    assert_clear(
+        run([cli("fairseq-generate"), *generate_args(data_bin, str(cut))]),
+        "truncated or not a checkpoint",
+        whole_output=False,
+    )
+    assert_clear(
+        run([cli("fairseq-generate"), *generate_args(data_bin, str(tmp_path / "none.pt"))]),
+        "checkpoint does not exist",
+        whole_output=False,
+    )
 
 
 def craft(ckpt, folder, kind):
@@ -173,13 +180,16 @@ def craft(ckpt, folder, kind):
     return out
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("no_version", "is truncated or not a checkpoint (its zip has no 'version' record)"),
-    ("no_model", "is not a fairseq checkpoint (no 'model' record)"),
-    ("model_none", "is not a fairseq checkpoint (its 'model' record is a NoneType, not the model's weights)"),
-    ("no_cfg", "is not a fairseq checkpoint (no 'cfg' or 'args' record: the options the model was trained with)"),
-    ("a_list", "is not a fairseq checkpoint (it holds a list, not fairseq's dict of records)"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("no_version", "is truncated or not a checkpoint (its zip has no 'version' record)"),
+        ("no_model", "is not a fairseq checkpoint (no 'model' record)"),
+        ("model_none", "is not a fairseq checkpoint (its 'model' record is a NoneType, not the model's weights)"),
+        ("no_cfg", "is not a fairseq checkpoint (no 'cfg' or 'args' record: the options the model was trained with)"),
+        ("a_list", "is not a fairseq checkpoint (it holds a list, not fairseq's dict of records)"),
+    ],
+)
 def test_crafted_checkpoints_are_one_line(data_bin, trained, tmp_path, kind, message):
     path = craft(trained[0], tmp_path, kind)
     done = run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", path])
@@ -188,8 +198,14 @@ def test_crafted_checkpoints_are_one_line(data_bin, trained, tmp_path, kind, mes
 
 def test_a_crafted_checkpoint_to_restore_is_one_line(data_bin, trained, tmp_path):
     path = craft(trained[0], tmp_path, "no_cfg")
-    done = run([cli("fairseq-train"), *train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"),
-                                                  "--restore-file", path, "--max-update", "2")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--restore-file", path, "--max-update", "2"
+            ),
+        ]
+    )
     assert_clear(done, f"checkpoint {path} is not a fairseq checkpoint (no 'cfg' or 'args' record")
 
 

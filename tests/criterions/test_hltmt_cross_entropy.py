@@ -1,4 +1,5 @@
 """The criterion: the disparity term (formula, scale, gradient) and what it logs."""
+
 import copy
 import math
 
@@ -28,8 +29,9 @@ def test_disparity_is_lowest_for_an_even_spread():
 
 
 def criterion(task, weight, batch_size=4096):
-    return HltmtCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1, disparity_weight=weight,
-                                      disparity_batch_size=batch_size)
+    return HltmtCrossEntropyCriterion(
+        task, sentence_avg=False, label_smoothing=0.1, disparity_weight=weight, disparity_batch_size=batch_size
+    )
 
 
 @pytest.fixture(scope="module")

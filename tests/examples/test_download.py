@@ -1,6 +1,7 @@
 """The WMT-10 recipe's download and clean steps (examples/wmt10/download.py, then clean.py)
 against a local HTTP server on 127.0.0.1 serving small archives of the real layouts (nothing
 leaves the machine)."""
+
 import gzip
 import http.server
 import io
@@ -33,15 +34,25 @@ def sgm(lines, lang):
 def server(tmp_path):
     root = tmp_path / "www"
     root.mkdir()
-    en = ["The house is small .", "I like green tea .", "The house is small .", "Hello",
-          "one two three four five six seven eight nine ten"]
-    fr = ["La maison est petite .", "J'aime le thé vert .", "La maison est petite .", "Bonjour",
-          "un"]  # the last pair fails the length-ratio filter; the third is a duplicate
+    en = [
+        "The house is small .",
+        "I like green tea .",
+        "The house is small .",
+        "Hello",
+        "one two three four five six seven eight nine ten",
+    ]
+    fr = [
+        "La maison est petite .",
+        "J'aime le thé vert .",
+        "La maison est petite .",
+        "Bonjour",
+        "un",
+    ]  # the last pair fails the length-ratio filter; the third is a duplicate
     with tarfile.open(root / "fr-en.tgz", "w:gz") as tar:  # members under a top folder
         add(tar, "release/europarl-v7.fr-en.en", "\n".join(en) + "\n")
         add(tar, "release/europarl-v7.fr-en.fr", "\n".join(fr) + "\n")
     with gzip.open(root / "nc.fr-en.tsv.gz", "wt", encoding="utf-8") as f:
-        f.write("Il a dit « oui » .\tHe said \"yes\" .\nMerci\tThanks\n")
+        f.write('Il a dit « oui » .\tHe said "yes" .\nMerci\tThanks\n')
     with tarfile.open(root / "dev.tgz", "w:gz") as tar:
         add(tar, "dev/newstest2013-src.en.sgm", sgm(["A &amp; B .", "Good night ."], "en"))
         add(tar, "dev/newstest2013-ref.fr.sgm", sgm(["A &amp; B .", "Bonne nuit ."], "fr"))
@@ -71,18 +82,40 @@ def manifest(path, base, lines):
 GOOD = [
     ("fr", "train", "europarl-v7", "BASE/fr-en.tgz", "tgz-pair", "europarl-v7.fr-en.en", "europarl-v7.fr-en.fr"),
     ("fr", "train", "news-commentary", "BASE/nc.fr-en.tsv.gz", "tsv-gz", "1", "0"),
-    ("fr", "valid", "newstest2013", "BASE/dev.tgz", "sgm-tgz", "dev/newstest2013-src.en.sgm",
-     "dev/newstest2013-ref.fr.sgm"),
-    ("fr", "test", "newstest2013", "BASE/dev.tgz", "sgm-tgz", "dev/newstest2013-src.en.sgm",
-     "dev/newstest2013-ref.fr.sgm"),
+    (
+        "fr",
+        "valid",
+        "newstest2013",
+        "BASE/dev.tgz",
+        "sgm-tgz",
+        "dev/newstest2013-src.en.sgm",
+        "dev/newstest2013-ref.fr.sgm",
+    ),
+    (
+        "fr",
+        "test",
+        "newstest2013",
+        "BASE/dev.tgz",
+        "sgm-tgz",
+        "dev/newstest2013-src.en.sgm",
+        "dev/newstest2013-ref.fr.sgm",
+    ),
 ]
 
 
 def test_download_then_clean(server, tmp_path):
     base, requests = server
     out = tmp_path / "raw"
-    done = run([sys.executable, os.path.join(RECIPE, "download.py"), "--manifest",
-                manifest(tmp_path / "m.tsv", base, GOOD), "--out", str(out)])
+    done = run(
+        [
+            sys.executable,
+            os.path.join(RECIPE, "download.py"),
+            "--manifest",
+            manifest(tmp_path / "m.tsv", base, GOOD),
+            "--out",
+            str(out),
+        ]
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     en = (out / "train.en-fr.en").read_text().splitlines()
     fr = (out / "train.en-fr.fr").read_text().splitlines()
@@ -95,8 +128,16 @@ def test_download_then_clean(server, tmp_path):
     fetched = len(requests)
     assert fetched == 3  # dev.tgz once for both splits
 
-    again = run([sys.executable, os.path.join(RECIPE, "download.py"), "--manifest",
-                 manifest(tmp_path / "m.tsv", base, GOOD), "--out", str(out)])
+    again = run(
+        [
+            sys.executable,
+            os.path.join(RECIPE, "download.py"),
+            "--manifest",
+            manifest(tmp_path / "m.tsv", base, GOOD),
+            "--out",
+            str(out),
+        ]
+    )
     assert again.returncode == 0 and len(requests) == fetched  # a rerun fetches nothing
 
     clean = tmp_path / "clean"
@@ -110,18 +151,31 @@ def test_download_then_clean(server, tmp_path):
     assert (clean / "test.en-fr.fr").read_text() == (out / "test.en-fr.fr").read_text()
 
 
-@pytest.mark.parametrize("line, message", [
-    (("fr", "train", "bad", "BASE/bad.tsv.gz", "tsv-gz", "1", "0"), "no lines"),
-    (("fr", "train", "missing", "BASE/nothing.tgz", "tgz-pair", "a", "b"), "could not fetch"),
-    (("fr", "train", "member", "BASE/fr-en.tgz", "tgz-pair", "europarl-v7.fr-en.en", "nope.fr"),
-     "no single member 'nope.fr'"),
-    (("fr", "train", "fmt", "BASE/fr-en.tgz", "rar", "a", "b"), "unknown format 'rar'"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        (("fr", "train", "bad", "BASE/bad.tsv.gz", "tsv-gz", "1", "0"), "no lines"),
+        (("fr", "train", "missing", "BASE/nothing.tgz", "tgz-pair", "a", "b"), "could not fetch"),
+        (
+            ("fr", "train", "member", "BASE/fr-en.tgz", "tgz-pair", "europarl-v7.fr-en.en", "nope.fr"),
+            "no single member 'nope.fr'",
+        ),
+        (("fr", "train", "fmt", "BASE/fr-en.tgz", "rar", "a", "b"), "unknown format 'rar'"),
+    ],
+)
 def test_download_errors_are_clear_and_leave_no_finished_file(server, tmp_path, line, message):
     base, _ = server
     out = tmp_path / "raw"
-    done = run([sys.executable, os.path.join(RECIPE, "download.py"), "--manifest",
-                manifest(tmp_path / "m.tsv", base, [line]), "--out", str(out)])
+    done = run(
+        [
+            sys.executable,
+            os.path.join(RECIPE, "download.py"),
+            "--manifest",
+            manifest(tmp_path / "m.tsv", base, [line]),
+            "--out",
+            str(out),
+        ]
+    )
     assert done.returncode != 0
     assert "download: error:" in done.stderr and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -4,6 +4,7 @@ dictionary, laid out as fairseq's XLM-R release (model.pt, dict.txt, sentencepie
 data encoded with that model and binarized with that dictionary -> MNMT, LS-MNMT and HLT-MT
 (both stages) from the same initialisation, the temperature rising over the first epochs
 -> generate -> report."""
+
 import ast
 import csv
 import os
@@ -35,17 +36,44 @@ def xlmr(tmp_path_factory):
             with open(os.path.join(DEBMT10, f"train.en-{lang}.{side}"), encoding="utf-8") as f:
                 lines += [next(f).strip() for _ in range(200)]
     (folder / "text.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(input=str(folder / "text.txt"), model_prefix=str(folder / "sentencepiece.bpe"),
-                                   vocab_size=600, model_type="bpe", character_coverage=1.0, minloglevel=2,
-                                   num_threads=1, hard_vocab_limit=False)
+    spm.SentencePieceTrainer.train(
+        input=str(folder / "text.txt"),
+        model_prefix=str(folder / "sentencepiece.bpe"),
+        vocab_size=600,
+        model_type="bpe",
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
+        hard_vocab_limit=False,
+    )
     os.remove(folder / "text.txt")
     sp = spm.SentencePieceProcessor(model_file=str(folder / "sentencepiece.bpe.model"))
-    pieces = sorted(sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i))
+    pieces = sorted(
+        sp.id_to_piece(i) for i in range(sp.get_piece_size()) if not sp.is_control(i) and not sp.is_unknown(i)
+    )
     kept = [p for i, p in enumerate(pieces) if i % 10 != 3] + [f"▁only_pretrained_{i}" for i in range(20)]
     (folder / "dict.txt").write_text("".join(f"{p} {len(kept) - i}\n" for i, p in enumerate(kept)), encoding="utf-8")
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        str(folder), "--task", "masked_lm", "--arch", "roberta_base", "--encoder-layers", "2", "--encoder-embed-dim",
-        "64", "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "4", "--tokens-per-sample", "128", "--cpu"])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            str(folder),
+            "--task",
+            "masked_lm",
+            "--arch",
+            "roberta_base",
+            "--encoder-layers",
+            "2",
+            "--encoder-embed-dim",
+            "64",
+            "--encoder-ffn-embed-dim",
+            "128",
+            "--encoder-attention-heads",
+            "4",
+            "--tokens-per-sample",
+            "128",
+            "--cpu",
+        ],
+    )
     task = tasks.setup_task(args)
     torch.manual_seed(1)
     model = task.build_model(args)
@@ -56,12 +84,50 @@ def xlmr(tmp_path_factory):
 @pytest.fixture(scope="module")
 def recipe(xlmr, tmp_path_factory):
     folder = tmp_path_factory.mktemp("wmt10")
-    done = run(["bash", os.path.join(RECIPE, "run_xlmr.sh"), "--langs", "de,fr,gu", "--high", "de,fr",
-                "--pool-size", "2", *SHAPE, "--max-train", "100", "--max-train-lang", "gu=30", "--max-valid", "10",
-                "--max-test", "6", "--max-update", "12", "--high-updates", "5", "--temperature-epochs", "2",
-                "--lr", "1e-3", "--warmup", "4", "--max-tokens", "3000", "--update-freq", "1", "--log-interval", "1",
-                "--max-len-a", "0", "--max-len-b", "16", "--decode-workers", "2"],
-               env_extra={"RAW": DEBMT10, "XLMR": str(xlmr), "RUN": str(folder), "PY": sys.executable})
+    done = run(
+        [
+            "bash",
+            os.path.join(RECIPE, "run_xlmr.sh"),
+            "--langs",
+            "de,fr,gu",
+            "--high",
+            "de,fr",
+            "--pool-size",
+            "2",
+            *SHAPE,
+            "--max-train",
+            "100",
+            "--max-train-lang",
+            "gu=30",
+            "--max-valid",
+            "10",
+            "--max-test",
+            "6",
+            "--max-update",
+            "12",
+            "--high-updates",
+            "5",
+            "--temperature-epochs",
+            "2",
+            "--lr",
+            "1e-3",
+            "--warmup",
+            "4",
+            "--max-tokens",
+            "3000",
+            "--update-freq",
+            "1",
+            "--log-interval",
+            "1",
+            "--max-len-a",
+            "0",
+            "--max-len-b",
+            "16",
+            "--decode-workers",
+            "2",
+        ],
+        env_extra={"RAW": DEBMT10, "XLMR": str(xlmr), "RUN": str(folder), "PY": sys.executable},
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     return folder / "xlmr", done.stdout
 
@@ -124,11 +190,14 @@ def test_hltmt_trains_both_stages_and_the_report_covers_every_system_and_directi
     run_dir, out = recipe
     hltmt = log(run_dir, "train_hltmt.seed1.log")
     assert "HLT-MT stage high" in hltmt
-    assert re.search(r"HLT-MT stage all \(epoch \d+, update 5\): routing map fixed from the final stage-high gate", hltmt)
+    assert re.search(
+        r"HLT-MT stage all \(epoch \d+, update 5\): routing map fixed from the final stage-high gate", hltmt
+    )
     assert "Stopping training due to num_updates: 12 >= max_update: 12" in hltmt
     rows = list(csv.DictReader(open(run_dir / "report" / "results.csv", encoding="utf-8")))
     assert {(r["system"], r["direction"]) for r in rows} == {
-        (s, d) for s in ("mnmt", "lsmnmt", "hltmt") for d in ("en-de", "en-fr", "en-gu", "de-en", "fr-en", "gu-en")}
+        (s, d) for s in ("mnmt", "lsmnmt", "hltmt") for d in ("en-de", "en-fr", "en-gu", "de-en", "fr-en", "gu-en")
+    }
     assert all(r["sentences"] == "6" for r in rows)
     md = (run_dir / "report" / "results.md").read_text(encoding="utf-8")
     assert "WMT-10, all systems from XLM-R" in md and "hltmt − mnmt" in md

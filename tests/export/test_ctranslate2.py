@@ -5,6 +5,7 @@ side by side with the checkpoint: the same translations, line for line, and the 
 Covered: HLT-MT post-norm with ``--encoder-langtok tgt`` (pool modules and the universal
 layer), HLT-MT pre-norm with ``--encoder-langtok src --decoder-langtok``, fairseq's plain
 ``transformer`` of ``translation_multi_simple_epoch`` with both conventions; int8; refusals."""
+
 import functools
 import os
 import random
@@ -22,12 +23,37 @@ from hltmt_plugin.export.ctranslate2 import check_exportable, export  # noqa: E4
 from hltmt_plugin.hub import HltmtTranslator  # noqa: E402
 
 BEAM, MAX_LEN = 4, 20
-SMALL = ["--encoder-layers", "1", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-         "--decoder-attention-heads", "2"]
+SMALL = [
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 SRC_CONVENTION = ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"]
-SHORT = ["--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--disable-validation",
-         "--no-save-optimizer-state", "--no-epoch-checkpoints"]
+SHORT = [
+    "--cpu",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "1500",
+    "--disable-validation",
+    "--no-save-optimizer-state",
+    "--no-epoch-checkpoints",
+]
 
 
 def items_of(directions=DIRECTIONS, n=10, seed=1):
@@ -70,8 +96,22 @@ def test_hltmt_post_norm_exports_one_model_per_route_and_translates_as_the_check
 
 @functools.lru_cache(maxsize=None)
 def trained(data_bin, folder, name, *options):
-    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--langs", LANGS, "--lang-pairs", PAIRS,
-                *options, *SHORT, "--save-dir", f"{folder}/{name}"])
+    done = run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            *options,
+            *SHORT,
+            "--save-dir",
+            f"{folder}/{name}",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return perturbed(f"{folder}/{name}/checkpoint_last.pt", f"{folder}/{name}.pt")
 
@@ -82,10 +122,27 @@ def folder(tmp_path_factory):
 
 
 def test_hltmt_pre_norm_with_the_decoder_language_token_translates_as_the_checkpoint(data_bin, folder):
-    ckpt = trained(data_bin, folder, "prenorm", "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny",
-                   "--high-resource-langs", "de,fr", "--slp-pool-size", "2", *SRC_CONVENTION, "--enable-lang-ids",
-                   "--encoder-normalize-before", "--decoder-normalize-before", "--high-stage-updates", "2",
-                   "--max-update", "4")
+    ckpt = trained(
+        data_bin,
+        folder,
+        "prenorm",
+        "--task",
+        "hltmt_translation",
+        "--arch",
+        "hltmt_transformer_tiny",
+        "--high-resource-langs",
+        "de,fr",
+        "--slp-pool-size",
+        "2",
+        *SRC_CONVENTION,
+        "--enable-lang-ids",
+        "--encoder-normalize-before",
+        "--decoder-normalize-before",
+        "--high-stage-updates",
+        "2",
+        "--max-update",
+        "4",
+    )
     record = export(ckpt, f"{folder}/prenorm-export", spm=spm_of(data_bin))
     assert record["encoder_langtok"] == "src" and record["decoder_langtok"]
     assert_served_alike(ckpt, f"{folder}/prenorm-export", items_of(), spm=spm_of(data_bin))
@@ -95,8 +152,20 @@ def test_hltmt_pre_norm_with_the_decoder_language_token_translates_as_the_checkp
 def test_fairseqs_plain_multilingual_transformer_translates_as_the_checkpoint(data_bin, folder, convention):
     marking = ["--encoder-langtok", "tgt"] if convention == "tgt" else SRC_CONVENTION
     norm = ["--encoder-normalize-before", "--decoder-normalize-before"] if convention == "src" else []
-    ckpt = trained(data_bin, folder, f"plain-{convention}", "--task", "translation_multi_simple_epoch",
-                   "--arch", "transformer", *SMALL, *marking, *norm, "--max-update", "3")
+    ckpt = trained(
+        data_bin,
+        folder,
+        f"plain-{convention}",
+        "--task",
+        "translation_multi_simple_epoch",
+        "--arch",
+        "transformer",
+        *SMALL,
+        *marking,
+        *norm,
+        "--max-update",
+        "3",
+    )
     out = f"{folder}/plain-{convention}-export"
     record = export(ckpt, out, spm=spm_of(data_bin))
     assert record["models"] == {"main": "models/main"} and set(record["targets"].values()) == {"main"}
@@ -126,10 +195,13 @@ def test_an_existing_folder_is_kept_unless_forced(hltmt, tmp_path):
     assert not (tmp_path / "q").exists()
 
 
-@pytest.mark.parametrize("options,what", [
-    (["--language-adapters", "--enable-lang-ids"], "cannot export adapters"),
-    (["--skill-ffn", "--enable-lang-ids", "--lang-pairs", "en-de,de-en,en-fr"], "cannot export skills"),
-])
+@pytest.mark.parametrize(
+    "options,what",
+    [
+        (["--language-adapters", "--enable-lang-ids"], "cannot export adapters"),
+        (["--skill-ffn", "--enable-lang-ids", "--lang-pairs", "en-de,de-en,en-fr"], "cannot export skills"),
+    ],
+)
 def test_adapters_and_skills_are_refused_in_one_line(data_bin, options, what):
     args, _, model = build(data_bin, *options)
     with pytest.raises(HltmtConfigError, match=what) as refused:

@@ -13,6 +13,7 @@ later code computes the same. ``--platform`` keeps the checkpoint and records wh
 the day computes from it on this torch build and kind of CPU (``platforms/<key>.pt``): run it
 before a change, on the machine that tests the change, for the bit-for-bit check there.
 """
+
 import os
 import shutil
 import subprocess
@@ -52,8 +53,23 @@ def main():
         return record_platform()
 
     tmp = tempfile.mkdtemp()
-    sh(["hltmt-prepare-data", "--out", tmp, "--langs", "de,fr,gu,hi", "--max-train", "300",
-        "--max-valid", "10", "--max-test", "9", "--vocab-size", "600"])
+    sh(
+        [
+            "hltmt-prepare-data",
+            "--out",
+            tmp,
+            "--langs",
+            "de,fr,gu,hi",
+            "--max-train",
+            "300",
+            "--max-valid",
+            "10",
+            "--max-test",
+            "9",
+            "--vocab-size",
+            "600",
+        ]
+    )
     data = os.path.join(HERE, "bin")
     shutil.rmtree(data, ignore_errors=True)
     os.makedirs(data)
@@ -61,16 +77,69 @@ def main():
         if name.startswith(("dict.", "test.", "valid.")):
             shutil.copy(os.path.join(tmp, "bin", name), data)
     # train on the full binarized slice, keep only valid/test in the fixture
-    sh([os.path.join(BIN, "fairseq-train"), os.path.join(tmp, "bin"), "--user-dir", "hltmt_plugin",
-        "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny", "--encoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--langs", "en,de,fr,gu,hi", "--lang-pairs", "en-de,en-fr,en-gu,en-hi,de-en,gu-en",
-        "--encoder-langtok", "tgt", "--enable-lang-ids", "--high-resource-langs", "de,fr", "--slp-pool-size", "2",
-        "--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters",
-        "--adapter-placement", "houlsby", "--skill-ffn", "--skill-attention", "--skill-layers", "1",
-        "--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--high-stage-updates", "6",
-        "--max-update", "12", "--optimizer", "adam", "--lr", "3e-3", "--max-tokens", "800", "--cpu",
-        "--save-dir", os.path.join(tmp, "ckpt"), "--no-epoch-checkpoints", "--seed", "5", "--num-workers", "0"])
+    sh(
+        [
+            os.path.join(BIN, "fairseq-train"),
+            os.path.join(tmp, "bin"),
+            "--user-dir",
+            "hltmt_plugin",
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--encoder-embed-dim",
+            "32",
+            "--encoder-ffn-embed-dim",
+            "64",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+            "--langs",
+            "en,de,fr,gu,hi",
+            "--lang-pairs",
+            "en-de,en-fr,en-gu,en-hi,de-en,gu-en",
+            "--encoder-langtok",
+            "tgt",
+            "--enable-lang-ids",
+            "--high-resource-langs",
+            "de,fr",
+            "--slp-pool-size",
+            "2",
+            "--language-adapters",
+            "--shared-adapters",
+            "--decoder-adapters",
+            "--invertible-adapters",
+            "--adapter-placement",
+            "houlsby",
+            "--skill-ffn",
+            "--skill-attention",
+            "--skill-layers",
+            "1",
+            "--criterion",
+            "hltmt_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--high-stage-updates",
+            "6",
+            "--max-update",
+            "12",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "3e-3",
+            "--max-tokens",
+            "800",
+            "--cpu",
+            "--save-dir",
+            os.path.join(tmp, "ckpt"),
+            "--no-epoch-checkpoints",
+            "--seed",
+            "5",
+            "--num-workers",
+            "0",
+        ]
+    )
     state = torch.load(os.path.join(tmp, "ckpt", "checkpoint_last.pt"), map_location="cpu", weights_only=False)
     state["last_optimizer_state"] = None  # keep the fixture small
     # a few updates leave a degenerate model (every hypothesis alike) and adapters near their
@@ -78,8 +147,10 @@ def main():
     g = torch.Generator().manual_seed(0)
     for name, value in state["model"].items():
         if value.is_floating_point():
-            value.add_(torch.randn(value.shape, generator=g) * (1.5 * float(value.std()) if value.numel() > 1 else 0.0)
-                       + torch.randn(value.shape, generator=g) * 0.2)
+            value.add_(
+                torch.randn(value.shape, generator=g) * (1.5 * float(value.std()) if value.numel() > 1 else 0.0)
+                + torch.randn(value.shape, generator=g) * 0.2
+            )
     torch.save(state, os.path.join(HERE, "checkpoint.pt"))
     expected = {}
     for direction in DIRECTIONS:

@@ -1,6 +1,7 @@
 """The Python API's arguments (hltmt_plugin/hub/arguments.py): each bad argument of
 ``translate`` / ``translate_batch`` / ``generator`` / ``load`` is one error naming it, before
 any search; a text the model cannot be given fails alone, with its line."""
+
 import math
 import re
 
@@ -51,8 +52,12 @@ def test_every_bad_argument_of_the_python_api_is_one_error_naming_it(translator)
 def test_bad_load_arguments_are_one_error_naming_them(hltmt):
     from hltmt_plugin.hub import HltmtTranslator
 
-    for kwargs, name in (({"device": "gpu7"}, "device"), ({"device": "cuda:3"}, "device"),
-                         ({"max_tokens": 0}, "max_tokens"), ({"max_sentences": 0.5}, "max_sentences")):
+    for kwargs, name in (
+        ({"device": "gpu7"}, "device"),
+        ({"device": "cuda:3"}, "device"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_sentences": 0.5}, "max_sentences"),
+    ):
         with pytest.raises(HltmtError, match=re.escape(name)):
             HltmtTranslator.load(hltmt, **kwargs)
     with pytest.raises(HltmtError, match="checkpoint must be a path"):
@@ -60,8 +65,15 @@ def test_bad_load_arguments_are_one_error_naming_them(hltmt):
 
 
 def test_texts_the_model_cannot_be_given_fail_alone_with_their_line(translator):
-    results = translator.translate(["The file is open.", "nul\x00here", "lone \udcff surrogate", "Good morning."],
-                                   "en", "de", beam=2, max_len=10, errors="keep", details=True)
+    results = translator.translate(
+        ["The file is open.", "nul\x00here", "lone \udcff surrogate", "Good morning."],
+        "en",
+        "de",
+        beam=2,
+        max_len=10,
+        errors="keep",
+        details=True,
+    )
     assert [r.error is None for r in results] == [True, False, False, True]
     assert "NUL character at position 4" in results[1].error and "lone surrogate" in results[2].error
     alone = translator.translate(["The file is open.", "Good morning."], "en", "de", beam=2, max_len=10)

@@ -1,5 +1,6 @@
 """hltmt_plugin.hub.ct2_engine: an exported model served with the translator's contract: any
 mix of directions in one call, results in input order, per-line errors, the same refusals."""
+
 import pytest
 
 from hub_common import DIRECTIONS, sentences
@@ -34,8 +35,15 @@ def test_mixed_directions_come_back_in_input_order_as_the_checkpoint_gives_them(
 
 
 def test_bad_lines_fail_alone_with_their_line_numbers(served, translator):
-    items = [("en", "de", "The file is open."), ("xx", "de", "x"), ("en", "de", "   "), ("en", "de", "a\x00b"),
-             ("en", "de", "word " * 2000), ("gu", "de", "x"), "not a tuple"]
+    items = [
+        ("en", "de", "The file is open."),
+        ("xx", "de", "x"),
+        ("en", "de", "   "),
+        ("en", "de", "a\x00b"),
+        ("en", "de", "word " * 2000),
+        ("gu", "de", "x"),
+        "not a tuple",
+    ]
     found = served.translate_batch(items, details=True, errors="keep", first_line=10)
     expected = translator.translate_batch(items, details=True, errors="keep", first_line=10)
     assert [r.error for r in found] == [r.error for r in expected]

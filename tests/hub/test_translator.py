@@ -12,6 +12,7 @@ The translator and hltmt-translate serve fairseq's own multilingual checkpoints 
 plain ``transformer`` translates mixed directions in one call, each sentence as fairseq-generate
 translates it.
 """
+
 import functools
 import json
 import os
@@ -22,8 +23,18 @@ import pytest
 import torch
 
 from conftest import LANGS, PAIRS, PLUGIN, cli, perturbed, run, spm_of
-from hub_common import (BEAM, DIRECTIONS, MAX_LEN, N, STUDY_MODEL, assert_same, parse_hypotheses, reference,
-                        sentences, task_args)
+from hub_common import (
+    BEAM,
+    DIRECTIONS,
+    MAX_LEN,
+    N,
+    STUDY_MODEL,
+    assert_same,
+    parse_hypotheses,
+    reference,
+    sentences,
+    task_args,
+)
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
@@ -32,9 +43,21 @@ from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
 @functools.lru_cache(maxsize=None)
 def interactive_reference(data_bin, ckpt, src, tgt, pairs=PAIRS):
     """fairseq-interactive's hypotheses (for a direction without binarized test data)."""
-    done = run([cli("fairseq-interactive"), *task_args(data_bin, ckpt, src, tgt, pairs=pairs), "--bpe",
-                "sentencepiece", "--sentencepiece-model", spm_of(data_bin), "--buffer-size", "64",
-                "--max-tokens", "3000"], input="".join(s + "\n" for s in sentences(src, tgt)))
+    done = run(
+        [
+            cli("fairseq-interactive"),
+            *task_args(data_bin, ckpt, src, tgt, pairs=pairs),
+            "--bpe",
+            "sentencepiece",
+            "--sentencepiece-model",
+            spm_of(data_bin),
+            "--buffer-size",
+            "64",
+            "--max-tokens",
+            "3000",
+        ],
+        input="".join(s + "\n" for s in sentences(src, tgt)),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = parse_hypotheses(done.stdout)
     return [found[i] for i in range(len(found))]
@@ -46,8 +69,9 @@ def expected_slp(model, tgt):
 
 
 def shuffled_items(directions, refs, seed=0):
-    items = [(src, tgt, text, ref) for src, tgt in directions
-             for text, ref in zip(sentences(src, tgt), refs[(src, tgt)])]
+    items = [
+        (src, tgt, text, ref) for src, tgt in directions for text, ref in zip(sentences(src, tgt), refs[(src, tgt)])
+    ]
     random.Random(seed).shuffle(items)
     return items
 
@@ -70,8 +94,9 @@ def test_mixed_directions_in_one_shuffled_call_equal_fairseq_generate(translator
     refs = {d: reference(data_bin, hltmt, *d)[:N] for d in DIRECTIONS}
     items = shuffled_items(DIRECTIONS, refs)
     batches = []
-    results = translator.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True,
-                                         max_tokens=400, progress=batches.append)
+    results = translator.translate_batch(
+        [i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, max_tokens=400, progress=batches.append
+    )
     assert len(batches) > 1 and sum(batches) == len(items)  # several batches, each mixing directions
     assert_same(results, [i[3] for i in items], "mixed")
     model = translator.model
@@ -87,24 +112,41 @@ def test_fairseq_hub_from_pretrained_translates(translator, hltmt, data_bin, tmp
     texts = sentences("en", "gu", 4)
     ours = translator.translate(texts, src="en", tgt="gu", beam=BEAM, max_len=MAX_LEN)
     folder, name = os.path.split(hltmt)
-    named = HltmtTransformerModel.from_pretrained(folder, checkpoint_file=name, data_name_or_path=data_bin,
-                                                  bpe="sentencepiece", sentencepiece_model=spm_of(data_bin),
-                                                  source_lang="en", target_lang="gu")
+    named = HltmtTransformerModel.from_pretrained(
+        folder,
+        checkpoint_file=name,
+        data_name_or_path=data_bin,
+        bpe="sentencepiece",
+        sentencepiece_model=spm_of(data_bin),
+        source_lang="en",
+        target_lang="gu",
+    )
     assert named.translate(texts, beam=BEAM, max_len_b=MAX_LEN) == ours
     # found: fairseq's hub looks for sentencepiece.bpe.model beside the checkpoint
     os.symlink(hltmt, tmp_path / "model.pt")
     os.symlink(spm_of(data_bin), tmp_path / "sentencepiece.bpe.model")
-    found = HltmtTransformerModel.from_pretrained(str(tmp_path), checkpoint_file="model.pt",
-                                                  data_name_or_path=data_bin, bpe="sentencepiece",
-                                                  source_lang="en", target_lang="gu")
+    found = HltmtTransformerModel.from_pretrained(
+        str(tmp_path),
+        checkpoint_file="model.pt",
+        data_name_or_path=data_bin,
+        bpe="sentencepiece",
+        source_lang="en",
+        target_lang="gu",
+    )
     assert found.translate(texts, beam=BEAM, max_len_b=MAX_LEN) == ours
 
 
 def test_bad_sentences_fail_alone_with_their_line_numbers(translator):
     good = sentences("en", "de", 3)
     long_line = " ".join(["word"] * 1100)
-    items = [("en", "de", good[0]), ("xx", "de", "text"), ("en", "de", "   "), ("en", "de", good[1]),
-             ("en", "de", long_line), ("en", "de", good[2])]
+    items = [
+        ("en", "de", good[0]),
+        ("xx", "de", "text"),
+        ("en", "de", "   "),
+        ("en", "de", good[1]),
+        ("en", "de", long_line),
+        ("en", "de", good[2]),
+    ]
     with pytest.raises(TranslationErrors) as caught:
         translator.translate_batch(items, beam=BEAM, max_len=MAX_LEN)
     message = str(caught.value)
@@ -114,8 +156,7 @@ def test_bad_sentences_fail_alone_with_their_line_numbers(translator):
     assert "line 5:" in message and "more than the model's 1024 source positions" in message
     alone = translator.translate(good, src="en", tgt="de", beam=BEAM, max_len=MAX_LEN)
     assert caught.value.results == [alone[0], None, None, alone[1], None, alone[2]]
-    kept = translator.translate_batch(items, beam=BEAM, max_len=MAX_LEN, errors="keep", details=True,
-                                      first_line=10)
+    kept = translator.translate_batch(items, beam=BEAM, max_len=MAX_LEN, errors="keep", details=True, first_line=10)
     assert [r.line for r in kept if r.error] == [11, 12, 14]
     assert [r.text for r in kept if not r.error] == alone
 
@@ -125,8 +166,11 @@ def test_moved_data_folder_and_missing_files_are_one_line(hltmt, data_bin, tmp_p
     state["cfg"]["task"].data = str(tmp_path / "gone" / "bin")
     moved = str(tmp_path / "moved.pt")
     torch.save(state, moved)
-    with pytest.raises(HltmtConfigError, match=r"data folder stored in the checkpoint \(.*gone/bin\) does not "
-                                               r"exist: give data=DIR"):
+    with pytest.raises(
+        HltmtConfigError,
+        match=r"data folder stored in the checkpoint \(.*gone/bin\) does not "
+        r"exist: give data=DIR",
+    ):
         HltmtTranslator.load(moved)
     again = HltmtTranslator.load(moved, data=data_bin, device="cpu")
     assert again.spm == spm_of(data_bin)
@@ -143,18 +187,33 @@ def test_moved_data_folder_and_missing_files_are_one_line(hltmt, data_bin, tmp_p
 def test_a_zero_shot_direction_is_served_only_when_asked_and_marked(translator, data_bin, hltmt):
     texts = sentences("de", "en", 4)  # German sentences; the session's model never trained de-fr
     assert translator.direction("de", "fr") == "zero-shot" and translator.direction("en", "de") == "trained"
-    with pytest.raises(TranslationErrors, match=r"^4 of 5 sentence\(s\) not translated: line 1: direction de-fr is "
-                                                r"zero-shot \(the model was trained on en-de,.*\): translated only "
-                                                r"with zero_shot=True"):
-        translator.translate_batch([("de", "fr", t) for t in texts] + [("en", "de", "Hello.")], beam=BEAM,
-                                   max_len=MAX_LEN)
-    results = translator.translate(texts, src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True,
-                                   zero_shot=True)
+    with pytest.raises(
+        TranslationErrors,
+        match=r"^4 of 5 sentence\(s\) not translated: line 1: direction de-fr is "
+        r"zero-shot \(the model was trained on en-de,.*\): translated only "
+        r"with zero_shot=True",
+    ):
+        translator.translate_batch(
+            [("de", "fr", t) for t in texts] + [("en", "de", "Hello.")], beam=BEAM, max_len=MAX_LEN
+        )
+    results = translator.translate(texts, src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True)
     assert all(r.zero_shot for r in results) and results[0].to_dict()["zero_shot"] is True
     # the translation fairseq-interactive gives the same direction (which says it is zero-shot on stderr)
-    done = run([cli("fairseq-interactive"), *task_args(data_bin, hltmt, "de", "fr"), "--bpe", "sentencepiece",
-                "--sentencepiece-model", spm_of(data_bin), "--buffer-size", "64", "--max-tokens", "3000"],
-               input="".join(t + "\n" for t in texts))
+    done = run(
+        [
+            cli("fairseq-interactive"),
+            *task_args(data_bin, hltmt, "de", "fr"),
+            "--bpe",
+            "sentencepiece",
+            "--sentencepiece-model",
+            spm_of(data_bin),
+            "--buffer-size",
+            "64",
+            "--max-tokens",
+            "3000",
+        ],
+        input="".join(t + "\n" for t in texts),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "hltmt_translation: direction de-fr is zero-shot: the checkpoint was trained on en-de," in done.stderr
     found = parse_hypotheses(done.stdout)
@@ -167,20 +226,28 @@ def test_a_zero_shot_direction_is_served_only_when_asked_and_marked(translator, 
 
 def test_a_target_the_model_never_produced_is_refused_per_sentence():
     mt = HltmtTranslator.load(STUDY_MODEL, device="cpu")  # English into ten languages
-    assert [mt.direction(*d) for d in [("en", "de"), ("de", "en"), ("fr", "de")]] == ["trained", "refused",
-                                                                                       "zero-shot"]
-    items = [("en", "de", "The file is open."), ("de", "en", "Hallo Welt."), ("fr", "de", "Bonjour."),
-             ("gu", "en", "x"), ("xx", "de", "x")]
+    assert [mt.direction(*d) for d in [("en", "de"), ("de", "en"), ("fr", "de")]] == ["trained", "refused", "zero-shot"]
+    items = [
+        ("en", "de", "The file is open."),
+        ("de", "en", "Hallo Welt."),
+        ("fr", "de", "Bonjour."),
+        ("gu", "en", "x"),
+        ("xx", "de", "x"),
+    ]
     results = mt.translate_batch(items, beam=2, max_len=10, details=True, errors="keep", zero_shot=True)
     assert results[0].error is None and results[0].text and not results[0].zero_shot
     assert results[1].text is None and results[1].error == (
         "direction de-en refused: the model never produced en; it was trained on en-fr,en-cs,en-de,en-fi,en-lv,"
-        "en-et,en-ro,en-hi,en-tr,en-gu (targets cs,de,et,fi,fr,gu,hi,lv,ro,tr)")
+        "en-et,en-ro,en-hi,en-tr,en-gu (targets cs,de,et,fi,fr,gu,hi,lv,ro,tr)"
+    )
     assert results[2].error is None and results[2].text and results[2].zero_shot
     assert results[3].error.startswith("direction gu-en refused: the model never produced en")
     assert results[4].error.startswith("unknown language 'xx'")
-    with pytest.raises(TranslationErrors, match=r"^1 of 1 sentence\(s\) not translated: line 1: direction de-en "
-                                                r"refused"):
+    with pytest.raises(
+        TranslationErrors,
+        match=r"^1 of 1 sentence\(s\) not translated: line 1: direction de-en "
+        r"refused",
+    ):
         mt.translate(["Hallo Welt."], src="de", tgt="en", zero_shot=True)
 
 
@@ -192,21 +259,65 @@ BASE_PAIRS = "en-de,en-fr,en-gu,de-en,gu-en"  # hi: no adapters until imported
 
 
 def train(data_bin, save, *extra):
-    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--encoder-langtok", "tgt",
-                "--high-resource-langs", "de,fr", "--slp-pool-size", "2", "--cpu", "--criterion",
-                "label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "2e-3", "--max-tokens", "1500",
-                "--max-update", "1", "--save-dir", str(save), "--no-epoch-checkpoints", "--no-save-optimizer-state",
-                "--disable-validation",
-                "--seed", "3", "--num-workers", "0", *extra])
+    done = run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--encoder-langtok",
+            "tgt",
+            "--high-resource-langs",
+            "de,fr",
+            "--slp-pool-size",
+            "2",
+            "--cpu",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "2e-3",
+            "--max-tokens",
+            "1500",
+            "--max-update",
+            "1",
+            "--save-dir",
+            str(save),
+            "--no-epoch-checkpoints",
+            "--no-save-optimizer-state",
+            "--disable-validation",
+            "--seed",
+            "3",
+            "--num-workers",
+            "0",
+            *extra,
+        ]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return perturbed(str(save / "checkpoint_last.pt"))
 
 
 @pytest.fixture(scope="module")
 def ls_mnmt(data_bin, tmp_path_factory):
-    return train(data_bin, tmp_path_factory.mktemp("ls_mnmt"), "--lang-pairs", BASE_PAIRS, "--slp-language-specific",
-                 "--hlt-stage", "all", *MADX, "--adapter-langs", "en,de,fr,gu")
+    return train(
+        data_bin,
+        tmp_path_factory.mktemp("ls_mnmt"),
+        "--lang-pairs",
+        BASE_PAIRS,
+        "--slp-language-specific",
+        "--hlt-stage",
+        "all",
+        *MADX,
+        "--adapter-langs",
+        "en,de,fr,gu",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -227,8 +338,9 @@ def ls_mnmt_hi(ls_mnmt, tmp_path_factory):
             p.add_(torch.randn(p.shape, generator=g) * 0.3)
     export_language(model, "hi", str(folder / "hi.adapters.pt"))
     out = str(folder / "base_plus_hi.pt")
-    done = run([cli("hltmt-adapters"), "import", "--path", ls_mnmt,
-                "--adapters", str(folder / "hi.adapters.pt"), "--out", out])
+    done = run(
+        [cli("hltmt-adapters"), "import", "--path", ls_mnmt, "--adapters", str(folder / "hi.adapters.pt"), "--out", out]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -237,8 +349,13 @@ def test_ls_mnmt_with_adapters_and_an_imported_language(ls_mnmt, ls_mnmt_hi, dat
     base = HltmtTranslator.load(ls_mnmt, device="cpu")
     with pytest.raises(HltmtInputError, match="no adapters for target language hi .*hltmt-adapters"):
         base.translate(["Hello."], src="en", tgt="hi")
-    kept = base.translate_batch([("en", "hi", "Hello."), ("hi", "en", "x"), ("en", "fr", "Hello.")],
-                                errors="keep", details=True, beam=BEAM, max_len=MAX_LEN)
+    kept = base.translate_batch(
+        [("en", "hi", "Hello."), ("hi", "en", "x"), ("en", "fr", "Hello.")],
+        errors="keep",
+        details=True,
+        beam=BEAM,
+        max_len=MAX_LEN,
+    )
     assert "source language hi" in kept[1].error and kept[2].error is None and kept[2].text is not None
 
     mt = HltmtTranslator.load(ls_mnmt_hi, device="cpu")
@@ -246,14 +363,21 @@ def test_ls_mnmt_with_adapters_and_an_imported_language(ls_mnmt, ls_mnmt_hi, dat
     directions = [("en", "hi"), ("gu", "en"), ("en", "fr")]
     refs = {d: reference(data_bin, ls_mnmt_hi, *d)[:N] for d in directions}
     assert mt.direction("en", "hi") == "zero-shot" and mt.direction("gu", "en") == "trained"  # hi: imported
-    assert_same(mt.translate(sentences("en", "hi"), src="en", tgt="hi", beam=BEAM, max_len=MAX_LEN, details=True,
-                             zero_shot=True), refs[("en", "hi")], "en-hi")
+    assert_same(
+        mt.translate(
+            sentences("en", "hi"), src="en", tgt="hi", beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True
+        ),
+        refs[("en", "hi")],
+        "en-hi",
+    )
     items = shuffled_items(directions, refs, seed=1)
     results = mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True)
     assert_same(results, [i[3] for i in items], "mixed")
     for (src, tgt, _, _), result in zip(items, results):
-        assert result.routing == {"slp": expected_slp(mt.model, tgt),
-                                  "adapters": {"encoder": src, "decoder": tgt, "shared": True}}
+        assert result.routing == {
+            "slp": expected_slp(mt.model, tgt),
+            "adapters": {"encoder": src, "decoder": tgt, "shared": True},
+        }
         assert result.zero_shot == (tgt == "hi")
 
 
@@ -265,35 +389,58 @@ def test_ls_mnmt_with_adapters_and_an_imported_language(ls_mnmt, ls_mnmt_hi, dat
 def skills(data_bin, tmp_path_factory):
     folder = tmp_path_factory.mktemp("skills")
     names = ["generic", "en", "de", "fr", "gu", "hi", "to_en", "from_en"]
-    directions = {p: ["generic", p.split("-")[0]] + (["to_en"] if p.endswith("-en") else ["from_en"])
-                  for p in PAIRS.split(",")}
+    directions = {
+        p: ["generic", p.split("-")[0]] + (["to_en"] if p.endswith("-en") else ["from_en"]) for p in PAIRS.split(",")
+    }
     directions["de-fr"] = ["generic", "de"]  # named, never trained; fr-de is not named
     (folder / "skills.json").write_text(json.dumps({"skills": names, "directions": directions}))
-    ckpt = train(data_bin, folder, "--lang-pairs", PAIRS, "--skill-ffn", "--skill-attention", "--enable-lang-ids",
-                 "--skill-matrix", str(folder / "skills.json"))
+    ckpt = train(
+        data_bin,
+        folder,
+        "--lang-pairs",
+        PAIRS,
+        "--skill-ffn",
+        "--skill-attention",
+        "--enable-lang-ids",
+        "--skill-matrix",
+        str(folder / "skills.json"),
+    )
     return ckpt, directions
 
 
 def test_skills_serve_an_untrained_direction_of_the_matrix(skills, data_bin):
     ckpt, matrix = skills
     mt = HltmtTranslator.load(ckpt, device="cpu")
-    refs = {("de", "fr"): interactive_reference(data_bin, ckpt, "de", "fr"),
-            ("en", "de"): reference(data_bin, ckpt, "en", "de")[:N]}
-    assert_same(mt.translate(sentences("de", "fr"), src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True,
-                             zero_shot=True), refs[("de", "fr")], "de-fr")
+    refs = {
+        ("de", "fr"): interactive_reference(data_bin, ckpt, "de", "fr"),
+        ("en", "de"): reference(data_bin, ckpt, "en", "de")[:N],
+    }
+    assert_same(
+        mt.translate(
+            sentences("de", "fr"), src="de", tgt="fr", beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True
+        ),
+        refs[("de", "fr")],
+        "de-fr",
+    )
     items = shuffled_items(list(refs), refs, seed=2)
     items.insert(3, ("fr", "de", "Bonjour.", None))
-    with pytest.raises(TranslationErrors, match=r"^1 of .*: line 4: direction fr-de is not in the model's skill "
-                                                r"matrix .*--skill-matrix"):
+    with pytest.raises(
+        TranslationErrors,
+        match=r"^1 of .*: line 4: direction fr-de is not in the model's skill "
+        r"matrix .*--skill-matrix",
+    ):
         mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, zero_shot=True)
-    results = mt.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, errors="keep",
-                                 zero_shot=True)
+    results = mt.translate_batch(
+        [i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, errors="keep", zero_shot=True
+    )
     assert results[3].error is not None
     del items[3], results[3]
     assert_same(results, [i[3] for i in items], "mixed")
     for (src, tgt, _, _), result in zip(items, results):
-        assert result.routing == {"slp": expected_slp(mt.model, tgt),
-                                  "skills": {"ffn": matrix[f"{src}-{tgt}"], "attention": src}}
+        assert result.routing == {
+            "slp": expected_slp(mt.model, tgt),
+            "skills": {"ffn": matrix[f"{src}-{tgt}"], "attention": src},
+        }
         assert result.zero_shot == ((src, tgt) == ("de", "fr"))
 
 
@@ -303,26 +450,70 @@ def test_skills_serve_an_untrained_direction_of_the_matrix(skills, data_bin):
 # (``--encoder-langtok tgt``; fairseq's ``--encoder-langtok src --decoder-langtok``). The model
 # does not route, so results carry no routing.
 
-CONVENTIONS = {"tgt": ["--encoder-langtok", "tgt"],
-               "src": ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"]}
-SMALL = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-         "--decoder-attention-heads", "2"]
+CONVENTIONS = {
+    "tgt": ["--encoder-langtok", "tgt"],
+    "src": ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"],
+}
+SMALL = [
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 
 def task_options(data_bin, convention):
-    return [data_bin, "--task", "translation_multi_simple_epoch", "--langs", LANGS, "--lang-pairs", PAIRS,
-            *CONVENTIONS[convention]]
+    return [
+        data_bin,
+        "--task",
+        "translation_multi_simple_epoch",
+        "--langs",
+        LANGS,
+        "--lang-pairs",
+        PAIRS,
+        *CONVENTIONS[convention],
+    ]
 
 
 @functools.lru_cache(maxsize=None)
 def plain_checkpoint(data_bin, folder, convention):
     """fairseq's transformer trained a few updates by fairseq-train alone, with seeded noise on
     its weights (so that a wrong language token shows in the text)."""
-    done = run([cli("fairseq-train"), *task_options(data_bin, convention), "--arch", "transformer", *SMALL,
-                "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1500", "--max-update", "3",
-                "--disable-validation", "--no-save-optimizer-state", "--no-epoch-checkpoints",
-                "--save-dir", f"{folder}/{convention}"])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *task_options(data_bin, convention),
+            "--arch",
+            "transformer",
+            *SMALL,
+            "--cpu",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "1500",
+            "--max-update",
+            "3",
+            "--disable-validation",
+            "--no-save-optimizer-state",
+            "--no-epoch-checkpoints",
+            "--save-dir",
+            f"{folder}/{convention}",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return perturbed(f"{folder}/{convention}/checkpoint_last.pt", f"{folder}/{convention}.pt")
 
@@ -330,11 +521,33 @@ def plain_checkpoint(data_bin, folder, convention):
 @functools.lru_cache(maxsize=None)
 def generate(data_bin, ckpt, convention, src, tgt):
     # (--user-dir: this torch's fairseq reads a checkpoint through the plugin's safe loading)
-    done = run([cli("fairseq-generate"), *task_options(data_bin, convention), "--user-dir", PLUGIN,
-                "-s", src, "-t", tgt, "--path", ckpt,
-                "--cpu", "--beam", str(BEAM), "--max-len-b", str(MAX_LEN), "--gen-subset", "test",
-                "--max-tokens", "3000", "--remove-bpe", "sentencepiece",
-                "--required-batch-size-multiple", "1"])  # fairseq's task would drop a last partial batch
+    done = run(
+        [
+            cli("fairseq-generate"),
+            *task_options(data_bin, convention),
+            "--user-dir",
+            PLUGIN,
+            "-s",
+            src,
+            "-t",
+            tgt,
+            "--path",
+            ckpt,
+            "--cpu",
+            "--beam",
+            str(BEAM),
+            "--max-len-b",
+            str(MAX_LEN),
+            "--gen-subset",
+            "test",
+            "--max-tokens",
+            "3000",
+            "--remove-bpe",
+            "sentencepiece",
+            "--required-batch-size-multiple",
+            "1",
+        ]
+    )  # fairseq's task would drop a last partial batch
     assert done.returncode == 0, done.stderr[-3000:]
     found = parse_hypotheses(done.stdout)
     return [found[i] for i in range(N)]
@@ -346,23 +559,40 @@ def folder(tmp_path_factory):
 
 
 @pytest.mark.parametrize("convention", ["tgt", "src"])
-def test_a_plain_multilingual_transformer_translates_mixed_directions_as_fairseq_generate(
-        data_bin, folder, convention):
+def test_a_plain_multilingual_transformer_translates_mixed_directions_as_fairseq_generate(data_bin, folder, convention):
     ckpt = plain_checkpoint(data_bin, folder, convention)
-    items = [(src, tgt, text, ref) for src, tgt in DIRECTIONS
-             for text, ref in zip(sentences(src, tgt), generate(data_bin, ckpt, convention, src, tgt))]
+    items = [
+        (src, tgt, text, ref)
+        for src, tgt in DIRECTIONS
+        for text, ref in zip(sentences(src, tgt), generate(data_bin, ckpt, convention, src, tgt))
+    ]
     random.Random(1).shuffle(items)
     translator = HltmtTranslator.load(ckpt, spm=spm_of(data_bin), device="cpu")
-    results = translator.translate_batch([i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True,
-                                         max_tokens=400)
+    results = translator.translate_batch(
+        [i[:3] for i in items], beam=BEAM, max_len=MAX_LEN, details=True, max_tokens=400
+    )
     assert_same(results, [i[3] for i in items], f"--encoder-langtok {convention}")
     assert all(r.routing == {} for r in results)
     assert len({r.text for r in results}) > 3  # the directions and sentences write different text
 
     # the same mixed input through hltmt-translate
     lines = "".join(f"{s}\t{t}\t{text}\n" for s, t, text, _ in items[:12])
-    done = run([cli("hltmt-translate"), "--checkpoint", ckpt, "--spm", spm_of(data_bin), "--device", "cpu",
-                "--beam", str(BEAM), "--max-len", str(MAX_LEN)], input=lines)
+    done = run(
+        [
+            cli("hltmt-translate"),
+            "--checkpoint",
+            ckpt,
+            "--spm",
+            spm_of(data_bin),
+            "--device",
+            "cpu",
+            "--beam",
+            str(BEAM),
+            "--max-len",
+            str(MAX_LEN),
+        ],
+        input=lines,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:-1] == [ref[0] for *_, ref in items[:12]]
 
@@ -375,9 +605,15 @@ def test_fairseqs_hub_translates_a_plain_multilingual_checkpoint_without_its_lan
     from fairseq.hub_utils import GeneratorHubInterface
 
     ckpt = plain_checkpoint(data_bin, folder, "src")
-    loaded = hub_utils.from_pretrained(os.path.dirname(ckpt), os.path.basename(ckpt), data_bin,
-                                       source_lang="en", target_lang="de", bpe="sentencepiece",
-                                       sentencepiece_model=spm_of(data_bin))
+    loaded = hub_utils.from_pretrained(
+        os.path.dirname(ckpt),
+        os.path.basename(ckpt),
+        data_bin,
+        source_lang="en",
+        target_lang="de",
+        bpe="sentencepiece",
+        sentencepiece_model=spm_of(data_bin),
+    )
     hub = GeneratorHubInterface(loaded["args"], loaded["task"], loaded["models"])
     text = sentences("en", "de")[0]
     out = hub.translate(text, beam=BEAM, max_len_a=0, max_len_b=MAX_LEN)

@@ -2,6 +2,7 @@
 trained with ``translation_multi_simple_epoch``: fairseq-train's own --finetune-from-model,
 every dense tensor copied bit for bit, and the converted model's loss before its first
 update against the dense model's on the same batch."""
+
 import pytest
 import torch
 
@@ -12,11 +13,42 @@ import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
 from tests.conftest import LANGS, MADX, PAIRS, PLUGIN, build, cli, make_sample, run, with_lang_ids
 
 DIRECTIONS = ["en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"] * 4
-OPTIM = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-         "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "1500",
-         "--no-epoch-checkpoints", "--log-interval", "1", "--seed", "3", "--cpu"]
-DENSE = ["--user-dir", PLUGIN, "--task", "translation_multi_simple_epoch", "--arch", "transformer_hltmt_tiny",
-         "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt"]
+OPTIM = [
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "2e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "10",
+    "--max-tokens",
+    "1500",
+    "--no-epoch-checkpoints",
+    "--log-interval",
+    "1",
+    "--seed",
+    "3",
+    "--cpu",
+]
+DENSE = [
+    "--user-dir",
+    PLUGIN,
+    "--task",
+    "translation_multi_simple_epoch",
+    "--arch",
+    "transformer_hltmt_tiny",
+    "--langs",
+    LANGS,
+    "--lang-pairs",
+    PAIRS,
+    "--encoder-langtok",
+    "tgt",
+]
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +123,10 @@ def test_stated_initialisation_is_the_closest(data_bin, dense):
     for module in modules:
         module.fc2.reset_parameters()
     fresh = nll(model, sample)
-    print(f"dense {dense_loss:.4f}; stated start {stated:.4f}; fc2 at zero, fresh layer norm "
-          f"{zero_fc2_fresh_norm:.4f}; fresh modules {fresh:.4f}")
+    print(
+        f"dense {dense_loss:.4f}; stated start {stated:.4f}; fc2 at zero, fresh layer norm "
+        f"{zero_fc2_fresh_norm:.4f}; fresh modules {fresh:.4f}"
+    )
     assert abs(stated - dense_loss) < abs(zero_fc2_fresh_norm - dense_loss)
     assert abs(stated - dense_loss) < abs(fresh - dense_loss)
 
@@ -107,11 +141,36 @@ def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path, how):
     then stage all."""
     save = tmp_path / "hltmt"
     start = [how, dense] + (RESTORE if how == "--restore-file" else [])
-    done = run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS,
-                "--encoder-langtok", "tgt", "--high-resource-langs", "de,fr", "--slp-pool-size", "2",
-                *OPTIM, *start, "--high-stage-updates", "3", "--max-update", "6",
-                "--save-dir", str(save)])
+    done = run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "--high-resource-langs",
+            "de,fr",
+            "--slp-pool-size",
+            "2",
+            *OPTIM,
+            *start,
+            "--high-stage-updates",
+            "3",
+            "--max-update",
+            "6",
+            "--save-dir",
+            str(save),
+        ]
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     assert "the checkpoint has no pool (a plain transformer)" in log
@@ -122,16 +181,36 @@ def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path, how):
     assert state["model"]["decoder.slp.fixed_map_onehot"][:, -1].sum() == 0  # and the map is fixed
 
 
-@pytest.mark.parametrize("extra", [MADX, ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]],
-                         ids=["adapters alone", "skills alone"])
+@pytest.mark.parametrize(
+    "extra", [MADX, ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]], ids=["adapters alone", "skills alone"]
+)
 def test_capacity_alone_from_dense_is_the_dense_model(data_bin, dense, extra):
     """Without a pool, adapters (at identity) and skills (copies of the dense FFN) added to the
     dense checkpoint give exactly its loss before the first update."""
     from fairseq import options, tasks
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", "hltmt_transformer_tiny",
-        "--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "tgt", "--cpu", "--dropout", "0", *extra])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "--cpu",
+            "--dropout",
+            "0",
+            *extra,
+        ],
+    )
     task = tasks.setup_task(args)
     model = task.build_model(args)
     model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(dense)["model"], strict=True, model_cfg=args)
@@ -145,8 +224,9 @@ def test_pre_norm_pool_from_dense_is_exact(data_bin, tmp_path):
     """Pre-norm, the pool and the universal layer start as the exact identity and the decoder's
     final layer norm moves above them: the converted model's loss is the dense model's."""
     prenorm = ["--encoder-normalize-before", "--decoder-normalize-before"]
-    done = run([cli("fairseq-train"), data_bin, *DENSE, *prenorm, *OPTIM, "--max-update", "10",
-                "--save-dir", str(tmp_path)])
+    done = run(
+        [cli("fairseq-train"), data_bin, *DENSE, *prenorm, *OPTIM, "--max-update", "10", "--save-dir", str(tmp_path)]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     path = str(tmp_path / "checkpoint_last.pt")
     task, model, dense_state = converted(data_bin, path, *prenorm)

@@ -1,6 +1,7 @@
 """The model in mixed-direction batches: routing per row, gradients, beam search = full
 forward, and the errors a user gets for options or batches that cannot work (also under
 fairseq's parent task, through fairseq-generate)."""
+
 import pytest
 import torch
 
@@ -163,6 +164,7 @@ def test_beam_search_makes_the_routing_plan_once_per_search(built, monkeypatch, 
     """A row's module cannot change during a search: the plan (and its host synchronisation)
     is made at the first step and carried with the beams, not remade per token."""
     import hltmt_plugin.modules.routing as routing
+
     _, task, model = built
     model.eval()
     made, steps = [], []
@@ -199,8 +201,11 @@ def test_enable_lang_ids_inputs_are_accepted(built):
     sample = make_sample(task, ["en-de", "en-gu"])
     with torch.no_grad():
         plain = model(**sample["net_input"])[0]
-        out = model(**sample["net_input"], src_lang_id=torch.zeros(2, 1, dtype=torch.long),
-                    tgt_lang_id=torch.zeros(2, 1, dtype=torch.long))[0]
+        out = model(
+            **sample["net_input"],
+            src_lang_id=torch.zeros(2, 1, dtype=torch.long),
+            tgt_lang_id=torch.zeros(2, 1, dtype=torch.long),
+        )[0]
     # this model has no adapters or skills: the ids are accepted and change nothing
     assert out.shape == plain.shape and torch.equal(out, plain)
 
@@ -215,21 +220,32 @@ def test_a_row_without_target_language_token_is_an_error(built):
         model(src, sample["net_input"]["src_lengths"], sample["net_input"]["prev_output_tokens"])
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--high-resource-langs", "de,xx"], "names xx, not in the language list"),
-    (["--slp-pool-size", "0"], r"must lie in \[1, 2\]"),
-    (["--slp-pool-size", "3"], r"must lie in \[1, 2\]"),
-    (["--encoder-langtok", "src"], "--encoder-langtok tgt or from --encoder-langtok src --decoder-langtok"),
-    (["--slp-hard-prob", "1.5"], "slp-hard-prob"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--high-resource-langs", "de,xx"], "names xx, not in the language list"),
+        (["--slp-pool-size", "0"], r"must lie in \[1, 2\]"),
+        (["--slp-pool-size", "3"], r"must lie in \[1, 2\]"),
+        (["--encoder-langtok", "src"], "--encoder-langtok tgt or from --encoder-langtok src --decoder-langtok"),
+        (["--slp-hard-prob", "1.5"], "slp-hard-prob"),
+    ],
+)
 def test_bad_options_are_refused_before_training(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
 
 
 def test_ls_mnmt_gives_each_language_its_own_module_without_a_gate(data_bin):
-    _, task, model = build(data_bin, "--high-resource-langs", "en,de,fr,gu,hi", "--slp-pool-size", "5",
-                           "--slp-language-specific", "--hlt-stage", "all")
+    _, task, model = build(
+        data_bin,
+        "--high-resource-langs",
+        "en,de,fr,gu,hi",
+        "--slp-pool-size",
+        "5",
+        "--slp-language-specific",
+        "--hlt-stage",
+        "all",
+    )
     assert model.routing_map() == {"en": 0, "de": 1, "fr": 2, "gu": 3, "hi": 4}
     assert not any(p.requires_grad for p in model.slp_router.gate.parameters())
     task.begin_epoch(1, model)  # stage all accepts the fixed map without a stage-1 gate
@@ -246,6 +262,7 @@ def test_ls_mnmt_gives_each_language_its_own_module_without_a_gate(data_bin):
 # ---- the plugin's model under fairseq's parent task, through fairseq-generate
 def test_the_parent_task_is_refused_naming_hltmt_translation(data_bin, trained):
     done = decode(data_bin, trained[0], "--encoder-langtok", "tgt", task="translation_multi_simple_epoch")
-    assert_one_error_line(done, "--arch hltmt_transformer needs --task hltmt_translation "
-                                "(got --task translation_multi_simple_epoch)")
+    assert_one_error_line(
+        done, "--arch hltmt_transformer needs --task hltmt_translation (got --task translation_multi_simple_epoch)"
+    )
     assert not hypotheses(done)

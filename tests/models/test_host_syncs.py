@@ -4,6 +4,7 @@ none in the language checks, the map, the criterion's logging or the idle-gradie
 (issue 15). Counted on CPU by patching the tensor methods that copy a value to the host,
 for calls made by the plugin's code (fairseq's own transformer makes the same few reads
 with or without the plugin)."""
+
 import contextlib
 import os
 import sys
@@ -29,6 +30,7 @@ def counting_host_reads():
             if plugin in sys._getframe(1).f_code.co_filename:
                 calls.append(f"{name} in {os.path.basename(sys._getframe(1).f_code.co_filename)}")
             return originals[name](self, *args, **kwargs)
+
         return read
 
     for name in HOST_READS:

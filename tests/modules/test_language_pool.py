@@ -1,6 +1,7 @@
 """The SLP's modules: one language module's two forms, rows routed through the pool by a given
 decision (hard: each row's module alone; soft: the pool's mix, or the universal module), and
 the SLP as the decoder runs it: its router's decision, then the pool."""
+
 import torch
 from torch import nn
 

@@ -1,6 +1,7 @@
 """The SLP's router: the decision of a hard and of a soft step, the hard / soft draws, the gate,
 the routing map (fixing it; how it is stored, checked and loaded); then the map of a trained
 checkpoint through the real fairseq-generate (by language name; out of range)."""
+
 import pytest
 import torch
 from torch import nn
@@ -186,21 +187,29 @@ def averaged(states, integer_division=True):
     """fairseq's scripts/average_checkpoints.py on the router's tensors: the sum over checkpoints,
     then ``//`` for integer tensors (its current form) or ``/`` (float: older forms, other tools)."""
     total = {k: sum(s[k] for s in states) for k in states[0]}
-    return {k: (v // len(states) if integer_division else v / len(states)) if not v.is_floating_point()
-            else v / len(states) for k, v in total.items()}
+    return {
+        k: (v // len(states) if integer_division else v / len(states)) if not v.is_floating_point() else v / len(states)
+        for k, v in total.items()
+    }
 
 
-@pytest.mark.parametrize("maps", [
-    [[-1, -1, -1, -1], [1, 1, 1, 1]],  # both sides of the stage switch: once [0, 0, 0, 0] with integer indices
-    [[0, 1, 2, 0], [2, 1, 0, 0]],  # two stage-all runs with different maps
-    [[0, 1, 2, 0], [0, 1, 2, 0], [0, 1, 2, 1]],
-    [[-1, -1, -1, -1], [-1, -1, -1, -1], [2, 2, 2, 2]],
-])
+@pytest.mark.parametrize(
+    "maps",
+    [
+        [[-1, -1, -1, -1], [1, 1, 1, 1]],  # both sides of the stage switch: once [0, 0, 0, 0] with integer indices
+        [[0, 1, 2, 0], [2, 1, 0, 0]],  # two stage-all runs with different maps
+        [[0, 1, 2, 0], [0, 1, 2, 0], [0, 1, 2, 1]],
+        [[-1, -1, -1, -1], [-1, -1, -1, -1], [2, 2, 2, 2]],
+    ],
+)
 @pytest.mark.parametrize("integer_division", [True, False])
 def test_an_average_of_checkpoints_with_different_maps_is_refused_on_load(maps, integer_division):
     state = averaged([with_map(m) for m in maps], integer_division)
-    with pytest.raises(HltmtInputError, match=r"routing map \(fixed_map_onehot\) is no map a training stage wrote: "
-                                              r"the row of h\d is \[[0-9., ]+\], not a single 1"):
+    with pytest.raises(
+        HltmtInputError,
+        match=r"routing map \(fixed_map_onehot\) is no map a training stage wrote: "
+        r"the row of h\d is \[[0-9., ]+\], not a single 1",
+    ):
         router().owner.load_state_dict(state)
 
 

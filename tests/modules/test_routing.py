@@ -52,6 +52,7 @@ def test_route_hands_row_arguments_restricted_to_the_group():
         def fn(x, w):
             seen[k] = w.clone()
             return x * w[:, :1, None]
+
         return fn
 
     ids = torch.tensor([1, 0, 1])

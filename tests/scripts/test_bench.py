@@ -1,6 +1,7 @@
 """A smoke run of the benchmark command (scripts/bench.py) at a tiny size: it must run every
 system end to end and write figures that make sense. It measures nothing here; the figures
 are in docs/benchmarks.md."""
+
 import json
 import os
 import sys
@@ -13,8 +14,26 @@ BENCH = os.path.join(ROOT, "scripts", "bench.py")
 def test_bench_runs_every_system_and_writes_its_figures(data_bin, tmp_path):
     """A four-language folder, no language flags: they come from the data (issue 14 item 6)."""
     out = tmp_path / "bench.json"
-    done = run([sys.executable, BENCH, "--data", data_bin, "--batches", "2", "--rounds", "1", "--gen-sentences", "4",
-                "--gen-len", "4", "--json", str(out), "--png", str(tmp_path / "bench.png")])
+    done = run(
+        [
+            sys.executable,
+            BENCH,
+            "--data",
+            data_bin,
+            "--batches",
+            "2",
+            "--rounds",
+            "1",
+            "--gen-sentences",
+            "4",
+            "--gen-len",
+            "4",
+            "--json",
+            str(out),
+            "--png",
+            str(tmp_path / "bench.png"),
+        ]
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "# from the data folder: --langs de,fr,gu,hi --high fr,de --pool-size 2" in done.stdout
     figures = json.loads(out.read_text())
@@ -51,17 +70,24 @@ def test_bench_help_shows_defaults_and_derivation():
     done = run([sys.executable, BENCH, "--help"])
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    for shown in ("tokens per training batch (default: 4096)", "interleaved rounds of every measure (default: 3)",
-                  "(default: all of them, from its langs.txt", "(default: min(3, number of high-resource",
-                  "updates per fairseq-train run: one number, or SIZE=N for each size (default: tiny=60,small=40,"):
+    for shown in (
+        "tokens per training batch (default: 4096)",
+        "interleaved rounds of every measure (default: 3)",
+        "(default: all of them, from its langs.txt",
+        "(default: min(3, number of high-resource",
+        "updates per fairseq-train run: one number, or SIZE=N for each size (default: tiny=60,small=40,",
+    ):
         assert shown in text, shown
 
 
 def test_bench_refuses_languages_the_data_does_not_have(data_bin):
-    for extra, message in ((["--langs", "de,xx"], "--langs names xx"), (["--high", "cs"], "--high cs"),
-                           (["--pool-size", "3"], "--pool-size must lie in [1, 2]"),
-                           (["--fairseq-train", "--train-sizes", "huge"], "--train-sizes"),
-                           (["--fairseq-train", "--train-sizes", "tiny", "--train-updates", "tiny=3"], "at least 2 x")):
+    for extra, message in (
+        (["--langs", "de,xx"], "--langs names xx"),
+        (["--high", "cs"], "--high cs"),
+        (["--pool-size", "3"], "--pool-size must lie in [1, 2]"),
+        (["--fairseq-train", "--train-sizes", "huge"], "--train-sizes"),
+        (["--fairseq-train", "--train-sizes", "tiny", "--train-updates", "tiny=3"], "at least 2 x"),
+    ):
         done = run([sys.executable, BENCH, "--data", data_bin, *extra])
         assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, (extra, done.stderr)
 
@@ -70,10 +96,36 @@ def test_bench_times_and_profiles_the_real_fairseq_train_step(data_bin, tmp_path
     """--fairseq-train: words/s from fairseq-train's own JSON log and per CPU-second, plain
     transformer against HLT-MT on the same batches; --profile: phases, functions, operators."""
     out = tmp_path / "train.json"
-    done = run([sys.executable, BENCH, "--data", data_bin, "--fairseq-train", "--train-sizes", "tiny",
-                "--train-updates", "6", "--train-log-interval", "2", "--rounds", "1", "--batches", "2",
-                "--profile", str(tmp_path / "prof"), "--profile-size", "tiny", "--profile-updates", "2",
-                "--json", str(out), "--png", str(tmp_path / "train.png")], timeout=900)
+    done = run(
+        [
+            sys.executable,
+            BENCH,
+            "--data",
+            data_bin,
+            "--fairseq-train",
+            "--train-sizes",
+            "tiny",
+            "--train-updates",
+            "6",
+            "--train-log-interval",
+            "2",
+            "--rounds",
+            "1",
+            "--batches",
+            "2",
+            "--profile",
+            str(tmp_path / "prof"),
+            "--profile-size",
+            "tiny",
+            "--profile-updates",
+            "2",
+            "--json",
+            str(out),
+            "--png",
+            str(tmp_path / "train.png"),
+        ],
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures = json.loads(out.read_text())
     row = figures["fairseq_train"]["rows"][0]

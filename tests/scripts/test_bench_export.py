@@ -1,6 +1,7 @@
 """scripts/bench_export.py on the session's tiny model: the sentences it selects, one
 alternating run (checkpoint, float32, int8) with its figures, and what it writes. The
 measurement itself (the study's models) is in docs/benchmarks.md."""
+
 import json
 import os
 import sys
@@ -26,8 +27,26 @@ def test_the_studys_rule_picks_short_segments_of_each_direction():
 def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path):
     pytest.importorskip("ctranslate2")
     out = tmp_path / "result.json"
-    done = run([sys.executable, BENCH, "--work", str(tmp_path / "work"), "--out", str(out), "--models",
-                f"tiny={hltmt}", "--per-direction", "2", "--threads", "1", "--modes", "batch", "--beam", "2"])
+    done = run(
+        [
+            sys.executable,
+            BENCH,
+            "--work",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+            "--models",
+            f"tiny={hltmt}",
+            "--per-direction",
+            "2",
+            "--threads",
+            "1",
+            "--modes",
+            "batch",
+            "--beam",
+            "2",
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [(r["engine"], r["mode"]) for r in result["runs"]] == [(e, "batch") for e in be.ENGINES]

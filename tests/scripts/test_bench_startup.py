@@ -1,6 +1,7 @@
 """A smoke run of scripts/bench_startup.py: one run of one command's --help and of the
 registration, a table with both. It measures nothing here; the figures are in
 docs/benchmarks.md."""
+
 import json
 import os
 import sys

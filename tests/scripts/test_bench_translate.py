@@ -1,6 +1,7 @@
 """scripts/bench_translate.py without a model: its one-line errors, the sentences it serves,
 how it reads fairseq-interactive's output, the worker's command line and the summary it
 prints. The measurement itself (a trained model, three modes) is in docs/benchmarks.md."""
+
 import argparse
 import os
 import sys
@@ -29,7 +30,8 @@ def test_a_failing_child_is_one_error_line_with_its_exit_code():
     with pytest.raises(SystemExit) as stopped:
         bt.run_checked([sys.executable, "-c", "import sys; print('x'); sys.exit(3)"], dict(os.environ))
     assert str(stopped.value).startswith("bench_translate: error: ") and str(stopped.value).endswith(
-        "... failed (exit 3)")
+        "... failed (exit 3)"
+    )
     assert "\n" not in str(stopped.value)
     wall, rss, text = bt.run_checked([sys.executable, "-c", "print('out')"], dict(os.environ))
     assert text == "out\n" and wall > 0 and rss > 1
@@ -39,8 +41,9 @@ def test_directions_and_the_sentences_of_each(tmp_path):
     assert bt.directions(["de", "gu"]) == [("en", "de"), ("en", "gu"), ("de", "en"), ("gu", "en")]
     for lang in ("de", "gu"):
         for side in ("en", lang):
-            (tmp_path / f"test.en-{lang}.{side}").write_text("".join(f"{side}{lang} {i}\n" for i in range(5)),
-                                                             encoding="utf-8")
+            (tmp_path / f"test.en-{lang}.{side}").write_text(
+                "".join(f"{side}{lang} {i}\n" for i in range(5)), encoding="utf-8"
+            )
     assert bt.sentences(str(tmp_path), "gu", "en", 2) == ["gugu 0", "gugu 1"]
     assert bt.sentences(str(tmp_path), "en", "gu", 9) == [f"engu {i}" for i in range(5)]
     items = bt.select_items(str(tmp_path), ["de", "gu"], 3)
@@ -54,15 +57,28 @@ def test_directions_and_the_sentences_of_each(tmp_path):
 
 
 def test_interactive_hypotheses_read_the_detokenized_lines_by_input_line():
-    text = ("S-1\tsecond\nW-1\t0.1\tseconds\nH-1\t-0.3\t▁zweite\nD-1\t-0.3\tzweite\nP-1\t-0.1 -0.2\n"
-            "S-0\tfirst\nD-0\t-0.5\terste Zeile\tmit Tab\nD-2\t-9.0\n2024-01-01 | INFO | fairseq | done\n")
+    text = (
+        "S-1\tsecond\nW-1\t0.1\tseconds\nH-1\t-0.3\t▁zweite\nD-1\t-0.3\tzweite\nP-1\t-0.1 -0.2\n"
+        "S-0\tfirst\nD-0\t-0.5\terste Zeile\tmit Tab\nD-2\t-9.0\n2024-01-01 | INFO | fairseq | done\n"
+    )
     assert bt.interactive_hypotheses(text) == {0: "erste Zeile", 1: "zweite", 2: ""}
     assert bt.interactive_hypotheses("") == {}
 
 
 def options(**extra):
-    values = dict(checkpoint="/m/c.pt", spm="/m/spm.model", data="/m/bin", beam=4, max_len=30, lenpen=0.8,
-                  max_tokens=900, threads=2, device="cpu", langs_option="en,de,gu", pairs_option="en-de,de-en")
+    values = dict(
+        checkpoint="/m/c.pt",
+        spm="/m/spm.model",
+        data="/m/bin",
+        beam=4,
+        max_len=30,
+        lenpen=0.8,
+        max_tokens=900,
+        threads=2,
+        device="cpu",
+        langs_option="en,de,gu",
+        pairs_option="en-de,de-en",
+    )
     return argparse.Namespace(**{**values, **extra})
 
 
@@ -71,9 +87,20 @@ def test_the_worker_command_parses_back_to_the_same_options():
     assert cmd[:2] == [sys.executable, os.path.abspath(bt.__file__)]
     args = bt.build_parser().parse_args(cmd[2:])
     assert (args.worker, args.items, args.checkpoint, args.spm, args.data) == (
-        "per-direction", "/w/items.json", "/m/c.pt", "/m/spm.model", "/m/bin")
+        "per-direction",
+        "/w/items.json",
+        "/m/c.pt",
+        "/m/spm.model",
+        "/m/bin",
+    )
     assert (args.beam, args.max_len, args.lenpen, args.max_tokens, args.threads, args.device) == (
-        4, 30, 0.8, 900, 2, "cpu")
+        4,
+        30,
+        0.8,
+        900,
+        2,
+        "cpu",
+    )
     cmd = bt.interactive_command(options(device="cuda"), "gu", "en", 7)
     assert cmd[1:3] == ["-m", "fairseq_cli.interactive"] and "--cpu" not in cmd
     assert cmd[cmd.index("-s") + 1] == "gu" and cmd[cmd.index("-t") + 1] == "en"
@@ -82,20 +109,41 @@ def test_the_worker_command_parses_back_to_the_same_options():
 
 
 def round_of(processes, translate_s, wall_s, peak, peak_sum, outputs):
-    return {"sentences": len(outputs), "translate_s": translate_s, "wall_s": wall_s, "peak_rss_mib": peak,
-            "peak_rss_sum_mib": peak_sum, "processes": processes, "outputs": outputs}
+    return {
+        "sentences": len(outputs),
+        "translate_s": translate_s,
+        "wall_s": wall_s,
+        "peak_rss_mib": peak,
+        "peak_rss_sum_mib": peak_sum,
+        "processes": processes,
+        "outputs": outputs,
+    }
 
 
 def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
-    runs = {"mixed": [round_of(1, 2.0, 4.0, 100.0, 100.0, ["a", "b", "c", "d"]),
-                      round_of(1, 4.0, 6.0, 300.0, 300.0, ["x"] * 4)],
-            "per-direction": [round_of(1, 4.0, 8.0, 50.0, 50.0, ["a", "b", "c", "z"]),
-                              round_of(1, 4.0, 8.0, 50.0, 50.0, ["a"] * 4)],
-            "per-process": [round_of(4, None, 16.0, 40.0, 160.0, ["a", "y", None, "d"]),
-                            round_of(4, None, 16.0, 40.0, 160.0, ["a"] * 4)]}
+    runs = {
+        "mixed": [
+            round_of(1, 2.0, 4.0, 100.0, 100.0, ["a", "b", "c", "d"]),
+            round_of(1, 4.0, 6.0, 300.0, 300.0, ["x"] * 4),
+        ],
+        "per-direction": [
+            round_of(1, 4.0, 8.0, 50.0, 50.0, ["a", "b", "c", "z"]),
+            round_of(1, 4.0, 8.0, 50.0, 50.0, ["a"] * 4),
+        ],
+        "per-process": [
+            round_of(4, None, 16.0, 40.0, 160.0, ["a", "y", None, "d"]),
+            round_of(4, None, 16.0, 40.0, 160.0, ["a"] * 4),
+        ],
+    }
     table = bt.mode_table(runs, 4)
-    assert table["mixed"] == {"translate_sent_per_s": 4 / 3.0, "end_to_end_sent_per_s": 4 / 5.0, "wall_s": 5.0,
-                              "peak_rss_mib": 200.0, "peak_rss_sum_mib": 200.0, "processes": 1}
+    assert table["mixed"] == {
+        "translate_sent_per_s": 4 / 3.0,
+        "end_to_end_sent_per_s": 4 / 5.0,
+        "wall_s": 5.0,
+        "peak_rss_mib": 200.0,
+        "peak_rss_sum_mib": 200.0,
+        "processes": 1,
+    }
     assert table["per-process"]["translate_sent_per_s"] is None and table["per-process"]["processes"] == 4
     same = bt.identical(runs)  # the first round's hypotheses
     assert same == {"mixed=per-direction": 3, "mixed=per-process": 2}
@@ -106,9 +154,11 @@ def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
     lines = bt.report_lines(table, ratios, same, 4)
     assert lines[:2] == [
         "| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
-        "|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|",
+    ]
     assert lines[2] == "| mixed | 1 | 1.3 | 0.8 | 5.0 | 200 |"
     assert lines[4] == "| per-process | 4 | - | 0.2 | 16.0 | 40 (sum 160) |"
     assert lines[5] == "" and lines[6] == "- mixed/per-direction translating: **1.33**"
-    assert lines[-1] == ("- identical hypotheses: mixed = per-direction 3/4, "
-                         "mixed = per-process (fairseq-interactive) 2/4")
+    assert lines[-1] == (
+        "- identical hypotheses: mixed = per-direction 3/4, mixed = per-process (fairseq-interactive) 2/4"
+    )

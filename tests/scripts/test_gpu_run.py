@@ -2,6 +2,7 @@
 device script for real (prepare, the three systems calibrated and trained at once, parallel
 decoding, sacreBLEU, report), at most 8 files out; its bad input; and the wheel bundle's
 slimming (RECORD rebuilt and checked), without the network."""
+
 import csv
 import json
 import os
@@ -22,8 +23,10 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     work, out = tmp_path_factory.mktemp("gpu_work"), tmp_path_factory.mktemp("gpu_out")
-    done = run(["bash", GPU_RUN, "--size", "tiny", "--work", str(work), "--out", str(out), "--status-every", "30"],
-               env_extra={"PYTHON": sys.executable})
+    done = run(
+        ["bash", GPU_RUN, "--size", "tiny", "--work", str(work), "--out", str(out), "--status-every", "30"],
+        env_extra={"PYTHON": sys.executable},
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     return work, out, done.stdout
 
@@ -31,20 +34,42 @@ def tiny(tmp_path_factory):
 def test_tiny_run_writes_at_most_eight_files_with_the_report(tiny):
     work, out, stdout = tiny
     names = sorted(os.listdir(out))
-    assert names == sorted(["results.md", "results.csv", "bleu.png", "valid_loss.png", "gate_heatmap.png",
-                            "run.json", "logs.tar.gz", "gpu_run.log"])
+    assert names == sorted(
+        [
+            "results.md",
+            "results.csv",
+            "bleu.png",
+            "valid_loss.png",
+            "gate_heatmap.png",
+            "run.json",
+            "logs.tar.gz",
+            "gpu_run.log",
+        ]
+    )
     for png in ("bleu.png", "valid_loss.png", "gate_heatmap.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert {(r["system"], r["direction"]) for r in rows} == {
-        (s, d) for s in ("mnmt", "hltmt", "lsmnmt") for d in ("en-de", "en-gu", "de-en", "gu-en")}
+        (s, d) for s in ("mnmt", "hltmt", "lsmnmt") for d in ("en-de", "en-gu", "de-en", "gu-en")
+    }
     assert all(r["sentences"] == "8" for r in rows)
     md = (out / "results.md").read_text()
-    for needle in ("- Machine: ", "no GPU", "## The run", "updates per system: 12 (", "calibration:",
-                   "tokens/s (training, 3 at once)", "**NOT CONVERGED**", "## Convergence",
-                   "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
-                   "| HLT-MT (hltmt) | 23.1 | +1.1 |", "| LS-MNMT (lsmnmt) | 22.0 | +0.0 |",
-                   "**avg En->X high**", "**avg X->En low**", "Routing map after stage 1: de->m0"):
+    for needle in (
+        "- Machine: ",
+        "no GPU",
+        "## The run",
+        "updates per system: 12 (",
+        "calibration:",
+        "tokens/s (training, 3 at once)",
+        "**NOT CONVERGED**",
+        "## Convergence",
+        "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
+        "| HLT-MT (hltmt) | 23.1 | +1.1 |",
+        "| LS-MNMT (lsmnmt) | 22.0 | +0.0 |",
+        "**avg En->X high**",
+        "**avg X->En low**",
+        "Routing map after stage 1: de->m0",
+    ):
         assert needle in md, needle
     assert (out / "gpu_run.log").read_text().count("[gpu_run") >= 8 and "finished: 8 files" in stdout
 
@@ -70,8 +95,20 @@ def test_tiny_run_trains_three_systems_the_same_number_of_updates(tiny):
 
 
 def test_bad_input_is_one_line_before_any_training(tmp_path):
-    done = run([sys.executable, GPU_RUN_PY, "--size", "tiny", "--langs", "de,xx", "--work", str(tmp_path / "w"),
-                "--out", str(tmp_path / "o")])
+    done = run(
+        [
+            sys.executable,
+            GPU_RUN_PY,
+            "--size",
+            "tiny",
+            "--langs",
+            "de,xx",
+            "--work",
+            str(tmp_path / "w"),
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert done.returncode != 0
     errors = [line for line in done.stdout.splitlines() if "error:" in line]
     assert len(errors) == 1 and "no data for language(s) xx" in errors[0], done.stdout[-2000:]
@@ -82,24 +119,30 @@ def test_bad_input_is_one_line_before_any_training(tmp_path):
 
 def test_a_python_without_fairseq_and_no_bundle_is_refused_in_one_line(tmp_path):
     fake = tmp_path / "python"  # this interpreter without its site-packages: no fairseq
-    fake.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    fake.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     fake.chmod(0o755)
-    done = run(["bash", GPU_RUN, "--size", "tiny"],
-               env_extra={"PYTHON": str(fake), "GPU_BUNDLE": str(tmp_path / "empty")})
+    done = run(
+        ["bash", GPU_RUN, "--size", "tiny"], env_extra={"PYTHON": str(fake), "GPU_BUNDLE": str(tmp_path / "empty")}
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("gpu_run.sh: error:") == 1 and "has no wheels" in done.stderr
 
 
 def fake_wheel(path, extra=()):
-    files = {"fairseq/__init__.py": b"x = 1\n", "fairseq/data/data_utils_fast.cpython-312-x86_64-linux-gnu.so": b"so1",
-             "fairseq/data/token_block_utils_fast.cpython-312-x86_64-linux-gnu.so": b"so2",
-             "fairseq/libbleu.cpython-312-x86_64-linux-gnu.so": b"so3",
-             "fairseq/libnat.cpython-312-x86_64-linux-gnu.so": b"big" * 1000,
-             "fairseq/libbase.cpython-312-x86_64-linux-gnu.so": b"big" * 1000,
-             "alignment_train_cpu_binding.cpython-312-x86_64-linux-gnu.so": b"big" * 1000,
-             "fairseq/examples/x/run.py": b"print(1)\n", "fairseq_cli/train.py": b"pass\n",
-             "fairseq_fixed-0.12.3.1.dist-info/top_level.txt": b"alignment_train_cpu_binding\nfairseq\nfairseq_cli\n",
-             "fairseq_fixed-0.12.3.1.dist-info/WHEEL": b"Wheel-Version: 1.0\n", **dict(extra)}
+    files = {
+        "fairseq/__init__.py": b"x = 1\n",
+        "fairseq/data/data_utils_fast.cpython-312-x86_64-linux-gnu.so": b"so1",
+        "fairseq/data/token_block_utils_fast.cpython-312-x86_64-linux-gnu.so": b"so2",
+        "fairseq/libbleu.cpython-312-x86_64-linux-gnu.so": b"so3",
+        "fairseq/libnat.cpython-312-x86_64-linux-gnu.so": b"big" * 1000,
+        "fairseq/libbase.cpython-312-x86_64-linux-gnu.so": b"big" * 1000,
+        "alignment_train_cpu_binding.cpython-312-x86_64-linux-gnu.so": b"big" * 1000,
+        "fairseq/examples/x/run.py": b"print(1)\n",
+        "fairseq_cli/train.py": b"pass\n",
+        "fairseq_fixed-0.12.3.1.dist-info/top_level.txt": b"alignment_train_cpu_binding\nfairseq\nfairseq_cli\n",
+        "fairseq_fixed-0.12.3.1.dist-info/WHEEL": b"Wheel-Version: 1.0\n",
+        **dict(extra),
+    }
     with zipfile.ZipFile(path, "w") as z:
         for name, data in files.items():
             z.writestr(name, data)
@@ -148,8 +191,17 @@ def test_sizing_fits_the_budget():
     import gpu_run
 
     class Args:
-        size, langs, high, work, out, budget_s, cpu, precision, seed = "small", None, None, "/tmp/w", "/tmp/o", 420, \
-            True, "auto", 1
+        size, langs, high, work, out, budget_s, cpu, precision, seed = (
+            "small",
+            None,
+            None,
+            "/tmp/w",
+            "/tmp/o",
+            420,
+            True,
+            "auto",
+            1,
+        )
         gpu, ngpu, dry_run = False, 1, False
 
     r = gpu_run.GpuRun(Args, t0=0)

@@ -1,6 +1,7 @@
 """The scale-in-languages benchmark (scripts/scale_bench.py, issue 17) at its smallest
 settings: it must build its corpora, run every measure end to end and write a table, figures
 and a chart that make sense. It measures nothing here; the figures are in docs/benchmarks.md."""
+
 import json
 import os
 import sys
@@ -17,7 +18,11 @@ import scale_table  # noqa: E402
 
 def test_pseudo_languages_have_their_own_token_files_and_lines(tmp_path):
     langs = scale_corpus.write_corpus(23, 4, 2, str(tmp_path))
-    assert langs[:10] == scale_corpus.REAL and langs[10:13] == ["fr01", "cs01", "de01"] and langs[-3:] == ["fr02", "cs02", "de02"]
+    assert (
+        langs[:10] == scale_corpus.REAL
+        and langs[10:13] == ["fr01", "cs01", "de01"]
+        and langs[-3:] == ["fr02", "cs02", "de02"]
+    )
     assert len(set(langs)) == 23
     for lang in langs:
         for split, n in (("train", 4), ("valid", 2), ("test", 2)):
@@ -35,33 +40,64 @@ def test_pseudo_languages_have_their_own_token_files_and_lines(tmp_path):
 
 
 def test_table_rows_hold_the_figures_every_k_has_with_ratios_to_k10():
-    results = [{"k": 1, "dictionary": 500, "speed": {"rates": {"mnmt": [10.0, 30.0, 20.0]}}},
-               {"k": 10, "dictionary": 600, "speed": {"rates": {"mnmt": [40.0]}}}, {"k": 25}]
+    results = [
+        {"k": 1, "dictionary": 500, "speed": {"rates": {"mnmt": [10.0, 30.0, 20.0]}}},
+        {"k": 10, "dictionary": 600, "speed": {"rates": {"mnmt": [40.0]}}},
+        {"k": 25},
+    ]
     rows = scale_table.rows_of(results, ["mnmt"])
-    assert rows == [("pieces in the joint dictionary (before language tokens)", "", "", {1: 500, 10: 600}),
-                    ("training words per CPU-second (same batches, interleaved)", "mnmt", "words/s",
-                     {1: 20.0, 10: 40.0})]
+    assert rows == [
+        ("pieces in the joint dictionary (before language tokens)", "", "", {1: 500, 10: 600}),
+        ("training words per CPU-second (same batches, interleaved)", "mnmt", "words/s", {1: 20.0, 10: 40.0}),
+    ]
     assert scale_table.reference_k(results) == 10 and scale_table.reference_k(results[:1]) == 1
     table = scale_table.markdown(rows, results).splitlines()
     assert table[0] == "| measure | system | unit | K=1 | K=10 | K=25 |"
     assert table[2] == "| pieces in the joint dictionary (before language tokens) |  |  | 500 (0.83x) | 600 |  |"
-    assert table[3] == ("| training words per CPU-second (same batches, interleaved) | mnmt | words/s "
-                        "| 20.00 (2.00x time) | 40.00 |  |")
+    assert table[3] == (
+        "| training words per CPU-second (same batches, interleaved) | mnmt | words/s | 20.00 (2.00x time) | 40.00 |  |"
+    )
 
 
 def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
-    done = run([sys.executable, SCALE, "--ks", "1,10", "--lines", "8", "--eval-lines", "2", "--prepare-script-ks", "1",
-                "--batches", "1", "--rounds", "1", "--updates", "1", "--work", str(tmp_path / "work"),
-                "--json", str(out), "--png", str(png)], timeout=900)
+    done = run(
+        [
+            sys.executable,
+            SCALE,
+            "--ks",
+            "1,10",
+            "--lines",
+            "8",
+            "--eval-lines",
+            "2",
+            "--prepare-script-ks",
+            "1",
+            "--batches",
+            "1",
+            "--rounds",
+            "1",
+            "--updates",
+            "1",
+            "--work",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+            "--png",
+            str(png),
+        ],
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert png.stat().st_size > 1000
     figures = json.loads(out.read_text())
     rows = {(r["measure"], r["system"]): r["values"] for r in figures["rows"]}
     for system in scale_bench.SYSTEMS:
-        for measure in ("fairseq-train: process start to first update",
-                        "training words per CPU-second (same batches, interleaved)",
-                        "checkpoint_last.pt (with the optimizer state)"):
+        for measure in (
+            "fairseq-train: process start to first update",
+            "training words per CPU-second (same batches, interleaved)",
+            "checkpoint_last.pt (with the optimizer state)",
+        ):
             assert set(rows[(measure, system)]) == {"1", "10"} and min(rows[(measure, system)].values()) > 0
     assert rows[("hltmt-prepare-data", "")]["1"] > 0
     assert figures["results"][0]["prepare_script"]["same_output"]  # the one-process preparation = the script's
@@ -74,11 +110,15 @@ def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):
 
 
 def test_scale_bench_refuses_bad_options_with_one_line(tmp_path):
-    for extra, message in ((["--ks", "10,x"], "whole numbers"), (["--ks", "0"], ">= 1"),
-                           (["--ks", "10", "--prepare-script-ks", "25"], "not in --ks"),
-                           (["--lines", "0"], "--lines must be >= 1"),
-                           (["--ks", "200", "--lines", "500"], "DebMT-10 has"),
-                           (["--systems", "hltmt"], "mnmt"), (["--systems", "mnmt,moe"], "choose from")):
+    for extra, message in (
+        (["--ks", "10,x"], "whole numbers"),
+        (["--ks", "0"], ">= 1"),
+        (["--ks", "10", "--prepare-script-ks", "25"], "not in --ks"),
+        (["--lines", "0"], "--lines must be >= 1"),
+        (["--ks", "200", "--lines", "500"], "DebMT-10 has"),
+        (["--systems", "hltmt"], "mnmt"),
+        (["--systems", "mnmt,moe"], "choose from"),
+    ):
         done = run([sys.executable, SCALE, "--work", str(tmp_path), *extra])
         assert done.returncode == 2, (extra, done.stderr)
         assert message in done.stderr and "Traceback" not in done.stderr, (extra, done.stderr)

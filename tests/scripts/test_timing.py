@@ -1,4 +1,5 @@
 """scripts/timing.py: the clock, spans, memory and child-process measures every benchmark uses."""
+
 import os
 import sys
 import time
@@ -46,12 +47,23 @@ def test_alternating_turns_the_order_round_and_times_each_step_on_its_own_batche
         def run(batch, update):
             order.append((name, batch, update))
             busy(cost)
+
         return run
 
-    spent = timing.alternating({"a": step("a", 0.001), "b": step("b", 0.03)},
-                               {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"]}, timing.Clock("cpu"), update0=10)
-    assert order == [("a", "a0", 10), ("b", "b0", 10), ("b", "b1", 11), ("a", "a1", 11), ("a", "a2", 12),
-                     ("b", "b2", 12)]
+    spent = timing.alternating(
+        {"a": step("a", 0.001), "b": step("b", 0.03)},
+        {"a": ["a0", "a1", "a2"], "b": ["b0", "b1", "b2"]},
+        timing.Clock("cpu"),
+        update0=10,
+    )
+    assert order == [
+        ("a", "a0", 10),
+        ("b", "b0", 10),
+        ("b", "b1", 11),
+        ("a", "a1", 11),
+        ("a", "a2", 12),
+        ("b", "b2", 12),
+    ]
     assert spent["b"] > 0.085 and spent["a"] < spent["b"] / 5
 
 
@@ -66,7 +78,7 @@ def test_spans_add_up_wall_and_cpu_apart():
 
 def test_rss_grows_with_what_the_process_holds():
     before, _ = timing.rss_mib()
-    block = bytearray(64 * 2 ** 20)
+    block = bytearray(64 * 2**20)
     block[::4096] = b"x" * len(block[::4096])  # touch every page
     after, peak = timing.rss_mib()
     assert after - before > 50 and peak >= after
@@ -76,8 +88,10 @@ def test_rss_grows_with_what_the_process_holds():
 def test_run_measured_gives_the_exit_code_output_and_peak_memory_of_the_child(tmp_path):
     stdin = tmp_path / "in.txt"
     stdin.write_text("hello\n")
-    code = ("import sys; b = bytearray(80 * 2 ** 20); b[::4096] = b'x' * len(b[::4096]); "
-            "sys.stdout.write(sys.stdin.read().upper()); sys.exit(3)")
+    code = (
+        "import sys; b = bytearray(80 * 2 ** 20); b[::4096] = b'x' * len(b[::4096]); "
+        "sys.stdout.write(sys.stdin.read().upper()); sys.exit(3)"
+    )
     rc, wall, peak, out = timing.run_measured([sys.executable, "-c", code], stdin_path=str(stdin))
     assert rc == 3 and out == "HELLO\n" and peak > 80 and wall > 0
 

@@ -4,6 +4,7 @@ new directions from existing skills, beam search = full forward, the report and 
 then through the real fairseq-train on the DebMT-10 slice: skills from scratch, skills + SLP +
 adapters converted from a trained dense checkpoint, and the one-line error for a bad skill
 matrix."""
+
 import json
 import re
 
@@ -13,8 +14,20 @@ import torch
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
-from conftest import (LANGS, MADX, PAIRS, PLUGIN, assert_beam_equals_forward, build, cli, make_sample, mixed_sample,
-                      perturb, randomize_adapters, run)
+from conftest import (
+    LANGS,
+    MADX,
+    PAIRS,
+    PLUGIN,
+    assert_beam_equals_forward,
+    build,
+    cli,
+    make_sample,
+    mixed_sample,
+    perturb,
+    randomize_adapters,
+    run,
+)
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.skills import SkillFFN, default_matrix, skill_report
 
@@ -42,6 +55,7 @@ def combo_calls(monkeypatch):
     def counted(self, skill, x):
         calls.append((skill, x.size(1)))
         return original(self, skill, x)
+
     monkeypatch.setattr(SkillFFN, "run_skill", counted)
     return calls
 
@@ -63,7 +77,7 @@ def test_only_active_skills_are_computed_once_per_group_and_get_gradient(data_bi
     sample = mixed_sample(task, ["en-de", "de-en", "en-fr"])  # sources en, de: skill sets {g,en,from_en}, {g,de,to_en}
     model.zero_grad(set_to_none=True)
     model(**sample["net_input"])[0].sum().backward()
-    per_layer = sorted(calls[:len(calls) // 2])
+    per_layer = sorted(calls[: len(calls) // 2])
     assert per_layer == sorted([("generic", 2), ("en", 2), ("from_en", 2), ("generic", 1), ("de", 1), ("to_en", 1)])
     assert len(calls) == 2 * len(per_layer)  # two layers, nothing else ran
     for name, p in model.named_parameters():
@@ -90,6 +104,7 @@ def test_the_skill_ffn_outputs_the_mean_of_the_active_skills(skilled):
     def direct(skill, rows):
         e = ffn.experts[skill]
         return e.fc2(torch.relu(e.fc1(rows)))
+
     with torch.no_grad():
         row0 = sum(direct(s, x[:, 0]) for s in ("generic", "en", "from_en")) / 3
         row1 = sum(direct(s, x[:, 1]) for s in ("generic", "gu", "to_en")) / 3
@@ -109,11 +124,12 @@ def test_each_row_of_a_mixed_batch_equals_that_row_alone_and_follows_its_source_
     with torch.no_grad():
         batch_out = model(**net)[0]
         for b in range(len(DIRECTIONS)):
-            src = net["src_tokens"][b: b + 1]
+            src = net["src_tokens"][b : b + 1]
             src = src[:, src.ne(pad).any(0)]
-            alone = model(src, src.ne(pad).sum(1), net["prev_output_tokens"][b: b + 1],
-                          src_lang_id=net["src_lang_id"][b: b + 1])[0]
-            torch.testing.assert_close(batch_out[b: b + 1], alone, rtol=0, atol=1e-4)
+            alone = model(
+                src, src.ne(pad).sum(1), net["prev_output_tokens"][b : b + 1], src_lang_id=net["src_lang_id"][b : b + 1]
+            )[0]
+            torch.testing.assert_close(batch_out[b : b + 1], alone, rtol=0, atol=1e-4)
         enc = model.encoder(net["src_tokens"], net["src_lengths"], src_lang_id=net["src_lang_id"])["encoder_out"][0]
         other = net["src_lang_id"].clone()
         other[2] = task.data_manager.lang_dict.index("hi")
@@ -131,8 +147,10 @@ def test_a_trained_dense_checkpoint_converts_to_skills_with_identical_outputs(da
     state = model.state_dict()
     assert not any(k.endswith("fc1.weight") and "skill_ffn" not in k and k.startswith("encoder") for k in state)
     for skill in ("generic", "hi", "to_en"):
-        assert torch.equal(state[f"encoder.layers.1.skill_ffn.experts.{skill}.fc1.weight"],
-                           dense.state_dict()["encoder.layers.1.fc1.weight"])
+        assert torch.equal(
+            state[f"encoder.layers.1.skill_ffn.experts.{skill}.fc1.weight"],
+            dense.state_dict()["encoder.layers.1.fc1.weight"],
+        )
     dense.eval()
     model.eval()
     sample = mixed_sample(task, DIRECTIONS)
@@ -142,8 +160,13 @@ def test_a_trained_dense_checkpoint_converts_to_skills_with_identical_outputs(da
         net = sample["net_input"]
         row = net["src_tokens"][:1]
         row = row[:, row.ne(task.source_dictionary.pad()).any(0)]
-        unpadded = dict(net, src_tokens=row, src_lengths=net["src_lengths"][:1],
-                        prev_output_tokens=net["prev_output_tokens"][:1], src_lang_id=net["src_lang_id"][:1])
+        unpadded = dict(
+            net,
+            src_tokens=row,
+            src_lengths=net["src_lengths"][:1],
+            prev_output_tokens=net["prev_output_tokens"][:1],
+            src_lang_id=net["src_lang_id"][:1],
+        )
         got_alone, expected_alone = model(**unpadded)[0], dense(**unpadded)[0]  # no padding mask at all
     # float32 rounding only: the language attention runs torch's kernel, the dense one fairseq's
     # (on some CPUs they differ in the last bits of logits of size ~10: 2e-6)
@@ -196,17 +219,22 @@ def write(tmp_path, content):
     return str(path)
 
 
-GOOD = {"skills": ["generic", "en", "de", "fr", "gu", "hi"],
-        "directions": {p: ["generic", p.split("-")[0]] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")}}
+GOOD = {
+    "skills": ["generic", "en", "de", "fr", "gu", "hi"],
+    "directions": {p: ["generic", p.split("-")[0]] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")},
+}
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda m: m["directions"].update({"en-de": ["generic", "legal"]}), r'direction "en-de" names skill legal'),
-    (lambda m: m["directions"].update({"en-xx": ["generic"]}), r'direction "en-xx" names language xx'),
-    (lambda m: m["directions"].update({"gu-en": []}), r'direction "gu-en" activates no skill'),
-    (lambda m: m["directions"].pop("de-en"), r"no entry for direction\(s\) de-en"),
-    (lambda m: m.update({"skills": ["generic", "generic"]}), "lists a skill twice"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda m: m["directions"].update({"en-de": ["generic", "legal"]}), r'direction "en-de" names skill legal'),
+        (lambda m: m["directions"].update({"en-xx": ["generic"]}), r'direction "en-xx" names language xx'),
+        (lambda m: m["directions"].update({"gu-en": []}), r'direction "gu-en" activates no skill'),
+        (lambda m: m["directions"].pop("de-en"), r"no entry for direction\(s\) de-en"),
+        (lambda m: m.update({"skills": ["generic", "generic"]}), "lists a skill twice"),
+    ],
+)
 def test_a_bad_skill_matrix_is_refused_naming_the_entry(data_bin, tmp_path, change, message):
     matrix = json.loads(json.dumps(GOOD))
     change(matrix)
@@ -247,6 +275,7 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
     args, task, model = build(data_bin, *SKILLS, "--skill-matrix", path)
     assert args.skill_matrix_saved["directions"]["de-en"] == ["generic", "de"]  # saved with the checkpoint's args
     import os
+
     os.remove(path)
     again = task.build_model(args)  # as fairseq-generate does from a checkpoint's arguments
     assert again.encoder.skill_layout.matrix.directions == model.encoder.skill_layout.matrix.directions
@@ -255,12 +284,18 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
         task.build_model(args)
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"skills": ["generic", "a.b"], "directions": {"en-de": ["generic"]}}, "skill name\\(s\\) 'a.b' cannot name a module"),
-    ({"skills": ["generic", "train"], "directions": {"en-de": ["generic"]}}, "'train' cannot name a module"),
-    (b"\xff\xfe{", "not UTF-8 text"),
-    ("[" * 100000 + "]" * 100000, "nested too deeply"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            {"skills": ["generic", "a.b"], "directions": {"en-de": ["generic"]}},
+            "skill name\\(s\\) 'a.b' cannot name a module",
+        ),
+        ({"skills": ["generic", "train"], "directions": {"en-de": ["generic"]}}, "'train' cannot name a module"),
+        (b"\xff\xfe{", "not UTF-8 text"),
+        ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ],
+)
 def test_skill_names_and_files_that_cannot_work_are_one_line_errors(data_bin, tmp_path, content, message):
     path = tmp_path / "matrix.json"
     if isinstance(content, bytes):
@@ -272,8 +307,10 @@ def test_skill_names_and_files_that_cannot_work_are_one_line_errors(data_bin, tm
 
 
 def test_a_direction_with_several_language_skills_is_named_in_a_warning(data_bin, tmp_path, caplog):
-    matrix = {"skills": ["generic", "en", "de", "fr", "gu", "hi"],
-              "directions": {p: ["generic", *p.split("-")] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")}}
+    matrix = {
+        "skills": ["generic", "en", "de", "fr", "gu", "hi"],
+        "directions": {p: ["generic", *p.split("-")] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")},
+    }
     build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, matrix))
     assert 'direction "en-de" activates 2 language skills (en,de)' in caplog.text
 
@@ -283,13 +320,56 @@ def test_a_direction_with_several_language_skills_is_named_in_a_warning(data_bin
 
 
 def train(data_bin, save, *extra):
-    return run([cli("fairseq-train"), data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation",
-                 "--arch", "hltmt_transformer_tiny", "--langs", LANGS, "--lang-pairs", PAIRS,
-                 "--encoder-langtok", "tgt", "--high-resource-langs", "de,fr", "--slp-pool-size", "2", "--cpu",
-                 "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-                 "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4", "--max-tokens", "1500",
-                 "--save-dir", str(save), "--log-interval", "1", "--no-epoch-checkpoints", "--seed", "3",
-                 "--num-workers", "0", "--enable-lang-ids", "--max-update", "3", *extra])
+    return run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            "hltmt_translation",
+            "--arch",
+            "hltmt_transformer_tiny",
+            "--langs",
+            LANGS,
+            "--lang-pairs",
+            PAIRS,
+            "--encoder-langtok",
+            "tgt",
+            "--high-resource-langs",
+            "de,fr",
+            "--slp-pool-size",
+            "2",
+            "--cpu",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "2e-3",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "4",
+            "--max-tokens",
+            "1500",
+            "--save-dir",
+            str(save),
+            "--log-interval",
+            "1",
+            "--no-epoch-checkpoints",
+            "--seed",
+            "3",
+            "--num-workers",
+            "0",
+            "--enable-lang-ids",
+            "--max-update",
+            "3",
+            *extra,
+        ]
+    )
 
 
 def losses(log):
@@ -314,9 +394,21 @@ def test_fairseq_train_with_skills_trains_them_and_logs_the_report(data_bin, tmp
 
 
 def test_a_trained_dense_model_continues_with_skills_slp_and_adapters_together(data_bin, trained, tmp_path):
-    done = train(data_bin, tmp_path, "--skill-ffn", "--skill-attention", "--language-adapters",
-                 "--shared-adapters", "--decoder-adapters", "--restore-file", trained[0], "--reset-optimizer",
-                 "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler")
+    done = train(
+        data_bin,
+        tmp_path,
+        "--skill-ffn",
+        "--skill-attention",
+        "--language-adapters",
+        "--shared-adapters",
+        "--decoder-adapters",
+        "--restore-file",
+        trained[0],
+        "--reset-optimizer",
+        "--reset-dataloader",
+        "--reset-meters",
+        "--reset-lr-scheduler",
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     assert "every skill FFN initialised from the checkpoint's dense FFN" in log
@@ -324,9 +416,12 @@ def test_a_trained_dense_model_continues_with_skills_slp_and_adapters_together(d
     assert "adapters: base model" in log and "HLT-MT: pool of 2 modules" in log
     state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"]
     dense = checkpoint_utils.load_checkpoint_to_cpu(trained[0])["model"]
-    assert {"encoder.layers.1.skill_ffn.experts.generic.fc2.weight", "encoder.layers.1.self_attn.skills.gu.k_proj.weight",
-            "encoder.layers.0.adapters.ffn.language_adapters.en.up.weight",
-            "decoder.layers.1.adapters.ffn.shared_adapter.up.weight"} <= set(state)
+    assert {
+        "encoder.layers.1.skill_ffn.experts.generic.fc2.weight",
+        "encoder.layers.1.self_attn.skills.gu.k_proj.weight",
+        "encoder.layers.0.adapters.ffn.language_adapters.en.up.weight",
+        "decoder.layers.1.adapters.ffn.shared_adapter.up.weight",
+    } <= set(state)
     assert any(k.startswith("decoder.slp.") for k in state)
     # started from the dense weights, then trained: close to them but moved
     moved = state["encoder.layers.1.skill_ffn.experts.generic.fc2.weight"] - dense["encoder.layers.1.fc2.weight"]

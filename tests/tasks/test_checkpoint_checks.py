@@ -2,11 +2,12 @@
 the route-by-hazard table of tests/test_hazards.py: a resume with another criterion, a beam
 larger than the vocabulary, a sentencepiece model of other pieces, and the record a new
 checkpoint stores."""
+
 import shutil
 
 import torch
 
-from conftest import (DECODE_EN_DE, LIKE_TRAINED, assert_one_error_line, cli, run, spm_of, train_args)
+from conftest import DECODE_EN_DE, LIKE_TRAINED, assert_one_error_line, cli, run, spm_of, train_args
 
 
 def test_a_new_checkpoint_stores_the_record_of_its_data(data_bin, trained):
@@ -29,8 +30,9 @@ def test_resuming_with_another_criterion_is_one_line(data_bin, trained, tmp_path
     args[args.index("label_smoothed_cross_entropy")] = "cross_entropy"
     args.remove("--label-smoothing"), args.remove("0.1")
     done = run([cli("fairseq-train"), *args])
-    assert_one_error_line(done, "does not fit: criterion: checkpoint LabelSmoothedCrossEntropyCriterion, given "
-                                "CrossEntropyCriterion")
+    assert_one_error_line(
+        done, "does not fit: criterion: checkpoint LabelSmoothedCrossEntropyCriterion, given CrossEntropyCriterion"
+    )
 
 
 def test_a_beam_larger_than_the_vocabulary_is_refused(data_bin, trained):
@@ -43,9 +45,20 @@ def test_a_sentencepiece_model_of_other_pieces_is_refused(data_bin, trained, tmp
 
     text = tmp_path / "text.txt"
     text.write_text("".join(f"zq{i} xv{i % 7} kw{i % 13}\n" for i in range(3000)))
-    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "other"), vocab_size=60,
-                                   minloglevel=2)
-    done = run([cli("hltmt-translate"), "--checkpoint", trained[0], "--spm", str(tmp_path / "other.model"),
-                "--src", "en", "--tgt", "de"], input="The file is open.\n")
+    spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "other"), vocab_size=60, minloglevel=2)
+    done = run(
+        [
+            cli("hltmt-translate"),
+            "--checkpoint",
+            trained[0],
+            "--spm",
+            str(tmp_path / "other.model"),
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+        ],
+        input="The file is open.\n",
+    )
     assert_one_error_line(done, "is not the one the checkpoint was trained with")
     assert spm_of(data_bin)

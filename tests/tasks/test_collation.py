@@ -1,6 +1,7 @@
 """``--enable-lang-ids`` gives each sentence of a mixed-direction batch its own language ids
 (fairseq 0.12 gives every row the first direction's; the task's datasets fix that for this
 task only: hltmt_plugin.tasks.collation)."""
+
 import torch
 
 from fairseq.data import ConcatDataset
@@ -37,8 +38,16 @@ def check_rows(task, batch):
 
 
 def test_training_and_validation_batches_carry_each_rows_own_languages(data_bin):
-    _, task, _ = build(data_bin, "--enable-lang-ids", "--hlt-stage", "all", "--sampling-method", "temperature",
-                       "--sampling-temperature", "5")
+    _, task, _ = build(
+        data_bin,
+        "--enable-lang-ids",
+        "--hlt-stage",
+        "all",
+        "--sampling-method",
+        "temperature",
+        "--sampling-temperature",
+        "5",
+    )
     seen = set()
     for split in ("train", "valid"):
         for batch in batches(task, split)[:20]:

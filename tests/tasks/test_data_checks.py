@@ -3,6 +3,7 @@
 fairseq-interactive: one line instead of a traceback for options the data cannot serve, broken
 binarized files, dictionaries or language-token options other than the checkpoint's, and an
 input line longer than the model's source positions reported while the others are translated."""
+
 import os
 import re
 import shutil
@@ -10,18 +11,34 @@ import shutil
 import pytest
 import torch
 
-from conftest import (DECODE_EN_DE, LIKE_TRAINED, ONE_UPDATE, WITH_A_LONG_LINE, assert_clear, assert_one_error_line,
-                      cli, decode, hypotheses, run, spm_of, train_args, updates)
+from conftest import (
+    DECODE_EN_DE,
+    LIKE_TRAINED,
+    ONE_UPDATE,
+    WITH_A_LONG_LINE,
+    assert_clear,
+    assert_one_error_line,
+    cli,
+    decode,
+    hypotheses,
+    run,
+    spm_of,
+    train_args,
+    updates,
+)
 
 
 # ---- options the data cannot serve
-@pytest.mark.parametrize("extra, message", [
-    (["--lang-pairs", "en-de,en-xx"], "language(s) xx of --lang-pairs not in --langs"),
-    (["--langs", "en,de,fr,gu,hi,ro", "--lang-pairs", "en-de,en-ro"], "has no dictionary for ro"),
-    (["--lang-pairs", "en-de,de-gu"], "has no valid data for de-gu"),
-    (["--lang-pairs", "en-de,ende"], "ende is not SRC-TGT"),
-    (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--lang-pairs", "en-de,en-xx"], "language(s) xx of --lang-pairs not in --langs"),
+        (["--langs", "en,de,fr,gu,hi,ro", "--lang-pairs", "en-de,en-ro"], "has no dictionary for ro"),
+        (["--lang-pairs", "en-de,de-gu"], "has no valid data for de-gu"),
+        (["--lang-pairs", "en-de,ende"], "ende is not SRC-TGT"),
+        (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
+    ],
+)
 def test_training_options(data_bin, tmp_path, extra, message):
     done = run([cli("fairseq-train"), *train_args(data_bin, *ONE_UPDATE, "--save-dir", str(tmp_path / "s"), *extra)])
     assert_clear(done, message, whole_output=False)
@@ -57,13 +74,19 @@ def broken_copy(data_bin, tmp_path, name, cut):
     return str(folder)
 
 
-@pytest.mark.parametrize("name, cut, message", [
-    ("test.en-de.de.bin", 1000, "test.en-de.de.bin is truncated: its index lists 37 sentences in"),
-    ("test.en-de.en.bin", 0, "test.en-de.en.bin is empty: its index lists 37 sentences"),
-    ("test.en-de.de.idx", 0, "test.en-de.de.idx is empty (0 bytes), not a fairseq index"),
-    ("test.en-de.en.idx", 100, "test.en-de.en.idx is truncated: an index of 37 sentences has 470 bytes, this one "
-                               "100"),
-])
+@pytest.mark.parametrize(
+    "name, cut, message",
+    [
+        ("test.en-de.de.bin", 1000, "test.en-de.de.bin is truncated: its index lists 37 sentences in"),
+        ("test.en-de.en.bin", 0, "test.en-de.en.bin is empty: its index lists 37 sentences"),
+        ("test.en-de.de.idx", 0, "test.en-de.de.idx is empty (0 bytes), not a fairseq index"),
+        (
+            "test.en-de.en.idx",
+            100,
+            "test.en-de.en.idx is truncated: an index of 37 sentences has 470 bytes, this one 100",
+        ),
+    ],
+)
 def test_broken_binarized_files_are_one_line_naming_the_file(data_bin, trained, tmp_path, name, cut, message):
     folder = broken_copy(data_bin, tmp_path, name, cut)
     done = run([cli("fairseq-generate"), folder, *DECODE_EN_DE, "--path", trained[0]])
@@ -73,15 +96,20 @@ def test_broken_binarized_files_are_one_line_naming_the_file(data_bin, trained, 
 
 def test_a_truncated_training_file_is_one_line_before_the_first_update(data_bin, tmp_path):
     folder = broken_copy(data_bin, tmp_path, "train.en-fr.fr.bin", 5000)
-    done = run([cli("fairseq-train"), *train_args(folder, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"),
-                                                  "--max-update", "2")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(folder, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--max-update", "2"),
+        ]
+    )
     assert_clear(done, "train.en-fr.fr.bin is truncated: its index lists")
     assert updates(done.stdout) == []
 
 
 # ---- dictionaries other than the checkpoint's
 def test_decoding_with_a_data_folder_whose_dictionaries_differ_from_the_checkpoints_is_one_line(
-        data_bin, trained, tmp_path):
+    data_bin, trained, tmp_path
+):
     """Another binarized folder (its own fingerprint in order) whose dictionaries are not the
     ones the model was trained with: token ids would mean other words."""
     from hltmt_plugin.data_fingerprint import write_fingerprint
@@ -94,8 +122,11 @@ def test_decoding_with_a_data_folder_whose_dictionaries_differ_from_the_checkpoi
         (folder / f"dict.{lang}.txt").write_text("".join(lines), encoding="utf-8")
     write_fingerprint(str(folder))
     done = run([cli("fairseq-generate"), str(folder), *DECODE_EN_DE, "--path", trained[0]])
-    line = assert_one_error_line(done, "the checkpoint does not fit: dictionaries: dict.de.txt, dict.en.txt, "
-                                       "dict.fr.txt, dict.gu.txt, dict.hi.txt differ in content")
+    line = assert_one_error_line(
+        done,
+        "the checkpoint does not fit: dictionaries: dict.de.txt, dict.en.txt, "
+        "dict.fr.txt, dict.gu.txt, dict.hi.txt differ in content",
+    )
     assert "vocabulary: checkpoint" in line and "(same size, other symbols)" in line
 
 
@@ -112,24 +143,36 @@ def test_a_dictionary_built_otherwise_than_at_training_is_refused(data_bin, trai
 # ---- options that mark languages otherwise than training
 MARKING = [
     (["--encoder-langtok", "tgt", "--decoder-langtok"], ["--decoder-langtok: checkpoint off, given on"]),
-    (["--encoder-langtok", "tgt", "--lang-tok-replacing-bos-eos"],
-     ["--lang-tok-replacing-bos-eos: checkpoint off, given on"]),
-    (["--encoder-langtok", "tgt", "--lang-tok-style", "mbart"],
-     ["--lang-tok-style: checkpoint multilingual, given mbart"]),
+    (
+        ["--encoder-langtok", "tgt", "--lang-tok-replacing-bos-eos"],
+        ["--lang-tok-replacing-bos-eos: checkpoint off, given on"],
+    ),
+    (
+        ["--encoder-langtok", "tgt", "--lang-tok-style", "mbart"],
+        ["--lang-tok-style: checkpoint multilingual, given mbart"],
+    ),
     (["--encoder-langtok", "src"], ["--encoder-langtok: checkpoint tgt, given src"]),
-    (["--encoder-langtok", "tgt", "--langtoks", "{'main': ('tgt', 'tgt')}"],
-     ["--decoder-langtok: checkpoint off, given on"]),
-    (["--encoder-langtok", "tgt", "--langtoks-specs", "main,dae"], ["--langtoks-specs: checkpoint main, given main,dae"]),
-    (["--encoder-langtok", "tgt", "--extra-data", "{'mono_dae': 'unused'}"],
-     ["--extra-data mono_dae: checkpoint off, given on"]),
-    (["--encoder-langtok", "tgt", "--decoder-langtok", "--lang-tok-style", "mbart"],  # all of them, in one line
-     ["--decoder-langtok: checkpoint off, given on; ", "--lang-tok-style: checkpoint multilingual, given mbart"]),
+    (
+        ["--encoder-langtok", "tgt", "--langtoks", "{'main': ('tgt', 'tgt')}"],
+        ["--decoder-langtok: checkpoint off, given on"],
+    ),
+    (
+        ["--encoder-langtok", "tgt", "--langtoks-specs", "main,dae"],
+        ["--langtoks-specs: checkpoint main, given main,dae"],
+    ),
+    (
+        ["--encoder-langtok", "tgt", "--extra-data", "{'mono_dae': 'unused'}"],
+        ["--extra-data mono_dae: checkpoint off, given on"],
+    ),
+    (
+        ["--encoder-langtok", "tgt", "--decoder-langtok", "--lang-tok-style", "mbart"],  # all of them, in one line
+        ["--decoder-langtok: checkpoint off, given on; ", "--lang-tok-style: checkpoint multilingual, given mbart"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("options,said", MARKING, ids=[" ".join(o[2:] or o) for o, _ in MARKING])
-def test_decoding_options_that_mark_languages_otherwise_than_training_are_refused(data_bin, trained, options,
-                                                                                   said):
+def test_decoding_options_that_mark_languages_otherwise_than_training_are_refused(data_bin, trained, options, said):
     done = decode(data_bin, trained[0], *options)
     assert_one_error_line(done, "the checkpoint does not fit: ", *said)
     assert not hypotheses(done)
@@ -144,9 +187,19 @@ def test_the_same_marking_spelled_otherwise_decodes_as_before(data_bin, trained)
 
 
 def test_fairseq_interactive_refuses_a_contradicting_option_too(data_bin, trained):
-    done = decode(data_bin, trained[0], "--encoder-langtok", "tgt", "--lang-tok-replacing-bos-eos", "--bpe",
-                    "sentencepiece", "--sentencepiece-model", spm_of(data_bin), tool="fairseq-interactive",
-                    input="The file is open.\n")
+    done = decode(
+        data_bin,
+        trained[0],
+        "--encoder-langtok",
+        "tgt",
+        "--lang-tok-replacing-bos-eos",
+        "--bpe",
+        "sentencepiece",
+        "--sentencepiece-model",
+        spm_of(data_bin),
+        tool="fairseq-interactive",
+        input="The file is open.\n",
+    )
     assert_one_error_line(done, "--lang-tok-replacing-bos-eos: checkpoint off, given on")
 
 
@@ -163,8 +216,9 @@ def with_stored(path, out, **options):
 def test_a_model_trained_with_an_option_is_refused_without_it(data_bin, trained, tmp_path):
     path = with_stored(trained[0], tmp_path / "dec.pt", decoder_langtok=True)
     done = decode(data_bin, path, "--encoder-langtok", "tgt")
-    assert_one_error_line(done, "stored options were changed after it was written (--decoder-langtok: written off, "
-                                "now on)")
+    assert_one_error_line(
+        done, "stored options were changed after it was written (--decoder-langtok: written off, now on)"
+    )
 
 
 def test_the_hub_and_hltmt_translate_compare_the_stored_options_too(data_bin, trained, tmp_path):
@@ -173,21 +227,55 @@ def test_the_hub_and_hltmt_translate_compare_the_stored_options_too(data_bin, tr
     state = torch.load(trained[0], map_location="cpu", weights_only=True)
     state["cfg"]["model"].lang_tok_style = "mbart"
     torch.save(state, tmp_path / "mbart.pt")
-    done = run([cli("hltmt-translate"), "--checkpoint", str(tmp_path / "mbart.pt"), "--data", data_bin,
-                "--src", "en", "--tgt", "de", "--device", "cpu"], input="The file is open.\n")
-    assert_one_error_line(done, "hltmt-translate: error: ", "stored options were changed after it was written "
-                                "(--lang-tok-style: written multilingual, now mbart)")
+    done = run(
+        [
+            cli("hltmt-translate"),
+            "--checkpoint",
+            str(tmp_path / "mbart.pt"),
+            "--data",
+            data_bin,
+            "--src",
+            "en",
+            "--tgt",
+            "de",
+            "--device",
+            "cpu",
+        ],
+        input="The file is open.\n",
+    )
+    assert_one_error_line(
+        done,
+        "hltmt-translate: error: ",
+        "stored options were changed after it was written (--lang-tok-style: written multilingual, now mbart)",
+    )
 
 
 # ---- a line longer than the model's source positions: the other lines are translated, that one reported
 @pytest.mark.parametrize("buffer", [[], ["--buffer-size", "4", "--batch-size", "4"]])
 def test_interactive_translates_the_other_lines_and_reports_the_long_one(data_bin, trained, buffer):
     spm = os.path.join(os.path.dirname(data_bin), "spm", "spm.model")
-    done = run([cli("fairseq-interactive"), data_bin, *DECODE_EN_DE[:-4], "--beam", "1", "--path", trained[0],
-                "--bpe", "sentencepiece", "--sentencepiece-model", spm, *buffer],
-               input="\n".join(WITH_A_LONG_LINE) + "\n")
+    done = run(
+        [
+            cli("fairseq-interactive"),
+            data_bin,
+            *DECODE_EN_DE[:-4],
+            "--beam",
+            "1",
+            "--path",
+            trained[0],
+            "--bpe",
+            "sentencepiece",
+            "--sentencepiece-model",
+            spm,
+            *buffer,
+        ],
+        input="\n".join(WITH_A_LONG_LINE) + "\n",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(int(m) for m in re.findall(r"^H-(\d+)\t", done.stdout, re.M)) == [0, 2, 3]
-    assert re.search(r"input line 2 \(S-1\) has \d+ tokens \(pieces and end of sentence\), more than the model's "
-                     r"\d+ source positions: not translated; split it into sentences", done.stderr), done.stderr[-2000:]
+    assert re.search(
+        r"input line 2 \(S-1\) has \d+ tokens \(pieces and end of sentence\), more than the model's "
+        r"\d+ source positions: not translated; split it into sentences",
+        done.stderr,
+    ), done.stderr[-2000:]
     assert "Traceback" not in done.stderr

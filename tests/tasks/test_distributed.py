@@ -1,6 +1,7 @@
 """Training with several workers (hltmt_plugin/tasks/distributed.py): two training processes on
 CPU (gloo) through hltmt-launch, the same routing draws and the same parameters on both ranks,
 the stage switch, the idle-gradient rule, and the choices that cannot work."""
+
 import os
 import re
 import sys
@@ -12,14 +13,28 @@ from conftest import ROOT, build, cli, make_sample, run, train_args
 from hltmt_plugin.modules.language_router import HARD
 
 LAUNCH = cli("hltmt-launch")
-COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "2e-3",
-          "--max-tokens", "1000", "--log-interval", "1", "--no-epoch-checkpoints", "--seed", "3"]
+COMMON = [
+    "--criterion",
+    "hltmt_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "2e-3",
+    "--max-tokens",
+    "1000",
+    "--log-interval",
+    "1",
+    "--no-epoch-checkpoints",
+    "--seed",
+    "3",
+]
 
 
 def launch(data_bin, save, *extra, nproc=2):
     args = [a for a in train_args(data_bin, *COMMON, "--save-dir", str(save), *extra) if a != "--cpu"]
-    return run([LAUNCH, "--nproc", str(nproc), "--", *args],
-               env_extra={"OMP_NUM_THREADS": "1"})
+    return run([LAUNCH, "--nproc", str(nproc), "--", *args], env_extra={"OMP_NUM_THREADS": "1"})
 
 
 def digests(save):
@@ -46,19 +61,35 @@ def test_two_ranks_stay_identical_through_hard_soft_and_the_stage_switch(data_bi
 
 def test_two_ranks_with_adapters_and_skills(data_bin, tmp_path):
     save = tmp_path / "dist"
-    done = launch(data_bin, save, "--high-stage-updates", "3", "--max-update", "6", "--hlt-param-digest-interval", "3",
-                  "--enable-lang-ids", "--language-adapters", "--shared-adapters", "--invertible-adapters",
-                  "--skill-ffn", "--skill-attention")
+    done = launch(
+        data_bin,
+        save,
+        "--high-stage-updates",
+        "3",
+        "--max-update",
+        "6",
+        "--hlt-param-digest-interval",
+        "3",
+        "--enable-lang-ids",
+        "--language-adapters",
+        "--shared-adapters",
+        "--invertible-adapters",
+        "--skill-ffn",
+        "--skill-attention",
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = digests(save)
     assert found[(0, 3)] == found[(1, 3)] and found[(0, 6)] == found[(1, 6)]
     assert "HLT-MT stage all (epoch 2, update 3)" in open(save / "rank0.log").read()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--ddp-backend", "pytorch_ddp"], "does not work on CPU in fairseq 0.12"),
-    (["--distributed-world-size", "2"], "is set by the launcher"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--ddp-backend", "pytorch_ddp"], "does not work on CPU in fairseq 0.12"),
+        (["--distributed-world-size", "2"], "is set by the launcher"),
+    ],
+)
 def test_wrong_distributed_choices_fail_with_advice(data_bin, tmp_path, extra, message):
     done = launch(data_bin, tmp_path / "x", "--max-update", "2", *extra)
     assert done.returncode != 0
@@ -95,16 +126,18 @@ def test_the_idle_gradient_rule_holds_under_fairseqs_fp16_optimizers(data_bin, p
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, train_args(data_bin, "--optimizer", "adam", "--lr", "0.1",
-                                                          "--hlt-stage", "all", *precision))
+    args = options.parse_args_and_arch(
+        parser, train_args(data_bin, "--optimizer", "adam", "--lr", "0.1", "--hlt-stage", "all", *precision)
+    )
     cfg = convert_namespace_to_omegaconf(args)
     from fairseq import tasks
+
     task = tasks.setup_task(args)
     torch.manual_seed(0)
     model = task.build_model(args)
     model.slp_router.fix_map_to(torch.tensor([0, 1]))
     params = [p for p in model.parameters() if p.requires_grad]
-    wrapper = (optim.MemoryEfficientFP16Optimizer if "--memory-efficient-fp16" in precision else optim.FP16Optimizer)
+    wrapper = optim.MemoryEfficientFP16Optimizer if "--memory-efficient-fp16" in precision else optim.FP16Optimizer
     optimizer = wrapper.build_optimizer(cfg, params)
     model.train()
     criterion = task.build_criterion(cfg.criterion)

@@ -2,6 +2,7 @@
 options that cannot work; then the real path, fairseq-train / -generate / -validate /
 -interactive in subprocesses on a DebMT-10 slice, scored with sacreBLEU, and bad options refused
 with one clear line."""
+
 import json
 import os
 import re
@@ -22,8 +23,14 @@ def sampled_directions(task, epochs=(1, 2, 3)):
     dataset = task.datasets["train"]
     counts = Counter()
     for epoch in epochs:
-        itr = task.get_batch_iterator(dataset=dataset, max_tokens=1500, max_positions=(1024, 1024), seed=1,
-                                      epoch=epoch, required_batch_size_multiple=8)
+        itr = task.get_batch_iterator(
+            dataset=dataset,
+            max_tokens=1500,
+            max_positions=(1024, 1024),
+            seed=1,
+            epoch=epoch,
+            required_batch_size_multiple=8,
+        )
         itr.next_epoch_itr(shuffle=True)
         for batch in itr.frozen_batches:
             for index in batch:
@@ -32,16 +39,18 @@ def sampled_directions(task, epochs=(1, 2, 3)):
 
 
 def test_stage_high_samples_no_low_resource_direction(data_bin):
-    _, task, _ = build(data_bin, "--hlt-stage", "high", "--sampling-method", "temperature",
-                       "--sampling-temperature", "5")
+    _, task, _ = build(
+        data_bin, "--hlt-stage", "high", "--sampling-method", "temperature", "--sampling-temperature", "5"
+    )
     counts, _ = sampled_directions(task)
     assert sum(counts.values()) > 1000  # hundreds of batches' worth of sentences
     assert set(counts) == {"en-de", "en-fr", "de-en"}, counts
 
 
 def test_stage_all_samples_every_direction_with_the_temperature_shares(data_bin):
-    _, task, _ = build(data_bin, "--hlt-stage", "all", "--sampling-method", "temperature",
-                       "--sampling-temperature", "5")
+    _, task, _ = build(
+        data_bin, "--hlt-stage", "all", "--sampling-method", "temperature", "--sampling-temperature", "5"
+    )
     counts, _ = sampled_directions(task)
     sizes = {"en-de": 1500, "en-fr": 1500, "en-gu": 400, "en-hi": 800, "de-en": 1500, "gu-en": 400}
     assert set(counts) == set(sizes)
@@ -94,17 +103,53 @@ def test_options_the_stages_or_adapters_cannot_honour_are_refused(data_bin):
 
 
 def generate_args(data_bin, ckpt, src, tgt, *extra):
-    return [data_bin, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", "en,de,fr,gu,hi",
-            "--lang-pairs", "en-de,en-fr,en-gu,en-hi,de-en,gu-en", "--encoder-langtok", "tgt",
-            "-s", src, "-t", tgt, "--path", ckpt, "--cpu", *extra]
+    return [
+        data_bin,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--langs",
+        "en,de,fr,gu,hi",
+        "--lang-pairs",
+        "en-de,en-fr,en-gu,en-hi,de-en,gu-en",
+        "--encoder-langtok",
+        "tgt",
+        "-s",
+        src,
+        "-t",
+        tgt,
+        "--path",
+        ckpt,
+        "--cpu",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize("src, tgt", [("en", "de"), ("en", "gu")])
 def test_generate_and_score_high_and_low_resource_directions(data_bin, trained, tmp_path, src, tgt):
     ckpt, _ = trained
-    done = run([cli("fairseq-generate"), *generate_args(
-        data_bin, ckpt, src, tgt, "--gen-subset", "test", "--beam", "5", "--max-tokens", "3000",
-        "--max-len-b", "40", "--remove-bpe", "sentencepiece")])
+    done = run(
+        [
+            cli("fairseq-generate"),
+            *generate_args(
+                data_bin,
+                ckpt,
+                src,
+                tgt,
+                "--gen-subset",
+                "test",
+                "--beam",
+                "5",
+                "--max-tokens",
+                "3000",
+                "--max-len-b",
+                "40",
+                "--remove-bpe",
+                "sentencepiece",
+            ),
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     hyps, refs = {}, {}
     for line in done.stdout.splitlines():
@@ -124,13 +169,18 @@ def test_generate_and_score_high_and_low_resource_directions(data_bin, trained, 
 
 def test_validate_and_interactive_load_the_checkpoint(data_bin, trained):
     ckpt, _ = trained
-    done = run([cli("fairseq-validate"), *generate_args(data_bin, ckpt, "en", "de", "--valid-subset", "valid",
-                                                        "--max-tokens", "3000")])
+    done = run(
+        [
+            cli("fairseq-validate"),
+            *generate_args(data_bin, ckpt, "en", "de", "--valid-subset", "valid", "--max-tokens", "3000"),
+        ]
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"valid on 'valid' subset \| loss \d", done.stdout + done.stderr)
-    done = run([cli("fairseq-interactive"), *generate_args(data_bin, ckpt, "en", "fr", "--beam", "2",
-                                                           "--max-len-b", "10")],
-               input="▁The ▁file ▁is ▁open\n")
+    done = run(
+        [cli("fairseq-interactive"), *generate_args(data_bin, ckpt, "en", "fr", "--beam", "2", "--max-len-b", "10")],
+        input="▁The ▁file ▁is ▁open\n",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"^H-0\t", done.stdout, re.M)
 
@@ -145,20 +195,50 @@ def test_a_direction_outside_the_training_directions_is_named_on_stderr_or_refus
     folder = os.path.dirname(STUDY_MODEL)
     langs, targets = "en,fr,cs,de,fi,lv,et,ro,hi,tr,gu", ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
     pairs = ",".join(f"en-{t}" for t in targets)
-    study = [folder, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", langs, "--lang-pairs", pairs,
-             "--encoder-langtok", "tgt", "--path", STUDY_MODEL, "--cpu", "--beam", "2", "--max-len-b", "10",
-             "--bpe", "sentencepiece", "--sentencepiece-model", os.path.join(folder, "spm.model")]
+    study = [
+        folder,
+        "--user-dir",
+        PLUGIN,
+        "--task",
+        "hltmt_translation",
+        "--langs",
+        langs,
+        "--lang-pairs",
+        pairs,
+        "--encoder-langtok",
+        "tgt",
+        "--path",
+        STUDY_MODEL,
+        "--cpu",
+        "--beam",
+        "2",
+        "--max-len-b",
+        "10",
+        "--bpe",
+        "sentencepiece",
+        "--sentencepiece-model",
+        os.path.join(folder, "spm.model"),
+    ]
     done = run([cli("fairseq-interactive"), *study, "-s", "fr", "-t", "de"], input="Le fichier est ouvert.\n")
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(r"^H-0\t", done.stdout, re.M)
-    assert (f"hltmt_translation: direction fr-de is zero-shot: the checkpoint was trained on {pairs} (targets "
-            "cs,de,et,fi,fr,gu,hi,lv,ro,tr); its output may not be in the target language") in done.stderr.splitlines()
+    assert (
+        f"hltmt_translation: direction fr-de is zero-shot: the checkpoint was trained on {pairs} (targets "
+        "cs,de,et,fi,fr,gu,hi,lv,ro,tr); its output may not be in the target language"
+    ) in done.stderr.splitlines()
     done = run([cli("fairseq-interactive"), *study, "-s", "de", "-t", "en"], input="Hallo Welt.\n")
-    assert_one_error_line(done, f"hltmt_plugin: error: -s de -t en: direction de-en refused: the model never produced "
-                                f"en; the checkpoint was trained on {pairs}")
+    assert_one_error_line(
+        done,
+        f"hltmt_plugin: error: -s de -t en: direction de-en refused: the model never produced "
+        f"en; the checkpoint was trained on {pairs}",
+    )
     assert "H-" not in done.stdout
-    done = run([cli("fairseq-generate"), *generate_args(data_bin, trained[0], "de", "en", "--beam", "1",
-                                                        "--max-len-b", "3", "--max-tokens", "3000")])
+    done = run(
+        [
+            cli("fairseq-generate"),
+            *generate_args(data_bin, trained[0], "de", "en", "--beam", "1", "--max-len-b", "3", "--max-tokens", "3000"),
+        ]
+    )
     assert done.returncode == 0 and "zero-shot" not in done.stderr, done.stderr[-3000:]  # trained: no word
 
 
@@ -169,16 +249,35 @@ def test_training_log_reports_the_pool(trained):
     assert "Traceback" not in log
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--high-resource-langs", "de,xx"], "--high-resource-langs names xx, not in the language list"),
-    (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
-    (["--slp-pool-size", "5"], "--slp-pool-size must lie in [1, 2]"),
-    (["--encoder-langtok", "src"], "--encoder-langtok tgt or from --encoder-langtok src --decoder-langtok"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--high-resource-langs", "de,xx"], "--high-resource-langs names xx, not in the language list"),
+        (["--slp-pool-size", "0"], "--slp-pool-size must lie in [1, 2]"),
+        (["--slp-pool-size", "5"], "--slp-pool-size must lie in [1, 2]"),
+        (["--encoder-langtok", "src"], "--encoder-langtok tgt or from --encoder-langtok src --decoder-langtok"),
+    ],
+)
 def test_bad_options_fail_with_one_clear_line(data_bin, tmp_path, extra, message):
-    done = run([cli("fairseq-train"), *train_args(data_bin, "--max-update", "1", "--save-dir", str(tmp_path),
-                                                  "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
-                                                  *extra)])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                "--max-update",
+                "1",
+                "--save-dir",
+                str(tmp_path),
+                "--optimizer",
+                "adam",
+                "--lr",
+                "1e-3",
+                "--max-tokens",
+                "1000",
+                *extra,
+            ),
+        ]
+    )
     assert done.returncode != 0
     assert "hltmt_plugin: error:" in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr

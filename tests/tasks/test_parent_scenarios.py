@@ -3,6 +3,7 @@
 fairseq's own multilingual tests (``tests/test_binaries.py``): temperature and concat sampling,
 ``--encoder-langtok src`` with ``--decoder-langtok``, ``--lang-dict`` instead of ``--langs``,
 no language tokens at all."""
+
 import pytest
 
 from conftest import PLUGIN, cli, run
@@ -12,27 +13,83 @@ PAIRS = "en-de,de-en,en-gu"
 
 
 def train(data_bin, save, *extra):
-    return run([cli("fairseq-train"), data_bin, *COMMON, "--arch", "transformer_hltmt_tiny",
-                "--lang-pairs", PAIRS, "--criterion", "label_smoothed_cross_entropy", "--optimizer", "adam",
-                "--lr", "1e-3", "--max-tokens", "1200", "--max-update", "3", "--save-dir", str(save),
-                "--no-epoch-checkpoints", "--log-interval", "1", "--seed", "2", *extra])
+    return run(
+        [
+            cli("fairseq-train"),
+            data_bin,
+            *COMMON,
+            "--arch",
+            "transformer_hltmt_tiny",
+            "--lang-pairs",
+            PAIRS,
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "1200",
+            "--max-update",
+            "3",
+            "--save-dir",
+            str(save),
+            "--no-epoch-checkpoints",
+            "--log-interval",
+            "1",
+            "--seed",
+            "2",
+            *extra,
+        ]
+    )
 
 
 def generate(data_bin, save, src, tgt, *extra):
-    return run([cli("fairseq-generate"), data_bin, *COMMON, "--lang-pairs", PAIRS, "-s", src, "-t", tgt,
-                "--path", str(save / "checkpoint_last.pt"), "--gen-subset", "test", "--beam", "2",
-                "--max-len-b", "5", "--max-tokens", "2000", *extra])
+    return run(
+        [
+            cli("fairseq-generate"),
+            data_bin,
+            *COMMON,
+            "--lang-pairs",
+            PAIRS,
+            "-s",
+            src,
+            "-t",
+            tgt,
+            "--path",
+            str(save / "checkpoint_last.pt"),
+            "--gen-subset",
+            "test",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "5",
+            "--max-tokens",
+            "2000",
+            *extra,
+        ]
+    )
 
 
 SCENARIOS = {
     "temperature, src langtok + decoder langtok": (
-        ["--langs", "en,de,fr,gu,hi", "--sampling-method", "temperature", "--sampling-temperature", "1.5",
-         "--encoder-langtok", "src", "--decoder-langtok"],
-        ["--langs", "en,de,fr,gu,hi", "--encoder-langtok", "src", "--decoder-langtok"]),
+        [
+            "--langs",
+            "en,de,fr,gu,hi",
+            "--sampling-method",
+            "temperature",
+            "--sampling-temperature",
+            "1.5",
+            "--encoder-langtok",
+            "src",
+            "--decoder-langtok",
+        ],
+        ["--langs", "en,de,fr,gu,hi", "--encoder-langtok", "src", "--decoder-langtok"],
+    ),
     "concat sampling, tgt langtok, stage options given": (
-        ["--langs", "en,de,fr,gu,hi", "--sampling-method", "concat", "--encoder-langtok", "tgt",
-         "--hlt-stage", "high"],
-        ["--langs", "en,de,fr,gu,hi", "--encoder-langtok", "tgt"]),
+        ["--langs", "en,de,fr,gu,hi", "--sampling-method", "concat", "--encoder-langtok", "tgt", "--hlt-stage", "high"],
+        ["--langs", "en,de,fr,gu,hi", "--encoder-langtok", "tgt"],
+    ),
     "lang dict, no language tokens": (["--lang-dict", "LANG_DICT"], ["--lang-dict", "LANG_DICT"]),
 }
 

@@ -1,17 +1,35 @@
 """fairseq-train on a save dir: one trainer at a time, stale temporary files removed, and a run
 whose checkpoint_last.pt is missing or broken resumes from the newest checkpoint that opens."""
+
 import subprocess
 import time
 
 from conftest import cli, run, train_args
 
-COMMON = ["--criterion", "label_smoothed_cross_entropy", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000",
-          "--hlt-stage", "all", "--slp-language-specific", "--num-workers", "0", "--log-interval", "1"]
+COMMON = [
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "1000",
+    "--hlt-stage",
+    "all",
+    "--slp-language-specific",
+    "--num-workers",
+    "0",
+    "--log-interval",
+    "1",
+]
 
 
 def train(data_bin, save, *extra):
-    return run([cli("fairseq-train"), *train_args(data_bin, *COMMON, "--save-dir", str(save), *extra)],
-               env_extra={"OMP_NUM_THREADS": "1"})
+    return run(
+        [cli("fairseq-train"), *train_args(data_bin, *COMMON, "--save-dir", str(save), *extra)],
+        env_extra={"OMP_NUM_THREADS": "1"},
+    )
 
 
 def test_a_missing_or_broken_last_checkpoint_resumes_from_the_newest_that_opens(data_bin, tmp_path):

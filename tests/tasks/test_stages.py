@@ -2,6 +2,7 @@
 and one run with --high-stage-updates N, including resumes on either side of N, with another
 --high-stage-updates, after --reset-optimizer, and after the run was killed with SIGKILL (its
 stage, map, routing draws, sampler and LR schedule intact)."""
+
 import os
 import re
 import shutil
@@ -16,10 +17,33 @@ import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hol
 from conftest import LIKE_TRAINED, RESET, SHORT_RUN, cli, error_lines, losses, run, train_args, train_run, updates
 from hltmt_plugin.modules.language_router import decode_map
 
-COMMON = ["--criterion", "hltmt_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-          "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "5", "--max-tokens", "1500",
-          "--log-interval", "1", "--no-epoch-checkpoints", "--sampling-method", "temperature",
-          "--sampling-temperature", "5", "--seed", "2", "--num-workers", "0"]
+COMMON = [
+    "--criterion",
+    "hltmt_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "2e-3",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-updates",
+    "5",
+    "--max-tokens",
+    "1500",
+    "--log-interval",
+    "1",
+    "--no-epoch-checkpoints",
+    "--sampling-method",
+    "temperature",
+    "--sampling-temperature",
+    "5",
+    "--seed",
+    "2",
+    "--num-workers",
+    "0",
+]
 
 
 def train(data_bin, save, *extra):
@@ -37,8 +61,13 @@ def state(path):
 
 def progress(log):
     """{update: progress line} for the per-update train_inner lines."""
-    return {int(m.group(1)): line for line in log.splitlines() if "train_inner" in line
-            for m in [re.search(r"num_updates=(\d+)", line)] if m}
+    return {
+        int(m.group(1)): line
+        for line in log.splitlines()
+        if "train_inner" in line
+        for m in [re.search(r"num_updates=(\d+)", line)]
+        if m
+    }
 
 
 def numeric(line, key):
@@ -49,8 +78,13 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     s1, s2 = tmp_path / "stage1", tmp_path / "stage2"
     log1 = train(data_bin, s1, "--hlt-stage", "high", "--max-update", "12")
     # the pairs stage high leaves out are named once, when the training data is loaded
-    assert log1.count("HLT-MT stage high trains en-de,en-fr,de-en only; en-gu,en-hi,gu-en of "
-                      "--lang-pairs are NOT trained in this run") == 1, log1[-3000:]
+    assert (
+        log1.count(
+            "HLT-MT stage high trains en-de,en-fr,de-en only; en-gu,en-hi,gu-en of "
+            "--lang-pairs are NOT trained in this run"
+        )
+        == 1
+    ), log1[-3000:]
     lines = progress(log1)
     assert len(lines) == 12
     assert all(not numeric(line, "loss_gu") and not numeric(line, "loss_hi") for line in lines.values())
@@ -59,8 +93,10 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     first = state(s1 / "checkpoint_last.pt")
     assert first["decoder.slp.fixed_map"].tolist() == [-1, -1]  # stage high leaves the map open
     from hltmt_plugin.modules.language_pool import SelectiveLanguagePool  # noqa: F401
+
     emb = first["decoder.embed_tokens.weight"]
     from fairseq.data import Dictionary
+
     d = Dictionary.load(f"{data_bin}/dict.en.txt")
     for lang in "en,de,fr,gu,hi".split(","):
         d.add_symbol(f"__{lang}__")
@@ -68,8 +104,19 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     gate = high_rows @ first["decoder.slp.gate.weight"].T + first["decoder.slp.gate.bias"]
     learned_map = gate.argmax(-1).tolist()
 
-    log2 = train(data_bin, s2, "--hlt-stage", "all", "--max-update", "12", "--restore-file",
-                 str(s1 / "checkpoint_last.pt"), "--reset-optimizer", "--reset-dataloader", "--reset-meters")
+    log2 = train(
+        data_bin,
+        s2,
+        "--hlt-stage",
+        "all",
+        "--max-update",
+        "12",
+        "--restore-file",
+        str(s1 / "checkpoint_last.pt"),
+        "--reset-optimizer",
+        "--reset-dataloader",
+        "--reset-meters",
+    )
     printed = f"routing map fixed from the final stage-high gate: de->m{learned_map[0]}, fr->m{learned_map[1]}"
     assert printed in log2
     assert "NOT trained in this run" not in log2
@@ -129,8 +176,14 @@ def test_one_run_switches_at_exactly_n_also_across_resumes(data_bin, tmp_path):
 
 
 def test_stage_all_without_a_learned_map_is_refused(data_bin, tmp_path):
-    done = run([cli("fairseq-train"), *train_args(data_bin, *COMMON, "--save-dir", str(tmp_path / "x"),
-                                                  "--hlt-stage", "all", "--max-update", "3")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin, *COMMON, "--save-dir", str(tmp_path / "x"), "--hlt-stage", "all", "--max-update", "3"
+            ),
+        ]
+    )
     assert done.returncode != 0
     assert "hltmt_plugin: error: stage all needs the routing map learned in stage high" in done.stderr
     assert "Traceback" not in done.stderr
@@ -139,9 +192,24 @@ def test_stage_all_without_a_learned_map_is_refused(data_bin, tmp_path):
 # ---- after --restore-file with --reset-optimizer: the stage line counts as fairseq counts
 def test_stage_line_counts_updates_as_fairseq_after_a_reset(data_bin, trained, tmp_path):
     ckpt, _ = trained  # saved after 30 updates of stage high
-    done = run([cli("fairseq-train"), *train_args(
-        data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--restore-file", ckpt, *RESET,
-        "--high-stage-updates", "2", "--max-update", "3")])
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--restore-file",
+                ckpt,
+                *RESET,
+                "--high-stage-updates",
+                "2",
+                "--max-update",
+                "3",
+            ),
+        ]
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     assert "(epoch 1 @ 0 updates)" in log  # fairseq's own count restarts
@@ -153,8 +221,7 @@ def test_stage_line_counts_updates_as_fairseq_after_a_reset(data_bin, trained, t
 
 
 # ---- resuming with another --high-stage-updates
-def test_resuming_after_the_switch_with_another_high_stage_updates_goes_on_as_the_run_that_switched(data_bin,
-                                                                                                  tmp_path):
+def test_resuming_after_the_switch_with_another_high_stage_updates_goes_on_as_the_run_that_switched(data_bin, tmp_path):
     straight = train_run(data_bin, tmp_path / "straight", "--high-stage-updates", "6", "--max-update", "12")
     assert straight.returncode == 0, straight.stderr[-2000:]
     reference = losses(straight.stdout + straight.stderr)
@@ -177,10 +244,12 @@ def test_resuming_after_the_switch_with_another_high_stage_updates_goes_on_as_th
     # a switch later than the checkpoint: stage high cannot come back
     later = train_run(data_bin, kept, "--high-stage-updates", "20", "--max-update", "24")
     assert later.returncode != 0 and "Traceback" not in later.stderr, later.stderr[-3000:]
-    assert error_lines(later) == ["hltmt_plugin: error: the checkpoint is past the stage switch (its routing map is "
-                                  "fixed; this run goes on from update 8), and --high-stage-updates 20 asks for stage "
-                                  "high until update 20: resume with the --high-stage-updates of the run that wrote it "
-                                  "(or any value up to 8: the switch is behind)"], later.stderr[-2000:]
+    assert error_lines(later) == [
+        "hltmt_plugin: error: the checkpoint is past the stage switch (its routing map is "
+        "fixed; this run goes on from update 8), and --high-stage-updates 20 asks for stage "
+        "high until update 20: resume with the --high-stage-updates of the run that wrote it "
+        "(or any value up to 8: the switch is behind)"
+    ], later.stderr[-2000:]
 
 
 def test_resuming_in_stage_high_with_another_high_stage_updates(data_bin, tmp_path):
@@ -192,10 +261,12 @@ def test_resuming_in_stage_high_with_another_high_stage_updates(data_bin, tmp_pa
 
     earlier = train_run(data_bin, save, "--high-stage-updates", "3", "--max-update", "10")
     assert earlier.returncode != 0 and "Traceback" not in earlier.stderr, earlier.stderr[-3000:]
-    assert error_lines(earlier) == ["hltmt_plugin: error: the checkpoint was saved at update 4, in stage high (its "
-                                    "routing map is not fixed yet), and --high-stage-updates 3 would have ended stage "
-                                    "high before that: resume with the --high-stage-updates of the run that wrote it, "
-                                    "or a larger one"], earlier.stderr[-2000:]
+    assert error_lines(earlier) == [
+        "hltmt_plugin: error: the checkpoint was saved at update 4, in stage high (its "
+        "routing map is not fixed yet), and --high-stage-updates 3 would have ended stage "
+        "high before that: resume with the --high-stage-updates of the run that wrote it, "
+        "or a larger one"
+    ], earlier.stderr[-2000:]
 
     longer = train_run(data_bin, kept, "--high-stage-updates", "8", "--max-update", "10")
     out = longer.stdout + longer.stderr
@@ -206,14 +277,25 @@ def test_resuming_in_stage_high_with_another_high_stage_updates(data_bin, tmp_pa
 
 
 # ---- a run killed with SIGKILL resumes from checkpoint_last.pt as if never stopped
-KILLED = [*SHORT_RUN, "--high-stage-updates", "6", "--save-interval-updates", "4", "--keep-interval-updates", "1",
-          "--slp-hard-prob", "0.5"]
+KILLED = [
+    *SHORT_RUN,
+    "--high-stage-updates",
+    "6",
+    "--save-interval-updates",
+    "4",
+    "--keep-interval-updates",
+    "1",
+    "--slp-hard-prob",
+    "0.5",
+]
 ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(data_bin, tmp_path):
-    straight = run([cli("fairseq-train"), *train_args(data_bin, *KILLED, "--save-dir", str(tmp_path / "a"),
-                                                      "--max-update", "14")], env_extra=ENV)
+    straight = run(
+        [cli("fairseq-train"), *train_args(data_bin, *KILLED, "--save-dir", str(tmp_path / "a"), "--max-update", "14")],
+        env_extra=ENV,
+    )
     assert straight.returncode == 0, straight.stderr[-2000:]
     reference = losses(straight.stdout + straight.stderr)
     assert sorted(reference) == list(range(1, 15))
