@@ -66,12 +66,12 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
-from hltmt_plugin.cli.main_job import (
+from hltmt_plugin.cli.main_job import (  # noqa: E402
     BF16_REFUSED,
     HIGH,
     LANGS,
     NGPU_HELP,
-    PRECISION_FLAGS,  # noqa: E402
+    PRECISION_FLAGS,
     PRECISION_HELP,
     gpu_flags,
     nproc,

@@ -56,11 +56,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
-from hltmt_plugin.cli.main_job import (
+from hltmt_plugin.cli.main_job import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
     PRECISION_FLAGS,
-    PRECISION_HELP,  # noqa: E402
+    PRECISION_HELP,
     StepFailed,
     gpu_flags,
     print_command,

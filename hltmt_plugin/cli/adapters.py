@@ -32,7 +32,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)  # "Please install tensorboardX"
 
-from hltmt_plugin.atomic_files import check_output
+from hltmt_plugin.atomic_files import check_output  # noqa: E402
 from hltmt_plugin.cli import add_version, register  # noqa: E402
 from hltmt_plugin.errors import HltmtInputError  # noqa: E402
 

@@ -191,7 +191,7 @@ def convergence(curve):
     if len(curve) < 3:
         return "unknown", f"{len(curve)} validation(s): too few to see a curve"
     end_updates, end_loss = curve[-1]
-    earlier = [(u, l) for u, l in curve[:-1] if u <= 0.75 * end_updates]
+    earlier = [(u, loss) for u, loss in curve[:-1] if u <= 0.75 * end_updates]
     if not earlier:
         return "unknown", "no validation before the last quarter of the run"
     ref_updates, ref_loss = earlier[-1]
@@ -468,7 +468,7 @@ def plot_valid(path, curves, conv, title):
             st, _ = convergence(curve)
             ax.plot(
                 [u for u, _ in curve],
-                [l for _, l in curve],
+                [loss for _, loss in curve],
                 marker="o",
                 markersize=3,
                 label=f"{system} seed {seed}: {st}",

@@ -215,7 +215,7 @@ def plot_valid(path, curves, high_updates):
         for seed, curve in sorted(curves[system].items()):
             ax.plot(
                 [u for u, _ in curve],
-                [l for _, l in curve],
+                [loss for _, loss in curve],
                 marker="o",
                 markersize=2,
                 label=f"{NAMES[system]} seed {seed}: {convergence(curve)[0]}",

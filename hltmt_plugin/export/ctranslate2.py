@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from hltmt_plugin.atomic_files import replace_folder
-from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest
 from hltmt_plugin.hub import HltmtTranslator
 

@@ -21,10 +21,8 @@ from conftest import (
     generate,
     make_sample,
     mixed_sample,
-    perturb,
     randomize_adapters,
     run,
-    with_lang_ids,
 )
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import ROWS, SRC

@@ -8,7 +8,6 @@ trained models (``base``, ``with_hi``) are built once."""
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 import torch

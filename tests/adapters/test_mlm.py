@@ -5,7 +5,6 @@ adapters for en, de and fr only, and gu -> en decoded from it (zero-shot transfe
 
 import os
 import re
-import sys
 
 import pytest
 import torch

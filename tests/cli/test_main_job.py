@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, cli, run
+from conftest import cli, run
 
 JOB = cli("hltmt-main-job")
 PREPARE = cli("hltmt-prepare-data")

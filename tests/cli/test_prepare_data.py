@@ -5,11 +5,10 @@ it cannot use (docs/bad-input.md)."""
 
 import json
 import os
-import sys
 
 import pytest
 
-from conftest import ROOT, assert_clear, cli, run
+from conftest import assert_clear, cli, run
 from hltmt_plugin.data_fingerprint import FINGERPRINT_FILE, check_dictionaries, dictionary_fingerprint
 
 PREPARE = cli("hltmt-prepare-data")

@@ -9,7 +9,6 @@ import random
 import re
 import select
 import subprocess
-import sys
 import time
 
 import pytest

@@ -17,7 +17,6 @@ import functools
 import json
 import os
 import random
-import sys
 
 import pytest
 import torch

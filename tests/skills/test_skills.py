@@ -22,7 +22,6 @@ from conftest import (
     assert_beam_equals_forward,
     build,
     cli,
-    make_sample,
     mixed_sample,
     perturb,
     randomize_adapters,

@@ -2,14 +2,12 @@
 CPU (gloo) through hltmt-launch, the same routing draws and the same parameters on both ranks,
 the stage switch, the idle-gradient rule, and the choices that cannot work."""
 
-import os
 import re
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, build, cli, make_sample, run, train_args
+from conftest import build, cli, make_sample, run, train_args
 from hltmt_plugin.modules.language_router import HARD
 
 LAUNCH = cli("hltmt-launch")

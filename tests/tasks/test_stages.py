@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 
-import pytest
 import torch
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
@@ -144,7 +143,7 @@ def switch_checks(log, n):
     assert all(not numeric(line, "loss_gu") and not numeric(line, "loss_hi") for line in high)
     assert any(numeric(line, "loss_gu") or numeric(line, "loss_hi") for line in after)
     assert not any(numeric(line, "disparity") for line in after)
-    assert all(f"epoch 001" in line for line in high) and all("epoch 002" in line for line in after)
+    assert all("epoch 001" in line for line in high) and all("epoch 002" in line for line in after)
     assert re.search(rf"HLT-MT stage all \(epoch 2, update {n}\): routing map fixed", log)
 
 
