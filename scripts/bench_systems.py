@@ -10,6 +10,8 @@ import os
 
 import torch
 
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 # the command the benchmarks' child processes run (python scripts/bench.py --...-child SPEC)
@@ -39,9 +41,6 @@ TRAIN_SYSTEMS = {
     "hltmt": (True, "hltmt_cross_entropy"),
     "hltmt lsce": (True, "label_smoothed_cross_entropy"),  # the same model, fairseq's criterion
 }
-
-DEBMT10_HIGH = ["fr", "de", "cs", "tr", "fi", "et"]  # data/debmt10/README.md: the high-resource languages
-DEBMT10_LOW = ["ro", "lv", "hi", "gu"]
 
 
 class BenchError(Exception):

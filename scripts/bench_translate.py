@@ -38,13 +38,14 @@ import subprocess
 import sys
 import time
 
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
 from timing import median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
-LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
-HIGH = ["fr", "de", "cs", "tr", "fi", "et"]
+LANGS = DEBMT10_LANGS
+HIGH = DEBMT10_HIGH
 MODES = ("mixed", "per-direction", "per-process")
 
 

@@ -66,13 +66,13 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
-from hltmt_plugin.cli.main_job import (  # noqa: E402
+from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS  # noqa: E402
+from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
-    HIGH,
-    LANGS,
     NGPU_HELP,
     PRECISION_FLAGS,
     PRECISION_HELP,
+    experiment_cli,
     gpu_flags,
     nproc,
     print_command,
@@ -715,7 +715,7 @@ class GpuRun:
     def report_cmd(self):
         seed = self.args.seed
         cmd = [
-            *plugin_cli("report"),
+            *experiment_cli("report"),
             "--decode-dir",
             os.path.join(self.work, "decode"),
             "--out",
@@ -753,7 +753,7 @@ class GpuRun:
 
     # ---- the whole run ------------------------------------------------------------------
     def describe(self):
-        from hltmt_plugin.cli.report import detect_machine
+        from hltmt_plugin.experiments.steps import detect_machine
 
         s = self.size
         self.fact("machine", detect_machine())

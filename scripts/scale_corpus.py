@@ -7,9 +7,11 @@ files, its own language token and its own lines (no line is shared with another 
 
 import os
 
+from hltmt_plugin.corpora import DEBMT10_LANGS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
-REAL = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]  # DebMT-10, most data first
+REAL = DEBMT10_LANGS  # DebMT-10's ten languages, in WMT-10's order
 
 
 class ScaleError(Exception):

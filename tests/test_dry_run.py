@@ -67,7 +67,7 @@ def dry_run(cmd, tmp_path, env_extra=None):
 
 def main_of(script):
     if script == "main_job":
-        from hltmt_plugin.cli.main_job import main
+        from hltmt_plugin.experiments.main_job import main
     elif script == "gpu_run":
         from gpu_run import main
     else:
@@ -273,7 +273,7 @@ def test_the_wrappers_pass_the_dry_run_on_and_download_nothing(dicts, tmp_path):
 def test_the_demo_trains_both_systems_side_by_side_on_the_short_segments(dicts, tmp_path, capsys):
     """make demo (--size quick): one-to-many En->X over the segments of at most 12 English and 16
     target words, MNMT and HLT-MT trained at once, a core each."""
-    from hltmt_plugin.cli.main_job import main
+    from hltmt_plugin.experiments.main_job import main
 
     assert main(["--dry-run", "--size", "quick", "--cpu", "--run-dir", str(tmp_path / "q")]) == 0
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
-    ["errors"],
+    ["errors", "corpora"],  # corpora: the languages of the corpora the commands know by name
     ["atomic_files"],  # every file written whole or not at all
     ["config", "compat", "data_fingerprint"],
     ["modules", "modules.routing"],  # modules/__init__.py is empty
@@ -26,11 +26,12 @@ LAYERS = [
     ["export.manifest"],  # the export folder's manifest: read by the hub, written by export
     ["hub"],
     ["export"],  # models that leave fairseq: CTranslate2 export
-    ["cli"],
+    ["cli"],  # the user's commands
+    ["experiments"],  # the experiment drivers (hltmt-main-job, hltmt-study, hltmt-report): above the commands
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 # `import hltmt_plugin` registers the task, model and criterion with fairseq: what a command does first
-REGISTERS = {"hub", "cli"}
+REGISTERS = {"hub", "cli", "experiments"}
 
 
 def part_of(module: str) -> str:

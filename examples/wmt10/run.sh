@@ -35,5 +35,5 @@ if [ -z "${RAW:-}" ]; then
   step "$PY" "$ROOT/examples/wmt10/clean.py" --raw "$RUN/raw" --out "$RUN/clean"
   RAW=$RUN/clean
 fi
-"$PY" -m hltmt_plugin.cli.main_job --raw "$RAW" --run-dir "$RUN/job" --size base \
+"$PY" -m hltmt_plugin.experiments.main_job --raw "$RAW" --run-dir "$RUN/job" --size base \
     --high fr,cs,de,fi,lv,et --ls-mnmt --title "WMT-10" "$@"

@@ -56,12 +56,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
-from hltmt_plugin.cli.main_job import (  # noqa: E402
+from hltmt_plugin.corpora import WMT10_HIGH as HIGH_LIST, WMT10_LANGS as LANGS_LIST  # noqa: E402
+from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
     PRECISION_FLAGS,
     PRECISION_HELP,
     StepFailed,
+    experiment_cli,
     gpu_flags,
     print_command,
     reader_gone,
@@ -71,8 +73,8 @@ from hltmt_plugin.cli.main_job import (  # noqa: E402
 )
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
-WMT10_LANGS = "fr,cs,de,fi,lv,et,ro,hi,tr,gu"
-WMT10_HIGH = "fr,cs,de,fi,lv,et"  # the paper's high-resource split
+WMT10_LANGS = ",".join(LANGS_LIST)
+WMT10_HIGH = ",".join(HIGH_LIST)  # the paper's high-resource split
 SYSTEMS = ("mnmt", "lsmnmt", "hltmt")
 STOPPED_AT_MAX_UPDATE = "Stopping training due to num_updates"
 # fairseq 0.12's import-time warnings (hydra, pin_memory, autocast) say nothing about the run
@@ -393,7 +395,7 @@ class Recipe:
 
     def report(self):
         cmd = [
-            *plugin_cli("report"),
+            *experiment_cli("report"),
             "--decode-dir",
             os.path.join(self.run_dir, "decode"),
             "--out",

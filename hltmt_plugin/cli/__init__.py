@@ -1,6 +1,8 @@
-"""The plugin's commands, installed with the package (``hltmt-translate``, ``hltmt-prepare-data``,
+"""The user's commands, installed with the package (``hltmt-translate``, ``hltmt-prepare-data``,
 ...; see ``setup.py``'s ``console_scripts``). Each module is one command: a ``main(argv)`` over
-functions a test can call. Each command's module imports neither torch nor fairseq at its top:
+functions a test can call; ``decode.py`` (many directions decoded by worker processes) and
+``output.py`` (a command's output written whole) are helpers the commands and the experiment
+drivers (:mod:`hltmt_plugin.experiments`) share. Each command's module imports neither torch nor fairseq at its top:
 ``--help``, ``--version`` and argument errors answer at once, and ``main`` calls :func:`register`
 once its arguments are read. Shared here: where the plugin and its example data are, and how one
 command runs another or one of fairseq's (by this Python, ``python -m``), so that the commands

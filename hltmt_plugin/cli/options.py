@@ -27,7 +27,7 @@ MARKDOWN_HEAD = """\
 Every option the plugin adds to fairseq's commands, with its default and help text, grouped by
 what it belongs to. This page is generated from the code: `hltmt-options --markdown >
 docs/options.md` writes it, `hltmt-options` prints the same on the command line, and
-`tests/test_options.py` fails when this page is out of date.
+`tests/cli/test_options.py` fails when this page is out of date.
 
 All options of fairseq's `translation_multi_simple_epoch` task (`--langs`, `--lang-pairs`,
 `--encoder-langtok`, `--sampling-method`, ...), of its `transformer` model and of its

@@ -29,8 +29,8 @@ import time
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.data_fingerprint import write_fingerprint
 from hltmt_plugin.atomic_files import inside, replace_folder
+from hltmt_plugin.corpora import WMT10_LANGS
 
-WMT10_LANGS = ["fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"]
 SPLITS = ["train", "valid", "test"]
 
 

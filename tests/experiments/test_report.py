@@ -1,6 +1,6 @@
-"""hltmt_plugin/cli/report.py's tables: the averages a run has directions for."""
+"""hltmt_plugin/experiments/report.py's tables: the averages a run has directions for."""
 
-from hltmt_plugin.cli.report import groups_present, summarise
+from hltmt_plugin.experiments.report import groups_present, summarise
 
 
 def rows_of(directions):

@@ -32,7 +32,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import re
 import statistics
 import sys
@@ -40,6 +39,7 @@ from collections import defaultdict
 
 from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.experiments.steps import detect_machine
 
 # the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
 # the paper's many-to-many (N-N) rows, En->X average BLEU (examples/wmt10/README.md cites them)
@@ -212,29 +212,6 @@ def converged_summary(curves):
         )
         out[system] = worst
     return out
-
-
-def detect_machine():
-    """One line naming this machine: CPU model and cores, and the GPU torch sees (if any)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    text = f"{cpu}, {cores} cores usable, Python {platform.python_version()}"
-    try:
-        import torch
-
-        text += f", torch {torch.__version__}"
-        if torch.cuda.is_available():
-            text += f", GPU {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
-        else:
-            text += ", no GPU"
-    except ImportError:
-        pass
-    return text
 
 
 def run_info_lines(info):

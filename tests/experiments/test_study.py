@@ -176,7 +176,7 @@ def test_the_progress_line_follows_the_part_that_runs(tmp_path, capsys):
     import time
     from types import SimpleNamespace
 
-    from hltmt_plugin.cli.study import Setting, watch
+    from hltmt_plugin.experiments.study import Setting, watch
 
     logs = {name: tmp_path / f"{name}.log" for name in ("train-high", "train")}
     logs["train-high"].write_text(
@@ -212,7 +212,7 @@ def test_study_options_that_cannot_work_are_one_line(tmp_path, extra, message):
 
 
 def test_results_go_under_the_run_folder_unless_named(tmp_path):
-    from hltmt_plugin.cli.study import Setting, Study, build_parser
+    from hltmt_plugin.experiments.study import Setting, Study, build_parser
 
     study_ = Study(build_parser().parse_args(["--run-dir", str(tmp_path / "run")]), Setting())
     assert study_.results == str(tmp_path / "run" / "results")
@@ -220,8 +220,8 @@ def test_results_go_under_the_run_folder_unless_named(tmp_path):
 
 
 def test_a_run_folder_prepared_otherwise_is_refused(tmp_path):
-    from hltmt_plugin.cli.main_job import StepFailed
-    from hltmt_plugin.cli.study import check_prepared
+    from hltmt_plugin.experiments.steps import StepFailed
+    from hltmt_plugin.experiments.study import check_prepared
 
     marker = tmp_path / ".done-prepare"
     marker.write_text(json.dumps({"vocab": 8000, "langs": ["de", "gu"]}))
@@ -231,8 +231,8 @@ def test_a_run_folder_prepared_otherwise_is_refused(tmp_path):
 
 
 def test_the_two_sides_of_a_pair_must_have_as_many_lines(tmp_path):
-    from hltmt_plugin.cli.main_job import StepFailed
-    from hltmt_plugin.cli.study import same_length
+    from hltmt_plugin.experiments.steps import StepFailed
+    from hltmt_plugin.experiments.study import same_length
 
     (tmp_path / "a.en").write_text("one\ntwo\n")
     (tmp_path / "a.de").write_text("eins\n")

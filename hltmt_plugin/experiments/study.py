@@ -42,10 +42,11 @@ from typing import List, Tuple
 
 from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, add_version, fairseq_cli, plugin_cli, register
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
-from hltmt_plugin.cli.main_job import HIGH, LANGS, StepFailed, print_command
+from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
+from hltmt_plugin.experiments.steps import StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
-from hltmt_plugin.cli.report import gate_of, read_gen
+from hltmt_plugin.experiments.report import gate_of, read_gen
 from hltmt_plugin.atomic_files import save_torch, write_text
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
@@ -747,7 +748,7 @@ def run_study(study: Study, runs, args):
             print(f"hltmt-study: error: {error}", file=sys.stderr)
             return 1
         failures = run_all(study, runs, args.parallel, args.progress)
-    from hltmt_plugin.cli.study_report import build_report
+    from hltmt_plugin.experiments.study_report import build_report
 
     build_report(study.results)
     for (system, seed), message in failures:
