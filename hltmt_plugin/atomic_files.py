@@ -38,7 +38,7 @@ import tempfile
 import threading
 from typing import Callable, Optional, Set
 
-from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 PARTIAL = ".partial"  # the temporary file of a text / bytes output: .NAME.XXXXXXXX.partial
 TORCH_TEMP = ".tmp"  # of a torch file (a checkpoint): .NAME.XXXXXXXX.tmp, removed by the next trainer if stale
@@ -72,7 +72,7 @@ def _remove_quietly(path: str) -> None:
         pass
 
 
-class UnsafeDestination(OSError):
+class UnsafeDestination(OSError, HltmtConfigError):
     """A destination that must not be replaced by a renamed file (see :func:`check_destination`)."""
 
 

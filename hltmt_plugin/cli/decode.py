@@ -28,10 +28,11 @@ import traceback
 
 from hltmt_plugin.cli import CHECKOUT, plugin_cli, register
 from hltmt_plugin.atomic_files import replace_file
+from hltmt_plugin.errors import HltmtError
 
 
-class DecodeFailed(Exception):
-    pass
+class DecodeFailed(HltmtError):
+    """A decoding that failed: a malformed jobs file, or a worker that stopped (the tail of its log)."""
 
 
 def run_jobs(jobs, common):

@@ -13,9 +13,10 @@ import os
 from typing import Dict, Optional
 
 from hltmt_plugin.atomic_files import AtomicFile, write_failed
+from hltmt_plugin.errors import HltmtConfigError
 
 
-class OutputError(ValueError):
+class OutputError(HltmtConfigError):
     """An output that cannot be written, or must not be: one line for the user."""
 
 

@@ -30,12 +30,13 @@ from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.data_fingerprint import write_fingerprint
 from hltmt_plugin.atomic_files import inside, replace_folder
 from hltmt_plugin.corpora import WMT10_LANGS
+from hltmt_plugin.errors import HltmtInputError
 
 SPLITS = ["train", "valid", "test"]
 
 
-class DataError(Exception):
-    pass
+class DataError(HltmtInputError):
+    """Data, a dictionary or an option of hltmt-prepare-data that cannot be used: one line, exit 2."""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):

@@ -50,6 +50,7 @@ import time
 from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
+from hltmt_plugin.errors import HltmtInputError
 
 
 PROG = "hltmt-translate"
@@ -161,7 +162,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # also the start of UTF-32's
 
 
-class InputError(Exception):
+class InputError(HltmtInputError):
     """An input the command cannot read at all (one line, exit 2)."""
 
 
@@ -280,7 +281,7 @@ def open_output(args):
     return AtomicOutput(args.output, "--output")
 
 
-class LoadError(Exception):
+class LoadError(HltmtInputError):
     """A checkpoint the command cannot load (one line, exit 2)."""
 
 
@@ -320,6 +321,8 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
     None), chunk by chunk; the exit status."""
     try:
         translator = load_translator(args, sink, HltmtTranslator, HltmtError)
+    except OutputError:
+        raise  # main's handler, as for an --output refused before loading
     except (LoadError, HltmtError) as error:
         return fail(error)
     out = sink.file if sink is not None else sys.stdout
@@ -344,6 +347,8 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
         return fail(
             f"interrupted after {done} line(s)" + (f"; --output {args.output} left as it was" if sink else ""), 130
         )
+    except OutputError:
+        raise  # main's handler, once the input is closed
     except (InputError, HltmtError) as error:
         return fail(error)
     finally:
