@@ -45,6 +45,13 @@ FAST = {
     "test_pretrained.py": ALL,
     "experiments/test_report.py": ALL,
     "experiments/test_study_report.py": ALL,
+    "experiments/test_steps.py": ALL,
+    "cli/test_decode.py": ALL,
+    "cli/test_train_language_adapter.py": {"test_bad_options_are_one_line", "test_a_missing_checkpoint_is_one_line"},
+    "hub/test_loading.py": {
+        "test_a_missing_checkpoint_is_one_line_when_it_must_exist",
+        "test_a_file_fairseq_cannot_find_is_one_line_naming_data",
+    },
     "criterions/test_hltmt_cross_entropy.py": ALL,
     "hub/test_arguments.py": ALL,
     "models/test_hltmt_transformer.py": ALL,

@@ -38,17 +38,10 @@ from hltmt_plugin.errors import HltmtInputError  # noqa: E402
 
 
 def load(path, data):
-    from fairseq import checkpoint_utils
+    """The model of the checkpoint ``path`` in eval mode (``data``: its data folder, else the stored one)."""
+    from hltmt_plugin.hub.loading import load_model
 
-    overrides = {"data": data} if data else None
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=overrides)
-    except FileNotFoundError as error:
-        raise HltmtInputError(
-            f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
-            "folder with its dict.*.txt)"
-        ) from None
-    model = models[0]
+    model, _, _ = load_model(path, data)
     model.eval()
     return model
 

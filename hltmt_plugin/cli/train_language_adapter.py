@@ -42,20 +42,10 @@ MAX_UNKNOWN = 0.2  # more <unk> pieces than this: not the model's sentencepiece 
 
 def load_model(path, data=None):
     """The translation model of a checkpoint, rebuilt from its own options."""
-    from fairseq import checkpoint_utils
+    from hltmt_plugin.hub.loading import load_model as rebuild
 
-    if not os.path.isfile(path):
-        raise HltmtInputError(f"checkpoint {path} does not exist")
-    try:
-        models, _, _ = checkpoint_utils.load_model_ensemble_and_task(
-            [path], arg_overrides={"data": data} if data else None
-        )
-    except FileNotFoundError as error:
-        raise HltmtInputError(
-            f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
-            "folder with its dict.*.txt)"
-        ) from None
-    return models[0].eval()
+    model, _, _ = rebuild(path, data, must_exist=True)
+    return model.eval()
 
 
 def read_sentences(text, spm_model, dictionary, max_positions, max_lines=None):

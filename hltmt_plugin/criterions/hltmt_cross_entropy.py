@@ -91,7 +91,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             return super().forward(model, sample, reduce=False)
         net_output = model(**sample["net_input"])
         extra = net_output[1]
-        if ROWS not in extra:
+        if plugin_model(model) is None:  # the plugin's model: the one whose output holds each row's languages
             raise HltmtConfigError("--criterion hltmt_cross_entropy needs --arch hltmt_transformer*")
         lprobs, target = self.get_lprobs_and_target(model, net_output, sample)
         tok_loss, tok_nll = label_smoothed_nll_loss(

@@ -469,12 +469,12 @@ def gate_of(checkpoint):
     the map is fixed) of an HLT-MT checkpoint: the fixed map, or the argmax after stage 1."""
     import torch
 
-    import hltmt_plugin  # noqa: F401  (registers the model, allowlists checkpoint types)
-    from fairseq import checkpoint_utils
+    from hltmt_plugin.hub.loading import load_model
+    from hltmt_plugin.models.hltmt_transformer import plugin_model
 
-    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([checkpoint])
-    model = models[0]
-    if getattr(model, "slp", None) is None:
+    model, _, _ = load_model(checkpoint, explain_missing=False)
+    # "has a pool": the plugin's model, built with --high-resource-langs
+    if plugin_model(model) is None or plugin_model(model).slp is None:
         raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
     with torch.no_grad():
         probs = model.slp_router.gate_probs().numpy()

@@ -1,5 +1,7 @@
-"""Loading a checkpoint for the translator: the options and data folder it stores, and where
-its sentencepiece model lies."""
+"""Loading a checkpoint: :func:`load_model`, the one way the plugin rebuilds a model from a
+checkpoint (the translator, hltmt-adapters, hltmt-train-language-adapter, hltmt-report's gate);
+for the translator also the options and data folder it stores, and where its sentencepiece model
+lies."""
 
 import glob
 import os
@@ -52,6 +54,33 @@ def _find_spm(spm: Optional[str], data: str, checkpoint: str, stored: Optional[s
         f"no sentencepiece model found (looked for {', '.join(places)}): give it with "
         "spm=PATH / --spm PATH (hltmt-prepare-data writes OUT/spm/spm.model)"
     )
+
+
+def load_model(path: str, data: Optional[str] = None, *, state=None, must_exist=False, explain_missing=True):
+    """(model, cfg, task) of the checkpoint ``path``, rebuilt by fairseq from its own options,
+    weights-only (the plugin's safe loading, :mod:`hltmt_plugin.compat.safe_loading`).
+
+    ``data``: the binarized data folder to read the dictionaries from instead of the stored one;
+    ``state``: the checkpoint's state already read (:func:`_read_checkpoint`), options set;
+    ``must_exist``: a missing ``path`` is one :class:`HltmtInputError` line; ``explain_missing``:
+    a file that rebuilding the model needs and cannot find (a dictionary of the data folder) is one
+    :class:`HltmtInputError` line naming ``--data``, else fairseq's own error."""
+    from fairseq import checkpoint_utils
+
+    if must_exist and not os.path.isfile(path):
+        raise HltmtInputError(f"checkpoint {path} does not exist")
+    try:
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [path], arg_overrides={"data": data} if data else None, state=state
+        )
+    except FileNotFoundError as error:
+        if not explain_missing:
+            raise
+        raise HltmtInputError(
+            f"cannot rebuild the model of {path}: {error} (give --data DIR, the binarized data "
+            "folder with its dict.*.txt)"
+        ) from None
+    return models[0], cfg, task
 
 
 def _read_checkpoint(path: str, data: Optional[str]):

@@ -107,3 +107,37 @@ def test_logs_per_language_loss_and_routing_shares(built):
     assert values["route_univ"] == pytest.approx(2 / 5, abs=1e-3)
     assert values["loss_de"] == pytest.approx(float(log["lang_loss:de"]) / tokens["de"] / math.log(2), abs=1e-3)
     assert "loss_hi" not in values  # no hi rows, no hi figure
+
+
+def test_another_model_is_refused_in_one_line(built):
+    """The criterion serves the plugin's model only (plugin_model), wrapped or not: another model,
+    even one whose output looks alike, is one line naming the option."""
+    from hltmt_plugin.errors import HltmtConfigError
+
+    _, task, model = built
+    sample = make_sample(task, ["en-de", "en-gu"])
+
+    class Lookalike(torch.nn.Module):  # the plugin model's output, but not the plugin's model
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **net_input):
+            return self.inner(**net_input)
+
+        def get_normalized_probs(self, *args, **kwargs):
+            return self.inner.get_normalized_probs(*args, **kwargs)
+
+        def get_targets(self, *args, **kwargs):
+            return self.inner.get_targets(*args, **kwargs)
+
+    with pytest.raises(HltmtConfigError, match="needs --arch hltmt_transformer"):
+        criterion(task, 0.0)(Lookalike(model), sample)
+
+    class Wrapper(Lookalike):  # fairseq's distributed wrappers hold the model as .module
+        @property
+        def module(self):
+            return self.inner
+
+    loss, _, _ = criterion(task, 0.0)(Wrapper(model), sample)
+    assert torch.isfinite(loss)

@@ -209,3 +209,18 @@ def test_missing_pretrained_files_are_one_line(tmp_path):
     done = run([sys.executable, os.path.join(RECIPE, "xlmr_recipe.py"), "--raw", DEBMT10, "--xlmr", str(tmp_path)])
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"xlmr_recipe: error: --xlmr {tmp_path} has no model.pt" in done.stderr
+
+
+def test_the_recipes_languages_are_the_papers_wmt10_split():
+    """run.sh spells the paper's high-resource split out for the reader; it and the recipe's
+    defaults are hltmt_plugin.corpora's."""
+    from hltmt_plugin.corpora import WMT10_HIGH, WMT10_LANGS
+
+    text = open(os.path.join(RECIPE, "run.sh"), encoding="utf-8").read()
+    assert re.findall(r"--high (\S+)", text) == [",".join(WMT10_HIGH)]
+    sys.path.insert(0, RECIPE)
+    try:
+        import xlmr_recipe
+    finally:
+        sys.path.remove(RECIPE)
+    assert (xlmr_recipe.WMT10_LANGS, xlmr_recipe.WMT10_HIGH) == (",".join(WMT10_LANGS), ",".join(WMT10_HIGH))

@@ -1,0 +1,27 @@
+"""hltmt_plugin/cli/adapters.py (hltmt-adapters): its checks before any work and the model it
+rebuilds. The export / import round trip and the checks on adapter files are in
+tests/adapters/test_files.py."""
+
+import pytest
+
+import hltmt_plugin.cli.adapters as adapters
+from hltmt_plugin.errors import HltmtInputError
+
+
+def missing_dictionary(*args, **kwargs):
+    raise FileNotFoundError(2, "No such file or directory", "data/dict.en.txt")
+
+
+def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path):
+    with pytest.raises(HltmtInputError, match=f"^cannot write --out {tmp_path}: it is a folder"):
+        adapters.main(["export", "--path", str(tmp_path / "missing.pt"), "--lang", "de", "--out", str(tmp_path)])
+
+
+def test_the_model_is_rebuilt_in_eval_mode_or_refused_in_one_line(trained, data_bin, monkeypatch):
+    model = adapters.load(trained[0], data_bin)
+    assert not model.training
+    from fairseq import checkpoint_utils
+
+    monkeypatch.setattr(checkpoint_utils, "load_model_ensemble_and_task", missing_dictionary)
+    with pytest.raises(HltmtInputError, match=rf"^cannot rebuild the model of {trained[0]}: .*give --data DIR"):
+        adapters.load(trained[0], data_bin)

@@ -1,0 +1,42 @@
+"""hltmt_plugin/cli/decode.py: decoding many directions by worker processes (the main job, the
+study and the GPU run use it): the jobs file, the split of the jobs among workers, and the one
+line a worker ends with when it cannot start."""
+
+import pytest
+
+import hltmt_plugin.cli.decode as decode
+from hltmt_plugin.errors import HltmtError
+
+
+def test_the_jobs_file_is_read_and_a_malformed_line_is_one_error(tmp_path):
+    good = tmp_path / "jobs.tsv"
+    good.write_text("en-de\tck.pt\ten\tde\tout/en-de.gen\n\nen-fr\tck.pt\ten\tfr\tout/en-fr.gen\n", encoding="utf-8")
+    assert decode.read_jobs(str(good)) == [
+        ["en-de", "ck.pt", "en", "de", "out/en-de.gen"],
+        ["en-fr", "ck.pt", "en", "fr", "out/en-fr.gen"],
+    ]
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("en-de\tck.pt\ten\tde\tout/en-de.gen\nen-fr\tck.pt\n", encoding="utf-8")
+    with pytest.raises(decode.DecodeFailed, match="bad.tsv line 2: expected 5 tab-separated fields, got 2"):
+        decode.read_jobs(str(bad))
+    assert issubclass(decode.DecodeFailed, HltmtError)
+
+
+def test_jobs_are_split_longest_first_into_balanced_groups():
+    jobs = ["a", "b", "c", "d", "e"]
+    groups = decode.split_balanced(jobs, [100, 1, 60, 50, 2], 2)
+    assert sorted(sum(groups, [])) == jobs
+    assert groups == [["a", "e", "b"], ["c", "d"]]  # loads 104 and 112
+    assert decode.split_balanced(jobs, [1] * 5, 8) == [[j] for j in ["a", "b", "c", "d", "e"]]
+    assert decode.split_balanced([], [], 3) == []
+
+
+def test_a_worker_without_its_options_or_with_a_bad_jobs_file_ends_in_one_line(tmp_path, capsys):
+    assert decode.main(["--jobs", "x.tsv"]) == 2
+    assert capsys.readouterr().err.startswith("hltmt-decode: error: usage:")
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("only one field\n", encoding="utf-8")
+    assert decode.main(["--jobs", str(bad), "--", "data"]) == 1
+    assert capsys.readouterr().out == f"hltmt-decode: error: {bad} line 1: expected 5 tab-separated fields, got 1\n"
+    assert decode.main(["--jobs", str(tmp_path / "missing.tsv"), "--", "data"]) == 1
+    assert "hltmt-decode: error: [Errno 2] No such file or directory" in capsys.readouterr().out

@@ -1,0 +1,46 @@
+"""hltmt_plugin/cli/train_language_adapter.py (hltmt-train-language-adapter): its one-line
+errors before any training and the model it trains. The training itself (MLM loss, the file it
+writes, zero-shot translation after import) is tested in tests/adapters/test_mlm.py."""
+
+import pytest
+
+import hltmt_plugin.cli.train_language_adapter as tla
+from hltmt_plugin.errors import HltmtInputError
+
+
+def missing_dictionary(*args, **kwargs):
+    raise FileNotFoundError(2, "No such file or directory", "data/dict.en.txt")
+
+
+def argv(tmp_path, path=None):
+    text, spm = tmp_path / "mono.gu", tmp_path / "spm.model"
+    text.write_text("a line\n", encoding="utf-8")
+    spm.write_bytes(b"")
+    path = path or str(tmp_path / "missing.pt")
+    return ["--path", path, "--lang", "gu", "--text", str(text), "--spm", str(spm), "--out", str(tmp_path / "gu.pt")]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--steps", "0"], "--steps, --batch-size and --log-interval must be positive"),
+        (["--mask-prob", "1.5"], "--mask-prob 1.5 is not a share of the tokens (between 0 and 1)"),
+    ],
+)
+def test_bad_options_are_one_line(extra, message, tmp_path, capsys):
+    assert tla.main([*argv(tmp_path), *extra]) == 1
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
+    assert tla.main(argv(tmp_path)) == 1
+    assert capsys.readouterr().err == f"error: checkpoint {tmp_path / 'missing.pt'} does not exist\n"
+
+
+def test_the_model_is_rebuilt_in_eval_mode_or_refused_in_one_line(trained, monkeypatch):
+    assert not tla.load_model(trained[0]).training
+    from fairseq import checkpoint_utils
+
+    monkeypatch.setattr(checkpoint_utils, "load_model_ensemble_and_task", missing_dictionary)
+    with pytest.raises(HltmtInputError, match=rf"^cannot rebuild the model of {trained[0]}: .*give --data DIR"):
+        tla.load_model(trained[0], None)

@@ -1,0 +1,64 @@
+"""hltmt_plugin/hub/loading.py's load_model: the one way a model is rebuilt from a checkpoint
+(the translator, hltmt-adapters, hltmt-train-language-adapter, hltmt-report's gate): the
+checkpoint's own weights and options, the data folder a user names, and its one-line errors."""
+
+import shutil
+
+import pytest
+import torch
+
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.hub.loading import load_model
+
+
+def test_a_missing_checkpoint_is_one_line_when_it_must_exist(tmp_path):
+    path = str(tmp_path / "nowhere.pt")
+    with pytest.raises(HltmtInputError, match=f"^checkpoint {path} does not exist$"):
+        load_model(path, must_exist=True)
+
+
+def test_the_rebuilt_model_is_the_checkpoints_own(trained):
+    from hltmt_plugin.compat.safe_loading import load_state
+    from hltmt_plugin.models.hltmt_transformer import plugin_model
+
+    model, cfg, task = load_model(trained[0])
+    assert plugin_model(model) is model and model.slp is not None
+    assert cfg.task._name == "hltmt_translation" and list(task.langs) == ["en", "de", "fr", "gu", "hi"]
+    stored = load_state(trained[0])["model"]
+    mine = model.state_dict()
+    assert sorted(stored) == sorted(mine)
+    assert all(torch.equal(stored[k], mine[k]) for k in stored)
+
+
+def test_the_data_folder_given_replaces_the_stored_one(trained, data_bin, tmp_path):
+    moved = shutil.copytree(data_bin, tmp_path / "moved")
+    _, cfg, _ = load_model(trained[0], str(moved))
+    assert cfg.task.data == str(moved)
+
+
+def test_a_data_folder_without_its_dictionaries_is_one_line(trained, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(HltmtConfigError, match=f"^{empty} has no dictionary for de,en,fr,gu,hi"):
+        load_model(trained[0], str(empty))  # the plugin's task says so before fairseq looks
+
+
+def missing_dictionary(*args, **kwargs):
+    raise FileNotFoundError(2, "No such file or directory", "data/dict.en.txt")
+
+
+def test_a_file_fairseq_cannot_find_is_one_line_naming_data(tmp_path, monkeypatch):
+    """Another task's model (e.g. translation_multi_simple_epoch) reads its dictionaries itself."""
+    from fairseq import checkpoint_utils
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"")
+    monkeypatch.setattr(checkpoint_utils, "load_model_ensemble_and_task", missing_dictionary)
+    with pytest.raises(HltmtInputError) as error:
+        load_model(str(path), must_exist=True)
+    assert str(error.value) == (
+        f"cannot rebuild the model of {path}: [Errno 2] No such file or directory: 'data/dict.en.txt' "
+        "(give --data DIR, the binarized data folder with its dict.*.txt)"
+    )
+    with pytest.raises(FileNotFoundError):  # hltmt-report's gate: fairseq's own error
+        load_model(str(path), explain_missing=False)
