@@ -1,12 +1,7 @@
-"""Encoder skills (SkillNet-X) in the model: only the active skills run and train, the mean over
-them, per-row choice in mixed batches, dense-to-skill conversion of a trained checkpoint,
-new directions from existing skills, beam search = full forward, the report and the errors;
-then through the real fairseq-train on the DebMT-10 slice: skills from scratch, skills + SLP +
-adapters converted from a trained dense checkpoint, and the one-line error for a bad skill
-matrix."""
-
-import json
-import re
+"""The skill modules (hltmt_plugin/skills/modules.py): only the active skills run, once per
+group of rows, and get gradient; the skill FFN outputs their mean; each row of a mixed batch
+follows its own direction; a dense checkpoint converts with identical outputs; a direction
+absent from training combines existing skills, one absent from the matrix is an input error."""
 
 import pytest
 import torch
@@ -14,37 +9,15 @@ import torch
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
-from conftest import (
-    LANGS,
-    MADX,
-    PAIRS,
-    PLUGIN,
-    assert_beam_equals_forward,
-    build,
-    cli,
-    mixed_sample,
-    perturb,
-    randomize_adapters,
-    run,
-)
-from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.skills import SkillFFN, default_matrix, skill_report
-
-DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
-SKILLS = ["--skill-ffn", "--skill-attention", "--enable-lang-ids"]
-
-
-def randomize_skills(model, scale=0.2, seed=0):
-    """Move every skill away from the others (they start as copies of the dense layer)."""
-    perturb(model, [".skill_ffn.", ".self_attn.skills."], scale, seed)
+from conftest import DIRECTIONS, MADX, build, mixed_sample
+from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.skills import SkillFFN
+from skills_common import GOOD, SKILLS, randomize_skills, skilled_model, write
 
 
 @pytest.fixture(scope="module")
 def skilled(data_bin):
-    args, task, model = build(data_bin, *SKILLS)
-    randomize_skills(model)
-    model.eval()
-    return args, task, model
+    return skilled_model(data_bin)
 
 
 def combo_calls(monkeypatch):
@@ -57,15 +30,6 @@ def combo_calls(monkeypatch):
 
     monkeypatch.setattr(SkillFFN, "run_skill", counted)
     return calls
-
-
-def test_default_matrix_has_generic_source_language_and_english_direction_skills():
-    m = default_matrix(["en", "de", "fr"])
-    assert m.skills == ["generic", "en", "de", "fr", "to_en", "from_en"]
-    assert m.directions["en-de"] == ["generic", "en", "from_en"]
-    assert m.directions["de-en"] == ["generic", "de", "to_en"]
-    assert m.directions["de-fr"] == ["generic", "de"]  # no English side: generic + source language
-    assert len(m.directions) == 6
 
 
 def test_only_active_skills_are_computed_once_per_group_and_get_gradient(data_bin, monkeypatch):
@@ -187,251 +151,7 @@ def test_a_direction_absent_from_training_combines_existing_skills(data_bin, mon
     assert sorted(set(calls)) == [("de", 1), ("fr", 1), ("generic", 1)]  # no direction skill: generic + source
 
 
-def test_beam_search_scores_equal_a_full_forward_pass_with_skills(data_bin):
-    _, task, model = build(data_bin, *SKILLS, "--language-adapters", "--shared-adapters")
-    randomize_skills(model)
-    randomize_adapters(model, scale=0.2)
-    model.eval()
-    sample = mixed_sample(task, DIRECTIONS, seed=3)
-    checked = assert_beam_equals_forward(task, model, sample, beam=3, with_lang_ids=True)
-    assert checked == len(DIRECTIONS) * 3
-
-
-def test_the_report_counts_parameters_per_skill_and_the_active_share(skilled):
-    _, task, model = skilled
-    plan = model.encoder.skill_layout
-    report = skill_report(model, plan)
-    d, f, layers = 128, 256, 2
-    ffn = layers * (d * f + f + f * d + d)
-    qkv = layers * 3 * (d * d + d)
-    assert report["per_skill"]["ffn"] == {s: ffn for s in ["generic", *task.langs, "to_en", "from_en"]}
-    assert report["per_skill"]["attention"] == {lang: qkv for lang in task.langs}
-    total = sum(p.numel() for p in model.parameters())
-    inactive = 5 * ffn + 4 * qkv  # en-de: 3 of 8 skill FFNs, 1 of 5 languages
-    assert report["directions"]["en-de"]["active"] == total - inactive
-    assert set(report["directions"]) == {"en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"}
-
-
-def write(tmp_path, content):
-    path = tmp_path / "matrix.json"
-    path.write_text(content if isinstance(content, str) else json.dumps(content))
-    return str(path)
-
-
-GOOD = {
-    "skills": ["generic", "en", "de", "fr", "gu", "hi"],
-    "directions": {p: ["generic", p.split("-")[0]] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")},
-}
-
-
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (lambda m: m["directions"].update({"en-de": ["generic", "legal"]}), r'direction "en-de" names skill legal'),
-        (lambda m: m["directions"].update({"en-xx": ["generic"]}), r'direction "en-xx" names language xx'),
-        (lambda m: m["directions"].update({"gu-en": []}), r'direction "gu-en" activates no skill'),
-        (lambda m: m["directions"].pop("de-en"), r"no entry for direction\(s\) de-en"),
-        (lambda m: m.update({"skills": ["generic", "generic"]}), "lists a skill twice"),
-    ],
-)
-def test_a_bad_skill_matrix_is_refused_naming_the_entry(data_bin, tmp_path, change, message):
-    matrix = json.loads(json.dumps(GOOD))
-    change(matrix)
-    with pytest.raises(HltmtConfigError, match=message):
-        build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, matrix))
-
-
-def test_a_malformed_matrix_file_and_bad_options_are_refused(data_bin, tmp_path):
-    with pytest.raises(HltmtConfigError, match="not valid JSON: .* at line 1"):
-        build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, '{"skills": ["generic",'))
-    with pytest.raises(HltmtConfigError, match="cannot read the file"):
-        build(data_bin, *SKILLS, "--skill-matrix", str(tmp_path / "missing.json"))
-    with pytest.raises(HltmtConfigError, match="add --enable-lang-ids"):
-        build(data_bin, "--skill-ffn")
-    with pytest.raises(HltmtConfigError, match=r"names layer\(s\) 5"):
-        build(data_bin, *SKILLS, "--skill-layers", "5")
-    with pytest.raises(HltmtConfigError, match="add --skill-ffn and/or --skill-attention"):
-        build(data_bin, "--skill-matrix", write(tmp_path, GOOD))
-
-
 def test_a_direction_missing_from_the_matrix_is_an_input_error_naming_it(data_bin, tmp_path):
     _, task, model = build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, GOOD))
     with pytest.raises(HltmtInputError, match="direction de-fr has no entry in the skill matrix"):
         model(**mixed_sample(task, ["en-de", "de-fr"])["net_input"])
-
-
-def test_skill_layers_choose_the_layers_and_skills_off_change_nothing(data_bin):
-    _, _, model = build(data_bin, *SKILLS, "--skill-layers", "1")
-    assert hasattr(model.encoder.layers[1], "skill_ffn") and not hasattr(model.encoder.layers[0], "skill_ffn")
-    assert isinstance(model.encoder.layers[0].fc1, torch.nn.Linear)
-    _, _, plain = build(data_bin)
-    assert not any("skill" in n for n in plain.state_dict())
-    assert plain.encoder.skill_layout is None
-
-
-def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_arguments(data_bin, tmp_path):
-    path = write(tmp_path, GOOD)
-    args, task, model = build(data_bin, *SKILLS, "--skill-matrix", path)
-    assert args.skill_matrix_saved["directions"]["de-en"] == ["generic", "de"]  # saved with the checkpoint's args
-    import os
-
-    os.remove(path)
-    again = task.build_model(args)  # as fairseq-generate does from a checkpoint's arguments
-    assert again.encoder.skill_layout.matrix.directions == model.encoder.skill_layout.matrix.directions
-    args.skill_matrix_saved = None
-    with pytest.raises(HltmtConfigError, match="cannot read the file"):
-        task.build_model(args)
-
-
-@pytest.mark.parametrize(
-    "content, message",
-    [
-        (
-            {"skills": ["generic", "a.b"], "directions": {"en-de": ["generic"]}},
-            "skill name\\(s\\) 'a.b' cannot name a module",
-        ),
-        ({"skills": ["generic", "train"], "directions": {"en-de": ["generic"]}}, "'train' cannot name a module"),
-        (b"\xff\xfe{", "not UTF-8 text"),
-        ("[" * 100000 + "]" * 100000, "nested too deeply"),
-    ],
-)
-def test_skill_names_and_files_that_cannot_work_are_one_line_errors(data_bin, tmp_path, content, message):
-    path = tmp_path / "matrix.json"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content if isinstance(content, str) else json.dumps(content))
-    with pytest.raises(HltmtConfigError, match=message):
-        build(data_bin, *SKILLS, "--skill-matrix", str(path))
-
-
-def test_a_direction_with_several_language_skills_is_named_in_a_warning(data_bin, tmp_path, caplog):
-    matrix = {
-        "skills": ["generic", "en", "de", "fr", "gu", "hi"],
-        "directions": {p: ["generic", *p.split("-")] for p in "en-de,en-fr,en-gu,en-hi,de-en,gu-en".split(",")},
-    }
-    build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, matrix))
-    assert 'direction "en-de" activates 2 language skills (en,de)' in caplog.text
-
-
-# ---------------------------------------------------------------------------------------
-# through fairseq-train
-
-
-def train(data_bin, save, *extra):
-    return run(
-        [
-            cli("fairseq-train"),
-            data_bin,
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            "hltmt_translation",
-            "--arch",
-            "hltmt_transformer_tiny",
-            "--langs",
-            LANGS,
-            "--lang-pairs",
-            PAIRS,
-            "--encoder-langtok",
-            "tgt",
-            "--high-resource-langs",
-            "de,fr",
-            "--slp-pool-size",
-            "2",
-            "--cpu",
-            "--criterion",
-            "label_smoothed_cross_entropy",
-            "--label-smoothing",
-            "0.1",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "2e-3",
-            "--lr-scheduler",
-            "inverse_sqrt",
-            "--warmup-updates",
-            "4",
-            "--max-tokens",
-            "1500",
-            "--save-dir",
-            str(save),
-            "--log-interval",
-            "1",
-            "--no-epoch-checkpoints",
-            "--seed",
-            "3",
-            "--num-workers",
-            "0",
-            "--enable-lang-ids",
-            "--max-update",
-            "3",
-            *extra,
-        ]
-    )
-
-
-def losses(log):
-    return [float(v) for v in re.findall(r"\| loss ([0-9.]+) \|", log)]
-
-
-def test_fairseq_train_with_skills_trains_them_and_logs_the_report(data_bin, tmp_path):
-    done = train(data_bin, tmp_path, "--skill-ffn", "--skill-attention")
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-3000:]
-    assert "skills: encoder layers 0,1" in log
-    assert "skill FFN: generic,en,de,fr,gu,hi,to_en,from_en: 131,840 each" in log
-    assert re.search(r"en-de: skills generic\+en\+from_en; active [0-9,]+ of [0-9,]+ parameters", log)
-    assert losses(log) and all(v == v and v < 20 for v in losses(log))
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"]
-    assert "encoder.layers.0.skill_ffn.experts.to_en.fc1.weight" in state
-    assert "encoder.layers.0.fc1.weight" not in state and "encoder.layers.1.self_attn.q_proj.weight" not in state
-    # the skills trained apart: en's FFN (every en-* direction) moved differently from hi's (no hi source)
-    en = state["encoder.layers.0.skill_ffn.experts.en.fc1.weight"]
-    hi = state["encoder.layers.0.skill_ffn.experts.hi.fc1.weight"]
-    assert not torch.equal(en, hi)
-
-
-def test_a_trained_dense_model_continues_with_skills_slp_and_adapters_together(data_bin, trained, tmp_path):
-    done = train(
-        data_bin,
-        tmp_path,
-        "--skill-ffn",
-        "--skill-attention",
-        "--language-adapters",
-        "--shared-adapters",
-        "--decoder-adapters",
-        "--restore-file",
-        trained[0],
-        "--reset-optimizer",
-        "--reset-dataloader",
-        "--reset-meters",
-        "--reset-lr-scheduler",
-    )
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, log[-3000:]
-    assert "every skill FFN initialised from the checkpoint's dense FFN" in log
-    assert "every language's Q/K/V initialised from the checkpoint's dense ones" in log
-    assert "adapters: base model" in log and "HLT-MT: pool of 2 modules" in log
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"]
-    dense = checkpoint_utils.load_checkpoint_to_cpu(trained[0])["model"]
-    assert {
-        "encoder.layers.1.skill_ffn.experts.generic.fc2.weight",
-        "encoder.layers.1.self_attn.skills.gu.k_proj.weight",
-        "encoder.layers.0.adapters.ffn.language_adapters.en.up.weight",
-        "decoder.layers.1.adapters.ffn.shared_adapter.up.weight",
-    } <= set(state)
-    assert any(k.startswith("decoder.slp.") for k in state)
-    # started from the dense weights, then trained: close to them but moved
-    moved = state["encoder.layers.1.skill_ffn.experts.generic.fc2.weight"] - dense["encoder.layers.1.fc2.weight"]
-    assert 0 < moved.abs().max() < 0.1
-    assert losses(log) and losses(log)[0] < 10.8  # a trained model's loss (about 10.1), not a fresh one's (about 11)
-
-
-def test_a_bad_skill_matrix_fails_with_one_line_naming_the_entry(data_bin, tmp_path):
-    path = tmp_path / "matrix.json"
-    path.write_text(json.dumps({"skills": ["generic", "en"], "directions": {"en-de": ["generic", "legal"]}}))
-    done = train(data_bin, tmp_path, "--skill-ffn", "--skill-matrix", str(path))
-    assert done.returncode != 0
-    assert f'hltmt_plugin: error: --skill-matrix {path}: direction "en-de" names skill legal' in done.stderr
-    assert "Traceback" not in done.stderr
