@@ -1,0 +1,192 @@
+"""The compatibility record (hltmt_plugin/compatibility.py): what it holds of a model's options,
+data and vocabulary, the comparison of two records field by field (:func:`mismatches`), the one
+line that refuses a checkpoint (:func:`check`), and the record a checkpoint's stored options
+give (:func:`record_of_options`: the stored record, one read from older options, or a refusal
+when the stored options were edited after the record was written)."""
+
+from argparse import Namespace
+
+import pytest
+
+from hltmt_plugin.compatibility import (
+    OLD_DICTS,
+    OLD_VOCAB,
+    RECORD_KEY,
+    build_record,
+    check,
+    language_marking,
+    mismatches,
+    model_fields,
+    record_of_options,
+    record_of_state,
+    spm_coverage,
+    stored_options,
+    vocabulary_fingerprint,
+)
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+
+def options(**changes):
+    """Model options as a checkpoint of the plugin stores them (no record)."""
+    base = dict(
+        arch="hltmt_transformer_tiny",
+        encoder_embed_dim=128,
+        encoder_layers=2,
+        decoder_layers=2,
+        high_resource_langs="de,fr",
+        langs=["en", "de", "fr"],
+        encoder_langtok="tgt",
+        decoder_langtok=False,
+        lang_tok_style="multilingual",
+        dropout=0.1,
+    )
+    return Namespace(**{**base, **changes})
+
+
+def test_the_record_holds_the_marking_the_model_options_and_the_languages():
+    record = build_record(options(), symbols=["<s>", "x", "__en__"], languages=["en", "de"])
+    assert record["marking"]["--encoder-langtok"] == "tgt" and record["marking"]["--decoder-langtok"] == "off"
+    assert record["model"] == {
+        "arch": "hltmt_transformer_tiny",
+        "encoder_embed_dim": 128,
+        "encoder_layers": 2,
+        "decoder_layers": 2,
+        "high_resource_langs": "de,fr",
+    }  # shape and feature options only: --dropout changes no weight's meaning
+    assert record["languages"] == ["en", "de"] and record["vocabulary"]["symbols"] == 3
+    assert "dictionaries" not in record and "spm" not in record  # not given: not recorded
+
+
+def test_the_vocabulary_fingerprint_follows_the_symbols_in_their_order():
+    one = vocabulary_fingerprint(["a", "b", "__en__"])
+    assert one == vocabulary_fingerprint(["a", "b", "__en__"]) and one["symbols"] == 3
+    assert one["sha256"] != vocabulary_fingerprint(["b", "a", "__en__"])["sha256"]
+
+
+def test_the_marking_reads_langtoks_main_before_the_langtok_options():
+    marking = dict(language_marking(Namespace(langtoks={"main": ("src", "tgt")}, encoder_langtok="tgt")))
+    assert marking["--encoder-langtok"] == "src" and marking["--decoder-langtok"] == "on"
+    marking = dict(language_marking(Namespace(encoder_langtok=None, extra_data={"mono_dae": "x"})))
+    assert marking["--encoder-langtok"] == "none" and marking["--extra-data mono_dae"] == "on"
+
+
+def test_model_fields_keep_plain_values_only():
+    fields = model_fields(options(adapter_layers=(0, 1), encoder_layers_to_keep=object(), arch=None, _name="x"))
+    assert fields["arch"] == "x" and fields["adapter_layers"] == [0, 1]
+    assert isinstance(fields["encoder_layers_to_keep"], str)
+
+
+RECORD = {
+    "dictionaries": {"dict.en.txt": "a1", "dict.de.txt": "b1"},
+    "vocabulary": {"symbols": 100, "sha256": "v1"},
+    "languages": ["en", "de", "fr"],
+    "marking": {"--encoder-langtok": "tgt", "--decoder-langtok": "off"},
+    "model": {"arch": "hltmt_transformer_tiny", "encoder_layers": 2, "high_resource_langs": "de,fr"},
+    "spm": "0123456789abcdef" * 4,
+}
+
+
+def changed(**fields):
+    return {**RECORD, **fields}
+
+
+@pytest.mark.parametrize(
+    "given, line",
+    [
+        (
+            changed(dictionaries={"dict.en.txt": "a1", "dict.de.txt": "b2"}),
+            "dictionaries: dict.de.txt differ in content",
+        ),
+        (
+            changed(vocabulary={"symbols": 100, "sha256": "v2"}),
+            "vocabulary: checkpoint 100 symbols, given 100 (same size, other symbols)",
+        ),
+        (changed(vocabulary={"symbols": 90, "sha256": "v2"}), "vocabulary: checkpoint 100 symbols, given 90"),
+        (changed(languages=["en", "fr", "de"]), "languages: checkpoint en,de,fr, given en,fr,de"),
+        (
+            changed(marking={"--encoder-langtok": "src", "--decoder-langtok": "off"}),
+            "--encoder-langtok: checkpoint tgt, given src",
+        ),
+        (changed(model={**RECORD["model"], "encoder_layers": 3}), "--encoder-layers: checkpoint 2, given 3"),
+        (changed(spm="f" * 64), "sentencepiece model: checkpoint 0123456789ab, given ffffffffffff (sha256)"),
+    ],
+)
+def test_each_field_that_differs_is_one_difference_naming_both_values(given, line):
+    assert mismatches(RECORD, given) == [line]
+
+
+def test_only_the_fields_and_options_both_records_hold_are_compared():
+    assert mismatches(RECORD, dict(RECORD)) == []
+    assert mismatches(RECORD, {"languages": ["en"]}, fields=("model", "spm")) == []  # languages not asked for
+    partial = {k: v for k, v in RECORD.items() if k not in ("spm", "dictionaries")}
+    assert mismatches(RECORD, {**partial, "model": {"encoder_layers": 2, "decoder_layers": 9}}) == []
+    given = changed(model={**RECORD["model"], "encoder_layers": 3, "high_resource_langs": "de"})
+    assert mismatches(RECORD, given, model_options=("encoder_layers",), labels=("was", "is")) == [
+        "--encoder-layers: was 2, is 3"
+    ]
+
+
+def test_a_long_value_is_cut_in_the_difference():
+    given = changed(languages=[f"l{i}" for i in range(40)])
+    [line] = mismatches(RECORD, given)
+    assert line.endswith("...") and len(line.split("given ")[1]) == 60
+
+
+def test_check_refuses_in_one_line_naming_every_difference_and_the_fix():
+    check(RECORD, dict(RECORD), "the checkpoint x.pt", "use the training run's options")  # no difference, no error
+    given = changed(languages=["en", "de"], model={**RECORD["model"], "encoder_layers": 3})
+    with pytest.raises(HltmtConfigError) as refused:
+        check(RECORD, given, "the checkpoint x.pt", "use the training run's options")
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message == (
+        "the checkpoint x.pt does not fit: languages: checkpoint en,de,fr, given en,de; "
+        "--encoder-layers: checkpoint 2, given 3: use the training run's options"
+    )
+
+
+def test_options_without_a_record_give_the_record_they_imply_with_the_older_fingerprints():
+    old = options(**{OLD_DICTS: {"dict.en.txt": "a1"}, OLD_VOCAB: {"symbols": 5, "sha256": "v"}})
+    record = record_of_options(old)
+    assert record["dictionaries"] == {"dict.en.txt": "a1"} and record["vocabulary"]["symbols"] == 5
+    assert record["model"]["encoder_layers"] == 2 and record["languages"] == ["en", "de", "fr"]
+    assert record_of_options(vars(old)) == record  # the options as a dict (a checkpoint's cfg.model)
+
+
+def test_the_stored_record_wins_and_edited_options_are_refused():
+    written = build_record(options())
+    stored = options(**{RECORD_KEY: written})
+    assert record_of_options(stored) == written
+    overridden = options(dropout=0.3, **{RECORD_KEY: written})  # an option of no weight's meaning
+    assert record_of_options(overridden) == written
+    edited = options(encoder_layers=3, encoder_langtok="src", **{RECORD_KEY: written})
+    with pytest.raises(HltmtInputError, match="changed after it was written") as refused:
+        record_of_options(edited)
+    assert "--encoder-layers: written 2, now 3" in str(refused.value)
+    assert "--encoder-langtok: written tgt, now src" in str(refused.value)
+    assert record_of_options(edited, edits=False) == written
+
+
+def test_stored_options_are_read_from_cfg_model_or_legacy_args():
+    model = options()
+    assert stored_options({"cfg": {"model": model}}) is model
+    assert stored_options({"cfg": {"model": {"encoder_layers": 4}}}).encoder_layers == 4
+    assert stored_options({"args": model}) is model
+    assert vars(stored_options({})) == {}
+    assert record_of_state({"cfg": {"model": model}})["model"]["encoder_layers"] == 2
+
+
+def test_spm_coverage_is_the_share_of_the_dictionarys_pieces_the_model_makes():
+    symbols = ["<s>", "<pad>", "</s>", "<unk>", "▁a", "▁b", "c", "d", "__en__", "madeupword0000"]
+    assert spm_coverage(["▁a", "▁b", "c", "d", "e"], symbols) == 1.0
+    assert spm_coverage(["▁a", "x"], symbols) == 0.25
+    assert spm_coverage([], ["<s>"]) == 0.0
+
+
+def test_the_record_of_a_data_folder_holds_its_dictionaries_and_the_sentencepiece_model(data_bin):
+    from conftest import spm_of
+    from hltmt_plugin.data_fingerprint import dictionary_fingerprint, sha256_file
+
+    record = build_record(options(), data=data_bin, spm=spm_of(data_bin))
+    assert record["dictionaries"] == dictionary_fingerprint(data_bin) and record["dictionaries"]
+    assert record["spm"] == sha256_file(spm_of(data_bin)) and len(record["spm"]) == 64
