@@ -101,7 +101,7 @@ def test_the_readmes_fairseq_command_lines_parse(tool, parser):
 
 def console_scripts():
     setup = read(os.path.join(ROOT, "setup.py"))
-    return re.findall(r'"(hltmt-[a-z-]+) = hltmt_plugin\.cli\.\w+:main"', setup)
+    return re.findall(r'"(hltmt-[a-z-]+) = hltmt_plugin\.(?:cli|experiments)\.\w+:main"', setup)
 
 
 def test_every_installed_command_is_named_in_the_readme_and_answers_help():

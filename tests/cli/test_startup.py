@@ -18,7 +18,7 @@ HEAVY = ("torch", "fairseq")
 def installed_commands():
     """(command, module) of every console script setup.py installs."""
     with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
-        return re.findall(r'"(hltmt-[a-z-]+) = (hltmt_plugin\.cli\.\w+):main"', f.read())
+        return re.findall(r'"(hltmt-[a-z-]+) = (hltmt_plugin\.(?:cli|experiments)\.\w+):main"', f.read())
 
 
 # run a console script as its own process would, then print which heavy modules it imported
