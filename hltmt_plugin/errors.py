@@ -8,7 +8,10 @@ Ctrl-C (``interrupted``; Python then ends the process as SIGINT does) and a writ
 system refuses where no file is named, which is the standard output (``/dev/full``, a closed
 pipe, a file-size limit: ``cannot write standard output (No space left on device)``); any
 other exception keeps Python's usual report. In Python code (and tests) the exceptions are
-ordinary exceptions.
+ordinary exceptions. The commands' own errors are of the family too (a bad data folder of
+hltmt-prepare-data, an unreadable input of hltmt-translate, an output that must not be written,
+a failed step of an experiment run, ...): each command catches its own and ends with its line
+and exit status.
 """
 
 import errno
