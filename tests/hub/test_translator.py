@@ -594,27 +594,3 @@ def test_a_plain_multilingual_transformer_translates_mixed_directions_as_fairseq
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:-1] == [ref[0] for *_, ref in items[:12]]
-
-
-def test_fairseqs_hub_translates_a_plain_multilingual_checkpoint_without_its_language_token(data_bin, folder):
-    """fairseq's own ``from_pretrained(...).translate`` on fairseq's multilingual task, with
-    ``--decoder-langtok``: no TypeError from build_generator, no ``__de__`` in the text, and the
-    text fairseq-generate writes for the same sentence."""
-    from fairseq import hub_utils
-    from fairseq.hub_utils import GeneratorHubInterface
-
-    ckpt = plain_checkpoint(data_bin, folder, "src")
-    loaded = hub_utils.from_pretrained(
-        os.path.dirname(ckpt),
-        os.path.basename(ckpt),
-        data_bin,
-        source_lang="en",
-        target_lang="de",
-        bpe="sentencepiece",
-        sentencepiece_model=spm_of(data_bin),
-    )
-    hub = GeneratorHubInterface(loaded["args"], loaded["task"], loaded["models"])
-    text = sentences("en", "de")[0]
-    out = hub.translate(text, beam=BEAM, max_len_a=0, max_len_b=MAX_LEN)
-    assert "__de__" not in out and "__" not in out, out
-    assert out == generate(data_bin, ckpt, "src", "en", "de")[0][0]
