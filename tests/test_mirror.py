@@ -1,0 +1,61 @@
+"""Tests mirror the code (docs/architecture.md, "How the code is kept"): every module of the
+package, ``hltmt_plugin/<path>/<module>.py`` (``__init__.py`` aside), has its unit tests in
+``tests/<path>/test_<module>.py``."""
+
+import os
+
+from conftest import PLUGIN, ROOT
+
+# Modules without a mirrored test file, each with the reason (none today: a new module brings its
+# test file, or a line here saying why it cannot have one).
+EXCEPTIONS = {}
+
+
+def mirrored_test(module):
+    """The test file of ``module`` (a path relative to the package, ``/``-separated)."""
+    folder, name = os.path.split(module)
+    return "/".join(part for part in ("tests", folder, f"test_{name}") if part)
+
+
+def modules_of(package):
+    """Every module of ``package`` but its ``__init__.py`` files, relative to it, sorted."""
+    found = []
+    for folder, dirs, files in os.walk(package):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")))
+        for name in files:
+            if name.endswith(".py") and name != "__init__.py":
+                found.append(os.path.relpath(os.path.join(folder, name), package).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def missing_tests(package, root, exceptions):
+    """``module -> test file`` for each module of ``package`` whose test file is not under
+    ``root`` and which ``exceptions`` does not excuse."""
+    return [
+        f"{module} -> {mirrored_test(module)}"
+        for module in modules_of(package)
+        if module not in exceptions and not os.path.isfile(os.path.join(root, mirrored_test(module)))
+    ]
+
+
+def test_every_module_has_its_mirrored_test_file():
+    assert missing_tests(PLUGIN, ROOT, EXCEPTIONS) == []
+
+
+def test_every_exception_is_a_module_of_the_package_with_a_reason():
+    modules = modules_of(PLUGIN)
+    assert all(module in modules and reason.strip() for module, reason in EXCEPTIONS.items()), EXCEPTIONS
+
+
+def test_the_check_names_a_module_without_a_test_file(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    for name in ("__init__.py", "top.py", "sub/__init__.py", "sub/inner.py"):
+        (package / name).write_text("")
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "test_top.py").write_text("")
+    (tmp_path / "tests" / "test_inner.py").write_text("")  # not mirrored: inner.py is in sub/
+    assert missing_tests(str(package), str(tmp_path), {}) == ["sub/inner.py -> tests/sub/test_inner.py"]
+    assert missing_tests(str(package), str(tmp_path), {"sub/inner.py": "a reason"}) == []
+    (tmp_path / "tests" / "sub" / "test_inner.py").write_text("")
+    assert missing_tests(str(package), str(tmp_path), {}) == []
