@@ -9,13 +9,7 @@ import torch
 from fairseq import checkpoint_utils
 
 from adapters_common import Capture, madx_model
-from conftest import (
-    DIRECTIONS,
-    MADX,
-    build,
-    make_sample,
-    mixed_sample,
-)
+from conftest import DIRECTIONS, MADX, build, make_sample, mixed_sample
 from hltmt_plugin.errors import HltmtInputError
 
 

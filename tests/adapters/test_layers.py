@@ -7,18 +7,8 @@ import pytest
 import torch
 
 from adapters_common import Capture
-from conftest import (
-    DIRECTIONS,
-    MADX,
-    assert_beam_equals_forward,
-    build,
-    mixed_sample,
-    randomize_adapters,
-)
-from hltmt_plugin.adapters import (
-    AdapterDecoderLayer,
-    AdapterEncoderLayer,
-)
+from conftest import DIRECTIONS, MADX, assert_beam_equals_forward, build, mixed_sample, randomize_adapters
+from hltmt_plugin.adapters import AdapterDecoderLayer, AdapterEncoderLayer
 
 
 def run_encoder(model, task, directions=("en-de", "de-en")):

@@ -8,20 +8,9 @@ import torch
 from torch import nn
 
 from adapters_common import madx_model
-from conftest import (
-    DIRECTIONS,
-    MADX,
-    build,
-    generate,
-    mixed_sample,
-    randomize_adapters,
-)
+from conftest import DIRECTIONS, MADX, build, generate, mixed_sample, randomize_adapters
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.adapters import (
-    Bottleneck,
-    InvertibleAdapter,
-    bottleneck_parameters,
-)
+from hltmt_plugin.adapters import Bottleneck, InvertibleAdapter, bottleneck_parameters
 from hltmt_plugin.modules.routing import route
 
 

@@ -58,7 +58,6 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
     path = write(tmp_path, GOOD)
     args, task, model = build(data_bin, *SKILLS, "--skill-matrix", path)
     assert args.skill_matrix_saved["directions"]["de-en"] == ["generic", "de"]  # saved with the checkpoint's args
-
     os.remove(path)
     again = task.build_model(args)  # as fairseq-generate does from a checkpoint's arguments
     assert again.encoder.skill_layout.matrix.directions == model.encoder.skill_layout.matrix.directions
