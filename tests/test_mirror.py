@@ -1,6 +1,7 @@
 """Tests mirror the code (docs/architecture.md, "How the code is kept"): every module of the
 package, ``hltmt_plugin/<path>/<module>.py`` (``__init__.py`` aside), has its unit tests in
-``tests/<path>/test_<module>.py``."""
+``tests/<path>/test_<module>.py``; and test files of one name in several folders (mirrored
+modules share names: config.py, layers.py, ...) can run in one pytest session."""
 
 import os
 
@@ -59,3 +60,32 @@ def test_the_check_names_a_module_without_a_test_file(tmp_path):
     assert missing_tests(str(package), str(tmp_path), {"sub/inner.py": "a reason"}) == []
     (tmp_path / "tests" / "sub" / "test_inner.py").write_text("")
     assert missing_tests(str(package), str(tmp_path), {}) == []
+
+
+def same_named_outside_packages(tests):
+    """Test-file names that more than one folder outside a package holds under ``tests``: pytest
+    imports such a file by its name alone, so one session cannot import two of them (a folder
+    with an ``__init__.py`` imports its files under its own name)."""
+    plain = {}
+    for folder, dirs, files in os.walk(tests):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        if os.path.isfile(os.path.join(folder, "__init__.py")):
+            continue
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                plain.setdefault(name, []).append(os.path.relpath(os.path.join(folder, name), tests))
+    return {name: sorted(paths) for name, paths in plain.items() if len(paths) > 1}
+
+
+def test_test_files_of_the_same_name_can_run_in_one_session():
+    assert same_named_outside_packages(os.path.join(ROOT, "tests")) == {}
+
+
+def test_the_name_check_names_two_plain_files_of_one_name(tmp_path):
+    for folder in ("a", "b", "c"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "test_config.py").write_text("")
+    (tmp_path / "c" / "__init__.py").write_text("")
+    assert same_named_outside_packages(str(tmp_path)) == {"test_config.py": ["a/test_config.py", "b/test_config.py"]}
+    (tmp_path / "b" / "__init__.py").write_text("")
+    assert same_named_outside_packages(str(tmp_path)) == {}
