@@ -166,6 +166,10 @@ class LanguageTable(nn.Module):
         index = int(hits[0])
         return index if dictionary is None else dictionary.index(self.dictionary[index])
 
+    def token(self, lang: str) -> str:
+        """The language token of ``lang`` (``__lang__`` in the task's style), as the dictionary holds it."""
+        return self.dictionary[self.token_index(lang)]
+
     def lang_id(self, lang: str) -> int:
         """fairseq's language id of ``lang`` (what ``--enable-lang-ids`` puts in ``src_lang_id``)."""
         hits = (self.lang_of_lang_id == self.index(lang)).nonzero().view(-1)

@@ -33,6 +33,7 @@ from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import check_known, split_list
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language
+from hltmt_plugin.modules.language_pool import module_label
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def _in_group(name: str, group: str, langs: Optional[List[str]], layer_norm_name
     if group == SLP:
         return name.startswith("decoder.slp.pool.")
     if group == GATE:
-        return name.startswith("decoder.slp.gate.")
+        return name.startswith("decoder.slp_router.gate.")
     if group == UNIVERSAL:
         return name.startswith("decoder.slp.universal.")
     if group == LAYER_NORMS:
@@ -180,12 +181,17 @@ def _keep_graph(module, inputs, output):
 
 
 # ---- what a --train-only group needs from the run: checked before the first update
+# the adapter kind each adapter group of --train-only holds (None: every per-language kind)
+ADAPTER_KINDS = {ADAPTERS: None, LANGUAGE_ADAPTERS: "language", INVERTIBLE_ADAPTERS: "invertible"}
+
+
 def _unused_reason(
-    group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str], args
+    group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str], args, model
 ) -> Optional[str]:
-    """Why no direction of ``pairs`` reaches ``group`` in ``stage``, or None when one does."""
+    """Why no direction of ``pairs`` reaches ``group`` in ``stage``, or None when one does: the
+    modules a direction reaches are the model's one rule (its pool's routing, its adapter
+    layout's :meth:`~hltmt_plugin.adapters.config.AdapterLayout.adapters_of`)."""
     targets = [p.split("-")[1] for p in pairs]
-    members = {lang for p in pairs for lang in p.split("-")}
     where = f"the directions of stage {stage} ({','.join(pairs)})"
     hint = (
         " (stage high trains only directions between high-resource and pivot languages: add --hlt-stage all)"
@@ -203,14 +209,29 @@ def _unused_reason(
                 "(train the gate with --hlt-stage high)"
             )
         return None
-    if group == SLP and not set(targets) & set(high):
+    routes = {model.slp_route(tgt) for tgt in targets} if model.slp is not None else set()
+    universal = module_label(model.slp.pool_size, model.slp.pool_size) if model.slp is not None else None
+    if group == SLP and routes <= {universal}:
         return f"the pool modules serve high-resource targets ({','.join(high)}), and no target of {where} is one"
-    if group == UNIVERSAL and set(targets) <= set(high):
+    if group == UNIVERSAL and universal not in routes:
         return f"the universal layer serves the other targets, and every target of {where} is high-resource"
     if group == LANG_TOKEN_ROWS and langs and not set(targets) & set(langs):
         return f"the row of __xx__ is read for target language xx, and no target of {where} is {'+'.join(langs)}{hint}"
-    if group in (ADAPTERS, LANGUAGE_ADAPTERS, INVERTIBLE_ADAPTERS) and langs and not members & set(langs):
-        return f"no language of {where} is {'+'.join(langs)}{hint}"
+    layout = model.encoder.adapter_layout
+    if group in ADAPTER_KINDS and langs and layout is not None:
+        kind = ADAPTER_KINDS[group]
+        served = [
+            (side, lang) for p in pairs for side, k, lang in layout.adapters_of(*p.split("-")) if kind in (None, k)
+        ]
+        if not {lang for _, lang in served} & set(langs):
+            chosen = {
+                "encoder": "the encoder's are chosen by the source language",
+                "decoder": "the decoder's by the target",
+            }
+            how = (
+                "; ".join(chosen[side] for side in sorted({side for side, _ in served})) or "no adapter is per language"
+            )
+            return f"none of {where} goes through the adapters of {'+'.join(langs)} ({how}){hint}"
     return None
 
 
@@ -225,7 +246,9 @@ def check_trains_in_run(model, run: List[Tuple[str, List[str]]], high: List[str]
         return
     spec = lambda group, langs: group + (":" + "+".join(langs) if langs else "")  # noqa: E731
     reasons = {
-        (group, tuple(langs or ())): [_unused_reason(group, langs, stage, pairs, high, args) for stage, pairs in run]
+        (group, tuple(langs or ())): [
+            _unused_reason(group, langs, stage, pairs, high, args, model) for stage, pairs in run
+        ]
         for group, langs in items
     }
     for (group, langs), why in reasons.items():

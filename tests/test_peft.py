@@ -46,7 +46,7 @@ def test_houlsby_shared_adapters_train_with_only_them_and_the_layer_norms(data_b
         ),
         (
             "shared-adapters,slp,gate",
-            ["shared_adapter", "decoder.slp.pool.", "decoder.slp.gate."],
+            ["shared_adapter", "decoder.slp.pool.", "decoder.slp_router.gate."],
             ["language_adapters", "decoder.slp.universal.", "embed_tokens"],
         ),
         ("universal,layer-norms", ["decoder.slp.universal.", "layer_norm"], ["fc1.", "fc2.", "shared_adapter"]),
@@ -179,8 +179,35 @@ def test_train_only_adapters_of_a_language_stage_high_never_trains_is_one_line(d
     )
     assert_clear(
         done,
-        "--train-only adapters:hi trains nothing in this run: no language of the directions of "
-        "stage high (en-de,en-fr,de-en) is hi",
+        "--train-only adapters:hi trains nothing in this run: none of the directions of stage high "
+        "(en-de,en-fr,de-en) goes through the adapters of hi (the encoder's are chosen by the source language)",
+    )
+
+
+@pytest.mark.parametrize("decoder_adapters", [False, True])
+def test_train_only_adapters_of_a_target_that_only_encoder_adapters_serve_is_one_line(
+    data_bin, tmp_path, decoder_adapters
+):
+    """En->X directions with encoder adapters alone: the adapters of a target language are never
+    on a sentence's path (the encoder's are chosen by the source), so --train-only adapters:de
+    would train nothing; with decoder adapters it trains them."""
+    extra = ["--decoder-adapters"] if decoder_adapters else []
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--language-adapters", *extra),
+            *["--enable-lang-ids", "--adapter-langs", "en,de,fr,gu,hi", "--train-only", "adapters:de"],
+            *["--lang-pairs", "en-de,en-fr", "--max-update", "2"],
+        ]
+    )
+    if decoder_adapters:
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert updates(done.stdout + done.stderr) == [1, 2]
+        return
+    assert_clear(
+        done,
+        "--train-only adapters:de trains nothing in this run: none of the directions of stage high (en-de,en-fr) "
+        "goes through the adapters of de (the encoder's are chosen by the source language)",
     )
 
 

@@ -139,12 +139,27 @@ class AdapterLayout:
         """The decoder's layers call adapters (bottleneck in the decoder, or the invertible input)."""
         return (self.cfg.bottleneck and self.cfg.decoder_adapters) or self.cfg.invertible_adapters
 
+    def adapters_of(self, src: str, tgt: str) -> List[Tuple[str, str, str]]:
+        """The one rule of which per-language adapters serve a sentence ``src -> tgt``: (side,
+        kind, language) for each it goes through; the encoder's by the source language, the
+        decoder's by the target language; kinds ``language`` and ``invertible``."""
+        c = self.cfg
+        served = []
+        if c.language_adapters:
+            served.append(("encoder", "language", src))
+        if c.invertible_adapters:
+            served.append(("encoder", "invertible", src))
+        if c.language_adapters and c.decoder_adapters:
+            served.append(("decoder", "language", tgt))
+        if c.invertible_adapters:
+            served.append(("decoder", "invertible", tgt))
+        return served
+
     def languages_of(self, src: str, tgt: str) -> Tuple[Optional[str], Optional[str]]:
         """The languages whose adapters a sentence ``src -> tgt`` goes through: (in the
         encoder, in the decoder), None where it goes through no per-language adapter."""
-        c = self.cfg
-        by_target = (c.language_adapters and c.decoder_adapters) or c.invertible_adapters
-        return (src if c.needs_source_language() else None), (tgt if by_target else None)
+        sides = {side for side, _, _ in self.adapters_of(src, tgt)}
+        return (src if "encoder" in sides else None), (tgt if "decoder" in sides else None)
 
     def route(self, src: str, tgt: str) -> Dict[str, object]:
         """The adapters of ``src -> tgt``, or HltmtInputError naming the language that has none."""

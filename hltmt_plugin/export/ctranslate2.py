@@ -39,6 +39,7 @@ from hltmt_plugin.atomic_files import replace_folder
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest
 from hltmt_plugin.hub import HltmtTranslator
+from hltmt_plugin.models.hltmt_transformer import plugin_model
 
 QUANTIZATIONS = manifest.QUANTIZATIONS
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
@@ -163,11 +164,10 @@ def check_exportable(translator) -> None:
 def group_targets(translator) -> Dict[str, str]:
     """Target language -> the group (CTranslate2 model) that serves it: ``main`` without a pool,
     else ``m<k>`` (the pool module of the routing map) or ``universal``."""
-    model = translator.model
-    if getattr(getattr(model, "decoder", None), "slp", None) is None:
+    model = plugin_model(translator.model)
+    if model is None or model.slp is None:
         return {lang: "main" for lang in translator.langs}
-    mapping = model.routing_map()
-    return {lang: f"m{int(mapping[lang])}" if lang in mapping else "universal" for lang in translator.langs}
+    return {lang: model.slp_route(lang) for lang in translator.langs}
 
 
 def vocabulary(dictionary) -> List[str]:
@@ -180,14 +180,10 @@ def describe(translator, targets, models, quantization, checkpoint, version) -> 
     args, dm = translator.task.args, translator.task.data_manager
     encoder_langtok = getattr(args, "encoder_langtok", None)
     decoder_langtok = bool(getattr(args, "decoder_langtok", False))
-    style = getattr(args, "lang_tok_style", "multilingual")
-    from fairseq.data.multilingual.multilingual_utils import get_lang_tok
-
-    tokens = (
-        {lang: get_lang_tok(lang, style) for lang in translator.langs} if encoder_langtok or decoder_langtok else {}
-    )
-    model = translator.model
-    slp = getattr(getattr(model, "decoder", None), "slp", None)
+    languages = translator.languages
+    tokens = {lang: languages.token(lang) for lang in translator.langs} if encoder_langtok or decoder_langtok else {}
+    model = plugin_model(translator.model)
+    pooled = model is not None and model.slp is not None
     return {
         "format": manifest.FORMAT,
         "version": manifest.VERSION,
@@ -197,10 +193,10 @@ def describe(translator, targets, models, quantization, checkpoint, version) -> 
         "encoder_langtok": encoder_langtok,
         "decoder_langtok": decoder_langtok,
         "language_tokens": tokens,
-        "routing_map": {k: int(v) for k, v in model.routing_map().items()} if slp is not None else {},
+        "routing_map": {k: int(v) for k, v in model.routing_map().items()} if pooled else {},
         "targets": targets,
         "models": models,
-        "routes": slp is not None,
+        "routes": pooled,
         "quantization": quantization,
         "max_source_positions": int(translator.max_source_positions),
         "max_target_positions": int(translator.max_target_positions),
@@ -347,8 +343,7 @@ def _decoder_spec(ct2, decoder, cfg, group: Optional[str]):
     for layer_spec, layer in zip(spec.layer, decoder.layers):
         _decoder_layer(layer_spec, layer)
     if group is not None:
-        slp = decoder.slp
-        module = slp.universal if group == "universal" else slp.pool[int(group[1:])]
+        module = decoder.slp.module(group)
         top = decoder.layers[-1].final_layer_norm
         if not pre_norm:
             _set_norm(spec.layer[count - 1].ffn.layer_norm, top, plain=True)

@@ -40,6 +40,7 @@ reported with its line number; the others are still translated. A sentence longe
 token budget is a batch of its own.
 """
 
+import functools
 import logging
 import math
 import os
@@ -55,6 +56,7 @@ from hltmt_plugin.export.manifest import is_export
 from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm
 from hltmt_plugin.hub.results import Translation, TranslationErrors
+from hltmt_plugin.languages import LanguageTable
 from hltmt_plugin.models.hltmt_transformer import plugin_model
 
 logger = logging.getLogger(__name__)
@@ -175,6 +177,13 @@ class HltmtTranslator:
             spm=spm_path,
         )
 
+    @functools.cached_property
+    def languages(self) -> LanguageTable:
+        """The languages' tokens and ids: the model's own table, or one made from the task the
+        same way for a model without one (fairseq's transformer)."""
+        ours = plugin_model(self.model)
+        return ours.encoder.languages if ours is not None else LanguageTable.from_task(self.task, self.dictionary)
+
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
         """How the model routes ``src -> tgt`` (the model's ``route_of``); an error if it cannot."""
@@ -249,8 +258,8 @@ class HltmtTranslator:
                     self.dictionary,
                     left_pad_source=args.left_pad_source,
                     left_pad_target=args.left_pad_target,
-                    src_lang_id=dm.lang_dict.index(src) if with_ids else None,
-                    tgt_lang_id=dm.lang_dict.index(tgt) if with_ids else None,
+                    src_lang_id=self.languages.lang_id(src) if with_ids else None,
+                    tgt_lang_id=self.languages.lang_id(tgt) if with_ids else None,
                 )
             )
             entries.extend((index, dataset, j) for j, (index, _) in enumerate(rows))

@@ -1,7 +1,9 @@
 """The HLT-MT decoder: fairseq's ``TransformerDecoderBase`` with the SLP after its last layer,
 before the output projection, routed by each row's target language from the record in
-``encoder_out``: the SLP's router (``slp_router``) decides each pass's routing, the pool
-(``slp``) routes the rows by that decision. In a beam search the route plans (SLP,
+``encoder_out``: the SLP's router (``slp_router``, a module of its own) decides each pass's
+routing from the rows' target languages and the gate's input (the model's own embedding rows
+of the high-resource language tokens, handed in by the decoder), the pool (``slp``) routes the
+rows by that decision. In a beam search the route plans (SLP,
 target-language adapters) are made at the first step and kept with the beams
 (:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
 
@@ -11,16 +13,15 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor
 
-from fairseq.data.multilingual.multilingual_utils import get_lang_tok
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 
 from hltmt_plugin.adapters.feature import fill_missing_weights
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import ROWS, TGT, PassRows, names_of, names_tensor, rows_of
+from hltmt_plugin.languages import ROWS, TGT, LanguageTable, PassRows, rows_of
 from hltmt_plugin.models.layers import Layouts, decoder_layer
-from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
-from hltmt_plugin.modules.language_router import LanguageRouter
+from hltmt_plugin.modules.language_pool import RoutingDecision, SelectiveLanguagePool
+from hltmt_plugin.modules.language_router import ROUTER, LanguageRouter
 from hltmt_plugin.modules.routing import SearchPlans
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         dictionary,
         embed_tokens,
         slp_cfg,
-        num_high: int,
+        high: List[str],
         seed: int = 1,
         no_encoder_attn: bool = False,
         layouts: Optional[Layouts] = None,
@@ -51,7 +52,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
                 "--decoder-embed-dim is not supported by the SLP"
             )
         self.slp = self.slp_router = self.slp_output_norm = None
-        if num_high == 0:  # no --high-resource-langs: no pool, fairseq's own decoder top
+        if not high:  # no --high-resource-langs: no pool, fairseq's own decoder top
             return
         self.slp = SelectiveLanguagePool(
             self.output_embed_dim,
@@ -62,9 +63,8 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             activation_dropout=cfg.activation_dropout,
             normalize_before=normalize_before,
         )
-        # its tensors live on the pool: decoder.slp.gate.*, decoder.slp.fixed_map_onehot, decoder.slp.gate_steps
         self.slp_router = LanguageRouter(
-            self.slp, self.output_embed_dim, slp_cfg.slp_pool_size, num_high, hard_prob=slp_cfg.slp_hard_prob, seed=seed
+            self.output_embed_dim, slp_cfg.slp_pool_size, high, hard_prob=slp_cfg.slp_hard_prob, seed=seed
         )
         # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
         # projection still sees normalised features.
@@ -78,32 +78,43 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             return super().build_decoder_layer(cfg, no_encoder_attn)
         return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap)
 
-    def set_languages(self, langs: List[str], high: List[str], lang_tok_style: str):
+    def set_languages(self, languages: LanguageTable) -> None:
+        """The task's languages (the encoder's table): the router's ``--langs``, and where the
+        high-resource language tokens sit in this decoder's embedding table (the gate's input)."""
         if self.slp is None:
             return
-        self.slp_router.set_languages(langs, high, self.high_lang_embeddings)
-        self.register_buffer(
-            "high_tokens",
-            torch.tensor(
-                [self.dictionary.index(get_lang_tok(lang, lang_tok_style)) for lang in high], dtype=torch.long
-            ),
-            persistent=False,
-        )
-        # saved with the weights: the map's entries belong to these languages, in this order
-        self.register_buffer("high_langs", names_tensor(high))
+        self.slp_router.set_languages(languages.langs)
+        rows = [languages.token_index(lang, self.dictionary) for lang in self.slp_router.high]
+        self.register_buffer("high_tokens", torch.tensor(rows, dtype=torch.long), persistent=False)
 
     def high_lang_embeddings(self) -> Tensor:
-        """The model's own embedding rows of the high-resource language tokens (H x d)."""
+        """The gate's input: the model's own embedding rows of the high-resource language tokens (H x d)."""
         return self.embed_tokens.weight.index_select(0, self.high_tokens)
 
-    def slp_module_ids(self, record: Tensor) -> Tensor:
-        return self.slp_router.module_ids(record[:, TGT])
+    def gate_input(self) -> Optional[Tensor]:
+        """What the router reads to route: the embedding rows while the gate learns; nothing once
+        the map is fixed (the map alone routes)."""
+        return None if self.slp_router.map_is_fixed else self.high_lang_embeddings()
 
-    def set_num_updates(self, num_updates: int) -> None:
-        """fairseq hands every module of the model the update count before each training step:
-        the router draws the step's routing."""
-        if self.slp_router is not None:
-            self.slp_router.set_num_updates(num_updates)
+    def slp_module_ids(self, record: Tensor) -> Tensor:
+        return self.slp_router.module_ids(record[:, TGT], self.gate_input())
+
+    def slp_decision(self, record: Tensor) -> RoutingDecision:
+        """This pass's routing: a soft step mixes the pool; a hard step routes by the plan over
+        :meth:`slp_module_ids`, made once per forward pass, or once per beam search."""
+        plan = None if self.slp_router.soft_step() else self.rows.plan(SLP_IDS)
+        return self.slp_router(record[:, TGT], self.gate_input(), plan)
+
+    # the routing map and the gate, by language name (the model's surface reads these)
+    def routing_map(self) -> Dict[str, int]:
+        return {} if self.slp is None else self.slp_router.routing_map(self.gate_input())
+
+    def gate_probs(self) -> Tensor:
+        return self.slp_router.gate_probs(self.high_lang_embeddings())
+
+    def fix_routing_map(self) -> Dict[str, int]:
+        self.slp_router.fix_map(self.high_lang_embeddings())
+        return self.routing_map()
 
     def invertible_input(self, x: Tensor) -> Tensor:  # T x B x C: the first layer's input
         return self.invertible_adapters(x, self.rows, dim=1)
@@ -134,7 +145,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             )
             routing = {}
             if self.slp is not None:  # a hard step's plan: one per forward pass, or per beam search
-                decision = self.slp_router.decide(record[:, TGT], plan=lambda: self.rows.plan(SLP_IDS))
+                decision = self.slp_decision(record)
                 x = self.slp(x, decision)
                 routing = {"slp_module": decision.module_ids, "slp_gate": decision.gate_probs}
             if self.slp_output_norm is not None:
@@ -149,15 +160,15 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         super().upgrade_state_dict_named(state_dict, name)
         fill_missing_weights(self, state_dict, name)
         if self.slp is None:
-            if any(key.startswith(f"{name}.slp." if name else "slp.") for key in state_dict):
+            prefix = f"{name}." if name else ""
+            if any(key.startswith((prefix + "slp.", prefix + ROUTER + ".")) for key in state_dict):
                 raise HltmtInputError(
                     "the checkpoint has an HLT-MT pool and these options build none: pass the "
                     "training run's --high-resource-langs"
                 )
             return state_dict
         self._start_pool_from_dense(state_dict, f"{name}." if name else "")
-        self._map_by_language(state_dict, f"{name}." if name else "")
-        return state_dict
+        return state_dict  # the router reads its own state's older forms (LanguageRouter.upgrade_state_dict_named)
 
     def _start_pool_from_dense(self, state_dict, prefix: str) -> None:
         """A checkpoint of fairseq's plain ``transformer`` (no pool) loads with the pool added as
@@ -169,7 +180,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             return
         top = f"{prefix}layers.{len(self.layers) - 1}.final_layer_norm."
         for key, value in self.state_dict().items():
-            if key.startswith("slp.") and prefix + key not in state_dict:
+            if key.startswith(("slp.", ROUTER + ".")) and prefix + key not in state_dict:
                 fresh = value.detach().clone()
                 if key.endswith(".fc2.weight") or key.endswith(".fc2.bias"):
                     fresh.zero_()
@@ -186,21 +197,3 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             "HLT-MT: the checkpoint has no pool (a plain transformer): the pool modules and the universal "
             "layer start as the identity on its top decoder layer (fc2 at zero), the gate fresh"
         )
-
-    def _map_by_language(self, state_dict, prefix: str) -> None:
-        """The checkpoint's routing map, reordered to this model's --high-resource-langs (the
-        same languages in another order); other languages are refused, naming both lists."""
-        key = prefix + "high_langs"
-        saved, ours = state_dict.get(key), self.slp_router.high
-        state_dict[key] = self.high_langs.clone()
-        if saved is None or names_of(saved) == ours:  # (None: a checkpoint from before the names were saved)
-            return
-        saved = names_of(saved)
-        if sorted(saved) != sorted(ours):
-            raise HltmtInputError(
-                f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these "
-                f"options name {','.join(ours)}: pass the training run's --high-resource-langs"
-            )
-        for mapping in (prefix + "slp.fixed_map_onehot", prefix + "slp.fixed_map"):  # (fixed_map: older checkpoints)
-            if mapping in state_dict:
-                state_dict[mapping] = state_dict[mapping].index_select(0, torch.tensor([saved.index(x) for x in ours]))

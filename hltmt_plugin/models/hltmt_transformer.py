@@ -7,7 +7,6 @@ layouts), then installs itself into the built model. The encoder makes each batc
 record (:mod:`hltmt_plugin.languages`), which every language-specific module reads.
 """
 
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -28,7 +27,7 @@ from hltmt_plugin.languages import LanguageTable, check_known, split_list
 from hltmt_plugin.models.decoder import HltmtTransformerDecoder
 from hltmt_plugin.models.encoder import HltmtTransformerEncoder
 from hltmt_plugin.models.layers import Layouts
-from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
+from hltmt_plugin.modules.language_pool import SelectiveLanguagePool, module_label
 from hltmt_plugin.modules.language_router import LanguageRouter, map_text
 from hltmt_plugin.peft import PeftConfig, apply_train_only
 from hltmt_plugin.pretrained import PretrainedConfig
@@ -147,20 +146,14 @@ def check_language_tokens(task) -> None:
 # layout from the options and task, install into the built model).
 FEATURES = (("adapters", layout_adapters, adapter_feature.install), ("skills", layout_skills, skill_feature.install))
 
-_building: List[Layouts] = []  # the layouts of the model being built (build_encoder / build_decoder read them)
+# fairseq's build_model hands build_encoder / build_decoder only the options: the layouts of the
+# model being built travel on that options object, under this name, for the build's duration
+BUILD_LAYOUTS = "_hltmt_build_layouts"
 
 
-@contextlib.contextmanager
-def _layouts_for_build(layouts: Layouts):
-    _building.append(layouts)
-    try:
-        yield
-    finally:
-        _building.pop()
-
-
-def _current_layouts() -> Layouts:
-    return _building[-1] if _building else Layouts()
+def build_layouts(args) -> Layouts:
+    """The layouts of the model ``args`` is building (none outside a build)."""
+    return getattr(args, BUILD_LAYOUTS, None) or Layouts()
 
 
 @register_model("hltmt_transformer")
@@ -178,11 +171,13 @@ class HltmtTransformerModel(TransformerModel):
         slp = SlpConfig.from_namespace(args)
         high = validate(slp, task, width=int(getattr(args, "decoder_embed_dim", 1) or 1))
         layouts = Layouts(**{name: layout_of(args, task) for name, layout_of, _ in FEATURES})
-        with _layouts_for_build(layouts):
+        setattr(args, BUILD_LAYOUTS, layouts)
+        try:
             model = super().build_model(args, task)
+        finally:
+            delattr(args, BUILD_LAYOUTS)  # not saved with the options
         model.encoder.languages = LanguageTable.from_task(task, model.encoder.dictionary)
-        model.decoder.set_languages(task.langs, high, task.args.lang_tok_style)
-        model.high_resource_langs = high
+        model.decoder.set_languages(model.encoder.languages)
         if not high:
             logger.info(
                 "hltmt_transformer: no --high-resource-langs, so no HLT-MT pool: the decoder top is "
@@ -203,7 +198,7 @@ class HltmtTransformerModel(TransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return HltmtTransformerEncoder(
-            TransformerConfig.from_namespace(args), src_dict, embed_tokens, layouts=_current_layouts()
+            TransformerConfig.from_namespace(args), src_dict, embed_tokens, layouts=build_layouts(args)
         )
 
     @classmethod
@@ -214,10 +209,10 @@ class HltmtTransformerModel(TransformerModel):
             tgt_dict,
             embed_tokens,
             slp,
-            num_high=len(slp.high_langs),
+            high=slp.high_langs,
             seed=getattr(args, "seed", 1),
             no_encoder_attn=getattr(args, "no_cross_attention", False),
-            layouts=_current_layouts(),
+            layouts=build_layouts(args),
         )
 
     def forward(
@@ -262,7 +257,7 @@ class HltmtTransformerModel(TransformerModel):
                 f"architecture, language list or version?): {details[:600]}"
             ) from None
         if self.slp is not None and self.slp_router.map_is_fixed:
-            universal = [lang for lang in self.slp_router.langs if lang not in self.high_resource_langs]
+            universal = [lang for lang in self.encoder.languages.langs if lang not in self.high_resource_langs]
             logger.info(
                 f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.routing_map())}"
                 f"; universal layer: {','.join(universal) or '(none)'}"
@@ -279,12 +274,24 @@ class HltmtTransformerModel(TransformerModel):
         """The pool's router (gate, routing map, hard/soft draw), or None without a pool."""
         return self.decoder.slp_router
 
+    @property
+    def high_resource_langs(self) -> List[str]:
+        """The languages of the pool (``--high-resource-langs``, in the gate's order); empty without a pool."""
+        return [] if self.slp is None else list(self.slp_router.high)
+
     def routing_map(self) -> Dict[str, int]:
         """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now
         (empty without a pool)."""
-        if self.slp is None:
-            return {}
-        return self.slp_router.routing_map()
+        return self.decoder.routing_map()
+
+    def gate_probs(self) -> Tensor:
+        """``P`` (H x T), the gate's distribution over the pool for each high-resource language."""
+        return self.decoder.gate_probs()
+
+    def slp_route(self, tgt: str) -> str:
+        """The pool module that serves target language ``tgt`` (``m<k>`` by the routing map), or
+        ``universal`` (a model with a pool)."""
+        return module_label(self.routing_map().get(tgt, self.slp.pool_size), self.slp.pool_size)
 
     def route_of(self, src: str, tgt: str) -> Dict[str, object]:
         """Which modules serve a sentence ``src -> tgt``: ``{"slp": "m<k>" | "universal",
@@ -293,8 +300,7 @@ class HltmtTransformerModel(TransformerModel):
         model cannot serve the direction."""
         routing: Dict[str, object] = {}
         if self.slp is not None:
-            mapping = self.routing_map()
-            routing["slp"] = f"m{int(mapping[tgt])}" if tgt in mapping else "universal"
+            routing["slp"] = self.slp_route(tgt)
         for name, layout in (("adapters", self.encoder.adapter_layout), ("skills", self.encoder.skill_layout)):
             if layout is not None:
                 routing[name] = layout.route(src, tgt)
@@ -321,8 +327,7 @@ class HltmtTransformerModel(TransformerModel):
 
     def fix_routing_map(self) -> Dict[str, int]:
         """Fix ``g(l) = argmax p_l`` from the current gate (stage all) and freeze the gate."""
-        fixed = self.slp_router.fix_map()
-        return dict(zip(self.high_resource_langs, fixed.tolist()))
+        return self.decoder.fix_routing_map()
 
 
 def plugin_model(model) -> Optional[HltmtTransformerModel]:

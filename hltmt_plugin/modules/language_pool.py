@@ -53,6 +53,12 @@ class LanguageModule(nn.Module):
         return x
 
 
+def module_label(k: int, pool_size: Optional[int] = None) -> str:
+    """How logs, reports and the export name module ``k``: ``m<k>`` for a pool module,
+    ``universal`` for the universal one (``k == pool_size``)."""
+    return "universal" if k == pool_size else f"m{k}"
+
+
 @dataclass
 class RoutingDecision:
     """How the rows of one batch go through the pool.
@@ -91,6 +97,11 @@ class SelectiveLanguagePool(nn.Module):
         self.pool_size = pool_size
         self.pool = nn.ModuleList(LanguageModule(dim, hidden, **module_kwargs) for _ in range(pool_size))
         self.universal = LanguageModule(dim, hidden, **module_kwargs)
+
+    def module(self, label: str) -> LanguageModule:
+        """The module that :func:`module_label` names ``label`` (``m<k>`` or ``universal``)."""
+        every = list(self.pool) + [self.universal]
+        return {module_label(k, self.pool_size): m for k, m in enumerate(every)}[label]
 
     def forward(self, x: Tensor, decision: RoutingDecision) -> Tensor:
         """Route ``x`` (B x T x C) per row by ``decision``."""

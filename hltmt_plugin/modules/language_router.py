@@ -9,11 +9,18 @@ sentence goes through, from its target language.
   by the map;
 - every other target language goes through the universal module ``T``.
 
-:meth:`LanguageRouter.decide` makes a batch's :class:`~hltmt_plugin.modules.language_pool.RoutingDecision`;
-the pool (:class:`~hltmt_plugin.modules.language_pool.SelectiveLanguagePool`) carries it out.
+:class:`LanguageRouter` is a module of its own (the decoder's ``slp_router``: the gate, the
+routing map, the count of the gate's training steps, the update count and its hard/soft draw).
+Called with a batch's target languages and the gate's input, it returns the batch's
+:class:`~hltmt_plugin.modules.language_pool.RoutingDecision`; the pool
+(:class:`~hltmt_plugin.modules.language_pool.SelectiveLanguagePool`) carries it out. It calls
+nothing back: the caller hands it what it reads.
+
+Every older form of its state (keys under ``slp.``, the map as indices, the language names on
+the decoder) is read in one place, :func:`upgrade_router_state`.
 """
 
-from typing import Callable, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -21,208 +28,207 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.modules.language_pool import RoutingDecision
+from hltmt_plugin.languages import names_of, names_tensor
+from hltmt_plugin.modules.language_pool import RoutingDecision, module_label
 from hltmt_plugin.modules.routing import RoutePlan
 
 HARD, SOFT = "hard", "soft"
+ROUTER = "slp_router"  # the router's name on the decoder: its keys are decoder.slp_router.*
+MAP = "fixed_map_onehot"
 
 
-class LanguageRouter:
+class LanguageRouter(nn.Module):
     """The gate, the routing map and the per-update hard/soft draw; the routing decision of a batch.
 
-    Checkpoints store the router's tensors beside the pool's modules (``decoder.slp.gate.*``,
-    ``decoder.slp.fixed_map_onehot``, ``decoder.slp.gate_steps`` next to ``decoder.slp.pool.N.*``),
-    so the router is no module of its own: it registers its tensors on the module given as
-    ``owner`` (the pool) under those names, checks a stored map when ``owner`` loads one, and
-    reads its tensors there (moving ``owner`` to a device or dtype moves them).
-
     Args:
-        owner: the module that holds the router's tensors (the pool); its ``training`` is the router's.
         dim: model dimension d (the gate's input: a language token's embedding row).
         pool_size: T.
-        num_high: number of high-resource target languages H (the rows of the gate matrix).
+        high: the high-resource languages, in the order of the gate's rows and the map's.
         hard_prob: probability of a hard update while the gate is learning.
         seed: with the update number, decides each update's hard/soft draw, so every worker
             (and a resumed run) makes the same draw.
+
+    State (saved with the weights): ``gate`` (W_g), ``fixed_map_onehot`` (the routing map
+    ``g(l)``: one row per high-resource language, one-hot over T + 1 columns, a 1 at the
+    language's pool module or at column T while the gate learns; averaging or mixing
+    checkpoints keeps a row one-hot only where they all agree, and any other mix is refused
+    on load), ``gate_steps`` (training passes the gate has seen while learning: stage all
+    refuses a model whose gate never learned) and ``high_langs`` (the map's languages by name).
     """
 
-    def __init__(
-        self, owner: nn.Module, dim: int, pool_size: int, num_high: int, hard_prob: float = 0.5, seed: int = 1
-    ):
-        self.owner = owner
-        self.hard_prob = hard_prob
-        self.seed = seed
-        self.pool_size = pool_size
-        owner.gate = nn.Linear(dim, pool_size)
-        # g(l) as checkpoints store it: one row per high-resource language, one-hot over T + 1
-        # columns: a 1 at the language's pool module, or at column T while the gate learns.
-        # Averaging or mixing checkpoints keeps a row one-hot only where they all agree; any
-        # other mix is no map and is refused on load (check_map_onehot).
-        owner.register_buffer("fixed_map_onehot", encode_map(torch.full((num_high,), -1, dtype=torch.long), pool_size))
-        # g(l) as module indices (-1 while the gate learns), derived from the one-hot; not stored.
-        owner.register_buffer("fixed_map", torch.full((num_high,), -1, dtype=torch.long), persistent=False)
-        # Training forward passes the gate has seen while learning (stage high); stage all
-        # refuses a model whose gate never learned.
-        owner.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
-        owner.register_load_state_dict_pre_hook(self._check_stored_map)
-        owner.register_load_state_dict_post_hook(self._read_stored_map)
-        self._map_fixed = False
+    def __init__(self, dim: int, pool_size: int, high: Sequence[str], hard_prob: float = 0.5, seed: int = 1):
+        super().__init__()
+        self.pool_size, self.hard_prob, self.seed = pool_size, hard_prob, seed
+        self.high = list(high)
+        self.gate = nn.Linear(dim, pool_size)
+        self.register_buffer(MAP, encode_map(torch.full((len(self.high),), -1, dtype=torch.long), pool_size))
+        self.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
+        self.register_buffer("high_langs", names_tensor(self.high))
+        self.register_buffer("high_of_lang", torch.empty(0, dtype=torch.long), persistent=False)
+        self._map_fixed = False  # the map's state kept on the host (no device synchronisation per step)
         self.mode = HARD
         self.num_updates = 0
-        self.langs = self.high = None
-        self.embeddings: Optional[Callable[[], Tensor]] = None
 
-    # the router's tensors, held by the owner
-    @property
-    def gate(self) -> nn.Linear:
-        return self.owner.gate
-
-    @property
-    def fixed_map_onehot(self) -> Tensor:
-        return self.owner.fixed_map_onehot
-
-    @property
-    def fixed_map(self) -> Tensor:
-        return self.owner.fixed_map
-
-    @property
-    def gate_steps(self) -> Tensor:
-        return self.owner.gate_steps
-
-    @property
-    def high_of_lang(self) -> Tensor:
-        return self.owner.high_of_lang
-
-    @property
-    def training(self) -> bool:
-        return self.owner.training
-
-    def set_languages(self, langs: Sequence[str], high: Sequence[str], embeddings: Callable[[], Tensor]) -> None:
-        """The languages and the gate's input.
-
-        Args:
-            langs: ``--langs`` (a row's target language is an index into it).
-            high: the high-resource languages, in the order of the gate's rows and the map's.
-            embeddings: returns the (H x d) embedding rows of the high-resource language tokens
-                (the model's own: they train with it).
-
-        ``high_of_lang``: each language of ``langs`` -> its index among the high-resource
-        languages, -1 for the universal module's."""
-        self.langs, self.high = list(langs), list(high)
-        self.embeddings = embeddings
-        self.owner.register_buffer(
-            "high_of_lang",
-            torch.tensor([self.high.index(lang) if lang in self.high else -1 for lang in self.langs], dtype=torch.long),
-            persistent=False,
+    def set_languages(self, langs: Sequence[str]) -> None:
+        """``--langs`` (a row's target language is an index into it): ``high_of_lang`` maps each
+        to its index among the high-resource languages, -1 for the universal module's."""
+        self.high_of_lang = torch.tensor(
+            [self.high.index(lang) if lang in self.high else -1 for lang in langs],
+            dtype=torch.long,
+            device=self.gate.weight.device,
         )
 
+    # ---- the map
     @property
     def map_is_fixed(self) -> bool:
-        """Kept on the host (no device synchronisation per step): set when the map is fixed
-        and when a checkpoint is loaded."""
+        """Whether ``g(l)`` is fixed; read on the host, refreshed by the map's only writers
+        (:meth:`fix_map_to` and loading a checkpoint)."""
         return self._map_fixed
 
-    def _check_stored_map(self, module, state_dict, prefix, *args) -> None:
-        """Before ``owner`` loads: a map stored as indices (checkpoints before the one-hot form)
-        becomes the one-hot form; the stored map must be one a training stage wrote."""
-        key = prefix + "fixed_map_onehot"
-        legacy = state_dict.pop(prefix + "fixed_map", None)
-        if legacy is not None:
-            check_fixed_map(legacy, self.pool_size, self.fixed_map.numel())
-            if key in state_dict and not torch.equal(state_dict[key], encode_map(legacy, self.pool_size)):
-                raise HltmtInputError(
-                    f"the checkpoint holds two routing maps that differ ({prefix}fixed_map "
-                    f"{legacy.tolist()} and {key}): it was not written by fairseq-train"
-                )
-            state_dict[key] = encode_map(legacy, self.pool_size)
-        if key in state_dict:
-            check_map_onehot(
-                state_dict[key], self.pool_size, self.high or [f"row {i}" for i in range(self.fixed_map.numel())], key
-            )
+    def fixed_map(self) -> Tensor:
+        """``g(l)`` as module indices (-1 while the gate learns), read from the stored map."""
+        return decode_map(self.fixed_map_onehot, self.pool_size)
 
-    def _read_stored_map(self, module, incompatible_keys) -> None:
-        """After ``owner`` loaded: the map as indices, and whether it is fixed."""
-        self.fixed_map.copy_(decode_map(self.fixed_map_onehot, self.pool_size))
-        self._map_fixed = bool((self.fixed_map >= 0).all())
-
-    def routing_map(self) -> Dict[str, int]:
-        """``g(l)`` by language name: the fixed map, or the gate's argmax now."""
-        return dict(zip(self.high, self.current_map().tolist()))
-
-    def gate_probs(self) -> Tensor:
-        """``P`` (H x T): the gate's distribution over the pool for each high-resource language."""
-        high_lang_embeddings = self.embeddings()
-        with torch.autocast(device_type=high_lang_embeddings.device.type, enabled=False):  # float32 under amp
-            logits = F.linear(high_lang_embeddings.float(), self.gate.weight.float(), self.gate.bias.float())
+    def gate_probs(self, lang_embeddings: Tensor) -> Tensor:
+        """``P`` (H x T): the gate's distribution over the pool for each high-resource language,
+        from their embedding rows ``lang_embeddings`` (H x d)."""
+        with torch.autocast(device_type=lang_embeddings.device.type, enabled=False):  # float32 under amp
+            logits = F.linear(lang_embeddings.float(), self.gate.weight.float(), self.gate.bias.float())
         return F.softmax(logits, dim=-1)
 
-    def current_map(self) -> Tensor:
-        """``g(l)`` for every high-resource language: the fixed map, or the argmax of the gate."""
+    def current_map(self, lang_embeddings: Optional[Tensor]) -> Tensor:
+        """``g(l)`` for every high-resource language: the fixed map, or the argmax of the gate
+        (``lang_embeddings``: the gate's input, not read once the map is fixed)."""
         if self.map_is_fixed:
-            return self.fixed_map
+            return self.fixed_map()
         with torch.no_grad():
-            return self.gate_probs().argmax(dim=-1)
+            return self.gate_probs(lang_embeddings).argmax(dim=-1)
 
-    def fix_map(self) -> Tensor:
-        """Fix ``g(l) = argmax p_l`` from the current gate (unless fixed already), stop the
-        gate from training, and return the map."""
+    def routing_map(self, lang_embeddings: Optional[Tensor]) -> Dict[str, int]:
+        """``g(l)`` by language name: the fixed map, or the gate's argmax now."""
+        return dict(zip(self.high, self.current_map(lang_embeddings).tolist()))
+
+    def fix_map(self, lang_embeddings: Tensor) -> None:
+        """Fix ``g(l) = argmax p_l`` from the current gate (unless fixed already) and stop the
+        gate from training (the stage switch)."""
         if not self.map_is_fixed:
             with torch.no_grad():
-                self.fix_map_to(self.gate_probs().argmax(dim=-1))
+                self.fix_map_to(self.gate_probs(lang_embeddings).argmax(dim=-1))
         self.gate.requires_grad_(False)
-        return self.fixed_map
 
     def fix_map_to(self, mapping: Tensor) -> None:
-        """Fix a given map (e.g. the identity: one module per language, LS-MNMT)."""
-        check_fixed_map(mapping, self.pool_size, self.fixed_map.numel())
-        self.fixed_map.copy_(mapping)
-        self.fixed_map_onehot.copy_(encode_map(self.fixed_map, self.pool_size))
+        """Fix a given map (the gate's argmax at the stage switch, or the identity: one module
+        per language, LS-MNMT) and stop the gate from training."""
+        check_fixed_map(mapping, self.pool_size, len(self.high))
+        self.fixed_map_onehot.copy_(encode_map(mapping.to(self.fixed_map_onehot.device), self.pool_size))
         self._map_fixed = True
         self.gate.requires_grad_(False)
 
-    def set_num_updates(self, num_updates: int):
-        """Draw this update's routing (fairseq hands the model the count before every training step)."""
+    # ---- the update count and its draw
+    def set_num_updates(self, num_updates: int) -> None:
+        """The update count (fairseq hands every module the count before each training step;
+        the task hands the count after a step); draws that update's routing."""
         self.num_updates = num_updates
         draw = np.random.default_rng([self.seed, num_updates]).random()
         self.mode = HARD if draw < self.hard_prob else SOFT
 
-    def use_soft_routing(self) -> bool:
+    def soft_step(self) -> bool:
+        """Whether this pass mixes the pool: a soft draw in training while the gate learns."""
         return self.training and self.mode == SOFT and not self.map_is_fixed
 
-    def module_ids(self, tgt: Tensor) -> Tensor:
+    # ---- a batch's decision
+    def module_ids(self, tgt: Tensor, lang_embeddings: Optional[Tensor]) -> Tensor:
         """(B,) each row's module under hard routing, from its target language (index in
         ``--langs``): ``g(l)`` for a high-resource language, the universal module ``T`` otherwise."""
         high_idx = self.high_of_lang.index_select(0, tgt)
         universal = torch.full_like(high_idx, self.pool_size)
-        mapped = self.current_map().index_select(0, high_idx.clamp(min=0))
+        mapped = self.current_map(lang_embeddings).index_select(0, high_idx.clamp(min=0))
         return torch.where(high_idx < 0, universal, mapped)
 
-    def decide(self, tgt: Tensor, plan: Optional[Callable[[], RoutePlan]] = None) -> RoutingDecision:
-        """The routing of one forward pass over rows whose target languages are ``tgt`` (B,),
-        indices in ``--langs``: hard, a :class:`RoutePlan` over :meth:`module_ids`; soft (a soft
-        draw in training while the gate learns), each row's weights over the pool.
-
-        Args:
-            plan: returns the hard step's plan over :meth:`module_ids` made elsewhere (the
-                decoder's, made once per pass or per beam search); asked for only in a hard
-                step; without it the plan is made here.
-        """
+    def forward(
+        self, tgt: Tensor, lang_embeddings: Optional[Tensor], plan: Optional[RoutePlan] = None
+    ) -> RoutingDecision:
+        """The routing of one pass over rows whose target languages are ``tgt`` (B,), indices in
+        ``--langs``, with the gate's input ``lang_embeddings`` (H x d): a soft step (see
+        :meth:`soft_step`) gives each row's weights over the pool; a hard step routes by ``plan``,
+        the :class:`RoutePlan` over :meth:`module_ids` that the caller keeps for a pass or a beam
+        search (made here when not given)."""
         if self.training and not self.map_is_fixed:
             self.gate_steps.add_(1)
-        if self.use_soft_routing():
+        if self.soft_step():
             high_idx = self.high_of_lang.index_select(0, tgt)
             is_low = high_idx < 0
-            probs = self.gate_probs()
+            probs = self.gate_probs(lang_embeddings)
             weights = probs.index_select(0, high_idx.clamp(min=0))
             module_ids = torch.where(is_low, torch.full_like(high_idx, self.pool_size), weights.argmax(dim=-1))
             return RoutingDecision(module_ids, weights=weights, gate_probs=probs)
-        made = plan() if plan is not None else RoutePlan(self.module_ids(tgt))
+        made = plan if plan is not None else RoutePlan(self.module_ids(tgt, lang_embeddings))
         return RoutingDecision(made.ids, plan=made)
+
+    # ---- checkpoints
+    def upgrade_state_dict_named(self, state_dict, name: str) -> None:
+        """Before loading (fairseq calls it for every module): older forms read
+        (:func:`upgrade_router_state`), the map's rows reordered to this model's
+        ``--high-resource-langs`` (the same languages in another order; others refused)."""
+        prefix = f"{name}." if name else ""
+        upgrade_router_state(state_dict, prefix[: -len(ROUTER) - 1] if prefix.endswith(ROUTER + ".") else "")
+        saved = state_dict.get(prefix + "high_langs")
+        state_dict[prefix + "high_langs"] = self.high_langs.clone()
+        if saved is None or names_of(saved) == self.high:  # (None: a checkpoint from before the names were saved)
+            return
+        saved = names_of(saved)
+        if sorted(saved) != sorted(self.high):
+            raise HltmtInputError(
+                f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these options name "
+                f"{','.join(self.high)}: pass the training run's --high-resource-langs"
+            )
+        if prefix + MAP in state_dict:
+            order = torch.tensor([saved.index(x) for x in self.high])
+            state_dict[prefix + MAP] = state_dict[prefix + MAP].index_select(0, order)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if prefix + MAP in state_dict:  # the stored map must be one a training stage wrote
+            check_map_onehot(state_dict[prefix + MAP], self.pool_size, self.high, prefix + MAP)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._map_fixed = bool((self.fixed_map() >= 0).all())
+
+
+def upgrade_router_state(state_dict, prefix: str) -> None:
+    """The router's state as this version writes it, from any older form, in place; ``prefix``
+    is the decoder's (``"decoder."``).
+
+    - the router's tensors stored on the pool (``slp.gate.*``, ``slp.fixed_map_onehot``,
+      ``slp.gate_steps``) and the map's language names on the decoder (``high_langs``) move
+      under ``slp_router.``;
+    - a map stored as module indices (``fixed_map``, -1 while the gate learns) becomes the
+      one-hot rows; a checkpoint holding both forms must hold one map.
+    """
+    new = prefix + ROUTER + "."
+    moves = {prefix + "high_langs": new + "high_langs"}
+    for old in ("gate.weight", "gate.bias", MAP, "gate_steps", "fixed_map"):
+        moves[prefix + "slp." + old] = new + old
+    for old, renamed in moves.items():
+        if old in state_dict and renamed not in state_dict:
+            state_dict[renamed] = state_dict.pop(old)
+    legacy = state_dict.pop(new + "fixed_map", None)
+    if legacy is None:
+        return
+    pool_size = (
+        state_dict[new + MAP].shape[-1] - 1 if new + MAP in state_dict else state_dict[new + "gate.weight"].shape[0]
+    )
+    check_fixed_map(legacy, pool_size, legacy.numel())
+    onehot = encode_map(legacy, pool_size)
+    if new + MAP in state_dict and not torch.equal(state_dict[new + MAP], onehot):
+        raise HltmtInputError(
+            f"the checkpoint holds two routing maps that differ ({prefix}slp.fixed_map {legacy.tolist()} and "
+            f"{new + MAP}): it was not written by fairseq-train"
+        )
+    state_dict[new + MAP] = onehot
 
 
 def map_text(mapping: Dict[str, int]) -> str:
     """A routing map as the logs and reports write it: ``fr->m2, de->m1``."""
-    return ", ".join(f"{lang}->m{int(k)}" for lang, k in mapping.items())
+    return ", ".join(f"{lang}->{module_label(k)}" for lang, k in mapping.items())
 
 
 def check_fixed_map(mapping: Tensor, pool_size: int, num_high: int) -> None:

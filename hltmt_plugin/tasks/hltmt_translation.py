@@ -100,9 +100,15 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             )
 
     def updates_done(self) -> int:
-        if self.model is None or getattr(self.model, "slp", None) is None:
+        model = self.pooled()
+        if model is None:
             return 0
-        return self.stages.updates_done(self.model) if self.stages is not None else self.model.slp_router.num_updates
+        return self.stages.updates_done(model) if self.stages is not None else model.slp_router.num_updates
+
+    def pooled(self):
+        """The model this task built when it is the plugin's with a pool, else None."""
+        model = plugin_model(self.model)
+        return model if model is not None and model.slp is not None else None
 
     def current_stage(self) -> str:
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
@@ -125,7 +131,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                 self.source_dictionary,
                 getattr(args, "pretrained_xlmr_decoder", False),
             )
-        if self.stages is not None and getattr(model, "slp", None) is None:
+        if self.stages is not None and (not ours or plugin_model(model).slp is None):
             raise HltmtConfigError("--high-resource-langs and the HLT-MT stages need --arch hltmt_transformer*")
         self.model = model
         return model
@@ -181,8 +187,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def optimizer_step(self, optimizer, model, update_num):
         self.idle_gradients.drop(self.model, optimizer)
         super().optimizer_step(optimizer, model, update_num)
-        if getattr(self.model, "slp", None) is not None:
-            self.model.slp_router.num_updates = update_num + 1  # the count after this update, for stage decisions
+        if self.pooled() is not None:  # the count after this update, for stage decisions
+            self.model.set_num_updates(update_num + 1)
         interval = getattr(self.args, "hlt_param_digest_interval", 0)
         if interval and (update_num + 1) % interval == 0:
             print(

@@ -127,7 +127,7 @@ class StageSchedule:
                     f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
                     f"(--high-stage-updates counts from here)"
                 )
-                router.set_num_updates(0)
+                model.set_num_updates(0)  # the router's count, through fairseq's own hand-off
         return router.num_updates
 
     def uses_high(self) -> bool:

@@ -57,7 +57,7 @@ def test_disparity_scales_with_the_sample_size_and_reaches_the_gate(built, batch
         with_term, size, log = criterion(task, 2.0, batch_size)(model, sample)
         torch.manual_seed(0)
         without, size0, _ = criterion(task, 0.0, batch_size)(model, sample)
-        probs = model.slp_router.gate_probs()
+        probs = model.gate_probs()
         floor = probs.size(0) ** 2 / probs.size(1)  # the term's minimum, a constant
         # the coefficient measured: (loss with - without) / sample size / (D - H^2/T)
         coefficients.append(((with_term - without) / size).item() / (disparity(probs).item() - floor))

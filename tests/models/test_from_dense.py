@@ -177,8 +177,8 @@ def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path, how):
     assert "stage high" in log and "stage all" in log, log[-3000:]
     state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 6
-    assert int(state["model"]["decoder.slp.gate_steps"]) > 0  # the gate learned in stage high
-    assert state["model"]["decoder.slp.fixed_map_onehot"][:, -1].sum() == 0  # and the map is fixed
+    assert int(state["model"]["decoder.slp_router.gate_steps"]) > 0  # the gate learned in stage high
+    assert state["model"]["decoder.slp_router.fixed_map_onehot"][:, -1].sum() == 0  # and the map is fixed
 
 
 @pytest.mark.parametrize(

@@ -20,10 +20,10 @@ def modules(T=3):
 
 
 def slp(emb, T=3, H=4, **kw):
-    """The pool and its router, as the decoder builds them (the router's tensors on the pool)."""
+    """The pool and its router, as the decoder builds them (the router a module beside the pool)."""
     pool = modules(T)
-    router = LanguageRouter(pool, 16, T, H, **kw)
-    router.set_languages(LANGS, HIGH[:H], lambda: emb)
+    router = LanguageRouter(16, T, HIGH[:H], **kw)
+    router.set_languages(LANGS)
     return pool, router
 
 
@@ -75,13 +75,13 @@ def test_the_pool_holds_only_its_modules():
 def test_hard_rows_use_argmax_module_and_low_rows_the_universal_layer():
     emb = torch.randn(4, 16)
     pool, router = slp(emb)
-    pool.train()
+    pool.train(), router.train()
     router.mode = HARD
     x = torch.randn(5, 2, 16)
     high_idx = torch.tensor([0, -1, 3, 1, -1])
-    decision = router.decide(tgt(high_idx))
+    decision = router(tgt(high_idx), emb)
     out = pool(x, decision)
-    argmax = router.gate_probs().argmax(-1)
+    argmax = router.gate_probs(emb).argmax(-1)
     for b, h in enumerate(high_idx.tolist()):
         module = pool.universal if h < 0 else pool.pool[int(argmax[h])]
         torch.testing.assert_close(out[b], module(x[b]), rtol=0, atol=1e-6)
@@ -92,13 +92,13 @@ def test_hard_rows_use_argmax_module_and_low_rows_the_universal_layer():
 def test_soft_rows_are_the_gate_weighted_sum():
     emb = torch.randn(4, 16)
     pool, router = slp(emb)
-    pool.train()
+    pool.train(), router.train()
     router.mode = SOFT
     x = torch.randn(3, 2, 16)
     high_idx = torch.tensor([2, -1, 0])
-    decision = router.decide(tgt(high_idx))
+    decision = router(tgt(high_idx), emb)
     out = pool(x, decision)
-    p = router.gate_probs()
+    p = router.gate_probs(emb)
     torch.testing.assert_close(decision.gate_probs, p)
     for b, h in enumerate(high_idx.tolist()):
         expected = pool.universal(x[b]) if h < 0 else sum(p[h, t] * pool.pool[t](x[b]) for t in range(3))
@@ -108,22 +108,22 @@ def test_soft_rows_are_the_gate_weighted_sum():
 def test_fixed_map_overrides_the_gate_and_stops_soft_steps():
     emb = torch.randn(4, 16)
     pool, router = slp(emb)
-    pool.train()
+    pool.train(), router.train()
     assert not router.map_is_fixed
-    fixed = router.fix_map().clone()
-    assert torch.equal(fixed, router.gate_probs().argmax(-1)) and router.map_is_fixed
+    router.fix_map(emb)
+    fixed = router.fixed_map()
+    assert torch.equal(fixed, router.gate_probs(emb).argmax(-1)) and router.map_is_fixed
     with torch.no_grad():
         router.gate.weight.normal_()  # the gate moves; the fixed map must not
     router.mode = SOFT
-    decision = router.decide(torch.arange(4))
+    decision = router(torch.arange(4), None)
     out = pool(torch.randn(4, 1, 16), decision)
     assert decision.gate_probs is None and torch.equal(decision.module_ids, fixed)
     out.sum().backward()
     assert router.gate.weight.grad is None
 
 
-def test_the_router_is_no_module_of_the_pool():
-    """fairseq finds the modules to reorder or count by walking them: the router adds none."""
+def test_the_router_is_a_module_beside_the_pool_and_holds_the_gate():
     pool, router = slp(torch.randn(4, 16))
-    assert not isinstance(router, nn.Module)
-    assert [type(m) for m in pool.children()] == [nn.ModuleList, LanguageModule, nn.Linear]  # pool, universal, gate
+    assert [type(m) for m in pool.children()] == [nn.ModuleList, LanguageModule]  # pool, universal
+    assert [type(m) for m in router.children()] == [nn.Linear]  # the gate

@@ -1,15 +1,14 @@
 """The SLP's router: the decision of a hard and of a soft step, the hard / soft draws, the gate,
-the routing map (fixing it; how it is stored, checked and loaded); then the map of a trained
-checkpoint through the real fairseq-generate (by language name; out of range)."""
+the routing map (fixing it; how it is stored, checked and loaded, from every older form); then
+the map of a trained checkpoint through the real fairseq-generate (by language name; out of
+range; the older forms of its state)."""
 
 import pytest
 import torch
-from torch import nn
 
 from conftest import decode_as
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.modules.language_pool import SelectiveLanguagePool
-from hltmt_plugin.modules.language_router import HARD, SOFT, LanguageRouter, disparity
+from hltmt_plugin.modules.language_router import HARD, SOFT, LanguageRouter, disparity, upgrade_router_state
 from hltmt_plugin.modules.routing import RoutePlan
 
 
@@ -18,12 +17,16 @@ LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4
 
 
 def router(T=3, H=4, emb=None, **kw):
-    """A router alone: its tensors on a bare module; ``emb``: the language tokens' rows (H x 16)."""
+    """A router alone; ``r.emb``: the gate's input, the language tokens' rows (H x 16)."""
     torch.manual_seed(0)
-    made = LanguageRouter(nn.Module(), 16, T, H, **kw)
-    emb = torch.randn(H, 16) if emb is None else emb
-    made.set_languages(LANGS, HIGH[:H], lambda: emb)
+    made = LanguageRouter(16, T, HIGH[:H], **kw)
+    made.emb = torch.randn(H, 16) if emb is None else emb
+    made.set_languages(LANGS)
     return made
+
+
+def decide(r, rows, plan=None):
+    return r(rows, r.emb, plan)
 
 
 def tgt(high_idx):
@@ -34,38 +37,38 @@ def tgt(high_idx):
 # ---- the decision of a batch
 def test_a_hard_decision_is_a_plan_of_each_rows_module():
     r = router()
-    r.owner.train()
+    r.train()
     r.mode = HARD
     high_idx = torch.tensor([0, -1, 3, 1, -1, 2])
-    decision = r.decide(tgt(high_idx))
-    argmax = r.gate_probs().argmax(-1)
+    decision = decide(r, tgt(high_idx))
+    argmax = r.gate_probs(r.emb).argmax(-1)
     expected = [3 if h < 0 else int(argmax[h]) for h in high_idx.tolist()]
     assert isinstance(decision.plan, RoutePlan) and decision.plan.ids.tolist() == expected
     assert decision.module_ids.tolist() == expected
     assert decision.weights is None and decision.gate_probs is None
     r.fix_map_to(torch.tensor([2, 2, 0, 1]))  # a fixed map decides instead of the gate
-    assert r.decide(tgt(high_idx)).plan.ids.tolist() == [2, 3, 1, 2, 3, 0]
+    assert decide(r, tgt(high_idx)).plan.ids.tolist() == [2, 3, 1, 2, 3, 0]
 
 
-def test_a_hard_decision_takes_the_plan_it_is_handed_and_a_soft_one_asks_for_none():
+def test_a_hard_decision_takes_the_plan_it_is_handed_and_a_soft_step_is_known_before_any_plan():
     r = router()
-    r.owner.train()
+    r.train()
     given = RoutePlan(torch.tensor([1, 3]))  # e.g. the plan a beam search made at its first step
-    asked = []
     r.mode = HARD
-    assert r.decide(tgt(torch.tensor([0, -1])), plan=lambda: asked.append(1) or given).plan is given
-    r.mode = SOFT
-    assert r.decide(tgt(torch.tensor([0, -1])), plan=lambda: asked.append(1) or given).plan is None
-    assert asked == [1]
+    assert not r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), given).plan is given
+    r.mode = SOFT  # the caller asks soft_step() first and makes no plan (no host synchronisation)
+    assert r.soft_step() and decide(r, tgt(torch.tensor([0, -1]))).plan is None
+    r.eval()
+    assert not r.soft_step()
 
 
 def test_a_soft_decision_weighs_the_pool_for_high_rows_and_sends_the_others_to_the_universal_module():
     r = router()
-    r.owner.train()
+    r.train()
     r.mode = SOFT
     high_idx = torch.tensor([2, -1, 0, 2, -1])
-    decision = r.decide(tgt(high_idx))
-    p = r.gate_probs()
+    decision = decide(r, tgt(high_idx))
+    p = r.gate_probs(r.emb)
     torch.testing.assert_close(decision.gate_probs, p)
     assert decision.plan is None and decision.weights.shape == (5, 3)
     for b, h in enumerate(high_idx.tolist()):
@@ -79,24 +82,24 @@ def test_a_soft_decision_weighs_the_pool_for_high_rows_and_sends_the_others_to_t
 
 def test_eval_is_hard_even_after_a_soft_draw():
     r = router()
-    r.owner.eval()
+    r.eval()
     r.mode = SOFT
-    decision = r.decide(torch.tensor([0, 1]))
+    decision = decide(r, torch.tensor([0, 1]))
     assert decision.gate_probs is None and decision.weights is None
 
 
 def test_gate_steps_count_the_training_decisions_while_the_gate_learns():
     r = router()
-    r.owner.train()
+    r.train()
     for mode in (HARD, SOFT, HARD):
         r.mode = mode
-        r.decide(torch.tensor([0, 4]))
-    r.owner.eval()
-    r.decide(torch.tensor([0, 4]))
+        decide(r, torch.tensor([0, 4]))
+    r.eval()
+    decide(r, torch.tensor([0, 4]))
     assert int(r.gate_steps) == 3
-    r.owner.train()
-    r.fix_map()
-    r.decide(torch.tensor([0, 4]))
+    r.train()
+    r.fix_map(r.emb)
+    decide(r, torch.tensor([0, 4]))
     assert int(r.gate_steps) == 3
 
 
@@ -131,9 +134,9 @@ def test_hard_prob_extremes(p, mode):
 def test_the_gate_and_the_disparity_stay_float32_under_mixed_precision():
     emb = torch.randn(4, 16)
     r = router(emb=emb)
-    full = r.gate_probs()
+    full = r.gate_probs(r.emb)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        mixed = r.gate_probs()
+        mixed = r.gate_probs(r.emb)
         term = disparity(mixed)
     assert mixed.dtype == torch.float32 and term.dtype == torch.float32
     torch.testing.assert_close(mixed, full, rtol=0, atol=0)
@@ -144,35 +147,53 @@ def test_the_gate_and_the_disparity_stay_float32_under_mixed_precision():
 # ---- the routing map
 def test_fixing_the_map_freezes_the_gate_and_the_map_stays_when_the_gate_moves():
     r = router()
-    assert not r.map_is_fixed and r.routing_map() == dict(zip(HIGH, r.gate_probs().argmax(-1).tolist()))
-    fixed = r.fix_map().clone()
+    assert not r.map_is_fixed and r.routing_map(r.emb) == dict(zip(HIGH, r.gate_probs(r.emb).argmax(-1).tolist()))
+    r.fix_map(r.emb)
+    fixed = r.fixed_map().clone()
     assert r.map_is_fixed and not any(p.requires_grad for p in r.gate.parameters())
     with torch.no_grad():
         r.gate.weight.normal_()
-    assert torch.equal(r.current_map(), fixed) and r.routing_map() == dict(zip(HIGH, fixed.tolist()))
-    assert torch.equal(r.fix_map(), fixed)  # fixed once
+    assert torch.equal(r.current_map(None), fixed) and r.routing_map(None) == dict(zip(HIGH, fixed.tolist()))
+    r.fix_map(r.emb)
+    assert torch.equal(r.fixed_map(), fixed)  # fixed once
     with pytest.raises(HltmtInputError, match=r"\[0, 3, 0, 0\] is out of range"):
         router().fix_map_to(torch.tensor([0, 3, 0, 0]))
 
 
-def test_the_router_keeps_its_tensors_on_its_owner_under_the_checkpoint_names():
-    """decoder.slp.gate.*, decoder.slp.fixed_map_onehot and decoder.slp.gate_steps: beside the
-    pool's modules, after them (the order of fresh models and optimizer states before the split)."""
-    assert list(router().owner.state_dict()) == ["fixed_map_onehot", "gate_steps", "gate.weight", "gate.bias"]
-    torch.manual_seed(0)
-    pool = SelectiveLanguagePool(16, 32, 2)
-    LanguageRouter(pool, 16, 2, 3)
-    names = list(pool.state_dict())
-    assert names[:2] == ["fixed_map_onehot", "gate_steps"] and names[-2:] == ["gate.weight", "gate.bias"]
-    assert {n.split(".")[0] for n in names[2:-2]} == {"pool", "universal"}
-    assert [n for n, _ in pool.named_parameters()][-2:] == ["gate.weight", "gate.bias"]
-
-
-def test_the_router_reads_its_tensors_where_its_owner_moved_them():
+def test_the_router_is_a_module_with_its_state_under_its_own_names():
+    """decoder.slp_router.*: the map, the gate's step count, the map's languages, the gate."""
     r = router()
-    r.owner.to("meta")  # a move makes new buffers (as .cuda() does)
-    assert r.gate.weight.is_meta and r.fixed_map_onehot.is_meta and r.fixed_map.is_meta and r.gate_steps.is_meta
-    assert r.high_of_lang.is_meta
+    assert list(r.state_dict()) == ["fixed_map_onehot", "gate_steps", "high_langs", "gate.weight", "gate.bias"]
+    assert [n for n, _ in r.named_parameters()] == ["gate.weight", "gate.bias"]
+
+
+def test_the_router_moves_with_the_model():
+    r = router()
+    r.to("meta")  # a move makes new buffers (as .cuda() does)
+    assert r.gate.weight.is_meta and r.fixed_map_onehot.is_meta and r.gate_steps.is_meta
+    assert r.high_of_lang.is_meta and r.fixed_map().is_meta
+
+
+def test_every_older_form_of_the_state_is_read_in_one_place():
+    """The router's tensors on the pool (decoder.slp.gate.*, ...), the map as indices, the
+    map's language names on the decoder: all become this version's keys and form."""
+    r = router()
+    r.fix_map_to(torch.tensor([2, 0, 1, 1]))
+    new = {f"decoder.slp_router.{k}": v for k, v in r.state_dict().items()}
+    old = {
+        "decoder.slp.gate.weight": r.gate.weight.detach(),
+        "decoder.slp.gate.bias": r.gate.bias.detach(),
+        "decoder.slp.gate_steps": r.gate_steps,
+        "decoder.slp.fixed_map": torch.tensor([2, 0, 1, 1]),
+        "decoder.high_langs": r.high_langs,
+        "decoder.slp.pool.0.fc1.weight": torch.zeros(1),  # the pool's own keys stay
+    }
+    upgrade_router_state(old, "decoder.")
+    assert sorted(old) == sorted([*new, "decoder.slp.pool.0.fc1.weight"])
+    assert all(torch.equal(old[k], v) for k, v in new.items())
+    both = {**new, "decoder.slp_router.fixed_map": torch.tensor([0, 0, 1, 1])}
+    with pytest.raises(HltmtInputError, match="holds two routing maps that differ"):
+        upgrade_router_state(both, "decoder.")
 
 
 # ---- the stored routing map: one-hot rows, so that no average of checkpoints is another map
@@ -180,7 +201,7 @@ def with_map(mapping, T=3):
     r = router(T=T, H=len(mapping))
     if any(v >= 0 for v in mapping):
         r.fix_map_to(torch.tensor(mapping))
-    return r.owner.state_dict()
+    return r.state_dict()
 
 
 def averaged(states, integer_division=True):
@@ -210,22 +231,22 @@ def test_an_average_of_checkpoints_with_different_maps_is_refused_on_load(maps, 
         match=r"routing map \(fixed_map_onehot\) is no map a training stage wrote: "
         r"the row of h\d is \[[0-9., ]+\], not a single 1",
     ):
-        router().owner.load_state_dict(state)
+        router().load_state_dict(state)
 
 
 @pytest.mark.parametrize("mapping", [[-1, -1, -1, -1], [0, 1, 2, 0], [2, 2, 2, 2]])
 @pytest.mark.parametrize("integer_division", [True, False])
 def test_an_average_of_checkpoints_with_one_map_keeps_it(mapping, integer_division):
     r = router()
-    r.owner.load_state_dict(averaged([with_map(mapping)] * 3, integer_division))
-    assert r.fixed_map.tolist() == mapping and r.map_is_fixed == (mapping[0] >= 0)
+    r.load_state_dict(averaged([with_map(mapping)] * 3, integer_division))
+    assert r.fixed_map().tolist() == mapping and r.map_is_fixed == (mapping[0] >= 0)
 
 
 def test_a_map_fixed_for_some_languages_only_is_refused():
     state = with_map([0, 1, 2, 0])
     state["fixed_map_onehot"][1] = torch.tensor([0, 0, 0, 1])
     with pytest.raises(HltmtInputError, match=r"fixes h0,h2,h3 and leaves h1 open: a stage fixes every language"):
-        router().owner.load_state_dict(state)
+        router().load_state_dict(state)
 
 
 def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
@@ -233,11 +254,13 @@ def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
     del state["fixed_map_onehot"]
     for mapping, fixed in (([2, 0, 1, 1], True), ([-1, -1, -1, -1], False)):
         r = router()
-        r.owner.load_state_dict({**state, "fixed_map": torch.tensor(mapping)})
-        assert r.fixed_map.tolist() == mapping and r.map_is_fixed == fixed
-        assert "fixed_map" not in r.owner.state_dict() and r.owner.state_dict()["fixed_map_onehot"].shape == (4, 4)
+        older = {f"slp_router.{k}": v for k, v in {**state, "fixed_map": torch.tensor(mapping)}.items()}
+        upgrade_router_state(older, "")
+        r.load_state_dict({k[len("slp_router.") :]: v for k, v in older.items()})
+        assert r.fixed_map().tolist() == mapping and r.map_is_fixed == fixed
+        assert "fixed_map" not in r.state_dict() and r.state_dict()["fixed_map_onehot"].shape == (4, 4)
     with pytest.raises(HltmtInputError, match=r"fixed_map\) \[0, 5, 0, 0\] is out of range"):
-        router().owner.load_state_dict({**state, "fixed_map": torch.tensor([0, 5, 0, 0])})
+        upgrade_router_state({"slp_router.fixed_map": torch.tensor([0, 5, 0, 0]), **older}, "")
 
 
 # ---------------------------------------------------------------------------------------
@@ -245,9 +268,15 @@ def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
 
 
 def with_fixed_map(trained, tmp_path, mapping):
+    """The trained checkpoint with its router's state in the older forms: under decoder.slp.
+    (the map's names on the decoder), the map as module indices."""
     state = torch.load(trained[0], map_location="cpu", weights_only=True)
-    state["model"]["decoder.slp.fixed_map"] = mapping  # the older stored form: module indices
-    del state["model"]["decoder.slp.fixed_map_onehot"]
+    model = state["model"]
+    for key in [k for k in model if k.startswith("decoder.slp_router.")]:
+        name = key[len("decoder.slp_router.") :]
+        model["decoder.high_langs" if name == "high_langs" else "decoder.slp." + name] = model.pop(key)
+    model["decoder.slp.fixed_map"] = mapping
+    del model["decoder.slp.fixed_map_onehot"]
     path = tmp_path / "fixed.pt"
     torch.save(state, path)
     return path

@@ -53,8 +53,8 @@ def train(data_bin, save, *extra):
 
 def state(path):
     model = torch.load(path, map_location="cpu", weights_only=True)["model"]
-    onehot = model["decoder.slp.fixed_map_onehot"]  # the stored map, as module indices (-1: open)
-    model["decoder.slp.fixed_map"] = decode_map(onehot, onehot.shape[1] - 1)
+    onehot = model["decoder.slp_router.fixed_map_onehot"]  # the stored map, as module indices (-1: open)
+    model["fixed_map"] = decode_map(onehot, onehot.shape[1] - 1)
     return model
 
 
@@ -90,7 +90,7 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     assert any(numeric(line, "disparity") for line in lines.values())
     assert all(numeric(line, "route_univ") for line in lines.values())
     first = state(s1 / "checkpoint_last.pt")
-    assert first["decoder.slp.fixed_map"].tolist() == [-1, -1]  # stage high leaves the map open
+    assert first["fixed_map"].tolist() == [-1, -1]  # stage high leaves the map open
     from hltmt_plugin.modules.language_pool import SelectiveLanguagePool  # noqa: F401
 
     emb = first["decoder.embed_tokens.weight"]
@@ -100,7 +100,7 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     for lang in "en,de,fr,gu,hi".split(","):
         d.add_symbol(f"__{lang}__")
     high_rows = emb[[d.index("__de__"), d.index("__fr__")]]
-    gate = high_rows @ first["decoder.slp.gate.weight"].T + first["decoder.slp.gate.bias"]
+    gate = high_rows @ first["decoder.slp_router.gate.weight"].T + first["decoder.slp_router.gate.bias"]
     learned_map = gate.argmax(-1).tolist()
 
     log2 = train(
@@ -123,8 +123,8 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     assert any(numeric(line, "loss_gu") or numeric(line, "loss_hi") for line in lines2.values())
     assert not any(numeric(line, "disparity") for line in lines2.values())
     second = state(s2 / "checkpoint_last.pt")
-    assert second["decoder.slp.fixed_map"].tolist() == learned_map
-    for key in ("decoder.slp.gate.weight", "decoder.slp.gate.bias"):
+    assert second["fixed_map"].tolist() == learned_map
+    for key in ("decoder.slp_router.gate.weight", "decoder.slp_router.gate.bias"):
         assert torch.equal(first[key], second[key]), key  # the gate no longer trains
     assert not torch.equal(first["decoder.slp.universal.fc1.weight"], second["decoder.slp.universal.fc1.weight"])
     used = learned_map[0]
@@ -133,7 +133,7 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     # a third run resumes stage all: the map stays as it was
     log3 = train(data_bin, s2, "--hlt-stage", "all", "--max-update", "14")
     assert "routing map (fixed)" in log3
-    assert state(s2 / "checkpoint_last.pt")["decoder.slp.fixed_map"].tolist() == learned_map
+    assert state(s2 / "checkpoint_last.pt")["fixed_map"].tolist() == learned_map
 
 
 def switch_checks(log, n):
@@ -168,10 +168,10 @@ def test_one_run_switches_at_exactly_n_also_across_resumes(data_bin, tmp_path):
         assert loss(across) == loss(straight), u
 
     # resume after N: stage all goes on with the same map
-    mapped = state(resumed / "checkpoint_last.pt")["decoder.slp.fixed_map"].tolist()
+    mapped = state(resumed / "checkpoint_last.pt")["fixed_map"].tolist()
     after = train(data_bin, resumed, "--high-stage-updates", str(n), "--max-update", "16")
     assert re.search(r"HLT-MT stage all \(epoch \d+, update 14\): routing map \(fixed\)", after)
-    assert state(resumed / "checkpoint_last.pt")["decoder.slp.fixed_map"].tolist() == mapped
+    assert state(resumed / "checkpoint_last.pt")["fixed_map"].tolist() == mapped
 
 
 def test_stage_all_without_a_learned_map_is_refused(data_bin, tmp_path):
