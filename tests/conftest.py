@@ -42,6 +42,7 @@ FAST = {
     "test_function_size.py": ALL,
     "test_golden.py": ALL,
     "test_layering.py": ALL,
+    "test_corpora.py": ALL,
     "test_pretrained.py": ALL,
     "experiments/test_report.py": ALL,
     "experiments/test_study_report.py": ALL,
