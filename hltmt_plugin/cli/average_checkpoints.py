@@ -77,13 +77,9 @@ def _differ(first, path, what):
 def _compare(first, first_state, path, state) -> None:
     """Refuse ``state`` (of ``path``) unless it can be averaged with ``first_state``."""
     a, b = first_state["model"], state["model"]
-    if list(a) != list(b):
-        only = sorted(set(a) ^ set(b))
-        what = (
-            f"{only[0]} is in only one of them" + (f" (and {len(only) - 1} more)" if len(only) > 1 else "")
-            if only
-            else "their weights come in another order"
-        )
+    only = sorted(set(a) ^ set(b))  # (in any order: a checkpoint read from an older form lists keys in its own)
+    if only:
+        what = f"{only[0]} is in only one of them" + (f" (and {len(only) - 1} more)" if len(only) > 1 else "")
         raise _differ(first, path, f"{what}: they are not checkpoints of one model")
     differ = mismatches(_record(first, first_state), _record(path, state), labels=("first", "second"))
     if differ:
@@ -107,13 +103,13 @@ def _compare(first, first_state, path, state) -> None:
 
 def _why_not_averaged(key: str, x, y) -> str:
     values = (x.tolist(), y.tolist()) if x.numel() <= 16 else ("...", "...")
-    if key.endswith("slp.fixed_map_onehot") or key.endswith("slp.fixed_map"):
+    if key.endswith("slp_router.fixed_map_onehot"):
         return (
             f"their routing maps ({key}) differ ({values[0]} and {values[1]}): checkpoints from both sides of the "
             "stage switch, or of runs that fixed other maps; an average would be a map neither has. Average "
             "checkpoints written after the switch (stage all) of one run"
         )
-    if key.endswith("slp.gate_steps"):
+    if key.endswith("slp_router.gate_steps"):
         return (
             f"the gate trained for {values[0]} and {values[1]} steps ({key}): checkpoints of stage high, where the "
             "gate still learns and the routing map is not fixed yet. Average checkpoints of stage all"
@@ -147,6 +143,7 @@ def average(paths):
     import torch
 
     from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
+    from hltmt_plugin.modules.language_router import upgrade_router_state
 
     refuse_repeats(paths)
     first, first_state, total = paths[0], None, None
@@ -158,6 +155,7 @@ def average(paths):
             raise HltmtInputError(
                 f"checkpoint {path}: its weight {odd[0]} is a {type(state['model'][odd[0]]).__name__}, not a tensor"
             )
+        upgrade_router_state(state["model"], "decoder.")  # older forms of the pool's router: this version's
         if first_state is None:
             first_state = state
             total = {k: v.double() for k, v in state["model"].items() if v.is_floating_point()}

@@ -12,7 +12,7 @@ values appear in progress lines, JSON logs and tensorboard:
 
 - ``disparity``: the load-balancing term ``||sum_l p_l||^2`` itself (H^2/T at an even
   spread, H^2 when every language picks one module), on soft steps;
-- ``route_m0`` .. ``route_m{T-1}``, ``route_univ``: the share of sentences sent to each
+- ``route_m0`` .. ``route_m{T-1}``, ``route_universal``: the share of sentences sent to each
   pool module and to the universal layer;
 - ``loss_xx``: the loss (base 2, per target token) of each target language ``xx``.
 """
@@ -34,6 +34,7 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import ROWS, TGT
 from hltmt_plugin.modules.language_router import disparity
 from hltmt_plugin.models.hltmt_transformer import plugin_model
+from hltmt_plugin.modules.language_pool import module_label
 
 LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = (
     "lang_loss:",
@@ -137,7 +138,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
             n_modules = self.n_modules
             counts = torch.bincount(extra["slp_module"], minlength=n_modules)
             for k in range(n_modules):
-                log[ROUTE + route_name(k, n_modules)] = counts[k]
+                log[ROUTE + module_label(k, n_modules - 1)] = counts[k]
 
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)
@@ -176,7 +177,3 @@ def _drop_empty_meter(name: str) -> None:
         if meter is not None and getattr(meter, "count", 1) == 0 and hasattr(aggregator, "priorities"):
             aggregator.priorities = [entry for entry in aggregator.priorities if entry[2] != name]
             del aggregator[name]
-
-
-def route_name(k: int, n_modules: int) -> str:
-    return "univ" if k == n_modules - 1 else f"m{k}"

@@ -473,16 +473,15 @@ def gate_of(checkpoint):
     from hltmt_plugin.models.hltmt_transformer import plugin_model
 
     model, _, _ = load_model(checkpoint, explain_missing=False)
-    # "has a pool": the plugin's model, built with --high-resource-langs
-    if plugin_model(model) is None or plugin_model(model).slp is None:
+    model = plugin_model(model)
+    if model is None or model.slp is None:  # "has a pool": the plugin's model, built with --high-resource-langs
         raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
     with torch.no_grad():
-        probs = model.slp_router.gate_probs().numpy()
-    # a checkpoint from stage all holds the map fixed after stage 1; its gate is frozen, but the
-    # language embeddings it reads kept training, so the argmax may have moved since
-    fixed = model.slp_router.map_is_fixed
-    chosen = model.slp_router.fixed_map.tolist() if fixed else probs.argmax(axis=1).tolist()
-    return probs.tolist(), list(model.high_resource_langs), chosen, fixed
+        probs = model.gate_probs().numpy()
+    # a checkpoint from stage all holds the map fixed after stage 1 (the routing map); its gate is
+    # frozen, but the language embeddings it reads kept training, so the argmax may have moved since
+    langs, mapping = list(model.high_resource_langs), model.routing_map()
+    return probs.tolist(), langs, [mapping[lang] for lang in langs], model.slp_router.map_is_fixed
 
 
 def draw_gate(path, probs, langs, chosen, title):
@@ -491,6 +490,8 @@ def draw_gate(path, probs, langs, chosen, title):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from hltmt_plugin.modules.language_pool import module_label
 
     fig, ax = plt.subplots(figsize=(2.6 + 0.9 * len(probs[0]), 1.2 + 0.5 * len(langs)))
     im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
@@ -507,7 +508,7 @@ def draw_gate(path, probs, langs, chosen, title):
                 fontweight="bold" if t == chosen[i] else "normal",
             )
     ax.set_xticks(range(len(probs[0])))
-    ax.set_xticklabels([f"m{t}" for t in range(len(probs[0]))])
+    ax.set_xticklabels([module_label(t) for t in range(len(probs[0]))])
     ax.set_yticks(range(len(langs)))
     ax.set_yticklabels(langs)
     ax.set_title(title, fontsize=9)

@@ -90,10 +90,10 @@ def test_logs_per_language_loss_and_routing_shares(built):
     with torch.no_grad():
         loss, size, log = crit(model, sample)
     route = model.routing_map()
-    expected_rows = {"univ": 2}
+    expected_rows = {"universal": 2}
     for d in ("de", "de", "fr"):
         expected_rows[f"m{route[d]}"] = expected_rows.get(f"m{route[d]}", 0) + 1
-    for name in ("m0", "m1", "univ"):
+    for name in ("m0", "m1", "universal"):
         assert log[f"route:{name}"] == expected_rows.get(name, 0)
     tokens = {lang: 0 for lang in task.langs}
     for b, i in enumerate(sample["id"].tolist()):
@@ -104,7 +104,7 @@ def test_logs_per_language_loss_and_routing_shares(built):
     with metrics.aggregate() as agg:
         HltmtCrossEntropyCriterion.reduce_metrics([log, log])
     values = agg.get_smoothed_values()
-    assert values["route_univ"] == pytest.approx(2 / 5, abs=1e-3)
+    assert values["route_universal"] == pytest.approx(2 / 5, abs=1e-3)
     assert values["loss_de"] == pytest.approx(float(log["lang_loss:de"]) / tokens["de"] / math.log(2), abs=1e-3)
     assert "loss_hi" not in values  # no hi rows, no hi figure
 

@@ -67,7 +67,7 @@ def test_capacity_trains_and_translates(data_bin, tmp_path, case):
     if not has_pool:
         assert "no HLT-MT pool" in log and "stage high" not in log, log[-3000:]
         assert "route_" not in log
-        from hltmt_plugin.cli.report import gate_heatmap
+        from hltmt_plugin.experiments.report import gate_heatmap
 
         with pytest.raises(LookupError, match="without an HLT-MT pool"):  # hltmt-report notes it, draws nothing
             gate_heatmap(str(tmp_path / "gate.png"), str(save / "checkpoint_last.pt"))

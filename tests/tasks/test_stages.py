@@ -88,7 +88,7 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     assert len(lines) == 12
     assert all(not numeric(line, "loss_gu") and not numeric(line, "loss_hi") for line in lines.values())
     assert any(numeric(line, "disparity") for line in lines.values())
-    assert all(numeric(line, "route_univ") for line in lines.values())
+    assert all(numeric(line, "route_universal") for line in lines.values())
     first = state(s1 / "checkpoint_last.pt")
     assert first["fixed_map"].tolist() == [-1, -1]  # stage high leaves the map open
     from hltmt_plugin.modules.language_pool import SelectiveLanguagePool  # noqa: F401
