@@ -30,8 +30,9 @@ def test_mixed_directions_come_back_in_input_order_as_the_checkpoint_gives_them(
     found = served.translate_batch(items, beam=4, max_len=20, max_sentences=3, progress=done.append)
     assert found == translator.translate_batch(items, beam=4, max_len=20)
     assert sum(done) == len(items)
-    one = served.translate(sentences("en", "de", 1), "en", "de", beam=4, max_len=20)
-    assert one == [found[[i[:2] for i in items].index(("en", "de"))]]
+    first = sentences("en", "de", 1)
+    one = served.translate(first, "en", "de", beam=4, max_len=20)
+    assert one == [found[items.index(("en", "de", first[0]))]]
 
 
 def test_bad_lines_fail_alone_with_their_line_numbers(served, translator):
