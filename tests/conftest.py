@@ -46,6 +46,7 @@ FAST = {
     "test_pretrained.py": ALL,
     "experiments/test_report.py": ALL,
     "experiments/test_study_report.py": ALL,
+    "experiments/test_runs.py": ALL,
     "experiments/test_steps.py": ALL,
     "cli/test_decode.py": ALL,
     "cli/test_train_language_adapter.py": {"test_bad_options_are_one_line", "test_a_missing_checkpoint_is_one_line"},
@@ -276,6 +277,8 @@ def trained(data_bin, tmp_path_factory):
 
 def perturbed(path, out=None, scale=0.3, seed=0):
     """A copy of checkpoint ``path`` with seeded noise on every weight (made once)."""
+    import hltmt_plugin  # noqa: F401  (the weights-only allowlist of fairseq checkpoints)
+
     out = out or path + f".noise{scale}.pt"
     if not os.path.exists(out):
         state = torch.load(path, map_location="cpu", weights_only=True)

@@ -46,7 +46,7 @@ from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
 from hltmt_plugin.experiments.steps import StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
-from hltmt_plugin.experiments.report import gate_of, read_gen
+from hltmt_plugin.experiments.runs import gate_of, read_gen
 from hltmt_plugin.atomic_files import save_torch, write_text
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")

@@ -27,7 +27,7 @@ import statistics
 from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
-from hltmt_plugin.experiments.report import convergence, draw_gate, save_figure, valid_points
+from hltmt_plugin.experiments.runs import convergence, draw_gate, save_figure, valid_points
 from hltmt_plugin.modules.language_router import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]

@@ -54,7 +54,7 @@ from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.manifest import is_export
 from hltmt_plugin.hub import arguments
-from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm
+from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm, load_model
 from hltmt_plugin.hub.results import Translation, TranslationErrors
 from hltmt_plugin.languages import LanguageTable
 from hltmt_plugin.models.hltmt_transformer import plugin_model
@@ -125,7 +125,6 @@ class HltmtTranslator:
             fp16: run the model in half precision (GPU).
             max_tokens / max_sentences: batch size limits (source tokens / sentences per batch).
         """
-        from fairseq import checkpoint_utils
         from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 
         if is_export(checkpoint):  # a folder written by hltmt-export
@@ -153,9 +152,8 @@ class HltmtTranslator:
         checkpoint = os.fspath(checkpoint)
         state, folder = _read_checkpoint(checkpoint, data)
         spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], state=state)
+        model, cfg, task = load_model(checkpoint, state=state, explain_missing=False)
         check_spm(spm_path, task.source_dictionary.symbols, cfg.model)
-        model = models[0]
         model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
         if fp16:
             model.half()

@@ -147,7 +147,7 @@ def check_language_tokens(task) -> None:
 FEATURES = (("adapters", layout_adapters, adapter_feature.install), ("skills", layout_skills, skill_feature.install))
 
 # fairseq's build_model hands build_encoder / build_decoder only the options: the layouts of the
-# model being built travel on that options object, under this name, for the build's duration
+# model being built sit on that options object, under this name, for the build's duration
 BUILD_LAYOUTS = "_hltmt_build_layouts"
 
 

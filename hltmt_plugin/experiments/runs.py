@@ -1,0 +1,126 @@
+"""What the experiment drivers read from a run and how they draw it: fairseq-generate outputs
+(:func:`read_gen`), validation curves from fairseq-train logs (:func:`valid_points`,
+:func:`convergence`), the gate and routing map of an HLT-MT checkpoint (:func:`gate_of`,
+:func:`draw_gate`) and pictures written whole (:func:`save_figure`). ``hltmt-report``,
+``hltmt-study`` and the study's report share them."""
+
+import re
+
+from hltmt_plugin.cli.output import AtomicOutput
+
+# a validation curve is flat when the loss fell by less than this share over the last quarter of
+# the run's updates
+FLAT_DROP = 0.01
+
+
+def read_gen(path):
+    """(hypotheses, references) in sentence order from a fairseq-generate output."""
+    hyps, refs = {}, {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            kind, _, rest = line.partition("-")
+            if kind in ("D", "T") and "\t" in rest:
+                fields = rest.rstrip("\n").split("\t")
+                (hyps if kind == "D" else refs)[int(fields[0])] = fields[-1]
+    if not refs:
+        raise ValueError(f"{path}: no T- lines (not a fairseq-generate output, or an empty test set)")
+    missing = sorted(set(refs) - set(hyps))
+    if missing:
+        raise ValueError(f"{path}: {len(missing)} sentences have no hypothesis (an interrupted decode?)")
+    ids = sorted(refs)
+    return [hyps[i] for i in ids], [refs[i] for i in ids]
+
+
+VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")
+
+VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
+
+
+def valid_points(path):
+    """Every validation of one fairseq-train log: [{key: value}] with VALID_KEYS."""
+    points = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = VALID_LINE.search(line)
+            if not m:
+                continue
+            fields = dict(x.strip().split(" ", 1) for x in m.group(1).split("|") if " " in x.strip())
+            if all(k in fields for k in VALID_KEYS):
+                points.append(fields)
+    return points
+
+
+def convergence(curve):
+    """(status, explanation) of one validation curve [(updates, loss)]: 'flat' when the loss fell
+    by less than FLAT_DROP of its value over the last quarter of the updates, 'falling' when it
+    fell more, 'unknown' when there are too few validations to tell."""
+    if len(curve) < 3:
+        return "unknown", f"{len(curve)} validation(s): too few to see a curve"
+    end_updates, end_loss = curve[-1]
+    earlier = [(u, loss) for u, loss in curve[:-1] if u <= 0.75 * end_updates]
+    if not earlier:
+        return "unknown", "no validation before the last quarter of the run"
+    ref_updates, ref_loss = earlier[-1]
+    drop = (ref_loss - end_loss) / max(abs(end_loss), 1e-9)
+    text = f"loss {ref_loss:.3f} at {ref_updates} -> {end_loss:.3f} at {end_updates} ({-100 * drop:+.1f}%)"
+    return ("flat" if drop < FLAT_DROP else "falling"), text
+
+
+def save_figure(fig, path):
+    """The figure as a PNG, written whole or not at all (see :class:`AtomicOutput`)."""
+    with AtomicOutput(path, "--out", binary=True) as f:
+        fig.savefig(f, format="png", dpi=110)
+
+
+def gate_of(checkpoint):
+    """(gate P as languages x modules, the high-resource languages, each one's module, whether
+    the map is fixed) of an HLT-MT checkpoint: the fixed map, or the argmax after stage 1."""
+    import torch
+
+    from hltmt_plugin.hub.loading import load_model
+    from hltmt_plugin.models.hltmt_transformer import plugin_model
+
+    model, _, _ = load_model(checkpoint, explain_missing=False)
+    model = plugin_model(model)
+    if model is None or model.slp is None:  # "has a pool": the plugin's model, built with --high-resource-langs
+        raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
+    with torch.no_grad():
+        probs = model.gate_probs().numpy()
+    # a checkpoint from stage all holds the map fixed after stage 1 (the routing map); its gate is
+    # frozen, but the language embeddings it reads kept training, so the argmax may have moved since
+    langs, mapping = list(model.high_resource_langs), model.routing_map()
+    return probs.tolist(), langs, [mapping[lang] for lang in langs], model.slp_router.map_is_fixed
+
+
+def draw_gate(path, probs, langs, chosen, title):
+    """The gate P (languages x modules) as a heatmap, each language's module in bold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from hltmt_plugin.modules.language_pool import module_label
+
+    fig, ax = plt.subplots(figsize=(2.6 + 0.9 * len(probs[0]), 1.2 + 0.5 * len(langs)))
+    im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)
+    for i in range(len(langs)):
+        for t in range(len(probs[0])):
+            ax.text(
+                t,
+                i,
+                f"{probs[i][t]:.2f}",
+                ha="center",
+                va="center",
+                color="white" if probs[i][t] < 0.6 else "black",
+                fontsize=9,
+                fontweight="bold" if t == chosen[i] else "normal",
+            )
+    ax.set_xticks(range(len(probs[0])))
+    ax.set_xticklabels([module_label(t) for t in range(len(probs[0]))])
+    ax.set_yticks(range(len(langs)))
+    ax.set_yticklabels(langs)
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.05)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)

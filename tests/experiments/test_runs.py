@@ -1,0 +1,53 @@
+"""hltmt_plugin.experiments.runs: what the experiment drivers read from a run (generate outputs,
+validation curves) and the pictures they draw."""
+
+import pytest
+
+from hltmt_plugin.experiments.runs import FLAT_DROP, convergence, draw_gate, read_gen, valid_points
+
+
+def test_read_gen_gives_hypotheses_and_references_in_sentence_order(tmp_path):
+    gen = tmp_path / "en-de.gen"
+    gen.write_text(
+        "S-1\tsecond\nT-1\tzweite\nH-1\t-0.5\tzw eite\nD-1\t-0.5\tzweite\nS-0\tfirst\nT-0\terste\nD-0\t-0.2\terst\n",
+        encoding="utf-8",
+    )
+    assert read_gen(gen) == (["erst", "zweite"], ["erste", "zweite"])
+
+
+def test_read_gen_refuses_a_file_without_references_or_with_a_missing_hypothesis(tmp_path):
+    empty, cut = tmp_path / "a.gen", tmp_path / "b.gen"
+    empty.write_text("S-0\tx\n", encoding="utf-8")
+    cut.write_text("T-0\ta\nD-0\t-1\ta\nT-1\tb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no T- lines"):
+        read_gen(empty)
+    with pytest.raises(ValueError, match="1 sentences have no hypothesis"):
+        read_gen(cut)
+
+
+def test_valid_points_reads_every_validation_of_a_fairseq_train_log(tmp_path):
+    log = tmp_path / "train.log"
+    line = "epoch 001 | valid on 'valid' subset | loss {} | nll_loss 1.2 | ppl 2.3 | num_updates {}\n"
+    log.write_text(
+        "noise\n" + line.format("5.5", 100) + "valid on 'valid' subset | loss 1\n" + line.format("4.5", 200),
+        encoding="utf-8",
+    )
+    points = valid_points(log)
+    assert [(p["loss"], p["num_updates"]) for p in points] == [("5.5", "100"), ("4.5", "200")]
+
+
+def test_convergence_is_flat_falling_or_unknown_by_the_last_quarter():
+    falling = [(100, 6.0), (200, 5.0), (300, 4.5), (400, 4.0)]
+    assert convergence(falling)[0] == "falling"
+    small = 4.0 * FLAT_DROP / 2
+    flat = [(100, 6.0), (200, 5.0), (300, 4.0 + small), (400, 4.0)]
+    assert convergence(flat) == ("flat", f"loss {4.0 + small:.3f} at 300 -> 4.000 at 400 (-0.5%)")
+    assert convergence([(100, 5.0), (200, 4.0)])[0] == "unknown"
+    assert convergence([(400, 6.0), (450, 5.0), (500, 4.0)])[0] == "unknown"  # nothing before the last quarter
+
+
+def test_draw_gate_writes_a_picture_whole(tmp_path):
+    path = tmp_path / "gate.png"
+    draw_gate(str(path), [[0.7, 0.3], [0.2, 0.8]], ["de", "fr"], [0, 1], "gate")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["gate.png"]  # no temporary file left
