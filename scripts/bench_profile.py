@@ -62,7 +62,7 @@ PHASE_SPOTS = [
         "TransformerDecoderBase",
         "extract_features_scriptable",
     ),
-    ("          SLP routing decision", "hltmt_plugin.modules.language_router", "LanguageRouter", "decide"),
+    ("          SLP routing decision", "hltmt_plugin.models.decoder", "HltmtTransformerDecoder", "slp_decision"),
     ("            route plan (RoutePlan)", "hltmt_plugin.modules.routing", "RoutePlan", "__init__"),
     ("            module ids", "hltmt_plugin.modules.language_router", "LanguageRouter", "module_ids"),
     ("          SLP modules", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "forward"),

@@ -54,5 +54,8 @@ def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path)
     quality = result["quality"]
     assert quality["tiny/float32"]["identical"] == quality["tiny/float32"]["lines"] == 6
     assert 0 <= quality["tiny/int8"]["identical"] <= 6 and "bleu" in quality["tiny/int8"]
-    assert result["max_logprob_diff"]["tiny/float32"] < 1e-3
+    # float32 kernels of two engines on the noised test model (every weight moved by 0.3, so its
+    # logits are large): up to ~1.5e-3 seen; the study's trained models stay under 1e-4
+    # (docs/benchmarks.md); an export that routes or converts a weight wrongly is off by > 0.1
+    assert result["max_logprob_diff"]["tiny/float32"] < 5e-3
     assert result["sizes"]["tiny/int8"] < result["sizes"]["tiny/float32"]
