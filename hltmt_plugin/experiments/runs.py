@@ -78,11 +78,10 @@ def gate_of(checkpoint):
     import torch
 
     from hltmt_plugin.hub.loading import load_model
-    from hltmt_plugin.models.hltmt_transformer import plugin_model
+    from hltmt_plugin.models.hltmt_transformer import pool_model
 
-    model, _, _ = load_model(checkpoint, explain_missing=False)
-    model = plugin_model(model)
-    if model is None or model.slp is None:  # "has a pool": the plugin's model, built with --high-resource-langs
+    model = pool_model(load_model(checkpoint, explain_missing=False)[0])
+    if model is None:
         raise LookupError(f"{checkpoint} holds a model without an HLT-MT pool (no gate to draw)")
     with torch.no_grad():
         probs = model.gate_probs().numpy()

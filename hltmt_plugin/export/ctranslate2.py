@@ -39,7 +39,7 @@ from hltmt_plugin.atomic_files import replace_folder
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest
 from hltmt_plugin.hub import HltmtTranslator
-from hltmt_plugin.models.hltmt_transformer import plugin_model
+from hltmt_plugin.models.hltmt_transformer import pool_model
 
 QUANTIZATIONS = manifest.QUANTIZATIONS
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
@@ -164,8 +164,8 @@ def check_exportable(translator) -> None:
 def group_targets(translator) -> Dict[str, str]:
     """Target language -> the group (CTranslate2 model) that serves it: ``main`` without a pool,
     else ``m<k>`` (the pool module of the routing map) or ``universal``."""
-    model = plugin_model(translator.model)
-    if model is None or model.slp is None:
+    model = pool_model(translator.model)
+    if model is None:
         return {lang: "main" for lang in translator.langs}
     return {lang: model.slp_route(lang) for lang in translator.langs}
 
@@ -182,8 +182,8 @@ def describe(translator, targets, models, quantization, checkpoint, version) -> 
     decoder_langtok = bool(getattr(args, "decoder_langtok", False))
     languages = translator.languages
     tokens = {lang: languages.token(lang) for lang in translator.langs} if encoder_langtok or decoder_langtok else {}
-    model = plugin_model(translator.model)
-    pooled = model is not None and model.slp is not None
+    model = pool_model(translator.model)
+    pooled = model is not None
     return {
         "format": manifest.FORMAT,
         "version": manifest.VERSION,

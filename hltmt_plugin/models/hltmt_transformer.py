@@ -337,3 +337,10 @@ def plugin_model(model) -> Optional[HltmtTransformerModel]:
     while model is not None and not isinstance(model, HltmtTransformerModel):
         model = getattr(model, "module", None)
     return model
+
+
+def pool_model(model) -> Optional[HltmtTransformerModel]:
+    """The plugin's model that ``model`` is or wraps when it has a pool (``--high-resource-langs``),
+    else None: the one test of "has an HLT-MT pool"."""
+    found = plugin_model(model)
+    return found if found is not None and found.slp is not None else None

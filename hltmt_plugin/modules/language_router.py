@@ -171,7 +171,7 @@ class LanguageRouter(nn.Module):
         (:func:`upgrade_router_state`), the map's rows reordered to this model's
         ``--high-resource-langs`` (the same languages in another order; others refused)."""
         prefix = f"{name}." if name else ""
-        upgrade_router_state(state_dict, prefix[: -len(ROUTER) - 1] if prefix.endswith(ROUTER + ".") else "")
+        upgrade_router_state(state_dict, name.rsplit(ROUTER, 1)[0])  # the decoder's prefix: "decoder."
         saved = state_dict.get(prefix + "high_langs")
         state_dict[prefix + "high_langs"] = self.high_langs.clone()
         if saved is None or names_of(saved) == self.high:  # (None: a checkpoint from before the names were saved)

@@ -21,7 +21,7 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.config import check_finite
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model
+from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model, pool_model
 from hltmt_plugin.pretrained import load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record
@@ -100,15 +100,10 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             )
 
     def updates_done(self) -> int:
-        model = self.pooled()
+        model = pool_model(self.model)
         if model is None:
             return 0
         return self.stages.updates_done(model) if self.stages is not None else model.slp_router.num_updates
-
-    def pooled(self):
-        """The model this task built when it is the plugin's with a pool, else None."""
-        model = plugin_model(self.model)
-        return model if model is not None and model.slp is not None else None
 
     def current_stage(self) -> str:
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
@@ -131,7 +126,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
                 self.source_dictionary,
                 getattr(args, "pretrained_xlmr_decoder", False),
             )
-        if self.stages is not None and (not ours or plugin_model(model).slp is None):
+        if self.stages is not None and pool_model(model) is None:
             raise HltmtConfigError("--high-resource-langs and the HLT-MT stages need --arch hltmt_transformer*")
         self.model = model
         return model
@@ -187,7 +182,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def optimizer_step(self, optimizer, model, update_num):
         self.idle_gradients.drop(self.model, optimizer)
         super().optimizer_step(optimizer, model, update_num)
-        if self.pooled() is not None:  # the count after this update, for stage decisions
+        if pool_model(self.model) is not None:  # the count after this update, for stage decisions
             self.model.set_num_updates(update_num + 1)
         interval = getattr(self.args, "hlt_param_digest_interval", 0)
         if interval and (update_num + 1) % interval == 0:

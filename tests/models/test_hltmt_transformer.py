@@ -266,3 +266,16 @@ def test_the_parent_task_is_refused_naming_hltmt_translation(data_bin, trained):
         done, "--arch hltmt_transformer needs --task hltmt_translation (got --task translation_multi_simple_epoch)"
     )
     assert not hypotheses(done)
+
+
+def test_the_plugin_model_and_pool_model_predicates_see_through_wrappers(data_bin, built):
+    from types import SimpleNamespace
+
+    from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
+
+    _, _, model = built
+    wrapped = SimpleNamespace(module=SimpleNamespace(module=model))  # as fairseq's distributed wrappers hold it
+    assert plugin_model(wrapped) is model and pool_model(wrapped) is model
+    _, _, no_pool = build(data_bin, "--high-resource-langs", "")
+    assert plugin_model(no_pool) is no_pool and pool_model(no_pool) is None
+    assert plugin_model(SimpleNamespace()) is None and pool_model(None) is None
