@@ -1,3 +1,5 @@
+import os
+import re
 import sys
 
 from setuptools import find_packages, setup
@@ -6,13 +8,20 @@ from setuptools import find_packages, setup
 # fairseq-fixed installs the same `fairseq` module and imports there.
 FAIRSEQ = "fairseq-fixed==0.12.3.1" if sys.version_info >= (3, 11) else "fairseq==0.12.2"
 
+# the one source of the version: hltmt_plugin.__version__, read without importing the package
+with open(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "hltmt_plugin", "__init__.py"), encoding="utf-8"
+) as f:
+    VERSION = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M).group(1)
+
 setup(
     name="hltmt_plugin",
-    version="0.1.0",
+    version=VERSION,
     description="HLT-MT and language-specific modules (adapters, skills) for multilingual NMT, as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="MIT",
+    license_files=["LICENSE"],
     packages=find_packages(include=["hltmt_plugin", "hltmt_plugin.*"]),
     # checked: 3.11 (make setup, the test suite), 3.12 and 3.13 (make check-python)
     python_requires=">=3.11",

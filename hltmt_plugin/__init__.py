@@ -16,7 +16,7 @@ import sys
 
 from hltmt_plugin.errors import install_excepthook
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _registered = False
 
