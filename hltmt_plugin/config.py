@@ -10,13 +10,23 @@ from typing import List, Optional
 from fairseq.dataclass import FairseqDataclass
 
 from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.paths import check_field_value, field_kind
 
 
 class OptionGroup(FairseqDataclass):
+    """Fields that name a file or folder say so (``metadata={"path": KIND}``, :mod:`hltmt_plugin.paths`)
+    and are checked as the plugin's commands check theirs when the group is read."""
+
     @classmethod
     def from_namespace(cls, args):
-        """This group's fields as they stand in ``args`` (defaults for the absent ones)."""
-        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
+        """This group's fields as they stand in ``args`` (defaults for the absent ones); a declared
+        path that cannot be what it names is one HltmtConfigError."""
+        group = cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__ if hasattr(args, k)})
+        for name, spec in cls.__dataclass_fields__.items():
+            kind = field_kind(spec)
+            if kind is not None:
+                check_field_value(name, getattr(group, name), kind)
+        return group
 
 
 def parse_layers(value: Optional[str], num_layers: int, option: str) -> List[int]:

@@ -47,7 +47,8 @@ class PretrainedConfig(OptionGroup):
         default=None,
         metadata={
             "help": "initialise the encoder from this fairseq RoBERTa / XLM-R model.pt "
-            "(its dict.txt must lie beside it)"
+            "(its dict.txt must lie beside it)",
+            "path": "read-file",
         },
     )
     pretrained_xlmr_decoder: bool = field(

@@ -38,6 +38,7 @@ ALL = "all"
 FAST = {
     # unit tests (in-process; some build a model on the session's data slice)
     "test_atomic_files.py": ALL,
+    "test_paths.py": ALL,
     "test_directions.py": ALL,
     "test_function_size.py": ALL,
     "test_golden.py": ALL,

@@ -35,6 +35,7 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)  # "
 from hltmt_plugin.atomic_files import check_output  # noqa: E402
 from hltmt_plugin.cli import add_version, register  # noqa: E402
 from hltmt_plugin.errors import HltmtInputError  # noqa: E402
+from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FILE, ArgumentParser, path_option  # noqa: E402
 
 
 def load(path, data):
@@ -98,22 +99,33 @@ def import_(args):
     print(f"imported {lang} into {args.out}{' (replacing it)' if same else ''} (adapter languages {langs})")
 
 
-def main(argv=None):
-    p = add_version(argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+def build_parser():
+    """The command line of hltmt-adapters (export / import)."""
+    p = add_version(ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     sub = p.add_subparsers(dest="command", required=True)
     e = sub.add_parser("export", help="write one language's adapters to a small file")
-    e.add_argument("--path", required=True, help="checkpoint holding the adapters")
+    path_option(e, "--path", kind=READ_FILE, required=True, help="checkpoint holding the adapters")
     e.add_argument("--lang", required=True, help="the language to export")
-    e.add_argument("--out", required=True, help="the adapter file to write")
+    path_option(e, "--out", kind=WRITE_FILE, required=True, help="the adapter file to write")
     i = sub.add_parser("import", help="add a language's adapters to a checkpoint of the same base")
-    i.add_argument("--path", required=True, help="checkpoint to import into")
-    i.add_argument("--adapters", required=True, help="an adapter file written by export")
-    i.add_argument("--out", required=True, help="the checkpoint to write")
+    path_option(i, "--path", kind=READ_FILE, required=True, help="checkpoint to import into")
+    path_option(i, "--adapters", kind=READ_FILE, required=True, help="an adapter file written by export")
+    path_option(
+        i, "--out", kind=WRITE_FILE, in_place=("--path",), required=True, help="the checkpoint to write (may be --path)"
+    )
     for sp in (e, i):
-        sp.add_argument(
-            "--data", default=None, help="binarized data folder (default: the one the checkpoint was trained on)"
+        path_option(
+            sp,
+            "--data",
+            kind=READ_FOLDER,
+            default=None,
+            help="binarized data folder (default: the one the checkpoint was trained on)",
         )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     check_output(args.out, "--out")  # a device, FIFO or stream path: refused before any work
     register()  # the task and model, safe loading: once the arguments are read
     if args.command == "export":

@@ -174,15 +174,20 @@ def average(paths):
     return first_state
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
+def build_parser():
+    """The command line of hltmt-average-checkpoints."""
+    from hltmt_plugin.paths import READ_PATH, WRITE_FILE, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(
+        p,
         "--inputs",
+        kind=READ_PATH,
         required=True,
         nargs="+",
         help="the checkpoint files, or one folder with --num-epoch-checkpoints / --num-update-checkpoints",
     )
-    p.add_argument("--output", required=True, metavar="FILE", help="the averaged checkpoint to write")
+    path_option(p, "--output", kind=WRITE_FILE, required=True, help="the averaged checkpoint to write")
     num = p.add_mutually_exclusive_group()
     num.add_argument(
         "--num-epoch-checkpoints",
@@ -202,7 +207,11 @@ def main(argv=None):
         metavar="K",
         help="with --num-*-checkpoints: take no checkpoint of an epoch (update) above K",
     )
-    args = add_version(p).parse_args(argv)
+    return add_version(p)
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     check_output(args.output, "--output")  # a device, FIFO or stream path: refused before any work
     n = args.num_update_checkpoints if args.num_update_checkpoints is not None else args.num_epoch_checkpoints
     if n is None:

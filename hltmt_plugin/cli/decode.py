@@ -151,6 +151,15 @@ def decode_all(jobs, common, data, workers, log_dir, env=None, echo=sys.stdout):
         raise DecodeFailed(f"decode worker failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
 
 
+def build_parser():
+    """The command line of the decoding workers (before ``--``)."""
+    from hltmt_plugin.paths import READ_FILE, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(p, "--jobs", kind=READ_FILE, required=True, help="tab-separated job file (see above)")
+    return p
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
@@ -160,9 +169,7 @@ def main(argv=None):
         )
         return 2
     cut = argv.index("--")
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--jobs", required=True, help="tab-separated job file (see above)")
-    args = p.parse_args(argv[:cut])
+    args = build_parser().parse_args(argv[:cut])
     try:
         jobs = read_jobs(args.jobs)
     except (DecodeFailed, OSError) as error:

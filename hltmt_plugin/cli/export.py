@@ -32,9 +32,11 @@ def build_parser():
     from hltmt_plugin.cli import add_version
     from hltmt_plugin.export.manifest import QUANTIZATIONS
 
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", "--path", required=True, help="the checkpoint to export")
-    p.add_argument("--out", "-o", required=True, metavar="FOLDER", help="the export folder to write")
+    from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FOLDER, ArgumentParser, path_option
+
+    p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(p, "--checkpoint", "--path", kind=READ_FILE, required=True, help="the checkpoint to export")
+    path_option(p, "--out", "-o", kind=WRITE_FOLDER, required=True, help="the export folder to write")
     p.add_argument("--to", default="ctranslate2", choices=["ctranslate2"], help="the engine to export to")
     p.add_argument(
         "--quantization",
@@ -42,8 +44,20 @@ def build_parser():
         choices=QUANTIZATIONS,
         help="the weights' type (CTranslate2's quantization; default float32)",
     )
-    p.add_argument("--spm", default=None, help="sentencepiece model (default: found as hltmt-translate finds it)")
-    p.add_argument("--data", default=None, help="binarized data folder with the dict.*.txt (default: the stored one)")
+    path_option(
+        p,
+        "--spm",
+        kind=READ_FILE,
+        default=None,
+        help="sentencepiece model (default: found as hltmt-translate finds it)",
+    )
+    path_option(
+        p,
+        "--data",
+        kind=READ_FOLDER,
+        default=None,
+        help="binarized data folder with the dict.*.txt (default: the stored one)",
+    )
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--verbose", action="store_true", help="fairseq's log messages on stderr")
     return add_version(p)

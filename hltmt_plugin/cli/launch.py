@@ -60,7 +60,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    from hltmt_plugin.paths import WORK_FOLDER, ArgumentParser, path_option
+
+    p = ArgumentParser(
         description=__doc__, formatter_class=HelpFormatter, usage="%(prog)s [options] -- FAIRSEQ_TRAIN_ARGUMENTS"
     )
     p.add_argument("--nproc", type=int, default=2, help="processes (ranks) on this machine")
@@ -69,7 +71,9 @@ def build_parser():
     p.add_argument("--master-addr", default="127.0.0.1", help="address of the machine with node rank 0")
     p.add_argument("--master-port", type=int, default=0, help="default: a free port (single machine only)")
     p.add_argument("--gpu", action="store_true", help="NCCL, one GPU per local rank")
-    p.add_argument("--log-dir", default=None, help="where rank{R}.log go (default: the --save-dir, or .)")
+    path_option(
+        p, "--log-dir", kind=WORK_FOLDER, default=None, help="where rank{R}.log go (default: the --save-dir, or .)"
+    )
     return add_version(p)
 
 

@@ -207,16 +207,23 @@ def check(path: str) -> str:
     return ""
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
+def build_parser():
+    """The command line of hltmt-options."""
+    from hltmt_plugin.paths import READ_FILE, ArgumentParser, path_option
+
+    parser = ArgumentParser(
         prog="hltmt-options", description="List the options hltmt_plugin adds to fairseq, with defaults and help."
     )
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--markdown", action="store_true", help="write the Markdown reference (docs/options.md)")
-    what.add_argument(
-        "--check", metavar="FILE", help="exit 1 when FILE is not what --markdown writes (a stale reference)"
+    path_option(
+        what, "--check", kind=READ_FILE, help="exit 1 when FILE is not what --markdown writes (a stale reference)"
     )
-    add_version(parser)
+    return add_version(parser)
+
+
+def main(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     register()  # the task, model and criterion; keeps fairseq's start-up noise out
     if args.check:

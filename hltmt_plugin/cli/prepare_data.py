@@ -272,9 +272,17 @@ def binarize(spm_dir, bin_dir, lang, workers):
 
 def build_parser():
     """The command line of hltmt-prepare-data."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("--raw", default=DEBMT10, help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)")
-    p.add_argument("--out", required=True, help="output folder (spm/ and bin/ inside)")
+    from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    path_option(
+        p,
+        "--raw",
+        kind=READ_FOLDER,
+        default=DEBMT10,
+        help="folder of {split}.en-XX.{en,XX} files (DebMT-10 by default)",
+    )
+    path_option(p, "--out", kind=WORK_FOLDER, required=True, help="output folder (spm/ and bin/ inside)")
     p.add_argument("--langs", default=",".join(WMT10_LANGS), help="non-English languages, comma-separated")
     p.add_argument(
         "--segment-words",
@@ -294,13 +302,17 @@ def build_parser():
     p.add_argument("--max-valid", type=int, default=None, help="first N valid lines per pair")
     p.add_argument("--max-test", type=int, default=None, help="first N test lines per pair")
     p.add_argument("--vocab-size", type=int, default=8000, help="joint sentencepiece vocabulary")
-    p.add_argument(
+    path_option(
+        p,
         "--spm-model",
+        kind=READ_FILE,
         default=None,
         help="reuse this sentencepiece model instead of training one (e.g. XLM-R's sentencepiece.bpe.model)",
     )
-    p.add_argument(
+    path_option(
+        p,
         "--dict",
+        kind=READ_FILE,
         default=None,
         help="with --spm-model: binarize with this fixed fairseq dictionary "
         "(e.g. XLM-R's dict.txt) instead of one made from the model's pieces",

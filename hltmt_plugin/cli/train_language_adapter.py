@@ -170,15 +170,24 @@ def run(args):
     return losses
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--path", required=True, help="checkpoint of a translation model with adapters")
+def build_parser():
+    """The command line of hltmt-train-language-adapter."""
+    from hltmt_plugin.paths import READ_FILE, READ_FOLDER, READ_STREAM, WRITE_FILE, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(p, "--path", kind=READ_FILE, required=True, help="checkpoint of a translation model with adapters")
     p.add_argument("--lang", required=True, help="the language of --text (one of the model's --langs)")
-    p.add_argument("--text", required=True, help="plain text of that language, one sentence per line")
-    p.add_argument("--spm", required=True, help="the sentencepiece model the model's data was encoded with")
-    p.add_argument("--out", required=True, help="the adapter file to write")
-    p.add_argument(
-        "--data", default=None, help="binarized data folder (default: the one the checkpoint was trained on)"
+    path_option(p, "--text", kind=READ_STREAM, required=True, help="plain text of that language, one sentence per line")
+    path_option(
+        p, "--spm", kind=READ_FILE, required=True, help="the sentencepiece model the model's data was encoded with"
+    )
+    path_option(p, "--out", kind=WRITE_FILE, required=True, help="the adapter file to write")
+    path_option(
+        p,
+        "--data",
+        kind=READ_FOLDER,
+        default=None,
+        help="binarized data folder (default: the one the checkpoint was trained on)",
     )
     p.add_argument("--steps", type=int, default=1000, help="updates (default 1000)")
     p.add_argument("--lr", type=float, default=1e-4, help="Adam learning rate (MAD-X: 1e-4)")
@@ -189,8 +198,11 @@ def parse_args(argv=None):
     p.add_argument("--log-interval", type=int, default=50, help="log the mean MLM loss every this many steps")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--cpu", action="store_true", help="train on the CPU even when a GPU is there")
-    add_version(p)
-    return p.parse_args(argv)
+    return add_version(p)
+
+
+def parse_args(argv=None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None):

@@ -51,12 +51,14 @@ from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.paths import READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM, WRITE_STREAM, path_option
+from hltmt_plugin.paths import ArgumentParser as PathsParser
 
 
 PROG = "hltmt-translate"
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(PathsParser):
     """argparse, with a wrong option reported in one line."""
 
     def error(self, message):
@@ -73,28 +75,34 @@ def finite_float(text):
 def build_parser():
     """The command line of hltmt-translate."""
     p = Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument(
+    path_option(
+        p,
         "--checkpoint",
         "--path",
+        kind=READ_PATH,
         required=True,
         help="checkpoint of --task hltmt_translation or translation_multi_simple_epoch "
         "(any of their models, fairseq's transformer included)",
     )
-    p.add_argument(
+    path_option(
+        p,
         "--spm",
+        kind=READ_FILE,
         default=None,
         help="sentencepiece model (default: found beside the data folder "
         "(../spm/spm.model), in it, or beside the checkpoint)",
     )
-    p.add_argument(
+    path_option(
+        p,
         "--data",
+        kind=READ_FOLDER,
         default=None,
         help="binarized data folder with the dict.*.txt (default: the one "
         "stored in the checkpoint, or the checkpoint's own folder when "
         "that one is gone and the dictionaries lie beside the checkpoint)",
     )
-    p.add_argument("--input", "-i", default="-", help="input file (default: stdin)")
-    p.add_argument("--output", "-o", default="-", help="output file (default: stdout)")
+    path_option(p, "--input", "-i", kind=READ_STREAM, default="-", help="input file (default: stdin)")
+    path_option(p, "--output", "-o", kind=WRITE_STREAM, default="-", help="output file (default: stdout)")
     p.add_argument("--src", default=None, help="source language of every line (plain-text input; with --tgt)")
     p.add_argument("--tgt", default=None, help="target language of every line (plain-text input; with --src)")
     p.add_argument("--beam", type=int, default=5)

@@ -534,8 +534,11 @@ class Job:
         run_steps(steps, self.run_dir, self.dry_run)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    """The command line of hltmt-main-job."""
+    from hltmt_plugin.paths import READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--size",
         choices=sorted(SIZES),
@@ -544,11 +547,19 @@ def main(argv=None):
         "the method's quality); base: the paper's size for GPUs (transformer-base, 50k + 50k "
         "updates, the batch of 64 GPUs of 4,096 tokens)",
     )
-    p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
+    path_option(
+        p,
+        "--raw",
+        kind=READ_FOLDER,
+        default=DEBMT10,
+        help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)",
+    )
     p.add_argument("--langs", default=None, help="non-English languages (default: the ten WMT-10 languages)")
     p.add_argument("--high", default=None, help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et)")
     p.add_argument("--title", default="results", help="report title when --raw is not DebMT-10")
-    p.add_argument("--run-dir", default=None, help="where everything goes (default: runs/debmt10-SIZE)")
+    path_option(
+        p, "--run-dir", kind=WORK_FOLDER, default=None, help="where everything goes (default: runs/debmt10-SIZE)"
+    )
     p.add_argument(
         "--seeds",
         type=lambda v: [int(x) for x in v.split(",")],
@@ -605,7 +616,11 @@ def main(argv=None):
         default=0,
         help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)",
     )
-    add_version(p)
+    return add_version(p)
+
+
+def main(argv=None):
+    p = build_parser()
     args = p.parse_args(argv)
     if args.decode_workers < 0 or args.update_freq < 0 or args.train_jobs < 0:
         p.error("--decode-workers, --update-freq and --train-jobs must be >= 0")

@@ -430,16 +430,20 @@ def gate_heatmap(path, checkpoint):
 
 def build_parser():
     """The command line of hltmt-report."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--decode-dir", required=True)
-    p.add_argument("--out", required=True)
+    from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(p, "--decode-dir", kind=READ_FOLDER, required=True, help="the decoded outputs (*.gen) of the systems")
+    path_option(p, "--out", kind=WORK_FOLDER, required=True, help="the report's folder (results.md, .csv, charts)")
     p.add_argument("--high", required=True, help="high-resource languages (comma-separated)")
     p.add_argument("--baseline", default="mnmt")
     p.add_argument("--system", default="hltmt")
     p.add_argument("--title", default="results")
     p.add_argument("--note", default="")
-    p.add_argument(
+    path_option(
+        p,
         "--gate-checkpoint",
+        kind=READ_FILE,
         default=None,
         help="HLT-MT checkpoint for the gate heatmap: stage 1's, or a later one (it holds the fixed map)",
     )

@@ -657,15 +657,27 @@ def summary_line(study, system, seed):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--raw", default=DEBMT10, help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)")
-    p.add_argument(
+    from hltmt_plugin.paths import READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
+
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    path_option(
+        p,
+        "--raw",
+        kind=READ_FOLDER,
+        default=DEBMT10,
+        help="raw parallel data, {split}.en-XX.{en,XX} (default: DebMT-10)",
+    )
+    path_option(
+        p,
         "--run-dir",
+        kind=WORK_FOLDER,
         default=os.path.join("runs", "cpu-study"),
         help="data, checkpoints and logs (default: runs/cpu-study)",
     )
-    p.add_argument(
+    path_option(
+        p,
         "--results",
+        kind=WORK_FOLDER,
         default=None,
         help="scores, hypotheses, logs, report and the seed-1 models (default: RUN_DIR/results; the "
         "recorded study of a source checkout is docs/results/cpu-study, written only when named here)",

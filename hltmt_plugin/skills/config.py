@@ -56,7 +56,8 @@ class SkillConfig(OptionGroup):
         metadata={
             "help": 'JSON file {"skills": [...], "directions": {"src-tgt": [skills]}} '
             "giving the skills each direction activates (default: generic + the "
-            "source language + to_en / from_en, for every pair of --langs)"
+            "source language + to_en / from_en, for every pair of --langs)",
+            "path": "read-file",
         },
     )
 

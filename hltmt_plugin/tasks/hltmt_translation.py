@@ -22,7 +22,7 @@ from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.config import check_finite
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model, pool_model
-from hltmt_plugin.pretrained import load_pretrained
+from hltmt_plugin.pretrained import PretrainedConfig, load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record
 from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split
@@ -119,10 +119,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         if self.training and ours:
             check_ddp_backend(args)
             check_precision(args)
-        if not from_checkpoint and getattr(args, "pretrained_xlmr_checkpoint", None):
+        pretrained = PretrainedConfig.from_namespace(args)  # its declared path checked
+        if not from_checkpoint and pretrained.pretrained_xlmr_checkpoint:
             load_pretrained(
                 model,
-                args.pretrained_xlmr_checkpoint,
+                pretrained.pretrained_xlmr_checkpoint,
                 self.source_dictionary,
                 getattr(args, "pretrained_xlmr_decoder", False),
             )

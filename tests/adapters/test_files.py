@@ -385,5 +385,5 @@ def test_export_over_its_own_checkpoint_is_refused(with_hi, tmp_path):
     before = ckpt.read_bytes()
     done = run([ADAPTERS, "export", "--path", str(ckpt), "--lang", "hi", "--out", str(ckpt)])
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert f"hltmt_plugin: error: export --out {ckpt} is the checkpoint --path itself" in done.stderr
+    assert f"error: --out {ckpt} is --path {ckpt}, an input of this command" in done.stderr
     assert ckpt.read_bytes() == before

@@ -34,7 +34,8 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused_and_kept(hltmt, d
     common = ["--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu"]
     assert_refused(
         translate(*common, "--input", str(text), "-o", str(text)),
-        f"hltmt-translate: error: --output {text} is the --input file: writing there would replace it",
+        f"hltmt-translate: error: --output {text} is --input {text}, an input of this command: writing there would "
+        "replace it",
     )
     with open(text, "rb") as stdin:  # hltmt-translate -o F < F
         done = subprocess.run(
@@ -46,13 +47,13 @@ def test_an_output_that_is_a_file_the_command_reads_is_refused_and_kept(hltmt, d
             env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
     assert_refused(done, f"--output {text} is the file on stdin")
-    assert_refused(translate(*common, "--input", str(text), "-o", hltmt), f"--output {hltmt} is the checkpoint")
+    assert_refused(translate(*common, "--input", str(text), "-o", hltmt), f"--output {hltmt} is --checkpoint")
     assert_refused(
         translate(*common, "--input", str(text), "-o", os.path.join(data_bin, "dict.en.txt")),
         "is a file of the data folder",
     )
     assert_refused(translate(*common, "--input", str(text), "-o", spm_of(data_bin)), "is the sentencepiece model")
-    assert_refused(translate(*common, "--input", str(text), "-o", str(tmp_path)), f"--output {tmp_path} is a folder")
+    assert_refused(translate(*common, "--input", str(text), "-o", str(tmp_path)), f"{tmp_path}: it is a folder")
     assert_refused(
         translate(*common, "--input", str(text), "-o", str(tmp_path / "no" / "out.txt")),
         "cannot write --output",

@@ -1,0 +1,244 @@
+"""Options that name a file or folder, declared as such where they are defined.
+
+Every option of the plugin's commands that names something to read or write is added with
+:func:`path_option` (argparse) or carries ``metadata={"path": KIND}`` (the plugin's fairseq
+options, dataclass fields), with one of :data:`KINDS`. The declaration does two things:
+
+- at parsing, a value is refused in one line when it cannot be what the kind says without
+  harm: a FIFO, a device or a socket where a file or folder is read or written (opening one
+  would hang or replace it), a regular file where a folder is written, a folder where a file is
+  written; nothing is opened;
+- after parsing (:class:`ArgumentParser`), no output may be, hold or lie inside an input of
+  the same command line (an input lost to its own output, or deleted by ``--force``).
+
+The declarations are what the route-by-hazard test (``tests/test_hazards.py``) reads: it finds
+every declared option of every installed command by itself, crosses it with the hazards of its
+kind, and fails on an installed command with a path option that is not declared.
+docs/bad-input.md shows the table it generates.
+"""
+
+import argparse
+import os
+import stat
+from typing import Dict, List, Optional, Tuple
+
+READ_FILE = "read-file"  # a file the command reads (a checkpoint, a model, a record)
+READ_FOLDER = "read-folder"  # a folder the command reads (a data folder)
+READ_PATH = "read-path"  # a file or a folder (a checkpoint or an export folder)
+READ_STREAM = "read-stream"  # a file, "-" (standard input) or a pipe
+WRITE_FILE = "write-file"  # a file the command writes whole
+WRITE_STREAM = "write-stream"  # a file written whole, or "-" (standard output)
+WRITE_FOLDER = "write-folder"  # a folder the command writes whole (replaced only with --force)
+WORK_FOLDER = "work-folder"  # a folder a run writes as it goes and resumes from
+KINDS = (READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM, WRITE_FILE, WRITE_STREAM, WRITE_FOLDER, WORK_FOLDER)
+READS = (READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM)
+WRITES = (WRITE_FILE, WRITE_STREAM, WRITE_FOLDER, WORK_FOLDER)
+STREAM = "-"
+METAVARS = {
+    READ_FILE: "FILE",
+    READ_FOLDER: "FOLDER",
+    READ_PATH: "PATH",
+    READ_STREAM: "FILE",
+    WRITE_FILE: "FILE",
+    WRITE_STREAM: "FILE",
+    WRITE_FOLDER: "FOLDER",
+    WORK_FOLDER: "FOLDER",
+}
+
+
+def _special(mode: int) -> Optional[str]:
+    """What a file of ``mode`` is when it is not a regular file or a folder, else None."""
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return None
+
+
+def problem(value: str, kind: str) -> Optional[str]:
+    """Why ``value`` cannot be a path of ``kind`` (None when it can, or when only the command can
+    tell: a missing input is the command's to report). Looks at what the path is (``stat``,
+    following links), never opens it."""
+    if value == "":
+        return "an empty path: name a file or folder"
+    if value == STREAM and kind in (READ_STREAM, WRITE_STREAM):
+        return None
+    if "\x00" in value:
+        return "a path cannot hold a NUL character"
+    try:
+        mode = os.stat(value).st_mode
+    except (OSError, ValueError):
+        return None  # missing, or unreachable: reported by the command that needs it
+    special = _special(mode)
+    if kind == READ_STREAM:
+        return None if special in (None, "a FIFO") else f"it is {special}: name a file, a pipe or -"
+    if special is not None:
+        verb = "read" if kind in READS else "written"
+        return f"it is {special}, which cannot be {verb} as a {'folder' if 'folder' in kind else 'file'}"
+    if kind in (WRITE_FOLDER, WORK_FOLDER) and not stat.S_ISDIR(mode):
+        return "it is a file: name a folder"
+    if kind in (WRITE_FILE, WRITE_STREAM) and stat.S_ISDIR(mode):
+        return "it is a folder: name a file"
+    if kind == READ_FOLDER and not stat.S_ISDIR(mode):
+        return "it is a file: name a folder"
+    if kind == READ_FILE and stat.S_ISDIR(mode):
+        return "it is a folder: name a file"
+    return None
+
+
+class PathType:
+    """argparse's ``type`` of a declared path option: the value unchanged, or an
+    ``ArgumentTypeError`` saying why it cannot be a path of this kind."""
+
+    def __init__(self, kind: str, convert=None):
+        if kind not in KINDS:
+            raise ValueError(f"unknown path kind {kind!r}: one of {', '.join(KINDS)}")
+        self.kind, self.convert = kind, convert
+        self.__name__ = kind  # argparse names the type in its messages
+
+    def __call__(self, value: str):
+        why = problem(value, self.kind)
+        if why is not None:
+            raise argparse.ArgumentTypeError(f"{value}: {why}")
+        return self.convert(value) if self.convert is not None else value
+
+
+def path_option(parser, *flags, kind: str, in_place: Tuple[str, ...] = (), **kwargs) -> argparse.Action:
+    """``parser.add_argument(*flags, **kwargs)`` for an option naming a path of ``kind``:
+    declared (the action's ``path_kind``) and checked at parsing (:class:`PathType`). An output
+    may name the input options of ``in_place`` (an update in place, written whole by the one
+    writer: the input is read before its new self replaces it)."""
+    kwargs["type"] = PathType(kind, kwargs.get("type"))
+    kwargs.setdefault("metavar", METAVARS[kind])
+    action = parser.add_argument(*flags, **kwargs)
+    action.path_kind, action.in_place = kind, tuple(in_place)
+    return action
+
+
+def declared(parser) -> List[Tuple[str, argparse.Action]]:
+    """``(subcommand, action)`` of every option of ``parser`` and its subcommands (subcommand
+    ``""`` for the command itself), path options or not."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(f"{name} {s}".strip(), a) for s, a in declared(sub)]
+        else:
+            found.append(("", action))
+    return found
+
+
+def path_kind(action) -> Optional[str]:
+    """The declared kind of an argparse action, or None."""
+    return getattr(action, "path_kind", None)
+
+
+def field_kind(field) -> Optional[str]:
+    """The declared kind of a dataclass field (``metadata={"path": KIND}``), or None."""
+    kind = field.metadata.get("path") if field.metadata else None
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"field {field.name}: unknown path kind {kind!r}")
+    return kind
+
+
+def check_field_value(name: str, value, kind: str) -> None:
+    """A plugin's fairseq option (``--name``) that names a path of ``kind``, checked as
+    :class:`PathType` checks a command's: one HltmtConfigError."""
+    from hltmt_plugin.errors import HltmtConfigError
+
+    if value is None:
+        return
+    why = problem(str(value), kind)
+    if why is not None:
+        raise HltmtConfigError(f"--{name.replace('_', '-')} {value}: {why}")
+
+
+def option_name(action) -> str:
+    """The name an option is called by in messages: its first long form."""
+    flags = action.option_strings
+    return next((f for f in flags if f.startswith("--")), flags[0] if flags else action.dest)
+
+
+def _values(args, action) -> List[str]:
+    value = getattr(args, action.dest, None)
+    if value is None:
+        return []
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [str(v) for v in values if str(v) not in ("", STREAM)]
+
+
+def _resolved(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def overlap(output: str, out_kind: str, source: str) -> Optional[str]:
+    """How the output ``output`` (of ``out_kind``) collides with the input ``source``, or None:
+    it is the input, holds it (a folder output), or lies inside it (an input folder)."""
+    out, src = _resolved(output), _resolved(source)
+    if out == src:
+        return "is"
+    if out_kind == WRITE_FOLDER and _within(src, out):  # --force would delete it
+        return "holds"
+    if os.path.isdir(src) and _within(out, src):
+        return "lies inside"
+    return None
+
+
+def collisions(parser, args) -> List[str]:
+    """One line for each output option of ``args`` that is, holds or lies inside an input option."""
+    chosen = getattr(args, "command", None)
+    actions = [(sub, a) for sub, a in declared(parser) if path_kind(a) and (not sub or sub.split()[0] == chosen)]
+    inputs: Dict[str, Tuple[str, str]] = {}
+    for _, action in actions:
+        if path_kind(action) in READS:
+            for value in _values(args, action):
+                inputs.setdefault(value, (option_name(action), value))
+    lines = []
+    for _, action in actions:
+        kind = path_kind(action)
+        if kind not in WRITES:
+            continue
+        option = option_name(action)
+        for value in _values(args, action):
+            for source, (in_option, _) in inputs.items():
+                how = overlap(value, kind, source)
+                if how == "is" and in_option in getattr(action, "in_place", ()):
+                    continue
+                if how is not None:
+                    lines.append(
+                        f"{option} {value} {how} {in_option} {source}, an input of this command: "
+                        "writing there would replace it; name another " + ("folder" if "folder" in kind else "file")
+                    )
+    return lines
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose parsing also refuses an output that is, holds or lies inside an input of
+    the same command line (:func:`collisions`); every error is one line (exit 2)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extra = super().parse_known_args(args, namespace)
+        if not getattr(self, "_nested", False):
+            lines = collisions(self, parsed)
+            if lines:
+                self.error(lines[0])
+        return parsed, extra
+
+    def add_subparsers(self, **kwargs):
+        kwargs.setdefault("parser_class", _SubParser)
+        return super().add_subparsers(**kwargs)
+
+
+class _SubParser(ArgumentParser):
+    """A subcommand's parser: its options are checked by the command's parser, which sees them all."""
+
+    _nested = True
