@@ -29,14 +29,19 @@ Reading is :mod:`hltmt_plugin.compat.safe_loading`'s: every checkpoint and adapt
 read weights-only, with the allowlist of types fairseq checkpoints hold.
 """
 
+import atexit
 import errno
+import fcntl
+import json
 import os
+import random
+import re
 import shutil
 import signal
 import stat
 import tempfile
 import threading
-from typing import Callable, Optional, Set
+from typing import Callable, Dict, Optional, Set
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
@@ -123,14 +128,17 @@ def check_output(path: str, label: str) -> None:
         raise HltmtInputError(f"cannot write {label} {path}: {error.strerror}") from None
 
 
-# temporary files being written, removed by the SIGTERM handler before the process ends
+# temporary files and folders being written, removed by the SIGTERM handler before the process ends
 _LIVE: Set[str] = set()
+_LIVE_FOLDERS: Set[str] = set()
 _handler_installed = False
 
 
 def _on_sigterm(signum, frame):
     for tmp in list(_LIVE):
         _remove_quietly(tmp)
+    for folder in list(_LIVE_FOLDERS):
+        shutil.rmtree(folder, ignore_errors=True)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)  # end as SIGTERM ends a process (status 143 in a shell)
 
@@ -360,3 +368,325 @@ def inside(path: str, folder: str) -> bool:
     """Whether ``path`` is ``folder`` or lies under it (both resolved)."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+# ---- folders written whole -----------------------------------------------------------------------------
+MARKER = ".hltmt-output.json"  # in every folder write_folder writes: which command wrote it, and its files
+_MARKER_FORMAT = "hltmt-output"
+_MARKER_MAX = 1 << 20  # bytes; a marker lists file names only
+_TEMP_RE = r"\.hltmt-(\d+)-[a-z0-9_]+\.(partial|old)"
+
+
+class FolderRefused(HltmtConfigError):
+    """A folder output that must not be written, or cannot be: one line naming the option."""
+
+
+def _resolved(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _kind_of(mode: int) -> Optional[str]:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return None if stat.S_ISDIR(mode) else "a file"
+
+
+def _files_under(folder: str) -> Set[str]:
+    """Every name under ``folder`` that is not a folder (links not followed), relative, ``/``-joined."""
+    found = set()
+    for root, dirs, names in os.walk(folder):
+        names += [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for name in names:
+            found.add(os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/"))
+    return found
+
+
+def read_marker(folder: str) -> Optional[dict]:
+    """The marker of ``folder`` (``{"written_by": KIND, "files": [...]}``), None when it has none or
+    an unreadable one. Never follows a link and never opens a FIFO or a device (lstat first)."""
+    path = os.path.join(folder, MARKER)
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MARKER_MAX:
+            return None
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            record = json.loads(f.read(_MARKER_MAX).decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(record, dict)
+        or record.get("format") != _MARKER_FORMAT
+        or not isinstance(record.get("written_by"), str)
+        or not isinstance(record.get("files"), list)
+        or not all(isinstance(name, str) for name in record["files"])
+    ):
+        return None
+    return record
+
+
+def _check_replaceable(target: str, shown: str, kind: str, force: bool) -> None:
+    """Refuse an existing ``target`` unless it is an empty folder, or a folder ``kind`` wrote
+    (holding nothing it did not write) and ``force`` is given."""
+    try:
+        mode = os.lstat(target).st_mode
+        names = os.listdir(target) if stat.S_ISDIR(mode) else None
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise FolderRefused(f"cannot write {shown}: {error.strerror or error}") from None
+    what = _kind_of(mode)
+    if what is not None:
+        raise FolderRefused(f"{shown} is {what}, not a folder: name a new folder")
+    if not names:
+        return
+    marker = read_marker(target)
+    if marker is None or marker["written_by"] != kind:
+        by = f"{marker['written_by']} wrote it, not {kind}" if marker else f"{kind} did not write it (no {MARKER})"
+        raise FolderRefused(
+            f"{shown} exists and {by}: it is never replaced; name a new folder (or empty or remove it yourself)"
+        )
+    extra = sorted(_files_under(target) - set(marker["files"]) - {MARKER})
+    if extra:
+        raise FolderRefused(f"{shown} holds {extra[0]}, which {kind} did not write: move it out, or name a new folder")
+    if not force:
+        raise FolderRefused(f"{shown} exists (written by {kind}): name a new folder, or add --force to replace it")
+
+
+def _check_inputs(target: str, shown: str, inputs: Optional[Dict[str, Optional[str]]]) -> None:
+    """Refuse an output that is, holds or lies inside an input of the run."""
+    for what, path in (inputs or {}).items():
+        if not path:
+            continue
+        source = _resolved(path)
+        how = "is" if source == target else "holds" if _within(source, target) else None
+        if how is None and _within(target, source):
+            how = "lies inside"
+        if how:
+            raise FolderRefused(f"{shown} {how} {what} {path}: name another folder")
+    here = _resolved(os.getcwd())
+    if _within(here, target):
+        raise FolderRefused(f"{shown} {'is' if here == target else 'holds'} the current folder: name another folder")
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_folder_output(out: str, *, kind: str, force: bool = False, option: str = "--out", inputs=None) -> None:
+    """What :func:`write_folder` refuses before any work, checked now (one :class:`FolderRefused`):
+    lets a command refuse before it loads a model; nothing is written."""
+    shown = f"{option} {out}"
+    target = _resolved(out)
+    _check_inputs(target, shown, inputs)
+    _check_replaceable(target, shown, kind, force)
+
+
+class _FolderLock:
+    """An exclusive lock on writing ``target``: the file ``.NAME.hltmt-lock`` beside it, locked
+    with ``flock`` (the system releases it when the process ends, also by SIGKILL), removed by
+    its holder when done (and by the SIGTERM handler)."""
+
+    def __init__(self, target: str, shown: str):
+        self.path = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.hltmt-lock")
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise FolderRefused(
+                    f"{shown} is being written by another process (it holds {self.path}): "
+                    "wait for it to end, or name another folder"
+                ) from None
+            try:
+                same = os.path.samestat(os.fstat(fd), os.lstat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file its previous holder removed meanwhile
+                break
+            os.close(fd)
+        self.fd = fd
+        _LIVE.add(self.path)
+
+    def release(self) -> None:
+        _LIVE.discard(self.path)
+        _remove_quietly(self.path)  # while still locked: a waiting writer then makes a new one
+        os.close(self.fd)
+
+
+def _clear_stale(target: str) -> None:
+    """Under the lock: the temporary folders of writers of ``target`` that ended without removing
+    them (SIGKILL, a power cut): a ``.old`` folder is the previous output put back when ``target``
+    is missing (the writer was stopped between its two renames), otherwise removed."""
+    parent, name = os.path.dirname(target), os.path.basename(target)
+    pattern = re.compile(re.escape(f".{name}") + _TEMP_RE + "$")
+    for entry in sorted(os.listdir(parent)):
+        match = pattern.match(entry)
+        path = os.path.join(parent, entry)
+        if not match or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        if match.group(2) == "old" and not os.path.lexists(target):
+            os.replace(path, target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _temp_name(target: str, role: str) -> str:
+    tag = "".join(random.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(8))
+    return os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.hltmt-{os.getpid()}-{tag}.{role}")
+
+
+def _write_marker(work: str, kind: str, files) -> None:
+    record = {"format": _MARKER_FORMAT, "written_by": kind, "files": sorted(files)}
+    with open(os.path.join(work, MARKER), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+
+
+def _put_in_place(work: str, target: str) -> None:
+    """``work`` renamed to ``target``; an existing ``target`` is moved aside first and removed after."""
+    old = None
+    if os.path.lexists(target):
+        old = _temp_name(target, "old")
+        os.replace(target, old)
+        _LIVE_FOLDERS.add(old)
+    try:
+        os.replace(work, target)
+    except OSError:
+        if old is not None:
+            os.replace(old, target)
+            _LIVE_FOLDERS.discard(old)
+        raise
+    _LIVE_FOLDERS.discard(work)
+    _sync_folder(os.path.dirname(target))
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+        _LIVE_FOLDERS.discard(old)
+
+
+def _fill_failed(shown: str, target: str, work: str, error: OSError) -> FolderRefused:
+    """The one line of an OSError met while filling ``work``: it names the output (a file of an
+    input the writer could not read is named as the system named it)."""
+    where = error.filename if error.filename and not _within(_resolved(str(error.filename)), work) else None
+    reason = f"{error.strerror or error}" + (f": {where}" if where else "")
+    kept = "it is unchanged" if os.path.lexists(target) else "nothing was written"
+    return FolderRefused(f"could not write {shown} ({reason}): {kept}")
+
+
+def write_folder(
+    out: str,
+    fill: Callable[[str], object],
+    *,
+    kind: str,
+    force: bool = False,
+    option: str = "--out",
+    inputs: Optional[Dict[str, Optional[str]]] = None,
+):
+    """The folder ``out`` written whole: ``fill(work)`` writes its content into a new temporary
+    folder beside it, which then replaces ``out``; returns what ``fill`` returned.
+
+    ``kind`` names the writer (``hltmt-export``); the folder gets a marker (:data:`MARKER`: the
+    writer and the files ``fill`` wrote) so that a later run of the same kind recognizes it. Refused in one :class:`FolderRefused` line, before ``fill``
+    runs: ``out`` is, holds or lies inside one of ``inputs`` ({what: path}) or the current folder;
+    ``out`` is not a folder (a file, FIFO, device, socket: never opened); ``out`` is a folder
+    with files that ``kind`` did not write there (never replaced, not even with ``force``); ``out``
+    is an earlier output of ``kind`` and ``force`` is not given; another process is writing
+    ``out`` (a lock); the place cannot be written. An empty folder is replaced. A failure or
+    an interrupt of ``fill`` (exception, Ctrl-C, SIGTERM) removes the temporary folder and leaves
+    ``out`` as it was; what a SIGKILL leaves is removed by the next writer of ``out``. New
+    folders get the mode the umask gives (not ``0o700``)."""
+    shown = f"{option} {out}"
+    target = _resolved(out)
+    _check_inputs(target, shown, inputs)
+    try:
+        _make_parent(os.path.dirname(target))
+        lock = _FolderLock(target, shown)
+    except OSError as error:
+        raise FolderRefused(f"cannot write {shown}: {error.strerror or error}") from None
+    try:
+        return _write_locked(target, shown, fill, kind, force)
+    finally:
+        lock.release()
+
+
+def _make_parent(parent: str) -> None:
+    """``parent`` made if missing; an ancestor that is a file is named (ENOTDIR)."""
+    above = parent
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise NotADirectoryError(errno.ENOTDIR, f"{above} is a file, not a folder")
+    os.makedirs(parent, exist_ok=True)
+
+
+def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
+    _check_replaceable(target, shown, kind, force)
+    _watch_sigterm()
+    try:
+        _clear_stale(target)
+        work = _temp_name(target, "partial")
+        os.mkdir(work)  # mode 0o777 less the umask
+    except OSError as error:
+        raise FolderRefused(f"cannot write {shown}: {error.strerror or error}") from None
+    _LIVE_FOLDERS.add(work)
+    try:
+        result = fill(work)
+        _write_marker(work, kind, _files_under(work) - {MARKER})
+        _put_in_place(work, target)
+    except OSError as error:
+        raise _fill_failed(shown, target, work, error) from None
+    finally:
+        if work in _LIVE_FOLDERS:
+            shutil.rmtree(work, ignore_errors=True)
+            _LIVE_FOLDERS.discard(work)
+    return result
+
+
+def scratch_folder(prefix: str) -> str:
+    """A private temporary folder (``TMPDIR/PREFIX<pid>.XXXX``) removed at exit and on SIGTERM;
+    what a SIGKILL left of an earlier one (its lock free) is removed first. The process holds a
+    lock on its ``.lock`` file for as long as it lives."""
+    base = tempfile.gettempdir()
+    for entry in os.listdir(base):
+        path = os.path.join(base, entry)
+        if entry.startswith(prefix) and os.path.isdir(path) and not os.path.islink(path):
+            pid = entry[len(prefix) :].split(".")[0]
+            if not pid.isdigit() or _alive(int(pid)):
+                continue  # a live process's (or one starting: its lock may not be taken yet)
+            try:
+                fd = os.open(os.path.join(path, ".lock"), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass  # a live process's
+            finally:
+                os.close(fd)
+    _watch_sigterm()
+    folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=base)
+    _LIVE_FOLDERS.add(folder)
+    fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _SCRATCH_LOCKS.append(fd)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's
+    return True
+
+
+_SCRATCH_LOCKS = []  # the open, locked .lock files of this process's scratch folders

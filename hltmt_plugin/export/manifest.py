@@ -23,6 +23,7 @@ import os
 import struct
 from typing import Dict, List, Optional
 
+from hltmt_plugin.atomic_files import MARKER
 from hltmt_plugin.data_fingerprint import sha256_file
 from hltmt_plugin.errors import HltmtInputError
 
@@ -57,13 +58,13 @@ FIELDS = {
 
 
 def files_of(folder: str) -> Dict[str, str]:
-    """Every file under ``folder`` but the manifest: relative path -> SHA-256."""
+    """Every file under ``folder`` but the manifest and the writer's marker: relative path -> SHA-256."""
     found = {}
     for root, _, names in os.walk(folder):
         for name in sorted(names):
             path = os.path.join(root, name)
             rel = os.path.relpath(path, folder).replace(os.sep, "/")
-            if rel != MANIFEST:
+            if rel not in (MANIFEST, MARKER):  # the marker of the writer (atomic_files.write_folder)
                 found[rel] = sha256_file(path)
     return found
 
