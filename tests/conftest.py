@@ -65,6 +65,7 @@ FAST = {
     "scripts/test_timing.py": ALL,
     "tasks/test_collation.py": ALL,
     "test_compatibility.py": ALL,
+    "test_records.py": {"test_a_record_is_checked_field_by_field_in_one_line"},
     "test_errors.py": ALL,
     "test_mirror.py": ALL,
     "adapters/test_layers.py": ALL,

@@ -5,6 +5,7 @@ search runs."""
 
 import math
 import numbers
+import os
 from typing import Iterable, List, Optional
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
@@ -37,9 +38,48 @@ def flag(name: str, value) -> bool:
     return value
 
 
+MAX_LENPEN = 10.0  # |lenpen|: a length to a larger power overflows the scores of long translations
+
+
+def length_penalty(value) -> float:
+    """``value`` as a finite length penalty in [-MAX_LENPEN, MAX_LENPEN]."""
+    lenpen = finite_float("lenpen", value)
+    if abs(lenpen) > MAX_LENPEN:
+        raise HltmtConfigError(f"lenpen must be between {-MAX_LENPEN:g} and {MAX_LENPEN:g}, got {lenpen:g}")
+    return lenpen
+
+
 def generation(beam, lenpen, max_len):
     """(beam, lenpen, max_len) checked."""
-    return positive_int("beam", beam), finite_float("lenpen", lenpen), positive_int("max_len", max_len)
+    return positive_int("beam", beam), length_penalty(lenpen), positive_int("max_len", max_len)
+
+
+def search_bounds(beam, max_len, vocab_size: int, max_positions: int):
+    """(beam, max_len) for a model of ``vocab_size`` symbols and ``max_positions`` target
+    positions, the same for every engine: a beam of at most one hypothesis per symbol (a larger
+    one is refused: it only costs memory), and a translation of at most ``max_positions - 1``
+    tokens (the first position is the decoder's start; fairseq's search stops there too)."""
+    beam, max_len = positive_int("beam", beam), positive_int("max_len", max_len)
+    if beam > vocab_size:
+        raise HltmtConfigError(
+            f"beam {beam} is larger than the model's vocabulary ({vocab_size} symbols): a beam keeps at "
+            f"most one hypothesis per symbol; give at most {vocab_size}"
+        )
+    return beam, max(1, min(max_len, max_positions - 1))
+
+
+def max_threads() -> int:
+    """The most threads one translation may use: four per core, and at least 256."""
+    return max(256, 4 * (os.cpu_count() or 1))
+
+
+def threads(value) -> Optional[int]:
+    """``value`` as a number of threads (None: the engine's choice), at least 1 and at most
+    :func:`max_threads` (more cannot run faster, and an engine may fail to start them)."""
+    count = positive_int("threads", value, optional=True)
+    if count is not None and count > max_threads():
+        raise HltmtConfigError(f"threads must be at most {max_threads()} (4 per core of this machine), got {count}")
+    return count
 
 
 def as_list(name: str, value, what: str) -> List:

@@ -78,3 +78,30 @@ def test_texts_the_model_cannot_be_given_fail_alone_with_their_line(translator):
     assert "NUL character at position 4" in results[1].error and "lone surrogate" in results[2].error
     alone = translator.translate(["The file is open.", "Good morning."], "en", "de", beam=2, max_len=10)
     assert [results[0].text, results[3].text] == alone
+
+
+def test_search_bounds_are_the_same_for_every_engine():
+    from hltmt_plugin.hub import arguments
+
+    assert arguments.search_bounds(5, 200, vocab_size=100, max_positions=512) == (5, 200)
+    assert arguments.search_bounds(100, 1000, vocab_size=100, max_positions=512) == (100, 511)
+    for beam, max_len, name in (
+        (101, 10, "beam 101 is larger than the model's vocabulary"),
+        (0, 10, "beam"),
+        (2, 0, "max_len"),
+    ):
+        with pytest.raises(HltmtError, match=name):
+            arguments.search_bounds(beam, max_len, vocab_size=100, max_positions=512)
+
+
+def test_threads_and_the_length_penalty_are_bounded():
+    from hltmt_plugin.hub import arguments
+
+    assert arguments.threads(None) is None and arguments.threads(2) == 2
+    for bad in (0, -1, 100000, 2.0, True):
+        with pytest.raises(HltmtError, match="threads"):
+            arguments.threads(bad)
+    assert arguments.length_penalty(0.6) == 0.6
+    for bad in (1e300, -11, math.nan, "1"):
+        with pytest.raises(HltmtError, match="lenpen"):
+            arguments.generation(5, bad, 200)
