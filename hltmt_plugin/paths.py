@@ -30,8 +30,19 @@ WRITE_FILE = "write-file"  # a file the command writes whole
 WRITE_STREAM = "write-stream"  # a file written whole, or "-" (standard output)
 WRITE_FOLDER = "write-folder"  # a folder the command writes whole (replaced only with --force)
 WORK_FOLDER = "work-folder"  # a folder a run writes as it goes and resumes from
-KINDS = (READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM, WRITE_FILE, WRITE_STREAM, WRITE_FOLDER, WORK_FOLDER)
-READS = (READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM)
+READ_PATTERN = "read-pattern"  # a pattern of files read (NAME=GLOB): each file matched is checked when read
+KINDS = (
+    READ_FILE,
+    READ_FOLDER,
+    READ_PATH,
+    READ_STREAM,
+    READ_PATTERN,
+    WRITE_FILE,
+    WRITE_STREAM,
+    WRITE_FOLDER,
+    WORK_FOLDER,
+)
+READS = (READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM, READ_PATTERN)
 WRITES = (WRITE_FILE, WRITE_STREAM, WRITE_FOLDER, WORK_FOLDER)
 STREAM = "-"
 METAVARS = {
@@ -39,6 +50,7 @@ METAVARS = {
     READ_FOLDER: "FOLDER",
     READ_PATH: "PATH",
     READ_STREAM: "FILE",
+    READ_PATTERN: "PATTERN",
     WRITE_FILE: "FILE",
     WRITE_STREAM: "FILE",
     WRITE_FOLDER: "FOLDER",
@@ -63,7 +75,7 @@ def problem(value: str, kind: str) -> Optional[str]:
     following links), never opens it."""
     if value == "":
         return "an empty path: name a file or folder"
-    if value == STREAM and kind in (READ_STREAM, WRITE_STREAM):
+    if (value == STREAM and kind in (READ_STREAM, WRITE_STREAM)) or kind == READ_PATTERN:
         return None
     if "\x00" in value:
         return "a path cannot hold a NUL character"
@@ -73,6 +85,8 @@ def problem(value: str, kind: str) -> Optional[str]:
         return None  # missing, or unreachable: reported by the command that needs it
     special = _special(mode)
     if kind == READ_STREAM:
+        if stat.S_ISDIR(mode):
+            return "it is a folder: name a file, a pipe or -"
         return None if special in (None, "a FIFO") else f"it is {special}: name a file, a pipe or -"
     if special is not None:
         verb = "read" if kind in READS else "written"
@@ -196,7 +210,7 @@ def collisions(parser, args) -> List[str]:
     actions = [(sub, a) for sub, a in declared(parser) if path_kind(a) and (not sub or sub.split()[0] == chosen)]
     inputs: Dict[str, Tuple[str, str]] = {}
     for _, action in actions:
-        if path_kind(action) in READS:
+        if path_kind(action) in READS and path_kind(action) != READ_PATTERN:
             for value in _values(args, action):
                 inputs.setdefault(value, (option_name(action), value))
     lines = []

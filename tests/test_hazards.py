@@ -14,9 +14,11 @@ tables (``test_the_bad_input_page_shows_the_tables``).
 """
 
 import os
+import re
 import shutil
 import stat
 import subprocess
+from typing import Optional
 
 import pytest
 import torch
@@ -363,6 +365,281 @@ def test_a_replaced_output_keeps_its_mode_and_owner_and_a_size_limit_is_one_line
     assert out.read_bytes() == kept and sorted(os.listdir(tmp_path)) == ["averaged.pt"]
 
 
+# ---- the generated table: every declared path option of every installed command, by itself
+def installed_commands():
+    """``{command: module}`` of every console script the installed package declares."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value.split(":")[0] for ep in entry_points(group="console_scripts")}
+    return {name: module for name, module in sorted(found.items()) if module.startswith("hltmt_plugin.")}
+
+
+def command_parser(module):
+    import importlib
+
+    return importlib.import_module(module).build_parser()
+
+
+def path_options():
+    """``(command, subcommand, option, kind)`` of every declared path option, from the parsers."""
+    from hltmt_plugin import paths
+
+    found = []
+    for command, module in installed_commands().items():
+        for sub, action in paths.declared(command_parser(module)):
+            if paths.path_kind(action):
+                found.append((command, sub, paths.option_name(action), paths.path_kind(action)))
+    return found
+
+
+# an option whose name says it names a file or folder (what an undeclared path option looks like)
+PATH_WORDS = re.compile(
+    r"(path|file|dir|folder|out|input|data|spm|checkpoint|model|raw|dict|jobs|text|results|matrix|adapters|log|json|"
+    r"work|save|bundle|manifest|pretrained)",
+)
+
+
+def looks_like_a_path(action) -> bool:
+    import argparse
+
+    if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
+        return False
+    if action.choices is not None or action.type in (int, float) or action.nargs == 0:
+        return False
+    return bool(PATH_WORDS.search(" ".join(action.option_strings) or action.dest))
+
+
+def plugin_fairseq_fields():
+    """``(group, field)`` of every dataclass option the plugin adds to fairseq's commands."""
+    import dataclasses
+
+    from hltmt_plugin.adapters.config import AdapterConfig
+    from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyConfig
+    from hltmt_plugin.models.hltmt_transformer import SlpConfig
+    from hltmt_plugin.peft import PeftConfig
+    from hltmt_plugin.pretrained import PretrainedConfig
+    from hltmt_plugin.skills.config import SkillConfig
+
+    groups = (SlpConfig, PretrainedConfig, AdapterConfig, SkillConfig, PeftConfig, HltmtCrossEntropyConfig)
+    return [(g.__name__, f) for g in groups for f in dataclasses.fields(g)]
+
+
+def test_every_installed_command_builds_its_parser_and_declares_every_path_option():
+    from hltmt_plugin import paths
+
+    commands = installed_commands()
+    assert "hltmt-translate" in commands and "hltmt-export" in commands, commands
+    undeclared = []
+    for command, module in commands.items():
+        parser = command_parser(module)
+        assert isinstance(parser, paths.ArgumentParser), f"{command}: build a paths.ArgumentParser"
+        undeclared += [
+            f"{command} {sub} {paths.option_name(a)}".replace("  ", " ")
+            for sub, a in paths.declared(parser)
+            if not paths.path_kind(a) and looks_like_a_path(a)
+        ]
+    for group, field in plugin_fairseq_fields():
+        if paths.field_kind(field) is None and field.type in (str, Optional[str]) and PATH_WORDS.search(field.name):
+            if not field.name.endswith(("_langs", "_layers", "_type", "_dim", "_only")):
+                undeclared.append(f"{group}.{field.name}")
+    assert not undeclared, f"path options not declared (hltmt_plugin/paths.py): {undeclared}"
+
+
+def test_an_option_that_names_a_file_is_found_undeclared_by_the_check():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    for flags in (["--out"], ["--spm-model"], ["--data"], ["-o", "--output"]):
+        assert looks_like_a_path(p.add_argument(*flags))
+    for flags, kw in ((["--langs"], {}), (["--beam"], {"type": int}), (["--json"], {"action": "store_true"})):
+        assert not looks_like_a_path(p.add_argument(*flags, **kw))
+
+
+def _special(kind_of, tmp):
+    """A path of ``kind_of`` (fifo, socket, device, link-to-fifo) under ``tmp``."""
+    import socket
+
+    if kind_of == "device":
+        return "/dev/null"
+    path = str(tmp / kind_of)
+    if kind_of in ("fifo", "link-to-fifo"):
+        os.mkfifo(str(tmp / "fifo")) if not os.path.exists(tmp / "fifo") else None
+        if kind_of == "link-to-fifo":
+            os.symlink(tmp / "fifo", path)
+        return str(tmp / "fifo") if kind_of == "fifo" else path
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.close()
+    return path
+
+
+# hazard -> (what it is, the kinds it meets, what the one line says)
+PATH_HAZARDS = {
+    "fifo": ("a FIFO (opening it would hang)", "all but read-stream", "it is a FIFO"),
+    "link-to-fifo": ("a symbolic link to a FIFO", "all but read-stream", "it is a FIFO"),
+    "socket": ("a socket", "all", "it is a socket"),
+    "device": ("a device node (/dev/null)", "all", "it is a device"),
+    "wrong-type": ("a folder where a file is named, a file where a folder is", "all but read-path", "it is a "),
+    "an-input": (
+        "an input of the same command line (the output is it, holds it or lies inside it)",
+        "writes",
+        "an input of this command",
+    ),
+}
+
+
+def meets(hazard, kind) -> bool:
+    from hltmt_plugin import paths
+
+    if kind == paths.READ_PATTERN:
+        return False
+    where = PATH_HAZARDS[hazard][1]
+    if where == "writes":
+        return kind in paths.WRITES
+    if where == "all but read-stream":
+        return kind != paths.READ_STREAM
+    if where == "all but read-path":
+        return kind != paths.READ_PATH
+    return True
+
+
+def filled(parser, sub, tmp, skip):
+    """Values for the required options of ``parser`` (subcommand ``sub``) other than ``skip``."""
+    from hltmt_plugin import paths
+
+    argv = [sub] if sub else []
+    for s, action in paths.declared(parser):
+        if s != sub or not action.required or not action.option_strings or paths.option_name(action) in skip:
+            continue
+        if paths.path_kind(action):
+            value = str(tmp / f"given{len(argv)}")
+        else:
+            value = str(action.choices[0]) if action.choices else "1" if action.type in (int, float) else "de"
+        argv += [paths.option_name(action), value]
+    return argv
+
+
+def in_place_of(command, sub, option):
+    """The inputs that the output ``option`` may update in place (declared with it)."""
+    from hltmt_plugin import paths
+
+    parser = command_parser(installed_commands()[command])
+    return next(
+        getattr(a, "in_place", ()) for s, a in paths.declared(parser) if (s, paths.option_name(a)) == (sub, option)
+    )
+
+
+def path_cases():
+    from hltmt_plugin import paths
+
+    cases = []
+    for command, sub, option, kind in path_options():
+        for hazard in PATH_HAZARDS:
+            if hazard == "an-input" and kind in paths.WRITES:
+                cases += [
+                    (command, sub, option, kind, hazard, other)
+                    for c, s, other, k in path_options()
+                    if (c, s) == (command, sub)
+                    and k in paths.READS
+                    and k not in (paths.READ_STREAM, paths.READ_PATTERN)
+                    and other not in in_place_of(command, sub, option)
+                ]
+            elif hazard != "an-input" and meets(hazard, kind):
+                cases.append((command, sub, option, kind, hazard, None))
+    return cases
+
+
+def hazard_value(kind, hazard, tmp, other_kind=None):
+    """(the option's value, the input's value) making ``hazard`` for an option of ``kind``."""
+    from hltmt_plugin import paths
+
+    if hazard == "wrong-type":
+        if "folder" in kind:
+            (tmp / "a-file").write_text("x")
+            return str(tmp / "a-file"), None
+        return str(tmp), None
+    if hazard == "an-input":
+        folder = tmp / "in"
+        folder.mkdir(exist_ok=True)
+        if other_kind == paths.READ_FOLDER:
+            return str(folder / "out"), str(folder)  # lies inside
+        if kind == paths.WRITE_FOLDER:
+            return str(folder), str(folder / "input.pt")  # holds
+        return str(folder / "input.pt"), str(folder / "input.pt")  # is
+    return _special(hazard, tmp), None
+
+
+@pytest.mark.parametrize(
+    "command, sub, option, kind, hazard, other", path_cases(), ids=["-".join(filter(None, c)) for c in path_cases()]
+)
+def test_every_declared_path_option_refuses_every_hazard_of_its_kind_at_parsing(
+    tmp_path, capsys, command, sub, option, kind, hazard, other
+):
+    from hltmt_plugin import paths
+
+    parser = command_parser(installed_commands()[command])
+    other_kind = next((k for c, s, o, k in path_options() if (c, s, o) == (command, sub, other)), None)
+    value, source = hazard_value(kind, hazard, tmp_path, other_kind)
+    argv = filled(parser, sub, tmp_path, {option, other}) + [option, value] + ([other, source] if other else [])
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and PATH_HAZARDS[hazard][2] in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert paths.path_kind is not None
+
+
+@pytest.mark.parametrize("command", sorted(installed_commands()))
+def test_every_installed_command_parses_through_its_declared_parser(tmp_path, command):
+    """The real command (a subprocess) refuses a FIFO on its first declared path option, in one line,
+    at once: its main parses with the parser the table is generated from."""
+    sub, option, kind = next((s, o, k) for c, s, o, k in path_options() if c == command and k != "read-stream")
+    fifo = _special("fifo", tmp_path)
+    argv = [*([sub] if sub else []), option, fifo]
+    if command == "hltmt-launch":
+        argv.append("--")
+    done = subprocess.run([cli(command), *argv], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 2 and "it is a FIFO" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["fifo"]
+
+
+# what meets the hazards a parser cannot see, for each kind
+AT_RUN = {
+    "read-file": "the command: missing or unreadable, one line; checkpoints read weights-only (compat/safe_loading)",
+    "read-folder": "the command: missing or unreadable, one line",
+    "read-path": "the command: missing or unreadable, one line",
+    "read-stream": "a pipe is read; undecodable or binary lines refused in one line",
+    "read-pattern": "each file the pattern matches is read by the command, one line when it cannot be",
+    "write-file": "atomic_files.AtomicFile: file-size limit, read-only folder, full disk, SIGTERM: the old file kept",
+    "write-stream": "atomic_files.AtomicFile (a file), or standard output (errors.py: one line)",
+    "write-folder": (
+        "atomic_files.write_folder: replaces only what the same command wrote (--force), a lock, "
+        "SIGTERM and a SIGKILL's leftovers, the inputs a checkpoint names"
+    ),
+    "work-folder": "written file by file through atomic_files; a rerun resumes",
+}
+
+
+def generated_table() -> str:
+    """The table of every declared path option and the hazards it meets (docs/bad-input.md)."""
+    lines = ["| command | option | kind | " + " | ".join(PATH_HAZARDS) + " | at run time |"]
+    lines.append("|---|---|---|" + "---|" * len(PATH_HAZARDS) + "---|")
+    cases = path_cases()
+    for command, sub, option, kind in path_options():
+        cells = []
+        for hazard in PATH_HAZARDS:
+            hit = [c for c in cases if c[:5] == (command, sub, option, kind, hazard)]
+            cells.append("refused" if hit else "read (a pipe)" if kind == "read-stream" and "fifo" in hazard else "n/a")
+        lines.append(
+            f"| {' '.join(filter(None, (command, sub)))} | `{option}` | {kind} | "
+            + " | ".join(cells)
+            + f" | {AT_RUN[kind]} |"
+        )
+    lines += ["", "| hazard | what it is | the one line says |", "|---|---|---|"]
+    lines += [f"| {h} | {what} | `{phrase}` |" for h, (what, _, phrase) in PATH_HAZARDS.items()]
+    return "\n".join(lines) + "\n"
+
+
 # ---- docs/bad-input.md shows both tables
 def doc_table() -> str:
     """The two tables as docs/bad-input.md shows them."""
@@ -384,8 +661,9 @@ def doc_table() -> str:
 
 def test_the_bad_input_page_shows_the_tables():
     text = open(DOC, encoding="utf-8").read()
-    assert doc_table() in text, "docs/bad-input.md: paste the output of `python tests/test_hazards.py`"
+    for table in (doc_table(), generated_table()):
+        assert table in text, "docs/bad-input.md: paste the output of `python tests/test_hazards.py`"
 
 
 if __name__ == "__main__":
-    print(doc_table(), end="")
+    print(doc_table() + "\n" + generated_table(), end="")

@@ -430,7 +430,7 @@ def gate_heatmap(path, checkpoint):
 
 def build_parser():
     """The command line of hltmt-report."""
-    from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
+    from hltmt_plugin.paths import READ_FILE, READ_FOLDER, READ_PATTERN, WORK_FOLDER, ArgumentParser, path_option
 
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     path_option(p, "--decode-dir", kind=READ_FOLDER, required=True, help="the decoded outputs (*.gen) of the systems")
@@ -447,8 +447,10 @@ def build_parser():
         default=None,
         help="HLT-MT checkpoint for the gate heatmap: stage 1's, or a later one (it holds the fixed map)",
     )
-    p.add_argument(
+    path_option(
+        p,
         "--valid-log",
+        kind=READ_PATTERN,
         action="append",
         default=[],
         metavar="SYSTEM=GLOB",
