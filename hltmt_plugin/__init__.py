@@ -29,13 +29,31 @@ def register() -> None:
         return
     _registered = True
     try:
-        from hltmt_plugin import compat
+        try:
+            from hltmt_plugin import compat
 
-        compat.install()
-        from hltmt_plugin import criterions, models, tasks  # noqa: F401  (register with fairseq)
+            compat.install()
+            from hltmt_plugin import criterions, models, tasks  # noqa: F401  (register with fairseq)
+        except ImportError as error:
+            if (error.name or "").split(".")[0] == "hltmt_plugin":  # the plugin's own fault: Python's report
+                raise
+            raise training_stack_missing(error) from error
     except BaseException:
         _registered = False
         raise
+
+
+def training_stack_missing(error: ImportError):
+    """One line for a failed import of torch or fairseq (or of what they need): which module, and
+    how to install the training stack."""
+    from hltmt_plugin.errors import HltmtConfigError
+
+    name = getattr(error, "name", None) or str(error)
+    return HltmtConfigError(
+        f"this needs torch and fairseq, and importing them failed ({type(error).__name__}: "
+        f"{str(error).splitlines()[0] if str(error) else name}): install the plugin with its training stack "
+        '(pip install -e . in the repository, or pip install "hltmt_plugin" with torch and fairseq-fixed)'
+    )
 
 
 def installed_command() -> bool:

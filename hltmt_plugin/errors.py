@@ -8,7 +8,8 @@ Ctrl-C (``interrupted``; Python then ends the process as SIGINT does) and a writ
 system refuses where no file is named, which is the standard output (``/dev/full``, a closed
 pipe, a file-size limit: ``cannot write standard output (No space left on device)``); any
 other exception keeps Python's usual report. In Python code (and tests) the exceptions are
-ordinary exceptions. The commands' own errors are of the family too (a bad data folder of
+ordinary exceptions. The system's refusal to read or write a named file (an ``OSError`` with its
+file name) is one line too, naming the file and the reason. The commands' own errors are of the family too (a bad data folder of
 hltmt-prepare-data, an unreadable input of hltmt-translate, an output that must not be written,
 a failed step of an experiment run, ...): each command catches its own and ends with its line
 and exit status.
@@ -60,10 +61,23 @@ def _silence_stdout() -> None:
         pass
 
 
+def _file_failure(exc):
+    """The one line of the system refusing to read or write a named file (an OSError with its
+    file name: missing, not allowed, a read-only or full file system, a file-size limit), else None."""
+    if not isinstance(exc, OSError) or getattr(exc, "filename", None) is None:
+        return None
+    name = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return f"{name}: {exc.strerror or type(exc).__name__}"
+
+
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
     error = _plugin_error(exc)
     if error is not None:
         sys.stderr.write(f"hltmt_plugin: error: {error}\n")
+        return
+    failure = _file_failure(exc)
+    if failure is not None:
+        sys.stderr.write(f"hltmt_plugin: error: {failure}\n")
         return
     if isinstance(exc, KeyboardInterrupt):
         sys.stderr.write("hltmt_plugin: interrupted\n")

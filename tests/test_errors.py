@@ -4,13 +4,14 @@ is one line ``hltmt_plugin: error: <message>``; Ctrl-C is ``hltmt_plugin: interr
 to standard output that the system refuses is one line saying the output is incomplete; every
 other exception keeps Python's report. Each case runs in a tiny Python process of its own."""
 
+import os
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from conftest import PLUGIN
+from conftest import PLUGIN, ROOT
 
 # errors.py alone (it imports only the standard library; the package would import fairseq, seconds
 # per process), its hook installed twice (the second install changes nothing)
@@ -76,10 +77,7 @@ def test_a_closed_pipe_on_standard_output_is_one_line():
     "code, last",
     [
         ("raise RuntimeError('a bug')", "RuntimeError: a bug"),
-        (
-            "import errno\nraise OSError(errno.ENOSPC, 'No space left on device', 'out.txt')",
-            "OSError: [Errno 28] No space left on device: 'out.txt'",
-        ),  # a file named: not standard output
+        ("raise OSError('no file named')", "OSError: no file named"),  # names no file: not one of the file failures
     ],
 )
 def test_any_other_exception_keeps_pythons_report(code, last):
@@ -106,3 +104,21 @@ def test_the_plugins_errors_are_value_errors_in_python_code():
     assert issubclass(HltmtConfigError, HltmtError) and issubclass(HltmtInputError, HltmtError)
     with pytest.raises(ValueError, match="x"):
         raise HltmtInputError("x")
+
+
+def test_a_named_file_the_system_refuses_and_a_failed_fairseq_import_are_one_line(tmp_path):
+    """An OSError naming its file, and an import of fairseq that fails, end in one line each."""
+    missing = tmp_path / "missing.txt"
+    done = python(f"open({str(missing)!r})")
+    assert done.returncode == 1 and done.stderr == f"hltmt_plugin: error: {missing}: No such file or directory\n"
+    done = python("import errno\nraise OSError(errno.ENOSPC, 'No space left on device', 'out.txt')")
+    assert done.stderr == "hltmt_plugin: error: out.txt: No space left on device\n"
+    blocker = tmp_path / "fairseq"  # a fairseq that cannot be imported, first on the path
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('broken build', name='fairseq.libbleu')\n")
+    code = "import sys; sys.argv = ['hltmt-x']; import hltmt_plugin; hltmt_plugin.register()"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "this needs torch and fairseq, and importing them failed (ImportError: broken build)" in lines[0]

@@ -100,14 +100,21 @@ class StageSchedule:
         if self.dropped_warned or not dropped or not self.uses_high():
             return
         self.dropped_warned = True
-        logger.warning(
-            f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs "
-            + (
-                "wait for stage all (after update " + str(self.args.high_stage_updates) + ")"
-                if self.args.high_stage_updates > 0
-                else "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
+        switch, end = self.args.high_stage_updates, getattr(self.args, "max_update", 0) or 0
+        if switch > 0 and 0 < end <= switch:
+            when = (
+                f"are NOT trained in this run: --max-update {end} ends it in stage high, which runs to update "
+                f"{switch}; resume with --max-update above {switch} for stage all"
+            )
+        elif switch > 0:
+            when = f"wait for stage all (after update {switch})"
+        else:
+            when = (
+                "are NOT trained in this run: train them with a second run --hlt-stage all from this run's "
                 "checkpoint, or run both stages in one with --high-stage-updates N"
             )
+        logger.warning(
+            f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs {when}"
         )
 
     def updates_done(self, model) -> int:

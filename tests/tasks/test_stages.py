@@ -159,8 +159,11 @@ def test_one_run_switches_at_exactly_n_also_across_resumes(data_bin, tmp_path):
     resumed = tmp_path / "resumed"
     before = train(data_bin, resumed, "--high-stage-updates", str(n), "--max-update", "5")
     assert max(progress(before)) == 5
+    # a run that ends before stage all says so at its start, and the run that reaches it says when
+    assert f"are NOT trained in this run: --max-update 5 ends it in stage high, which runs to update {n}" in before
     across = train(data_bin, resumed, "--high-stage-updates", str(n), "--max-update", "14")
     assert "Loaded checkpoint" in across and min(progress(across)) == 6
+    assert f"wait for stage all (after update {n})" in across
     switch_checks(before + across, n)
     # the same losses as the run that was never stopped
     for u in range(6, 15):
