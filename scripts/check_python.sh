@@ -10,6 +10,9 @@
 # Each interpreter is pythonX.Y on the PATH or the newest X.Y.* under pyenv. torch: TORCH_SPEC (as
 # scripts/setup.sh), from PyTorch's CPU index when it can be reached, else from the default index.
 set -uo pipefail
+for arg in "$@"; do  # --help: the comment above, before anything is looked for, fetched or written
+  case $arg in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
+done
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
@@ -17,6 +20,9 @@ MODEL="$ROOT/docs/results/cpu-study/models/hltmt.pt"
 INPUT=$'en\tde\tThe file could not be saved.'
 EXPECTED="Die Datei konnte nicht gespeichert werden."
 [ $# -gt 0 ] || set -- 3.12 3.13
+for v in "$@"; do
+  [[ $v =~ ^3\.[0-9]+$ ]] || { echo "check_python.sh: error: '$v' is not a Python version such as 3.12 (--help)" >&2; exit 2; }
+done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/hltmt-python.XXXXXX")
 trap 'rm -rf "$work"' EXIT

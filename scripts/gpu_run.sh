@@ -11,6 +11,9 @@
 # PYTHON: the interpreter (default python3); GPU_BUNDLE: the wheels (default gpu_bundle/);
 # GPU_SITE: where they are installed (default /tmp/hltmt-site). The time budget counts from here.
 set -euo pipefail
+for arg in "$@"; do  # --help: the comment above, before anything is looked for, fetched or written
+  case $arg in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
+done
 export GPU_RUN_T0="${GPU_RUN_T0:-$(date +%s.%N)}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"

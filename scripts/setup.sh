@@ -2,6 +2,10 @@
 # Create .venv with torch (CPU build unless TORCH_SPEC says otherwise), fairseq and the
 # plugin in editable mode. Idempotent: a second run with an unchanged setup.py does nothing.
 set -euo pipefail
+for arg in "$@"; do  # --help: the comment above, before anything is looked for, fetched or written
+  case $arg in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
+done
+[ $# -eq 0 ] || { echo "setup.sh: error: it takes no arguments, got: $* (--help)" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}   # 2.13.0: the CPU build; an unpinned torch can pull a multi-GB CUDA build

@@ -18,6 +18,9 @@
 # checkout); PY: the Python that has the package installed (default: .venv/bin/python if there,
 # else python3).
 set -euo pipefail
+for arg in "$@"; do  # --help: the comment above, before anything is looked for, fetched or written
+  case $arg in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
+done
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 RUN=${RUN:-runs/wmt10}
@@ -30,10 +33,13 @@ for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY=1; done
 step() {  # run a command, or with --dry-run print it as a shell would run it
   if [ -n "$DRY" ]; then "$PY" -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@"; else "$@"; fi
 }
+JOB=("$PY" -m hltmt_plugin.experiments.main_job --raw "${RAW:-$RUN/clean}" --run-dir "$RUN/job" --size base
+  --high fr,cs,de,fi,lv,et --ls-mnmt --title "WMT-10" "$@")
+# the arguments checked before anything is downloaded: the job's dry run prints its commands and writes nothing
+[ -n "$DRY" ] || "${JOB[@]}" --dry-run > /dev/null
 if [ -z "${RAW:-}" ]; then
   step "$PY" "$ROOT/examples/wmt10/download.py" --manifest "$ROOT/examples/wmt10/manifest.tsv" --out "$RUN/raw"
   step "$PY" "$ROOT/examples/wmt10/clean.py" --raw "$RUN/raw" --out "$RUN/clean"
   RAW=$RUN/clean
 fi
-"$PY" -m hltmt_plugin.experiments.main_job --raw "$RAW" --run-dir "$RUN/job" --size base \
-    --high fr,cs,de,fi,lv,et --ls-mnmt --title "WMT-10" "$@"
+"${JOB[@]}"

@@ -16,6 +16,9 @@
 # RUN: where everything goes (default runs/wmt10 in this folder's checkout); PY: the Python that
 # has the package installed (default: .venv/bin/python if there, else python3).
 set -euo pipefail
+for arg in "$@"; do  # --help: the comment above, before anything is looked for, fetched or written
+  case $arg in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
+done
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 RUN=${RUN:-runs/wmt10}
@@ -28,12 +31,16 @@ for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY=1; done
 step() {  # run a command, or with --dry-run print it as a shell would run it
   if [ -n "$DRY" ]; then "$PY" -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@"; else "$@"; fi
 }
+XLMR_URL=https://dl.fbaipublicfiles.com/fairseq/models/xlmr.base.tar.gz
+RECIPE=("$PY" "$ROOT/examples/wmt10/xlmr_recipe.py" --raw "${RAW:-$RUN/clean}" --xlmr "${XLMR:-$RUN/xlmr.base}"
+  --run-dir "$RUN/xlmr" "$@")
+# the arguments checked before anything is downloaded: the recipe's dry run prints its commands and writes nothing
+[ -n "$DRY" ] || "${RECIPE[@]}" --dry-run > /dev/null
 if [ -z "${RAW:-}" ]; then
   step "$PY" "$ROOT/examples/wmt10/download.py" --manifest "$ROOT/examples/wmt10/manifest.tsv" --out "$RUN/raw"
   step "$PY" "$ROOT/examples/wmt10/clean.py" --raw "$RUN/raw" --out "$RUN/clean"
   RAW=$RUN/clean
 fi
-XLMR_URL=https://dl.fbaipublicfiles.com/fairseq/models/xlmr.base.tar.gz
 if [ -z "${XLMR:-}" ]; then
   XLMR=$RUN/xlmr.base
   if [ -n "$DRY" ]; then
@@ -52,4 +59,4 @@ with tarfile.open(archive) as tar:
 PY
   fi
 fi
-"$PY" "$ROOT/examples/wmt10/xlmr_recipe.py" --raw "$RAW" --xlmr "$XLMR" --run-dir "$RUN/xlmr" "$@"
+"${RECIPE[@]}"
