@@ -81,18 +81,31 @@ class UnsafeDestination(OSError, HltmtConfigError):
     """A destination that must not be replaced by a renamed file (see :func:`check_destination`)."""
 
 
-# paths that name another file or stream: /dev/stdout, /dev/fd/1, /proc/self/fd/1, ...
-_STREAM_PREFIXES = ("/dev/", "/proc/")
+def _through_proc(path: str) -> bool:
+    """Whether ``path`` reaches its file through ``/proc`` (a process's open file, as
+    ``/dev/stdout`` -> ``/proc/self/fd/1`` or ``/dev/fd/3`` do): its links followed one by one,
+    judged by where each step lies, not by the name typed."""
+    proc = os.path.realpath("/proc")
+    path = os.path.abspath(path)
+    for _ in range(40):
+        folder = os.path.realpath(os.path.dirname(path))
+        if _within(folder, proc):
+            return True
+        step = os.path.join(folder, os.path.basename(path))
+        if not os.path.islink(step):
+            return _within(step, proc)
+        path = os.path.join(folder, os.readlink(step))
+    return False
 
 
 def check_destination(path: str) -> None:
     """Raise :class:`UnsafeDestination` unless ``path`` is a regular file (or a link to one) or a
     new name in an existing place: a device, FIFO or socket would be replaced by a regular file,
-    and a ``/dev/std*`` / ``/proc/*/fd`` path names a stream whose file (opened by the shell,
-    perhaps for appending) the rename would replace."""
-    shown = os.path.abspath(path)
-    real = os.path.realpath(path)
-    if shown.startswith(_STREAM_PREFIXES) or real.startswith(_STREAM_PREFIXES):
+    and a path through ``/proc`` (``/dev/stdout``, ``/dev/fd/1``, ``/proc/self/fd/1``) names a
+    stream whose file (opened by the shell, perhaps for appending) the rename would replace.
+    Judged by what the path is (``lstat``/``stat``, never opened), not by its name: a regular
+    file on a memory file system (``/dev/shm/x.txt``) is a file."""
+    if _through_proc(path):
         raise UnsafeDestination(
             errno.EINVAL,
             "it names a device or a stream, not a file: name a regular file "

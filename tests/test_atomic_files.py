@@ -184,3 +184,132 @@ def test_a_full_standard_output_is_one_line():
     assert done.stderr.strip().splitlines() == [
         "hltmt_plugin: error: cannot write standard output (No space left on device): the output is incomplete"
     ]
+
+
+# ---- folders written whole (write_folder) --------------------------------------------------------------
+def fill_two(work):
+    (open(os.path.join(work, "a.txt"), "w")).write("a")
+    os.mkdir(os.path.join(work, "sub"))
+    (open(os.path.join(work, "sub", "b.txt"), "w")).write("b")
+    return "filled"
+
+
+def test_a_folder_replaces_only_an_earlier_output_of_its_writer_or_an_empty_folder(tmp_path):
+    out = str(tmp_path / "out")
+    assert files.write_folder(out, fill_two, kind="writer-a") == "filled"
+    assert files.read_marker(out) == {
+        "format": "hltmt-output",
+        "written_by": "writer-a",
+        "files": ["a.txt", "sub/b.txt"],
+    }
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(out).st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0o700
+    with pytest.raises(files.FolderRefused, match=r"exists \(written by writer-a\).*add --force"):
+        files.write_folder(out, fill_two, kind="writer-a")
+    with pytest.raises(files.FolderRefused, match="writer-a wrote it, not writer-b: it is never replaced"):
+        files.write_folder(out, fill_two, kind="writer-b", force=True)
+    (tmp_path / "out" / "sub" / "mine.txt").write_text("the user's")
+    with pytest.raises(files.FolderRefused, match=r"holds sub/mine.txt, which writer-a did not write"):
+        files.write_folder(out, fill_two, kind="writer-a", force=True)
+    os.remove(tmp_path / "out" / "sub" / "mine.txt")
+    files.write_folder(out, fill_two, kind="writer-a", force=True)
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "x").write_text("x")
+    with pytest.raises(files.FolderRefused, match=r"writer-a did not write it \(no .hltmt-output.json\)"):
+        files.write_folder(str(tmp_path / "user"), fill_two, kind="writer-a", force=True)
+    (tmp_path / "empty").mkdir()
+    files.write_folder(str(tmp_path / "empty"), fill_two, kind="writer-a")
+    assert sorted(os.listdir(tmp_path)) == ["empty", "out", "user"] and (tmp_path / "user" / "x").read_text() == "x"
+
+
+def test_a_folder_output_that_is_holds_or_lies_inside_an_input_is_refused(tmp_path):
+    data = tmp_path / "data"
+    (data / "bin").mkdir(parents=True)
+    model = data / "model.pt"
+    model.write_text("w")
+    link = tmp_path / "link"
+    link.symlink_to(data)
+    for out, how in ((data, "is"), (tmp_path, "holds"), (data / "bin" / "new", "lies inside"), (link, "is")):
+        with pytest.raises(files.FolderRefused, match=f"--out {out} {how} the data folder {data}: name another"):
+            files.write_folder(str(out), fill_two, kind="w", force=True, inputs={"the data folder": str(data)})
+    with pytest.raises(files.FolderRefused, match="holds --checkpoint"):
+        files.write_folder(str(data), fill_two, kind="w", force=True, inputs={"--checkpoint": str(model)})
+    assert sorted(os.listdir(data)) == ["bin", "model.pt"] and os.listdir(data / "bin") == []
+
+
+def test_a_folder_output_that_is_not_a_folder_or_a_place_is_one_line_unopened(tmp_path):
+    os.mkfifo(tmp_path / "fifo")  # opening it would wait for a writer forever
+    (tmp_path / "file").write_text("kept")
+    for out, said in (
+        (tmp_path / "fifo", "is a FIFO, not a folder"),
+        ("/dev/null", "is a device, not a folder"),
+        (tmp_path / "file", "is a file, not a folder"),
+        (tmp_path / "file" / "sub" / "out", "file is a file, not a folder"),
+    ):
+        with pytest.raises(files.FolderRefused, match=said):
+            files.write_folder(str(out), fill_two, kind="w", force=True)
+    assert sorted(os.listdir(tmp_path)) == ["fifo", "file"] and (tmp_path / "file").read_text() == "kept"
+
+
+def test_a_failed_fill_leaves_the_earlier_folder_and_no_temporary_folder(tmp_path):
+    out = str(tmp_path / "out")
+    files.write_folder(out, fill_two, kind="w")
+    before = sorted(os.listdir(out))
+
+    def half(work):
+        fill_two(work)
+        raise OSError(27, "File too large")
+
+    with pytest.raises(
+        files.FolderRefused, match=rf"^could not write --out {out} \(File too large\): it is unchanged$"
+    ):
+        files.write_folder(out, half, kind="w", force=True)
+    for crash in (ValueError("a bug"), KeyboardInterrupt()):
+        with pytest.raises(type(crash)):
+            files.write_folder(out, lambda work: (fill_two(work), (_ for _ in ()).throw(crash)), kind="w", force=True)
+    assert sorted(os.listdir(out)) == before and os.listdir(tmp_path) == ["out"]
+
+
+WRITER = (
+    "import os, sys, time; from hltmt_plugin.atomic_files import write_folder\n"
+    "def fill(work):\n"
+    "    open(os.path.join(work, 'x'), 'w').write('x'); print('ready', flush=True); time.sleep(60)\n"
+    "write_folder(sys.argv[1], fill, kind='w', force=True)\n"
+)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_writer_leaves_nothing_or_what_the_next_writer_removes(tmp_path, sig):
+    import signal
+    import subprocess
+    import sys
+
+    out = str(tmp_path / "out")
+    child = subprocess.Popen([sys.executable, "-c", WRITER, out], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    second = subprocess.run([sys.executable, "-c", WRITER, out], capture_output=True, text=True, timeout=60)
+    assert second.returncode != 0 and "is being written by another process" in second.stderr
+    child.send_signal(getattr(signal, sig))
+    assert child.wait(timeout=30) == -getattr(signal, sig)
+    left = sorted(os.listdir(tmp_path))
+    if sig == "SIGTERM":
+        assert left == []
+        return
+    assert len(left) == 2 and ".out.hltmt-lock" in left  # the lock file and the temporary folder
+    assert any(name.startswith(".out.hltmt-") and name.endswith(".partial") for name in left)
+    files.write_folder(out, fill_two, kind="w")
+    assert os.listdir(tmp_path) == ["out"]
+
+
+def test_a_regular_file_on_a_memory_file_system_is_a_file_and_dev_stdout_a_stream(tmp_path):
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):
+        path = f"/dev/shm/hltmt-atomic-{os.getpid()}.txt"
+        try:
+            files.write_text(path, "x\n", what="-o")
+            assert open(path).read() == "x\n"
+        finally:
+            os.remove(path)
+    for stream in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        with pytest.raises(files.UnsafeDestination, match="names a device or a stream"):
+            files.check_destination(stream)

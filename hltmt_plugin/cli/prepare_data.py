@@ -28,9 +28,9 @@ import time
 
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.data_fingerprint import write_fingerprint
-from hltmt_plugin.atomic_files import inside, replace_folder
+from hltmt_plugin.atomic_files import check_folder_output, inside, write_folder
 from hltmt_plugin.corpora import WMT10_LANGS
-from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.errors import HltmtError, HltmtInputError
 
 SPLITS = ["train", "valid", "test"]
 
@@ -109,12 +109,22 @@ def log(msg):
 
 
 def read_lines(path, limit=None):
-    with open(path, encoding="utf-8", errors="strict") as f:
-        lines = []
+    """The lines of a raw text file as ``wc -l`` counts them: a line ends at ``\n`` (``\r\n``
+    too, its ``\r`` dropped); a carriage return inside a line is whitespace there (a space), never
+    a line end, so that both sides of a pair keep their line numbers (logged with a count)."""
+    lines, inner = [], 0
+    with open(path, encoding="utf-8", errors="strict", newline="\n") as f:
         for i, line in enumerate(f):
             if limit is not None and i >= limit:
                 break
-            lines.append(line.rstrip("\n"))
+            line = line[:-1] if line.endswith("\n") else line
+            line = line[:-1] if line.endswith("\r") else line
+            if "\r" in line:
+                inner += 1
+                line = line.replace("\r", " ")
+            lines.append(line)
+    if inner:
+        log(f"{path}: {inner} line(s) hold a carriage return inside the line: read as a space")
     return lines
 
 
@@ -413,32 +423,48 @@ def main(argv=None):
     return write_output(args, data, langs)
 
 
+KIND = "hltmt-prepare-data"  # the writer named in the marker of spm/ and bin/
+
+
 def write_output(args, data, langs):
-    """Build spm/ and bin/ of --out beside them, and put them in place only when both are
-    complete (a failed run leaves the previous ones); the exit status."""
+    """Build spm/ and bin/ of --out beside them (:func:`hltmt_plugin.atomic_files.write_folder`:
+    a temporary folder each, a lock on each) and put them in place only when both are complete:
+    a failed run leaves the previous ones. Each replaces only a folder an earlier run wrote
+    (with nothing added to it since) or an empty one; the exit status."""
     t0 = time.time()
     spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
-    work_spm, tmp_bin = spm_dir + ".partial", bin_dir + ".partial"  # both replace spm/ and bin/ when complete
-    for folder in (work_spm, tmp_bin):
-        shutil.rmtree(folder, ignore_errors=True)
+    inputs = {"--raw": args.raw, "--spm-model": args.spm_model, "--dict": args.dict}
     try:
-        status = build(args, data, langs, work_spm, tmp_bin)
-        if status == 0:
-            replace_folder(work_spm, spm_dir)
-            replace_folder(tmp_bin, bin_dir)  # the folders appear only once they are complete
-    finally:
-        for folder in (work_spm, tmp_bin):  # what a failed run wrote; the previous spm/ and bin/ stay
-            shutil.rmtree(folder, ignore_errors=True)
-    if status == 0:
-        log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")
-    return status
+        for folder in (spm_dir, bin_dir):
+            check_folder_output(folder, kind=KIND, force=True, option="--out", inputs=inputs)
+
+        def fill_spm(work_spm):
+            def fill_bin(work_bin):
+                status = build(args, data, langs, work_spm, work_bin)
+                if status:
+                    raise _Failed(status)  # neither folder is replaced: the earlier spm/ and bin/ stay
+
+            write_folder(bin_dir, fill_bin, kind=KIND, force=True, option="--out", inputs=inputs)
+
+        write_folder(spm_dir, fill_spm, kind=KIND, force=True, option="--out", inputs=inputs)
+    except _Failed as failed:
+        return failed.status
+    except HltmtError as error:
+        return fail(error, 2)
+    log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")
+    return 0
+
+
+class _Failed(Exception):
+    def __init__(self, status):
+        super().__init__(status)
+        self.status = status
 
 
 def build(args, data, langs, spm_dir, tmp_bin):
     """Sentencepiece model, dictionary and encoded splits into ``spm_dir``, the binarized data
     into ``tmp_bin`` (both new folders); 0 when both are complete, else an exit status."""
     try:
-        check_writable(spm_dir)
         sp = sentencepiece_model(args, data, langs, spm_dir)
         write_dictionary(args, data, langs, sp, spm_dir)
         encode_splits(args, data, sp, spm_dir)

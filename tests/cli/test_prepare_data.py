@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import assert_clear, cli, run
+from conftest import assert_clear, cli, digest, run
 from hltmt_plugin.data_fingerprint import FINGERPRINT_FILE, check_dictionaries, dictionary_fingerprint
 
 PREPARE = cli("hltmt-prepare-data")
@@ -286,3 +286,66 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_one_line(raw_de, tmp_path):
     fake.write_bytes(b"\x00not a model" * 10)
     done = prepare_de(raw_de, tmp_path / "out", "--spm-model", str(fake))
     assert_clear(done, "is not a sentencepiece model", prefix="hltmt-prepare-data: error:", whole_output=False)
+
+
+def test_a_carriage_return_inside_a_line_keeps_the_pairs_aligned(raw_de, tmp_path):
+    en = [f"the file number {i} is open" for i in range(40)]
+    de = [f"die Datei Nummer {i} ist offen" for i in range(40)]
+    en[4], de[4] = "the file\ris open", "die Datei\rist offen"  # on both sides: the counts would still agree
+    (raw_de / "train.en-de.en").write_bytes("".join(x + "\n" for x in en).encode())
+    (raw_de / "train.en-de.de").write_bytes("".join(x + "\r\n" for x in de).encode())  # Windows line ends
+    done = prepare_de(raw_de, tmp_path / "out")
+    assert done.returncode == 0, done.stderr[-1500:]
+    assert "train.en-de.en: 1 line(s) hold a carriage return inside the line: read as a space" in done.stdout
+    for side in ("en", "de"):
+        lines = (tmp_path / "out" / "spm" / f"train.en-de.{side}").read_text(encoding="utf-8").split("\n")
+        assert len(lines) == 41 and lines[-1] == "" and "\r" not in "".join(lines)  # 40 lines, one pair each
+    pairs = list(
+        zip(*((tmp_path / "out" / "spm" / f"train.en-de.{s}").read_text().splitlines() for s in "en de".split()))
+    )
+    assert "".join(pairs[4][0].split()).replace("▁", "") == "thefileisopen"
+    assert "".join(pairs[4][1].split()).replace("▁", "") == "dieDateiistoffen"
+    assert "".join(pairs[5][1].split()).replace("▁", "") == "dieDateiNummer5istoffen"
+
+
+def test_spm_and_bin_replace_only_what_an_earlier_run_wrote(raw_de, tmp_path):
+    out = tmp_path / "out"
+    assert prepare_de(raw_de, out).returncode == 0
+    (out / "bin" / "notes.txt").write_text("the user's\n")
+    before = digest(str(out))
+    done = prepare_de(raw_de, out)
+    assert_clear(done, "holds notes.txt, which hltmt-prepare-data did not write", "hltmt-prepare-data: error:", False)
+    assert digest(str(out)) == before
+    os.remove(out / "bin" / "notes.txt")
+    assert prepare_de(raw_de, out).returncode == 0  # an earlier run's output is replaced
+    theirs = tmp_path / "theirs"
+    (theirs / "spm").mkdir(parents=True)
+    (theirs / "spm" / "model.txt").write_text("the user's own spm/\n")
+    done = prepare_de(raw_de, theirs)
+    assert_clear(done, "hltmt-prepare-data did not write it", "hltmt-prepare-data: error:", False)
+    assert os.listdir(theirs) == ["spm"] and os.listdir(theirs / "spm") == ["model.txt"]
+
+
+def test_a_second_writer_of_one_out_is_refused_and_a_killed_runs_leftovers_are_removed(raw_de, tmp_path):
+    import fcntl
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / ".spm.hltmt-lock", "w") as lock:  # another run writing spm/ holds this
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = prepare_de(raw_de, out)
+    assert_clear(done, "is being written by another process", "hltmt-prepare-data: error:", False)
+    assert os.listdir(out) == [".spm.hltmt-lock"]
+    command = [PREPARE, "--raw", str(raw_de), "--out", str(out), "--langs", "de", "--vocab-size", "60"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    while not any(n.endswith(".partial") for n in os.listdir(out)):
+        assert process.poll() is None
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert any(n.endswith(".partial") for n in os.listdir(out))
+    assert prepare_de(raw_de, out).returncode == 0
+    assert sorted(os.listdir(out)) == ["bin", "spm"]  # the killed run's temporary folders and lock are gone
