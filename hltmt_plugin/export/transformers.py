@@ -1,0 +1,527 @@
+"""Export a checkpoint the translator serves to Hugging Face ``transformers``: stock model
+classes that ``AutoModelForSeq2SeqLM.from_pretrained`` loads without ``trust_remote_code``,
+the tokenizer that builds the input as training did, the search settings of fairseq's
+``generate`` in ``generation_config.json``, a model card and the manifest
+(:mod:`hltmt_plugin.export.manifest`, engine ``transformers``).
+
+Which class: fairseq's post-norm transformer (its default; the study's models) computes what
+``MarianMTModel`` computes, layer for layer (attention, residual, then layer norm; no final
+norm); its pre-norm transformer what ``M2M100ForConditionalGeneration`` computes (layer norm,
+sublayer, residual; a final norm on each side). The weights keep their names (``self_attn``,
+``encoder_attn``, ``fc1``, ``final_layer_norm`` ...); embeddings, their scaling by
+``sqrt(dim)``, the decoder's tied output projection and fairseq's sinusoidal positions
+(counted from ``padding_idx + 1``) are mapped exactly: Marian holds its position table as
+weights, given fairseq's rows from ``padding_idx + 1`` on; M2M100 computes fairseq's table
+itself.
+
+HLT-MT and LS-MNMT: a stock class has no module chosen per target language, so, as for
+CTranslate2 (:mod:`hltmt_plugin.export.ctranslate2`), each group of target languages that go
+through the same modules gets its own model (``models/<group>/``), the group's pool module
+(or the universal layer) as one more decoder layer whose two attention sublayers have zero
+weights: exact pre-norm, and post-norm with the top layer's final norm split between the two
+layers (a vector normalized again changes by a relative ``eps / 2`` at most). No code is
+shipped; the price is one model in memory per group served.
+
+The tokenizer is ``MarianTokenizer``: the sentencepiece model, the fairseq dictionary as its
+vocabulary (the same ids), each language token renamed ``>>xx<<`` (Marian's language code), the
+end of sentence appended: ``>>de<< text`` is ``--encoder-langtok tgt``'s input; with
+``--encoder-langtok src --decoder-langtok`` the source's code goes first and the target's
+token is forced first (``forced_bos_token_id``). The decoder starts from the end of sentence
+as fairseq's does.
+
+Refused, each with one line saying why: adapters and skills (modules chosen by the sentence's
+languages inside the layers), an encoder and decoder of different normalization or width,
+learned positions or none, ``--layernorm-embedding``, input or output projections, an
+adaptive softmax, activations neither class has.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import tempfile
+import time
+from typing import Dict, Optional
+
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.export import manifest, model_card
+from hltmt_plugin.export.ctranslate2 import group_targets
+from hltmt_plugin.hub import HltmtTranslator
+from hltmt_plugin.models.hltmt_transformer import pool_model
+
+INSTALL = 'pip install "transformers>=4.46,<6" safetensors (or pip install -e ".[transformers]")'
+ACTIVATIONS = {
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_accurate": "gelu_new",
+    "gelu_fast": "gelu_new",
+    "swish": "swish",
+    "tanh": "tanh",
+    "linear": "linear",
+}
+CLASSES = {"post": ("marian", "MarianMTModel"), "pre": ("m2m_100", "M2M100ForConditionalGeneration")}
+TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm", "tokenizer_config.json")
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
+
+
+def import_transformers():
+    """The transformers module, or one line saying how to install it."""
+    try:
+        import safetensors.torch  # noqa: F401
+        import transformers
+    except ImportError:
+        raise HltmtConfigError(f"transformers is not installed: {INSTALL}") from None
+    return transformers
+
+
+def language_code(lang: str) -> str:
+    """A language's token as the exported tokenizer names it (Marian's language code)."""
+    return f">>{lang}<<"
+
+
+def export(
+    checkpoint: str,
+    out: str,
+    spm: Optional[str] = None,
+    data: Optional[str] = None,
+    force: bool = False,
+    beam: int = 5,
+    lenpen: float = 1.0,
+    max_len: int = 200,
+) -> dict:
+    """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest.
+    ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default."""
+    transformers = import_transformers()
+    from hltmt_plugin.hub import arguments
+
+    beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
+    started = time.perf_counter()
+    translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device="cpu")
+    norm = check_exportable(translator)
+    targets = group_targets(translator)
+    models = (
+        {"main": "."}
+        if set(targets.values()) == {"main"}
+        else {g: f"models/{g}" for g in sorted(set(targets.values()))}
+    )
+    record = describe(translator, targets, models, checkpoint, transformers.__version__, norm)
+    search = {"beam": beam, "lenpen": lenpen, "max_len": max_len}
+
+    def fill(work: str) -> None:
+        for group, place in models.items():
+            folder = os.path.join(work, place)
+            os.makedirs(folder, exist_ok=True)
+            write_model(transformers, translator, None if group == "main" else group, norm, folder, search)
+        write_tokenizer(translator, work)
+        with open(os.path.join(work, "README.md"), "w", encoding="utf-8") as f:
+            f.write(model_card.card(record, card_facts(translator, checkpoint, search)))
+        record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
+        write_manifest(work, record)
+        manifest.read(work)  # what serving will check
+
+    write_folder(out, fill, force=force, inputs={"--checkpoint": checkpoint, "--spm": translator.spm})
+    return record
+
+
+def write_folder(out: str, fill, force: bool, inputs: Dict[str, str]) -> None:
+    """``out`` written by ``fill(work)`` whole or not at all."""
+    from hltmt_plugin import atomic_files
+
+    if hasattr(atomic_files, "write_folder"):
+        atomic_files.write_folder(out, fill, kind="hltmt-export", force=force, inputs=inputs)
+        return
+    if os.path.lexists(out) and not force:
+        raise HltmtConfigError(f"{out} exists: name a new folder, or add --force to replace it")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.partial.", dir=parent)
+    try:
+        fill(work)
+        atomic_files.replace_folder(work, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def write_manifest(work: str, record: dict) -> None:
+    if hasattr(manifest, "write"):
+        manifest.write(work, record)
+        return
+    record["files"] = manifest.files_of(work)
+    with open(os.path.join(work, manifest.MANIFEST), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+# ---- the model card's facts --------------------------------------------------------------
+
+# the options the reconstructed training command shows (the model's section, then the task's ...)
+COMMAND_OPTIONS = {
+    "task": (
+        "langs",
+        "lang_pairs",
+        "encoder_langtok",
+        "decoder_langtok",
+        "lang_tok_style",
+        "sampling_method",
+        "sampling_temperature",
+        "high_resource_langs",
+        "high_stage_updates",
+    ),
+    "model": (
+        "arch",
+        "share_all_embeddings",
+        "share_decoder_input_output_embed",
+        "encoder_normalize_before",
+        "decoder_normalize_before",
+        "dropout",
+        "attention_dropout",
+        "activation_fn",
+        "high_resource_langs",
+        "slp_pool_size",
+        "slp_language_specific",
+        "enable_lang_ids",
+    ),
+    "criterion": ("_name", "label_smoothing"),
+    "optimizer": ("_name", "adam_betas"),
+    "lr_scheduler": ("_name", "warmup_updates"),
+    "optimization": ("lr", "max_update", "clip_norm", "update_freq"),
+    "dataset": ("max_tokens",),
+    "common": ("seed", "fp16"),
+}
+FLAG_NAMES = {"criterion._name": "criterion", "optimizer._name": "optimizer", "lr_scheduler._name": "lr-scheduler"}
+
+
+def _option(section: str, name: str, value) -> list:
+    """``["--flag value"]`` for an option set to ``value`` (``[]`` when unset or off)."""
+    flag = "--" + FLAG_NAMES.get(f"{section}.{name}", name).replace("_", "-")
+    if value is None or value is False or value == "" or value == []:
+        return []
+    if value is True:
+        return [flag]
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        value = ",".join(map(str, value))
+    return [f"{flag} {shlex.quote(str(value))}"]
+
+
+def training_command(cfg) -> list:
+    """The fairseq-train command, reconstructed from the options a checkpoint stores: its
+    first word, then an option (with its value) per item."""
+    from hltmt_plugin.hub.loading import _stored
+
+    data = os.path.basename(os.path.abspath(str(_stored(cfg, "task", "data", "DATA")).split(os.pathsep)[0]))
+    task = _stored(cfg, "task", "_name", None)
+    words = [f"fairseq-train {data}"] + ([f"--task {task}"] if task else [])
+    if task == "hltmt_translation" or "hltmt" in str(_stored(cfg, "model", "arch", "")):
+        words.append("--user-dir hltmt_plugin")
+    shown = set()
+    for section, names in COMMAND_OPTIONS.items():
+        for name in names:
+            option = _option(section, name, _stored(cfg, section, name, None))
+            if option and option[0].split()[0] not in shown:
+                shown.add(option[0].split()[0])
+                words += option
+    return words
+
+
+def card_facts(translator, checkpoint: str, search: dict) -> dict:
+    """What the model card says beyond the manifest."""
+    pooled = pool_model(translator.model)
+    specific = bool(getattr(translator.cfg.model, "slp_language_specific", False))
+    system = "plain" if pooled is None else ("lsmnmt" if specific else "hltmt")
+    folder = str(translator.task.args.data).split(os.pathsep)[0]
+    return {
+        "name": os.path.splitext(os.path.basename(checkpoint))[0],
+        "system": system,
+        "search": search,
+        "command": training_command(translator.cfg),
+        "data": {"folder": os.path.basename(os.path.abspath(folder))},
+    }
+
+
+# ---- what can go ---------------------------------------------------------------------------
+
+
+def check_exportable(translator) -> str:
+    """``"post"`` or ``"pre"`` (the normalization, which picks the class); one
+    HltmtConfigError naming what cannot be exported, and why."""
+    model = translator.model
+    encoder, decoder = model.encoder, model.decoder
+    if getattr(encoder, "adapter_layout", None) is not None or getattr(decoder, "adapter_layout", None) is not None:
+        raise HltmtConfigError(
+            "cannot export adapters to transformers: an adapter transforms a sublayer's output before its "
+            "residual connection, with modules chosen by each sentence's language, which no stock class has"
+        )
+    if getattr(encoder, "skill_layout", None) is not None:
+        raise HltmtConfigError(
+            "cannot export skills to transformers: the encoder's skill modules are chosen and mixed per "
+            "direction inside its layers, which no stock encoder layer can do"
+        )
+    if getattr(decoder, "invertible_adapters", None) is not None:
+        raise HltmtConfigError("cannot export invertible adapters: no stock class has a per-language embedding map")
+    cfg = model.cfg if hasattr(model, "cfg") else translator.cfg.model
+    activation = str(
+        getattr(getattr(cfg, "activation_fn", None), "value", None) or getattr(cfg, "activation_fn", "relu")
+    )
+    if activation not in ACTIVATIONS:
+        raise HltmtConfigError(
+            f"cannot export --activation-fn {activation}: the stock classes have {', '.join(ACTIVATIONS)}"
+        )
+    pre = {bool(encoder.cfg.encoder.normalize_before), bool(decoder.cfg.decoder.normalize_before)}
+    if len(pre) != 1:
+        raise HltmtConfigError(
+            "cannot export an encoder and decoder of different normalization (pre-norm on one side only): "
+            "MarianMTModel is post-norm on both sides, M2M100 pre-norm on both"
+        )
+    _check_shapes(encoder, decoder, pre == {True})
+    return "pre" if pre == {True} else "post"
+
+
+def _check_shapes(encoder, decoder, pre_norm: bool) -> None:
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    for side in (encoder, decoder):
+        if not isinstance(side.embed_positions, SinusoidalPositionalEmbedding):
+            raise HltmtConfigError(
+                "cannot export learned positions or none (--encoder-learned-pos, --no-token-positional-embeddings): "
+                "MarianMTModel and M2M100 add fairseq's sinusoidal positions"
+            )
+        if side.layernorm_embedding is not None:
+            raise HltmtConfigError(
+                "cannot export --layernorm-embedding: neither MarianMTModel nor M2M100 has that norm"
+            )
+    if encoder.embed_tokens.embedding_dim != decoder.embed_tokens.embedding_dim:
+        raise HltmtConfigError(
+            "cannot export an encoder and decoder of different widths: the stock classes have one d_model"
+        )
+    if decoder.project_in_dim is not None or decoder.project_out_dim is not None:
+        raise HltmtConfigError(
+            "cannot export --decoder-input-dim / --decoder-output-dim: the stock classes have no projection"
+        )
+    if getattr(decoder, "adaptive_softmax", None) is not None:
+        raise HltmtConfigError("cannot export an adaptive softmax: the stock classes have one output projection")
+    if pre_norm and encoder.layer_norm is None:
+        raise HltmtConfigError("cannot export a pre-norm encoder without its final norm: M2M100 always has one")
+
+
+def describe(translator, targets, models, checkpoint, version, norm) -> dict:
+    """The manifest record (without the file digests)."""
+    from hltmt_plugin.export.ctranslate2 import describe as ct2_describe
+
+    record = ct2_describe(translator, targets, models, "float32", checkpoint, version)
+    record["engine"] = "transformers"
+    record["patches"] = {}
+    source = record["source"]
+    source["transformers"] = source.pop("ctranslate2")
+    source["class"] = CLASSES[norm][1]
+    record["language_codes"] = {lang: language_code(lang) for lang in translator.langs}
+    return record
+
+
+# ---- weights -------------------------------------------------------------------------------
+
+
+def _positions(module, count: int):
+    """fairseq's position vectors of positions 1..count (fairseq counts from padding + 1)."""
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    pad = module.padding_idx
+    table = SinusoidalPositionalEmbedding.get_embedding(count + pad + 1, module.embedding_dim, pad)
+    return table[pad + 1 : pad + 1 + count].float().contiguous()
+
+
+def _copy(state: dict, prefix: str, module) -> None:
+    for name, tensor in module.state_dict().items():
+        state[f"{prefix}.{name}"] = tensor.detach().float().clone().contiguous()
+
+
+def _layer_state(state: dict, prefix: str, layer, decoder: bool) -> None:
+    parts = ["self_attn", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm"]
+    if decoder:
+        parts += ["encoder_attn", "encoder_attn_layer_norm"]
+    for part in parts:
+        _copy(state, f"{prefix}.{part}", getattr(layer, part))
+
+
+def _module_layer(state: dict, prefix: str, module, top_norm, dim: int) -> None:
+    """The pool module as a decoder layer: two attention sublayers adding exactly zero, then
+    the module's feed-forward sublayer. ``top_norm``: post-norm, the top layer's final norm
+    (its scale and shift applied by the encoder attention's norm), None pre-norm."""
+    import torch
+
+    for attn in ("self_attn", "encoder_attn"):
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            state[f"{prefix}.{attn}.{proj}.weight"] = torch.zeros(dim, dim)
+            state[f"{prefix}.{attn}.{proj}.bias"] = torch.zeros(dim)
+    ones, zeros = torch.ones(dim), torch.zeros(dim)
+    state[f"{prefix}.self_attn_layer_norm.weight"], state[f"{prefix}.self_attn_layer_norm.bias"] = ones, zeros
+    if top_norm is None:
+        state[f"{prefix}.encoder_attn_layer_norm.weight"], state[f"{prefix}.encoder_attn_layer_norm.bias"] = ones, zeros
+    else:
+        _copy(state, f"{prefix}.encoder_attn_layer_norm", top_norm)
+    _copy(state, f"{prefix}.fc1", module.fc1)
+    _copy(state, f"{prefix}.fc2", module.fc2)
+    _copy(state, f"{prefix}.final_layer_norm", module.layer_norm)
+
+
+def weights(model, group: Optional[str], norm: str) -> Dict[str, object]:
+    """The stock class's state dict for one group (None: no pool)."""
+    import torch
+
+    encoder, decoder = model.encoder, model.decoder
+    state: Dict[str, object] = {}
+    count = len(decoder.layers)
+    for i, layer in enumerate(encoder.layers):
+        _layer_state(state, f"model.encoder.layers.{i}", layer, False)
+    for i, layer in enumerate(decoder.layers):
+        _layer_state(state, f"model.decoder.layers.{i}", layer, True)
+    shared = encoder.embed_tokens.weight is decoder.embed_tokens.weight
+    state["model.encoder.embed_tokens.weight"] = encoder.embed_tokens.weight.detach().float().clone()
+    state["model.decoder.embed_tokens.weight"] = decoder.embed_tokens.weight.detach().float().clone()
+    if shared or norm == "pre":
+        state["model.shared.weight"] = decoder.embed_tokens.weight.detach().float().clone()
+    tied = decoder.output_projection.weight is decoder.embed_tokens.weight
+    if not tied or (norm == "pre" and not shared):
+        state["lm_head.weight"] = decoder.output_projection.weight.detach().float().clone()
+    if norm == "post":
+        size = max(encoder.max_source_positions, decoder.max_target_positions)
+        state["model.encoder.embed_positions.weight"] = _positions(encoder.embed_positions, size)
+        state["model.decoder.embed_positions.weight"] = _positions(decoder.embed_positions, size)
+        state["final_logits_bias"] = torch.zeros(1, decoder.embed_tokens.weight.shape[0])
+    else:
+        _copy(state, "model.encoder.layer_norm", encoder.layer_norm)
+    if group is not None:
+        top = decoder.layers[-1].final_layer_norm
+        prefix = f"model.decoder.layers.{count}"
+        if norm == "post":
+            dim = top.weight.shape[0]
+            last = f"model.decoder.layers.{count - 1}.final_layer_norm"
+            state[f"{last}.weight"], state[f"{last}.bias"] = torch.ones(dim), torch.zeros(dim)
+        _module_layer(state, prefix, decoder.slp.module(group), top if norm == "post" else None, top.weight.shape[0])
+    final = getattr(decoder, "slp_output_norm", None) if group is not None else decoder.layer_norm
+    if norm == "pre":
+        if final is None:
+            raise HltmtConfigError("cannot export a pre-norm decoder without its final norm: M2M100 always has one")
+        _copy(state, "model.decoder.layer_norm", final)
+    return _same_ffn_width(state, model)
+
+
+def _same_ffn_width(state: dict, model) -> dict:
+    """Every feed-forward sublayer of a side at the side's widest (the stock config has one
+    width per side): the narrower ones padded with zero rows of fc1 and zero columns of fc2,
+    which add exactly zero."""
+    import torch
+
+    for side in ("encoder", "decoder"):
+        keys = [k for k in state if k.startswith(f"model.{side}.layers.") and k.endswith(".fc1.weight")]
+        width = max(state[k].shape[0] for k in keys)
+        for key in keys:
+            extra = width - state[key].shape[0]
+            if extra:
+                base = key[: -len(".fc1.weight")]
+                state[key] = torch.cat([state[key], torch.zeros(extra, state[key].shape[1])])
+                state[f"{base}.fc1.bias"] = torch.cat([state[f"{base}.fc1.bias"], torch.zeros(extra)])
+                fc2 = state[f"{base}.fc2.weight"]
+                state[f"{base}.fc2.weight"] = torch.cat([fc2, torch.zeros(fc2.shape[0], extra)], dim=1)
+    return state
+
+
+def config_of(transformers, translator, group: Optional[str], norm: str, state: dict):
+    """The stock class's configuration."""
+    model, cfg = translator.model, translator.cfg.model
+    encoder, decoder = model.encoder, model.decoder
+    d = translator.dictionary
+    width = lambda side: state[f"model.{side}.layers.0.fc1.weight"].shape[0]  # noqa: E731
+    shared = encoder.embed_tokens.weight is decoder.embed_tokens.weight
+    tied = decoder.output_projection.weight is decoder.embed_tokens.weight
+    options = dict(
+        vocab_size=len(d),
+        d_model=encoder.embed_tokens.embedding_dim,
+        encoder_layers=len(encoder.layers),
+        decoder_layers=len(decoder.layers) + (group is not None),
+        encoder_attention_heads=encoder.layers[0].self_attn.num_heads,
+        decoder_attention_heads=decoder.layers[0].self_attn.num_heads,
+        encoder_ffn_dim=width("encoder"),
+        decoder_ffn_dim=width("decoder"),
+        activation_function=ACTIVATIONS[str(getattr(cfg, "activation_fn", "relu"))],
+        dropout=float(getattr(cfg, "dropout", 0.1)),
+        attention_dropout=float(getattr(cfg, "attention_dropout", 0.0)),
+        activation_dropout=float(getattr(cfg, "activation_dropout", 0.0) or getattr(cfg, "relu_dropout", 0.0) or 0.0),
+        scale_embedding=float(encoder.embed_scale) != 1.0,
+        pad_token_id=d.pad(),
+        eos_token_id=d.eos(),
+        bos_token_id=d.bos(),
+        decoder_start_token_id=d.eos(),
+        forced_eos_token_id=d.eos(),
+        tie_word_embeddings=tied and (shared or norm == "post"),
+    )
+    if norm == "post":
+        options.update(
+            decoder_vocab_size=len(d),
+            max_position_embeddings=max(encoder.max_source_positions, decoder.max_target_positions),
+            share_encoder_decoder_embeddings=shared,
+        )
+        config = transformers.MarianConfig(**options)
+    else:
+        options["max_position_embeddings"] = max(encoder.max_source_positions, decoder.max_target_positions)
+        config = transformers.M2M100Config(**options)
+    config.architectures = [CLASSES[norm][1]]
+    return config
+
+
+def generation_config(transformers, translator, search: dict):
+    """fairseq's beam search as ``generate``'s settings: the beam and length penalty, stopping once
+    ``beam`` hypotheses are finished, at most ``max_len`` tokens then the end of sentence, no end
+    of sentence first, the padding token never chosen, the decoder started from the end of
+    sentence."""
+    d = translator.dictionary
+    return transformers.GenerationConfig(
+        num_beams=search["beam"],
+        length_penalty=search["lenpen"],
+        early_stopping=True,
+        max_new_tokens=search["max_len"] + 1,
+        min_new_tokens=1,
+        suppress_tokens=[d.pad()],
+        decoder_start_token_id=d.eos(),
+        bos_token_id=d.bos(),
+        eos_token_id=d.eos(),
+        pad_token_id=d.pad(),
+        forced_eos_token_id=d.eos(),
+    )
+
+
+def write_model(transformers, translator, group, norm, folder, search) -> None:
+    """One group's model: config.json, generation_config.json, model.safetensors."""
+    from safetensors.torch import save_file
+
+    state = weights(translator.model, group, norm)
+    config = config_of(transformers, translator, group, norm, state)
+    config.save_pretrained(folder)
+    generation_config(transformers, translator, search).save_pretrained(folder)
+    save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+
+
+def write_tokenizer(translator, work: str) -> None:
+    """MarianTokenizer's files: the sentencepiece model (source and target), the dictionary as
+    its vocabulary with the language tokens as language codes, and its settings."""
+    d = translator.dictionary
+    names = {translator.languages.token(lang): language_code(lang) for lang in translator.langs}
+    vocab = {}
+    for i, symbol in enumerate(d.symbols):
+        vocab.setdefault(names.get(symbol, symbol), i)
+    with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False, indent=0)
+    for name in ("source.spm", "target.spm"):
+        shutil.copyfile(translator.spm, os.path.join(work, name))
+    codes = [language_code(lang) for lang in translator.langs]
+    settings = {
+        "tokenizer_class": "MarianTokenizer",
+        "unk_token": d.unk_word,
+        "eos_token": d.eos_word,
+        "pad_token": d.pad_word,
+        "model_max_length": int(translator.max_source_positions),
+        "separate_vocabs": False,
+        "additional_special_tokens": codes,
+        "extra_special_tokens": codes,
+    }
+    with open(os.path.join(work, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(settings, f, ensure_ascii=False, indent=1)
