@@ -313,6 +313,13 @@ class PassRows:
         finally:
             self.record, self.plans = previous
 
+    def plan_for(self, name: str, make: Callable[[], Tensor]) -> RoutePlan:
+        """The pass's plan ``name``, made at the first ask from the ids ``make()`` returns (a
+        module that computes its ids from what it was handed, as the SLP's router does)."""
+        if name not in self.plans:
+            self.plans[name] = RoutePlan(make())
+        return self.plans[name]
+
     def plan(self, name: str) -> RoutePlan:
         if name not in self.plans:
             if self.record is None:

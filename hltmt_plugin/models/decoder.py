@@ -26,8 +26,6 @@ from hltmt_plugin.modules.routing import SearchPlans
 
 logger = logging.getLogger(__name__)
 
-SLP_IDS = "slp"  # PassRows ids: each row's SLP module under hard routing
-
 
 class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
     def __init__(
@@ -70,7 +68,6 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         # projection still sees normalised features.
         if normalize_before and self.layer_norm is not None:
             self.slp_output_norm, self.layer_norm = self.layer_norm, None
-        self.rows.define(SLP_IDS, self.slp_module_ids)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer = decoder_layer(cfg, self.rows, self.layouts, no_encoder_attn)
@@ -96,14 +93,11 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         the map is fixed (the map alone routes)."""
         return None if self.slp_router.map_is_fixed else self.high_lang_embeddings()
 
-    def slp_module_ids(self, record: Tensor) -> Tensor:
-        return self.slp_router.module_ids(record[:, TGT], self.gate_input())
-
     def slp_decision(self, record: Tensor) -> RoutingDecision:
-        """This pass's routing: a soft step mixes the pool; a hard step routes by the plan over
-        :meth:`slp_module_ids`, made once per forward pass, or once per beam search."""
-        plan = None if self.slp_router.soft_step() else self.rows.plan(SLP_IDS)
-        return self.slp_router(record[:, TGT], self.gate_input(), plan)
+        """This pass's routing, decided by the router (soft or hard, once) from the rows' target
+        languages and the gate's input; a hard step's plan is kept in the pass's rows (once per
+        forward pass, or once per beam search)."""
+        return self.slp_router(record[:, TGT], self.gate_input(), self.rows)
 
     # the routing map and the gate, by language name (the model's surface reads these)
     def routing_map(self) -> Dict[str, int]:

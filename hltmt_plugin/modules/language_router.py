@@ -35,6 +35,7 @@ from hltmt_plugin.modules.routing import RoutePlan
 HARD, SOFT = "hard", "soft"
 ROUTER = "slp_router"  # the router's name on the decoder: its keys are decoder.slp_router.*
 MAP = "fixed_map_onehot"
+PLAN = "slp"  # the name of a hard step's plan among a pass's plans (PassRows)
 
 
 class LanguageRouter(nn.Module):
@@ -145,14 +146,13 @@ class LanguageRouter(nn.Module):
         mapped = self.current_map(lang_embeddings).index_select(0, high_idx.clamp(min=0))
         return torch.where(high_idx < 0, universal, mapped)
 
-    def forward(
-        self, tgt: Tensor, lang_embeddings: Optional[Tensor], plan: Optional[RoutePlan] = None
-    ) -> RoutingDecision:
+    def forward(self, tgt: Tensor, lang_embeddings: Optional[Tensor], plans=None) -> RoutingDecision:
         """The routing of one pass over rows whose target languages are ``tgt`` (B,), indices in
-        ``--langs``, with the gate's input ``lang_embeddings`` (H x d): a soft step (see
-        :meth:`soft_step`) gives each row's weights over the pool; a hard step routes by ``plan``,
-        the :class:`RoutePlan` over :meth:`module_ids` that the caller keeps for a pass or a beam
-        search (made here when not given)."""
+        ``--langs``, with the gate's input ``lang_embeddings`` (H x d), decided here, once: a soft
+        step (see :meth:`soft_step`) gives each row's weights over the pool; a hard step routes
+        by the :class:`RoutePlan` over :meth:`module_ids`, kept in ``plans`` (the caller's
+        :class:`~hltmt_plugin.languages.PassRows`: one plan per pass, or per beam search) or made
+        for this call when none is given."""
         if self.training and not self.map_is_fixed:
             self.gate_steps.add_(1)
         if self.soft_step():
@@ -162,7 +162,8 @@ class LanguageRouter(nn.Module):
             weights = probs.index_select(0, high_idx.clamp(min=0))
             module_ids = torch.where(is_low, torch.full_like(high_idx, self.pool_size), weights.argmax(dim=-1))
             return RoutingDecision(module_ids, weights=weights, gate_probs=probs)
-        made = plan if plan is not None else RoutePlan(self.module_ids(tgt, lang_embeddings))
+        ids = lambda: self.module_ids(tgt, lang_embeddings)  # noqa: E731
+        made = plans.plan_for(PLAN, ids) if plans is not None else RoutePlan(ids())
         return RoutingDecision(made.ids, plan=made)
 
     # ---- checkpoints

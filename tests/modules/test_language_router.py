@@ -50,14 +50,24 @@ def test_a_hard_decision_is_a_plan_of_each_rows_module():
     assert decide(r, tgt(high_idx)).plan.ids.tolist() == [2, 3, 1, 2, 3, 0]
 
 
-def test_a_hard_decision_takes_the_plan_it_is_handed_and_a_soft_step_is_known_before_any_plan():
+def test_the_router_decides_once_a_hard_step_keeps_its_plan_in_the_pass_and_a_soft_step_makes_none():
+    from hltmt_plugin.languages import PassRows
+    from hltmt_plugin.modules.language_router import PLAN
+
     r = router()
     r.train()
+    rows = PassRows("decoder")
     given = RoutePlan(torch.tensor([1, 3]))  # e.g. the plan a beam search made at its first step
     r.mode = HARD
-    assert not r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), given).plan is given
-    r.mode = SOFT  # the caller asks soft_step() first and makes no plan (no host synchronisation)
-    assert r.soft_step() and decide(r, tgt(torch.tensor([0, -1]))).plan is None
+    with rows.use(torch.zeros(2, 2, dtype=torch.long), {PLAN: given}):
+        assert not r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), rows).plan is given
+    with rows.use(torch.zeros(2, 2, dtype=torch.long)):  # a new pass: made at its first ask, then kept
+        first = decide(r, tgt(torch.tensor([0, -1])), rows).plan
+        assert first.ids.tolist() == r.module_ids(tgt(torch.tensor([0, -1])), r.emb).tolist()
+        assert decide(r, tgt(torch.tensor([0, -1])), rows).plan is first
+    r.mode = SOFT  # the router decides soft and makes no plan (no host synchronisation)
+    with rows.use(torch.zeros(2, 2, dtype=torch.long)):
+        assert r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), rows).plan is None and not rows.plans
     r.eval()
     assert not r.soft_step()
 
