@@ -512,6 +512,7 @@ def write_tokenizer(translator, work: str) -> None:
         json.dump(vocab, f, ensure_ascii=False, indent=0)
     for name in ("source.spm", "target.spm"):
         shutil.copyfile(translator.spm, os.path.join(work, name))
+    d.save(os.path.join(work, "dict.txt"))  # fairseq's dictionary, as hltmt-translate reads it
     codes = [language_code(lang) for lang in translator.langs]
     settings = {
         "tokenizer_class": "MarianTokenizer",

@@ -1,0 +1,277 @@
+"""Serving an export to Hugging Face ``transformers`` (``hltmt-export --to transformers``) with
+the translator's contract: :meth:`HltmtTranslator.load` of such a folder returns an
+:class:`HfTranslator`, with the same ``translate`` / ``translate_batch`` / ``routing`` /
+``direction`` and the same refusals (:mod:`hltmt_plugin.hub.contract`).
+
+The folder is checked on load (:func:`hltmt_plugin.export.manifest.read`). Each sentence is
+prepared as the checkpoint's translator prepares it: the sentencepiece pieces of the line as the
+dictionary's ids plus end of sentence, the language token ``--encoder-langtok`` puts first. The
+sentences go to the model of their target language's group, sorted by length and batched by
+tokens; with ``--decoder-langtok`` a batch holds one target language, whose token is forced first.
+The search is ``generate``'s with the folder's generation settings (fairseq's) and the call's
+beam, length penalty and length limit; all the beam's finished hypotheses come back, and the
+best is taken by fairseq's score: with a forced target-language token, its log-probability
+(which ``generate`` leaves out) is counted, as fairseq counts it.
+"""
+
+import math
+import os
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.export.manifest import read as read_manifest
+from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.results import Translation
+from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
+
+INSTALL = 'pip install "transformers>=4.46,<6" safetensors (or pip install -e ".[transformers]")'
+
+
+def import_transformers():
+    """``transformers``, or one line saying how to install it."""
+    try:
+        import transformers
+    except ImportError:
+        raise HltmtConfigError(
+            f"this is an export to transformers and transformers is not installed: {INSTALL}"
+        ) from None
+    return transformers
+
+
+class HfTranslator:
+    """An export folder's transformers models, serving any of its directions, mixed in one call."""
+
+    engine = "transformers"
+
+    def __init__(self, folder, record, models, dictionary, pieces, device, max_tokens=4000, max_sentences=None):
+        self.folder, self.record, self.models = folder, record, models
+        self.dictionary, self.pieces, self.device = dictionary, pieces, device
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.langs = list(record["langs"])
+        self.checkpoint = folder
+        self.spm = os.path.join(folder, "source.spm")
+        self.max_source_positions = record["max_source_positions"]
+        self.max_target_positions = record["max_target_positions"]
+        self.lang_ids = {lang: dictionary.index(tok) for lang, tok in record["language_tokens"].items()}
+        pairs = record["lang_pairs"]
+        self.directions = TrainedDirections(pairs, marked=marks_target(record)) if pairs else None
+        self.leave_out = {dictionary.eos_index, dictionary.bos_index, dictionary.pad_index} | (
+            set(self.lang_ids.values()) if record["decoder_langtok"] else set()
+        )
+
+    @classmethod
+    def load(
+        cls,
+        folder: str,
+        spm: Optional[str] = None,
+        data: Optional[str] = None,
+        device: Optional[str] = None,
+        threads: Optional[int] = None,
+        max_tokens: int = 4000,
+        max_sentences: Optional[int] = None,
+        fp16: bool = False,
+        record: Optional[dict] = None,
+        compute_type: Optional[str] = None,
+    ) -> "HfTranslator":
+        """Load the export ``folder`` (checked first, unless ``record`` is its manifest just
+        read). ``device``: cpu (default) or cuda; ``threads``: torch's threads (default: torch's
+        choice); ``fp16``: half precision (GPU)."""
+        folder = os.fspath(folder)
+        if compute_type is not None:
+            raise HltmtConfigError(
+                f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 (--fp16 on a GPU)"
+            )
+        if spm is not None or data is not None:
+            raise HltmtConfigError(
+                f"{folder} is an exported model: it carries its own sentencepiece model and "
+                "dictionary (leave out --spm / --data)"
+            )
+        max_tokens = arguments.positive_int("max_tokens", max_tokens)
+        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
+        threads = arguments.positive_int("threads", threads, optional=True)
+        record = record if record is not None else read_manifest(folder)
+        if record["engine"] != "transformers":
+            raise HltmtConfigError(f"{folder} is an export for {record['engine']!r:.40}, not transformers")
+        transformers = import_transformers()
+        import torch
+
+        if threads:
+            torch.set_num_threads(threads)
+        device = _device(torch, device)
+        models = {}
+        for group, place in record["models"].items():
+            try:
+                model = transformers.AutoModelForSeq2SeqLM.from_pretrained(os.path.join(folder, place))
+            except (OSError, ValueError, RuntimeError) as error:
+                raise HltmtInputError(
+                    f"transformers cannot load {os.path.join(folder, place)}: {str(error).splitlines()[0]:.200}"
+                ) from None
+            model = model.eval().to(device)
+            models[group] = model.half() if fp16 else model
+        dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))
+        pieces = Pieces(os.path.join(folder, "source.spm"))
+        return cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences)
+
+    # ---- routing and input checks ------------------------------------------------------
+    def routing(self, src: str, tgt: str) -> Dict[str, object]:
+        """How ``src -> tgt`` is routed (``{"slp": "m<k>" | "universal"}`` for a pool model, ``{}``
+        otherwise); an error naming an unknown language."""
+        contract.check_languages(self.langs, src, tgt)
+        return {"slp": self.record["targets"][tgt]} if self.record["routes"] and self.record["routing_map"] else {}
+
+    def direction(self, src: str, tgt: str) -> str:
+        """``"trained"``, ``"zero-shot"`` or ``"refused"`` (:mod:`hltmt_plugin.directions`)."""
+        self.routing(src, tgt)
+        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
+
+    def source(self, src: str, tgt: str, ids: List[int]) -> List[int]:
+        """A source's ids: the language token ``--encoder-langtok`` puts first, then ``ids``."""
+        side = self.record["encoder_langtok"]
+        return ([self.lang_ids[tgt if side == "tgt" else src]] if side is not None else []) + ids
+
+    def _prepare_items(self, items, first_line: int, zero_shot: bool) -> Tuple[List[Translation], list]:
+        results, admitted = contract.admit_items(
+            items,
+            first_line,
+            lambda src, tgt, text: contract.admit(text, src, tgt, self.routing, self.directions, zero_shot),
+        )
+        texts = [text for *_, text in admitted]
+        prepared = []
+        for (index, src, tgt, _), pieces in zip(admitted, self.pieces.encode(texts)):
+            ids = self.dictionary.ids(pieces)
+            try:
+                contract.check_length(len(ids), self.max_source_positions)
+            except HltmtInputError as error:
+                contract.refuse(results[index], error)
+                continue
+            prepared.append((index, self.source(src, tgt, ids)))
+        return results, prepared
+
+    # ---- translation -------------------------------------------------------------------
+    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
+        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
+        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
+
+    def translate_batch(
+        self,
+        items,
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len: int = 200,
+        details: bool = False,
+        errors: str = "raise",
+        max_tokens: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        first_line: int = 1,
+        progress: Optional[Callable[[int], None]] = None,
+        zero_shot: bool = False,
+    ) -> list:
+        """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
+        directions, results in input order, each failed sentence reported with its line."""
+        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
+            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
+        )
+        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
+        results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
+        if progress is not None and len(items) - len(prepared):
+            progress(len(items) - len(prepared))
+        by_key: Dict[Tuple[str, Optional[str]], list] = {}
+        for index, ids in prepared:
+            tgt = results[index].tgt
+            forced = tgt if self.record["decoder_langtok"] else None
+            by_key.setdefault((self.record["targets"][tgt], forced), []).append((index, ids))
+        for (group, forced), rows in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+            for batch in _batches(rows, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
+                self._run(self.models[group], batch, results, (beam, lenpen, max_len), forced)
+                if progress is not None:
+                    progress(len(batch))
+        return contract.outcome(results, details, errors)
+
+    def _run(self, model, batch, results: List[Translation], search, forced: Optional[str]) -> None:
+        """``generate`` on one batch, every finished hypothesis returned; the best by fairseq's score."""
+        import torch
+
+        beam, lenpen, max_len = search
+        pad = self.dictionary.pad_index
+        width = max(len(ids) for _, ids in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        for k, (_, ids) in enumerate(batch):
+            input_ids[k, : len(ids)] = torch.tensor(ids)
+        inputs = {"input_ids": input_ids.to(self.device), "attention_mask": (input_ids != pad).long().to(self.device)}
+        extra = {"forced_bos_token_id": self.lang_ids[forced]} if forced is not None else {}
+        with torch.no_grad():
+            out = model.generate(
+                **inputs,
+                num_beams=beam,
+                num_return_sequences=beam,
+                length_penalty=lenpen,
+                max_new_tokens=max_len + 1,
+                return_dict_in_generate=True,
+                output_scores=True,
+                **extra,
+            )
+            first = self._forced_log_prob(model, inputs, forced) if forced is not None else [0.0] * len(batch)
+        sequences, scores = (
+            out.sequences.view(len(batch), beam, -1).tolist(),
+            out.sequences_scores.view(len(batch), beam),
+        )
+        for k, (index, _) in enumerate(batch):
+            best = max(
+                range(beam),
+                key=lambda b: (
+                    _fairseq_score(sequences[k][b], float(scores[k, b]), lenpen, first[k], self.dictionary),
+                    -b,
+                ),
+            )
+            ids = _hypothesis(sequences[k][best], self.dictionary)
+            result = results[index]
+            result.text = self.dictionary.text(ids, self.leave_out)
+            result.tokens = len(ids) + 1  # end of sentence included
+            result.score = _fairseq_score(
+                sequences[k][best], float(scores[k, best]), lenpen, first[k], self.dictionary
+            ) / math.log(2)
+
+    def _forced_log_prob(self, model, inputs, forced: str) -> List[float]:
+        """The model's log-probability of the forced target-language token as the first token."""
+        import torch
+
+        start = torch.full((inputs["input_ids"].shape[0], 1), self.dictionary.eos_index, device=self.device)
+        logits = model(**inputs, decoder_input_ids=start).logits[:, -1, :].float()
+        return torch.log_softmax(logits, dim=-1)[:, self.lang_ids[forced]].tolist()
+
+
+def _hypothesis(sequence: List[int], dictionary) -> List[int]:
+    """A generated sequence's tokens after the decoder's start, up to (without) its end of sentence."""
+    tokens = sequence[1:]
+    return tokens[: tokens.index(dictionary.eos_index)] if dictionary.eos_index in tokens else tokens
+
+
+def _fairseq_score(sequence: List[int], score: float, lenpen: float, forced: float, dictionary) -> float:
+    """fairseq's score of a hypothesis (natural log): ``generate``'s normalized score with the forced
+    token's log-probability counted (``forced``; 0 without one)."""
+    length = len(_hypothesis(sequence, dictionary)) + 1
+    return (score * length**lenpen + forced) / length**lenpen
+
+
+def _batches(rows, max_tokens: int, max_sentences: Optional[int]):
+    """Rows sorted by length, cut into batches of at most ``max_tokens`` (padded) source tokens
+    and ``max_sentences`` sentences; a longer row is a batch of its own."""
+    rows = sorted(rows, key=lambda row: len(row[1]))
+    batch: list = []
+    for row in rows:
+        size = max(len(row[1]), max((len(r[1]) for r in batch), default=0))
+        if batch and (size * (len(batch) + 1) > max_tokens or (max_sentences and len(batch) >= max_sentences)):
+            yield batch
+            batch = []
+        batch.append(row)
+    if batch:
+        yield batch
+
+
+def _device(torch, device: Optional[str]):
+    if device is None or device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.device(device)
+    raise HltmtConfigError(f"device {device!r:.60}: cpu, or cuda where torch sees a GPU")
