@@ -1,20 +1,26 @@
 """Which directions a checkpoint serves, from the options it was trained with: the one rule the
-Python API, ``hltmt-translate`` and ``fairseq-generate`` / ``fairseq-interactive`` under
-``--task hltmt_translation`` apply.
+Python API, ``hltmt-translate`` (checkpoints and exports) and ``fairseq-generate`` /
+``fairseq-interactive`` under ``--task hltmt_translation`` apply.
 
 A direction ``src-tgt`` of a model is
 
 - **trained** (:data:`TRAINED`): one of its ``--lang-pairs``;
-- **zero-shot** (:data:`ZERO_SHOT`): not one of them, but the model read ``src`` and produced
-  ``tgt`` in training (each in some trained direction). Served only when asked for
-  (``zero_shot=True``, ``hltmt-translate --zero-shot``): a model that never saw the pair
+- **zero-shot** (:data:`ZERO_SHOT`): not one of them, but ``src`` was the source of some
+  trained direction and ``tgt`` the target of some trained direction. Served only when asked
+  for (``zero_shot=True``, ``hltmt-translate --zero-shot``): a model that never saw the pair
   often answers in another language;
 - **refused** (:data:`REFUSED`): the model never produced ``tgt`` (no trained direction into
-  it) or never saw ``src`` at all. Its output would not be a translation into ``tgt``.
+  it) or never read ``src`` (no trained direction from it: a language seen only as a target
+  is not one the encoder learned to read). Its output would not be a translation into ``tgt``.
 
 A language whose adapters were added to the model after training (``hltmt-adapters import``:
-it is in the stored ``--adapter-langs`` and in no trained direction) counts as seen and
+it is in the stored ``--adapter-langs`` and in no trained direction) counts as read and
 produced: its directions are zero-shot.
+
+A model trained without a token naming the target language (neither ``--encoder-langtok
+tgt`` nor ``--decoder-langtok``) cannot be told which language to produce: when its trained
+directions have one target, it serves that target only (the rule above); when they have
+several, every direction is refused, with that reason.
 
 Nothing here imports torch or fairseq.
 """
@@ -34,33 +40,54 @@ def _names(value) -> List[str]:
     return [str(v).strip() for v in items if str(v).strip()]
 
 
-class TrainedDirections:
-    """The directions a model was trained on (``--lang-pairs``) and the languages given their
-    own capacity after training; :meth:`kind` is the rule."""
+def _get(options):
+    return options.get if isinstance(options, dict) else lambda name: getattr(options, name, None)
 
-    def __init__(self, lang_pairs, added_langs: Iterable[str] = ()):
+
+def marks_target(options) -> bool:
+    """Whether a model trained with ``options`` (a namespace, or a dict such as an export's
+    manifest) reads which language to produce from a token: ``--encoder-langtok tgt``, or
+    ``--decoder-langtok`` (also as the target side of ``--langtoks``' main entry)."""
+    get = _get(options)
+    langtoks = get("langtoks")
+    if isinstance(langtoks, dict) and langtoks.get("main") is not None:
+        source_side, target_side = tuple(langtoks["main"])
+        return source_side == "tgt" or bool(target_side)
+    return get("encoder_langtok") == "tgt" or bool(get("decoder_langtok"))
+
+
+class TrainedDirections:
+    """The directions a model was trained on (``--lang-pairs``), the languages given their own
+    capacity after training, and whether a token names the target (``marked``); :meth:`kind`
+    is the rule."""
+
+    def __init__(self, lang_pairs, added_langs: Iterable[str] = (), marked: bool = True):
         self.pairs = _names(lang_pairs)
         sides = [pair.split("-", 1) for pair in self.pairs if "-" in pair]
         self.sources = sorted({src for src, _ in sides})
         self.targets = sorted({tgt for _, tgt in sides})
         seen = {lang for side in sides for lang in side}
         self.added = sorted(set(_names(added_langs)) - seen)
-        self.seen = seen | set(self.added)
+        self.read = set(self.sources) | set(self.added)
         self.produced = set(self.targets) | set(self.added)
+        self.marked = marked
 
     @classmethod
     def from_options(cls, options) -> Optional["TrainedDirections"]:
-        """From a training run's options (a namespace or dict holding ``lang_pairs`` and, with
-        adapters, ``adapter_langs``); None when they name no direction."""
-        get = options.get if isinstance(options, dict) else lambda name: getattr(options, name, None)
+        """From a training run's options (a namespace or dict holding ``lang_pairs``, the
+        language-token options and, with adapters, ``adapter_langs``); None when they name no
+        direction."""
+        get = _get(options)
         pairs = _names(get("lang_pairs"))
-        return cls(pairs, _names(get("adapter_langs"))) if pairs else None
+        return cls(pairs, _names(get("adapter_langs")), marks_target(options)) if pairs else None
 
     def kind(self, src: str, tgt: str) -> str:
         """:data:`TRAINED`, :data:`ZERO_SHOT` or :data:`REFUSED` for the direction ``src-tgt``."""
+        if not self.marked and len(self.produced) > 1:
+            return REFUSED
         if f"{src}-{tgt}" in self.pairs:
             return TRAINED
-        if tgt not in self.produced or src not in self.seen:
+        if tgt not in self.produced or src not in self.read:
             return REFUSED
         return ZERO_SHOT
 
@@ -71,8 +98,16 @@ class TrainedDirections:
 
     def why_refused(self, src: str, tgt: str) -> str:
         """Why a :data:`REFUSED` direction is refused (one phrase)."""
+        if not self.marked and len(self.produced) > 1:
+            return (
+                "the model was trained without a token naming the target language (neither --encoder-langtok "
+                f"tgt nor --decoder-langtok), so it cannot be told which of {','.join(sorted(self.produced))} "
+                "to produce"
+            )
         if tgt not in self.produced:
             return f"the model never produced {tgt}"
+        if src in self.targets:
+            return f"the model never read {src} (it was only a target)"
         return f"the model never read {src}"
 
     def check(

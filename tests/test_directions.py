@@ -1,6 +1,8 @@
-"""hltmt_plugin.directions: a direction is trained (one of --lang-pairs), zero-shot (both
-languages seen in training, the pair not trained) or refused (the target never produced, or the
-source never read); a language whose adapters were imported counts as seen and produced."""
+"""hltmt_plugin.directions: a direction is trained (one of --lang-pairs), zero-shot (the source
+a source of some trained direction, the target a target of some trained direction, the pair not
+trained) or refused (the target never produced, or the source never read: a language seen only
+as a target is not read); a language whose adapters were imported counts as read and produced; a
+model without a token naming the target serves one target at most."""
 
 from argparse import Namespace
 
@@ -18,8 +20,8 @@ ENGLISH_TO_X = "en-de,en-fr,en-gu"  # the shape of the study's models
         ("en", "de", TRAINED),
         ("en", "gu", TRAINED),
         ("de", "en", REFUSED),  # en was never a target
-        ("fr", "de", ZERO_SHOT),  # fr seen (as a target), de produced
-        ("de", "de", ZERO_SHOT),
+        ("fr", "de", REFUSED),  # fr only a target: never read
+        ("de", "de", REFUSED),
         ("hi", "de", REFUSED),  # hi in no trained direction
         ("en", "hi", REFUSED),
     ],
@@ -31,9 +33,55 @@ def test_english_to_x(src, tgt, kind):
 def test_both_sides_and_lists():
     both = TrainedDirections(["en-de", "de-en", "en-fr"])
     assert (
-        both.kind("de", "en") == TRAINED and both.kind("fr", "en") == ZERO_SHOT and both.kind("de", "fr") == ZERO_SHOT
+        both.kind("de", "en") == TRAINED and both.kind("de", "fr") == ZERO_SHOT and both.kind("de", "de") == ZERO_SHOT
     )
     assert both.targets == ["de", "en", "fr"] and both.sources == ["de", "en"]
+
+
+@pytest.mark.parametrize(
+    "src, tgt, kind",
+    [
+        ("de", "fr", ZERO_SHOT),  # de a source (de-en), fr a target (en-fr)
+        ("fr", "en", REFUSED),  # fr only a target: the encoder never read it
+        ("fr", "de", REFUSED),
+        ("en", "gu", REFUSED),  # gu only a source: the model never produced it
+        ("gu", "de", ZERO_SHOT),
+    ],
+)
+def test_the_source_must_have_been_a_source_and_the_target_a_target(src, tgt, kind):
+    assert TrainedDirections("en-de,en-fr,de-en,gu-en").kind(src, tgt) == kind
+
+
+def test_a_language_seen_only_as_a_target_is_refused_as_a_source_with_the_reason():
+    with pytest.raises(
+        HltmtInputError, match=r"^direction fr-de refused: the model never read fr \(it was only a target\); "
+    ):
+        TrainedDirections("en-de,en-fr,de-en").check("fr", "de", zero_shot=True)
+    with pytest.raises(HltmtInputError, match=r"^direction en-gu refused: the model never produced gu; "):
+        TrainedDirections("en-de,gu-en").check("en", "gu", zero_shot=True)
+
+
+def test_a_model_without_a_target_token_serves_its_one_target_or_nothing():
+    options = {"lang_pairs": "de-en,fr-en", "encoder_langtok": "src", "decoder_langtok": False}
+    one_target = TrainedDirections.from_options(options)
+    assert not one_target.marked
+    assert [one_target.kind(*d) for d in [("de", "en"), ("fr", "en"), ("en", "de")]] == [TRAINED, TRAINED, REFUSED]
+    several = TrainedDirections.from_options(
+        Namespace(lang_pairs="en-de,en-fr", encoder_langtok=None, decoder_langtok=False)
+    )
+    assert several.kind("en", "de") == REFUSED and several.kind("en", "fr") == REFUSED
+    with pytest.raises(
+        HltmtInputError,
+        match=r"^direction en-de refused: the model was trained without a token naming the target language "
+        r"\(neither --encoder-langtok tgt nor --decoder-langtok\), so it cannot be told which of de,fr to produce",
+    ):
+        several.check("en", "de", zero_shot=True)
+    for marked in ({"encoder_langtok": "tgt"}, {"encoder_langtok": "src", "decoder_langtok": True}):
+        assert TrainedDirections.from_options({"lang_pairs": "en-de,en-fr", **marked}).kind("en", "de") == TRAINED
+    for main, marked in [(("src", None), False), (("tgt", None), True), (("src", "tgt"), True)]:
+        assert (
+            TrainedDirections.from_options({"lang_pairs": "en-de,en-fr", "langtoks": {"main": main}}).marked is marked
+        )
 
 
 def test_a_language_whose_adapters_were_imported_is_zero_shot_both_ways():
@@ -63,11 +111,12 @@ def test_check_names_the_direction_and_the_training():
         directions.check("de", "en", zero_shot=True)
     with pytest.raises(HltmtInputError, match="direction hi-de refused: the model never read hi"):
         directions.check("hi", "de", zero_shot=True)
+    both = TrainedDirections("en-de,en-fr,de-en")
     with pytest.raises(
         HltmtInputError,
-        match=r"direction fr-de is zero-shot \(the model was trained on "
-        r"en-de,en-fr,en-gu \(targets de,fr,gu\)\): translated only with "
+        match=r"direction de-fr is zero-shot \(the model was trained on "
+        r"en-de,en-fr,de-en \(targets de,en,fr\)\): translated only with "
         r"zero_shot=True \(hltmt-translate --zero-shot\)",
     ):
-        directions.check("fr", "de", zero_shot=False)
-    assert directions.check("fr", "de", zero_shot=True) == ZERO_SHOT
+        both.check("de", "fr", zero_shot=False)
+    assert both.check("de", "fr", zero_shot=True) == ZERO_SHOT
