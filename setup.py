@@ -43,7 +43,11 @@ setup(
         "sacremoses",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6"], "ctranslate2": ["ctranslate2>=4.5"]},
+    extras_require={
+        "test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6"],
+        "ctranslate2": ["ctranslate2>=4.5"],
+        "transformers": ["transformers>=5.25,<6", "safetensors>=0.4"],
+    },
     entry_points={
         "console_scripts": [
             "hltmt-prepare-data = hltmt_plugin.cli.prepare_data:main",
