@@ -57,6 +57,8 @@ FAST = {
     },
     "criterions/test_hltmt_cross_entropy.py": ALL,
     "hub/test_arguments.py": ALL,
+    "hub/test_contract.py": ALL,
+    "hub/test_vocabulary.py": {"test_fairseqs_rules_for_dict_txt"},
     "models/test_hltmt_transformer.py": ALL,
     "models/test_host_syncs.py": ALL,
     "modules/test_language_pool.py": ALL,
