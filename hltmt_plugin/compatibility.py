@@ -31,6 +31,7 @@ import hashlib
 from argparse import Namespace
 from typing import Dict, List, Optional, Sequence
 
+from hltmt_plugin import records
 from hltmt_plugin.data_fingerprint import dictionary_fingerprint, sha256_file
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
@@ -89,6 +90,23 @@ FEATURE_OPTIONS = (
     "skill_layers",
     "skill_matrix",
 )
+
+
+_NAME = records.Text(min_len=1, max_len=200)
+DICTIONARIES = records.MapOf(records.SHA256, key=records.Text(min_len=1, max_len=200), max_len=10_000)
+VOCABULARY = records.Record({"symbols": records.Int(low=0), "sha256": records.SHA256})
+# the record as a checkpoint stores it: the marking and the model always, the rest when known
+SCHEMA = records.Record(
+    {"marking": records.MapOf(_NAME, min_len=1, max_len=100), "model": records.Record({"arch": _NAME}, extra=True)},
+    optional={
+        "dictionaries": DICTIONARIES,
+        "vocabulary": VOCABULARY,
+        "languages": records.ListOf(_NAME, min_len=1, max_len=10_000),
+        "spm": records.SHA256,
+        records.VERSION_FIELD: records.Text(max_len=40),
+    },
+)
+WHERE = "the checkpoint's compatibility record"
 
 
 def vocabulary_fingerprint(symbols: Sequence[str]) -> Dict[str, object]:
@@ -157,6 +175,7 @@ def build_record(
     dictionaries), with the task's dictionary ``symbols``, ``languages`` (default: ``--langs``)
     and the sentencepiece model file ``spm``: the parts that are given."""
     record: Dict[str, object] = {"marking": dict(language_marking(options)), "model": model_fields(options)}
+    record[records.VERSION_FIELD] = records.plugin_version()
     if data:
         record["dictionaries"] = dictionary_fingerprint(data)
     if symbols is not None:
@@ -170,9 +189,29 @@ def build_record(
 
 
 def stored_record(options) -> Optional[Dict[str, object]]:
-    """The record a checkpoint's model options hold, or None."""
+    """The record a checkpoint's model options hold (checked: an empty, partial or malformed
+    record is one HltmtInputError line, never "no record"), or None when they hold none."""
     record = getattr(options, RECORD_KEY, None) if not isinstance(options, dict) else options.get(RECORD_KEY)
-    return dict(record) if isinstance(record, dict) else None
+    return None if record is None else dict(records.check(record, SCHEMA, WHERE))
+
+
+def _older_record(options, record: Dict[str, object]) -> Dict[str, object]:
+    """``record`` (read from the options) with the plugin's older records of the dictionaries
+    and vocabulary, checked."""
+    for old, field, schema in ((OLD_DICTS, "dictionaries", DICTIONARIES), (OLD_VOCAB, "vocabulary", VOCABULARY)):
+        value = getattr(options, old, None)
+        if value is not None:
+            record[field] = dict(records.check(value, schema, f"the checkpoint's {field} record ({old})"))
+    return record
+
+
+def _arch_edits(stored: Dict[str, object], options) -> List[str]:
+    """The architecture fairseq would build from ``options`` (``_name``, else ``arch``) where it
+    is not the one the record was written for (another of the same shapes is another model)."""
+    written = stored["model"]["arch"]
+    names = [getattr(options, n, None) for n in ("_name", "arch")]
+    now = next((n for n in names if n), None)
+    return [] if now is None or all(n in (None, written) for n in names) else [f"--arch: written {written}, now {now}"]
 
 
 def record_of_options(options, edits: bool = True) -> Dict[str, object]:
@@ -185,15 +224,15 @@ def record_of_options(options, edits: bool = True) -> Dict[str, object]:
     languages otherwise: :class:`HltmtInputError` naming each difference."""
     if isinstance(options, dict):
         options = Namespace(**options)
-    record = build_record(options)
     stored = stored_record(options)
     if stored is None:
-        for old, field in ((OLD_DICTS, "dictionaries"), (OLD_VOCAB, "vocabulary")):
-            if isinstance(getattr(options, old, None), dict):
-                record[field] = dict(getattr(options, old))
-        return record
-    edited = mismatches(
-        stored, record, fields=("model", "marking"), model_options=SHAPE_OPTIONS, labels=("written", "now")
+        return _older_record(options, build_record(options))
+    edited = _arch_edits(stored, options) + mismatches(
+        stored,
+        build_record(options),
+        fields=("model", "marking"),
+        model_options=SHAPE_OPTIONS,
+        labels=("written", "now"),
     )
     if edited and edits:
         raise HltmtInputError(

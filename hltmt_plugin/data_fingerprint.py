@@ -20,11 +20,20 @@ import json
 import os
 from typing import Dict, List, Optional
 
+from hltmt_plugin import records
 from hltmt_plugin.atomic_files import write_text
 
 FINGERPRINT_FILE = "dict_fingerprint.json"
 FORMAT = "hltmt_plugin.dict_fingerprint"
 VERSION = 1
+SCHEMA = records.Record(
+    {
+        "format": records.Text(choices=[FORMAT]),
+        "version": records.Int(low=VERSION, high=VERSION),
+        "dicts": records.MapOf(records.SHA256, key=records.Text(pattern=r"dict\.[^/]+\.txt"), min_len=1),
+    },
+    optional={records.VERSION_FIELD: records.Text(max_len=40)},
+)
 
 
 def sha256_file(path: str) -> str:
@@ -56,25 +65,12 @@ def write_fingerprint(folder: str) -> Dict[str, object]:
 
 def read_fingerprint(folder: str) -> Optional[Dict[str, str]]:
     """The recorded ``dicts`` of ``folder``, or None when it records none. A file that is not
-    a fingerprint written here raises ValueError naming it."""
+    a fingerprint written here (also an empty or partial one) raises HltmtInputError (a
+    ValueError) naming it."""
     path = os.path.join(folder, FINGERPRINT_FILE)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not readable JSON ({error})") from None
-    dicts = record.get("dicts") if isinstance(record, dict) else None
-    if (
-        not isinstance(record, dict)
-        or record.get("format") != FORMAT
-        or record.get("version") != VERSION
-        or not isinstance(dicts, dict)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in dicts.items())
-    ):
-        raise ValueError(f"{path} is not a dictionary fingerprint (format {FORMAT} version {VERSION})")
-    return dicts
+    return records.read_json(path, SCHEMA, "dictionary fingerprint")["dicts"]
 
 
 def check_dictionaries(folder: str) -> List[str]:

@@ -1,7 +1,6 @@
 """An export folder's shape without CTranslate2 (tests/export/test_manifest.py,
 tests/cli/test_export.py)."""
 
-import json
 import os
 
 from hltmt_plugin.export import manifest
@@ -10,7 +9,7 @@ from hltmt_plugin.export import manifest
 def make_folder(path, **changes):
     """A folder shaped like an export (dummy file contents) with a manifest listing its files."""
     os.makedirs(os.path.join(path, "models", "main"))
-    for name, text in (("spm.model", "spm"), ("dict.txt", "a 1\n"), ("models/main/model.bin", "weights")):
+    for name, text in (("spm.model", "spm"), ("dict.txt", "a 1\n__en__ 1\n__de__ 1\n"), ("models/main/model.bin", "weights")):
         with open(os.path.join(path, name), "w") as f:
             f.write(text)
     record = {
@@ -31,9 +30,7 @@ def make_folder(path, **changes):
         "max_target_positions": 1024,
         "source": {},
         "patches": {},
-        "files": manifest.files_of(path),
     }
     record.update(changes)
-    with open(os.path.join(path, manifest.MANIFEST), "w") as f:
-        json.dump(record, f)
+    manifest.write(str(path), record)  # its files and digests, as an export writes them
     return str(path)

@@ -146,9 +146,9 @@ def test_check_refuses_in_one_line_naming_every_difference_and_the_fix():
 
 
 def test_options_without_a_record_give_the_record_they_imply_with_the_older_fingerprints():
-    old = options(**{OLD_DICTS: {"dict.en.txt": "a1"}, OLD_VOCAB: {"symbols": 5, "sha256": "v"}})
+    old = options(**{OLD_DICTS: {"dict.en.txt": "a1" * 32}, OLD_VOCAB: {"symbols": 5, "sha256": "b2" * 32}})
     record = record_of_options(old)
-    assert record["dictionaries"] == {"dict.en.txt": "a1"} and record["vocabulary"]["symbols"] == 5
+    assert record["dictionaries"] == {"dict.en.txt": "a1" * 32} and record["vocabulary"]["symbols"] == 5
     assert record["model"]["encoder_layers"] == 2 and record["languages"] == ["en", "de", "fr"]
     assert record_of_options(vars(old)) == record  # the options as a dict (a checkpoint's cfg.model)
 
@@ -190,3 +190,52 @@ def test_the_record_of_a_data_folder_holds_its_dictionaries_and_the_sentencepiec
     record = build_record(options(), data=data_bin, spm=spm_of(data_bin))
     assert record["dictionaries"] == dictionary_fingerprint(data_bin) and record["dictionaries"]
     assert record["spm"] == sha256_file(spm_of(data_bin)) and len(record["spm"]) == 64
+
+
+VALID = {**RECORD, "dictionaries": {"dict.en.txt": "a1" * 32}, "vocabulary": {"symbols": 100, "sha256": "b2" * 32}}
+
+
+@pytest.mark.parametrize(
+    "stored, why",
+    [
+        ({}, "compatibility record is empty: a partial record"),
+        ({"marking": {}, "model": {"arch": "x"}}, "field 'marking' must hold"),
+        ({"marking": {"--encoder-langtok": "tgt"}}, "lacks 'model'"),
+        ({**VALID, "vocabulary": 5}, "field 'vocabulary' must be a map, got a whole number"),
+        ({**VALID, "model": "x"}, "field 'model' must be a map, got a string"),
+        ({**VALID, "model": {"encoder_layers": 2}}, "field 'model' lacks 'arch'"),
+        ({**VALID, "languages": "en,de"}, "field 'languages' must be a list"),
+        ({**VALID, "spm": 7, "plugin_version": "0.3.0"}, "(written by hltmt_plugin 0.3.0): field 'spm' must be"),
+        (["marking"], "must be a map, got a list"),
+        ("x", "must be a map, got a string"),
+    ],
+)
+def test_a_stored_record_empty_partial_or_of_wrong_types_is_one_line(stored, why):
+    assert record_of_options(options(**{RECORD_KEY: VALID}), edits=False) == VALID
+    with pytest.raises(HltmtInputError) as refused:
+        record_of_options(options(**{RECORD_KEY: stored}))
+    assert why in str(refused.value) and "\n" not in str(refused.value)
+    assert str(refused.value).startswith("the checkpoint's compatibility record")
+
+
+def test_older_records_of_wrong_types_are_one_line():
+    with pytest.raises(HltmtInputError, match="vocabulary record"):
+        record_of_options(options(**{OLD_VOCAB: {"symbols": "5", "sha256": "0" * 64}}))
+    with pytest.raises(HltmtInputError, match="dictionaries record"):
+        record_of_options(options(**{OLD_DICTS: ["dict.en.txt"]}))
+
+
+def test_a_swapped_architecture_name_is_an_edit_of_the_stored_options():
+    written = build_record(options())
+    for swapped in ({"arch": "transformer_hltmt_tiny"}, {"_name": "transformer_hltmt_tiny"}):
+        with pytest.raises(HltmtInputError, match="--arch: written hltmt_transformer_tiny, now transformer_hltmt_tiny"):
+            record_of_options(options(**swapped, **{RECORD_KEY: written}))
+    assert record_of_options(options(_name="hltmt_transformer_tiny", **{RECORD_KEY: written})) == written
+
+
+def test_the_record_names_the_plugin_version_that_wrote_it_and_never_compares_it():
+    import hltmt_plugin
+
+    record = build_record(options())
+    assert record["plugin_version"] == hltmt_plugin.__version__
+    assert mismatches(record, {**record, "plugin_version": "0.0.1"}) == []

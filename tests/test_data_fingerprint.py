@@ -28,6 +28,29 @@ def test_the_fingerprint_is_written_whole_in_its_format_and_finds_a_changed_dict
     ]
 
 
+def test_a_malformed_fingerprint_is_one_line_naming_it(tmp_path):
+    import pytest
+
+    from hltmt_plugin.errors import HltmtInputError
+
+    path = tmp_path / FINGERPRINT_FILE
+    good = {"format": "hltmt_plugin.dict_fingerprint", "version": 1, "dicts": {"dict.en.txt": "0" * 64}}
+    for record, why in (
+        ({}, "is empty"),
+        ({**good, "dicts": {}}, "field 'dicts' must hold"),
+        ({**good, "dicts": {"dict.en.txt": 7}}, "field 'dicts.dict.en.txt' must be a string"),
+        ({**good, "version": "1"}, "field 'version' must be a whole number"),
+        ([good], "must be a map"),
+    ):
+        path.write_text(json.dumps(record))
+        with pytest.raises(HltmtInputError, match=why) as caught:
+            read_fingerprint(str(tmp_path))
+        assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+    path.write_text("[" * 50_000)
+    with pytest.raises(HltmtInputError, match="nests more than"):
+        check_dictionaries(str(tmp_path))
+
+
 def test_a_dictionary_changed_after_binarization_is_refused(data_bin, tmp_path):
     copy = tmp_path / "bin"
     shutil.copytree(data_bin, copy)

@@ -27,7 +27,6 @@ language inside the encoder layers, which a CTranslate2 encoder layer has no pla
 positions CTranslate2 does not have, an adaptive softmax.
 """
 
-import json
 import os
 import shutil
 import tempfile
@@ -95,10 +94,7 @@ def export(
         translator.dictionary.save(os.path.join(work, "dict.txt"))
         record = describe(translator, targets, models, quantization, checkpoint, ct2.__version__)
         record["patches"] = patches
-        record["files"] = manifest.files_of(work)
-        with open(os.path.join(work, manifest.MANIFEST), "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1, sort_keys=True)
-            f.write("\n")
+        manifest.write(work, record)  # its files, their digests and the record's own digest
         manifest.read(work)  # what serving will check
         replace_folder(work, out)
     finally:

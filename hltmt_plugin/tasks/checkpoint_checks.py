@@ -25,7 +25,7 @@ from hltmt_plugin.compatibility import (
     record_of_options,
     record_of_state,
 )
-from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.tasks.fairseq_command import running_fairseq
 
 LAST = "checkpoint_last.pt"
@@ -48,8 +48,44 @@ def given_record(task, options):
     )
 
 
+PLUGIN_MODEL = "hltmt_transformer"  # the plugin's model as fairseq registers it
+# options that only the plugin's model reads: a checkpoint using one was built by it
+PLUGIN_FEATURES = ("high_resource_langs", "language_adapters", "shared_adapters", "skill_ffn", "skill_attention")
+
+
+def check_architecture(model_args) -> None:
+    """The architecture fairseq would build from a checkpoint's options (``_name``, else
+    ``arch``) is one fairseq knows, and the plugin's model when the options use one of its
+    features: an architecture name swapped for another of the same shapes is one line here,
+    not fairseq's strict-load traceback over the weights the other model lacks."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY
+
+    arch = getattr(model_args, "_name", None) or getattr(model_args, "arch", None)
+    if not isinstance(arch, str) or not arch:
+        return
+    model = ARCH_MODEL_NAME_REGISTRY.get(arch) or (arch if arch in MODEL_REGISTRY else None)
+    if model is None:
+        raise HltmtInputError(
+            f"the checkpoint's architecture {arch[:60]!r} is not one fairseq knows (with --user-dir hltmt_plugin): "
+            "use the checkpoint as its training run wrote it"
+        )
+    used = [n for n in PLUGIN_FEATURES if getattr(model_args, n, None)]
+    if used and model != PLUGIN_MODEL:
+        option = "--" + used[0].replace("_", "-")
+        raise HltmtInputError(
+            f"the checkpoint's options use {option} ({_short_value(getattr(model_args, used[0]))}), which only "
+            f"{PLUGIN_MODEL} models have, but name the architecture {arch} ({model}): its stored architecture was "
+            "changed; use the checkpoint as its training run wrote it"
+        )
+
+
+def _short_value(value) -> str:
+    return str(value)[:40]
+
+
 def check_record(model_args, task) -> None:
-    """A model about to be built from a checkpoint's options: its record against ``task``."""
+    """A model about to be built from a checkpoint's options: its architecture, and its record
+    against ``task``."""
     check(
         record_of_options(model_args, edits=False),
         given_record(task, task.args),
@@ -58,6 +94,7 @@ def check_record(model_args, task) -> None:
         fields=("dictionaries", "vocabulary", "languages", "marking"),
     )
     record_of_options(model_args)  # then the options against the record (edited in the file, or overridden)
+    check_architecture(model_args)  # (a checkpoint without a record, or with its record edited too)
 
 
 def stamp_record(model_args, task) -> None:

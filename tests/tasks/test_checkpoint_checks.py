@@ -62,3 +62,44 @@ def test_a_sentencepiece_model_of_other_pieces_is_refused(data_bin, trained, tmp
     )
     assert_one_error_line(done, "is not the one the checkpoint was trained with")
     assert spm_of(data_bin)
+
+
+def _edited(path, out, edit):
+    """A copy of checkpoint ``path`` at ``out`` whose stored model options ``edit`` changed."""
+    import hltmt_plugin  # noqa: F401  (the weights-only allowlist of fairseq checkpoints)
+
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    edit(state["cfg"]["model"])
+    torch.save(state, out)
+    return str(out)
+
+
+def test_a_malformed_stored_record_is_one_line_on_every_route(data_bin, trained, tmp_path):
+    empty = _edited(trained[0], tmp_path / "empty.pt", lambda m: setattr(m, "hltmt_compat", {}))
+    wrong = _edited(trained[0], tmp_path / "wrong.pt", lambda m: m.hltmt_compat.__setitem__("vocabulary", 5))
+    interactive = [cli("fairseq-interactive"), data_bin, *DECODE_EN_DE[:-4], "--path", wrong]
+    for done, why in (
+        (run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", empty]), "record is empty"),
+        (run(interactive, input="Hello\n"), "field 'vocabulary' must be a map"),
+        (run([cli("hltmt-export"), "--checkpoint", wrong, "--out", str(tmp_path / "x")]), "'vocabulary'"),
+        (
+            run([cli("hltmt-average-checkpoints"), "--inputs", trained[0], empty, "--output", str(tmp_path / "a.pt")]),
+            "empty",
+        ),
+    ):
+        assert_one_error_line(done, "the checkpoint's compatibility record", why)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.pt", "wrong.pt"]
+
+
+def test_an_architecture_name_swapped_for_another_of_the_same_shapes_is_one_line(data_bin, trained, tmp_path):
+    def swap(model, record=False):
+        model.arch = model._name = "transformer_hltmt_tiny"  # fairseq's transformer of the same sizes
+        if record:
+            model.hltmt_compat["model"]["arch"] = "transformer_hltmt_tiny"
+
+    options = _edited(trained[0], tmp_path / "options.pt", swap)
+    done = run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", options])
+    assert_one_error_line(done, "--arch: written hltmt_transformer_tiny, now transformer_hltmt_tiny")
+    both = _edited(trained[0], tmp_path / "both.pt", lambda m: swap(m, record=True))
+    done = run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", both])
+    assert_one_error_line(done, "use --high-resource-langs (de,fr), which only hltmt_transformer models have")
