@@ -129,10 +129,10 @@ def apply_train_only(model, cfg: PeftConfig, args) -> None:
     params = dict(model.named_parameters())
     chosen, rows = set(), {}
     for group, langs in items:
-        if group == LANG_TOKEN_ROWS:
-            name = "encoder.embed_tokens.weight"
-            indices = [model.encoder.languages.token_index(lang) for lang in (langs or model.encoder.languages.langs)]
-            rows.setdefault(name, set()).update(indices)
+        if group == LANG_TOKEN_ROWS:  # the rows of the encoder's table, which reads the language token
+            for lang in langs or model.encoder.languages.langs:
+                name, (_, index) = next(iter(model.language_token_rows(lang).items()))
+                rows.setdefault(name, set()).add(index)
             continue
         hit = {n for n in params if _in_group(n, group, langs, layer_norm_names)}
         if not hit:
@@ -201,7 +201,7 @@ def _unused_reason(
     if group == GATE:
         if getattr(args, "slp_language_specific", False):
             return "--slp-language-specific fixes the routing map when the model is built, so the gate never learns"
-        if int(getattr(args, "slp_pool_size", 2) or 0) < 2:
+        if model.slp is not None and model.slp.pool_size < 2:
             return "a pool of one module (--slp-pool-size 1) leaves the gate nothing to choose"
         if stage == "all":
             return (
