@@ -114,6 +114,7 @@ FAST = {
     "export/test_manifest.py": ALL,
     "test_tiers.py": ALL,
     "test_help.py": {"test_a_shell_script_answers_help_before_looking_for_python", "test_every_script_is_checked"},
+    "test_doc_figures.py": ALL,
 }
 
 

@@ -1,0 +1,90 @@
+"""The docs' figures that come from a committed results file say what that file says, in every
+page that gives them: the CTranslate2 speed-ups (docs/bench_export*.json) in the README,
+deploying.md and benchmarks.md; the demo's BLEU (docs/results/debmt10-quick/results.csv) in the
+README and main-job.md; the committed models' BLEU (docs/results/cpu-study/) in their cards."""
+
+import csv
+import json
+import os
+import re
+import statistics
+
+from conftest import ROOT
+
+DOCS = os.path.join(ROOT, "docs")
+MODELS = os.path.join(DOCS, "results", "cpu-study", "models", "README.md")
+
+
+def text(*path):
+    with open(os.path.join(ROOT, *path), encoding="utf-8") as f:
+        return " ".join(f.read().split())  # line breaks as spaces
+
+
+def export_speedups():
+    """{(run, model, mode): float32 / checkpoint sentences/s} at one thread, both recorded runs."""
+    found = {}
+    for run, name in enumerate(["bench_export.json", "bench_export-second-run.json"]):
+        with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+            rows = [r for r in json.load(f)["runs"] if r["threads"] == 1]
+        rate = {(r["model"], r["engine"], r["mode"]): r["sent_per_s"] for r in rows}
+        for model, engine, mode in rate:
+            if engine == "float32":
+                found[run, model, mode] = rate[model, "float32", mode] / rate[model, "checkpoint", mode]
+    return found
+
+
+def span(values, digits=1):
+    return f"{min(values):.{digits}f} to {max(values):.{digits}f}"
+
+
+def test_the_export_speedups_are_the_benchmark_files_in_every_page():
+    speedups = export_speedups()
+    batch = span([v for (_, _, mode), v in speedups.items() if mode == "batch"])
+    single = span([v for (_, _, mode), v in speedups.items() if mode == "single"])
+    assert (batch, single) == ("1.7 to 3.2", "6.4 to 12.6")  # the figures the pages give
+    for page in [("README.md",), ("docs", "deploying.md")]:
+        assert batch in text(*page) and single in text(*page), page
+    bench = text("docs", "benchmarks.md")
+    assert single in bench
+    for (run, model, mode), value in speedups.items():
+        name = {"mnmt": "MNMT", "hltmt": "HLT-MT"}[model]
+        assert re.search(rf"\| {name} \| 1 \| {mode} \|[^|]*\|[^|]*\|[^|]*\| \*\*{value:.2f}\*\* \|", bench), (
+            run,
+            model,
+            mode,
+        )
+
+
+def test_the_demos_bleu_is_the_recorded_runs_in_the_readme_and_main_job():
+    with open(os.path.join(DOCS, "results", "debmt10-quick", "results.csv"), encoding="utf-8") as f:
+        bleu = {(r["system"], r["direction"]): float(r["bleu"]) for r in csv.DictReader(f)}
+    best = ["en-fr", "en-de", "en-ro"]
+    hltmt, mnmt = [bleu["hltmt", d] for d in best], [bleu["mnmt", d] for d in best]
+    others = [v for (_, d), v in bleu.items() if d not in best]
+    readme, main_job = text("README.md"), text("docs", "main-job.md")
+    assert f"HLT-MT reaches BLEU {hltmt[0]:.1f} en-fr, {hltmt[1]:.1f} en-de and {hltmt[2]:.1f} en-ro" in readme
+    assert f"MNMT {mnmt[0]:.1f}, {mnmt[1]:.1f} and {mnmt[2]:.1f}" in readme
+    assert f"BLEU {min(others):.1f}-{max(others):.1f}" in readme
+    assert f"BLEU {min(hltmt):.1f}-{max(hltmt):.1f} in HLT-MT's en-fr, en-de and en-ro" in main_job
+    assert f"MNMT {min(mnmt):.1f}-{max(mnmt):.1f} there) and {min(others):.1f}-{max(others):.1f}" in main_job
+
+
+def test_the_model_cards_and_means_are_the_studys_seed_1_scores():
+    cards = text("docs", "results", "cpu-study", "models", "README.md")
+    high, low = ["fr", "de", "cs", "tr", "fi", "et"], ["ro", "lv", "hi", "gu"]
+    means = {}
+    for system in ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]:
+        with open(os.path.join(DOCS, "results", "cpu-study", "runs", f"{system}.seed1", "scores.json")) as f:
+            scores = json.load(f)["scores"]
+        row = " | ".join(f"{scores['en-' + lang]['bleu']:.2f}" for lang in high + low)
+        card = cards.split(f"### `{system}.pt`")[1].split("###")[0]
+        assert f"| BLEU | {row} |" in card, system
+        means[system] = [
+            f"{round(statistics.mean(scores['en-' + lang]['bleu'] for lang in langs), 2):.2f}" for langs in (high, low)
+        ]
+    with open(MODELS, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for n, label in enumerate(["six high-resource targets", "four low-resource targets"]):
+        row = next(line for line in lines if line.startswith(f"| {label} "))
+        cells = [c.strip().strip("*") for c in row.split("|")[2:6]]
+        assert cells == [means[s][n] for s in ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]], (label, cells)
