@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the plugin into a fresh environment on each Python version given (default: 3.12 3.13), all
-# versions at once, and run a short end-to-end path in each, from a folder outside the checkout:
-# import it, answer --help, and translate a line with the committed HLT-MT model through
-# hltmt-translate. Nothing is written into the checkout (the package is built from a copy); exits 1
+# versions at once, as `pip install .` does (a wheel, not editable: checked to carry LICENSE and the
+# version of hltmt_plugin/__init__.py), and run a short end-to-end path in each, from a folder
+# outside the checkout: import it, answer --help and --version, and translate a line with the
+# committed HLT-MT model through hltmt-translate. Nothing is written into the checkout (the package is built from a copy); exits 1
 # if any version fails.
 #
 #   bash scripts/check_python.sh 3.12 3.13
@@ -19,6 +20,7 @@ TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 MODEL="$ROOT/docs/results/cpu-study/models/hltmt.pt"
 INPUT=$'en\tde\tThe file could not be saved.'
 EXPECTED="Die Datei konnte nicht gespeichert werden."
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/hltmt_plugin/__init__.py")
 [ $# -gt 0 ] || set -- 3.12 3.13
 for v in "$@"; do
   [[ $v =~ ^3\.[0-9]+$ ]] || { echo "check_python.sh: error: '$v' is not a Python version such as 3.12 (--help)" >&2; exit 2; }
@@ -59,13 +61,25 @@ check() {  # check VERSION: fresh environment, install, import, --help, translat
   # fairseq builds against torch, numpy and cython: put them in the environment and build without an
   # isolated one, so that a Python without a fairseq wheel compiles it once against this torch
   "${pip[@]}" cython "numpy>=1.21.3" || return 1
-  "${pip[@]}" --no-build-isolation "$work/src" || return 1
+  # the wheel a user gets from `pip install .` (not editable): it carries the licence and the version
+  "$env/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$work/wheel$v" "$work/src" || return 1
+  "$env/bin/python" - "$work/wheel$v" "$VERSION" <<'PY' || return 1
+import glob, sys, zipfile
+(wheel,) = glob.glob(f"{sys.argv[1]}/hltmt_plugin-*.whl")
+names = zipfile.ZipFile(wheel).namelist()
+meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), f"{wheel}: no LICENSE"
+assert f"\nVersion: {sys.argv[2]}\n" in meta, f"{wheel}: not version {sys.argv[2]}"
+print(f"wheel {wheel.rsplit('/', 1)[1]}: LICENSE and version {sys.argv[2]}")
+PY
+  "${pip[@]}" --no-build-isolation "$work/wheel$v"/hltmt_plugin-*.whl || return 1
   echo "[python $v] installed in $((SECONDS - start)) s"
   cd "$work" || return 1
   "$env/bin/python" -c "import hltmt_plugin, fairseq, torch, sys
 assert hltmt_plugin.__file__.startswith(sys.prefix), hltmt_plugin.__file__
 print('[python $v] imports: torch', torch.__version__, '| fairseq', fairseq.__version__)" || return 1
   "$env/bin/hltmt-translate" --help > /dev/null || return 1
+  [ "$("$env/bin/hltmt-translate" --version)" = "hltmt-translate $VERSION" ] || { echo "[python $v] hltmt-translate --version is not $VERSION"; return 1; }
   out=$(printf '%s\n' "$INPUT" | OMP_NUM_THREADS=1 "$env/bin/hltmt-translate" --checkpoint "$MODEL") || return 1
   if [ "$out" != "$EXPECTED" ]; then
     echo "[python $v] hltmt-translate wrote '$out', expected '$EXPECTED'"; return 1
