@@ -2,7 +2,8 @@
 # The GPU run in one command, for a GPU machine without network access: where fairseq does
 # not import, install the wheel bundle (pip --no-index from gpu_bundle/, made on a machine with
 # network access by scripts/gpu_bundle.py), then run scripts/gpu_run.py with every argument
-# given here (--size, --budget-s, --out, --ngpu, --precision, ...; --help lists them).
+# given here (--size, --budget-s, --out, --ngpu, --precision, ...; where fairseq imports,
+# python scripts/gpu_run.py --help lists them).
 #
 #   bash scripts/gpu_run.sh                     # on the GPU machine: the `small` size, $OUT
 #   bash scripts/gpu_run.sh --gpu --ngpu 8 --dry-run   # print every command it would run; installs nothing
