@@ -250,6 +250,18 @@ def _matches_type(kind, value) -> bool:
     )
 
 
+class Instance(Schema):
+    """An object of class ``cls`` (a tensor in a weights-only file), named ``what``."""
+
+    def __init__(self, cls, what: str):
+        self.cls, self.what = cls, what
+
+    def check(self, value, place, depth):
+        if not isinstance(value, self.cls):
+            raise self.expected(value, place)
+        return value
+
+
 class Anything(Schema):
     """Any JSON-like value (None, bool, number, string, list, map with string keys), bounded in
     size and depth: walked without recursion."""
@@ -347,7 +359,9 @@ def read_text(path: str, what: str, max_bytes: int = MAX_BYTES) -> str:
         kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise HltmtInputError(f"{what} {path} is {kind}")
     if info.st_size > max_bytes:
-        raise HltmtInputError(f"{what} {path} is {info.st_size} bytes, more than the {max_bytes} bytes a record may hold")
+        raise HltmtInputError(
+            f"{what} {path} is {info.st_size} bytes, more than the {max_bytes} bytes a record may hold"
+        )
     try:
         with open(path, "rb") as f:
             data = f.read(max_bytes + 1)

@@ -19,6 +19,7 @@ from typing import Dict, Tuple
 import torch
 from torch import Tensor
 
+from hltmt_plugin import records
 from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
 from hltmt_plugin.compat.safe_loading import load_plugin_file
@@ -93,21 +94,25 @@ def export_language(model, lang: str, path: str) -> Dict[str, object]:
     return blob
 
 
-FILE_KEYS = {
-    "format": str,
-    "version": int,
-    "lang": str,
-    "base": str,
-    "sizes": dict,
-    "tensors": dict,
-    "token_rows": dict,
-}
+_TENSOR = records.Instance(Tensor, "a tensor")
+SCHEMA = records.Record(
+    {
+        "format": records.Text(choices=[FILE_FORMAT]),
+        "version": records.Int(low=FILE_VERSION, high=FILE_VERSION),
+        "lang": records.Text(min_len=1, max_len=64, pattern=r"[\w-]+"),
+        "base": records.SHA256,
+        "sizes": records.MapOf(records.ANYTHING, max_len=100),
+        "tensors": records.MapOf(_TENSOR, max_len=100_000),
+        "token_rows": records.MapOf(records.Record({"index": records.Int(low=0), "row": _TENSOR}), max_len=100),
+    }
+)
 MAX_ABS = 1e4  # trained adapter weights and embedding rows are O(1); larger values are not a trained adapter
 
 
 def read_language_file(path: str) -> Dict[str, object]:
-    """Read an adapter file written by ``export_language`` and check its structure (every entry
-    present with its type, tensors that are tensors, token rows with an index and a row);
+    """Read an adapter file written by ``export_language`` and check its structure
+    (:data:`SCHEMA`: every entry present with its type, tensors that are tensors, token rows
+    with an index and a row);
     what fits which model is checked by ``import_language``. Every problem is one
     HltmtInputError naming the file."""
     if not os.path.isfile(path):
@@ -122,37 +127,9 @@ def read_language_file(path: str) -> Dict[str, object]:
         )
     if blob.get("version") != FILE_VERSION:
         raise HltmtInputError(
-            f"adapter file {path} has version {blob.get('version')}; this plugin reads version {FILE_VERSION}"
+            f"adapter file {path} has version {str(blob.get('version'))[:20]}; this plugin reads version {FILE_VERSION}"
         )
-    for key, kind in FILE_KEYS.items():
-        if key not in blob:
-            raise HltmtInputError(
-                f"adapter file {path} has no {key!r} entry (hltmt-adapters export writes {', '.join(FILE_KEYS)})"
-            )
-        if not isinstance(blob[key], kind):
-            raise HltmtInputError(
-                f"adapter file {path}: {key!r} is a {type(blob[key]).__name__}, not a {kind.__name__}"
-            )
-    extra = [str(k) for k in blob if k not in FILE_KEYS]
-    if extra:
-        raise HltmtInputError(f"adapter file {path} has unexpected entries: {', '.join(sorted(extra))}")
-    lang = blob["lang"]
-    if not lang or not all(c.isalnum() or c in "_-" for c in lang):
-        raise HltmtInputError(f"adapter file {path}: 'lang' is {lang!r}, not a language name")
-    for name, t in blob["tensors"].items():
-        if not isinstance(name, str) or not isinstance(t, Tensor):
-            raise HltmtInputError(f"adapter file {path}: tensors[{name!r}] is not a named tensor")
-    for name, row in blob["token_rows"].items():
-        if (
-            not isinstance(name, str)
-            or not isinstance(row, dict)
-            or set(row) != {"index", "row"}
-            or not isinstance(row["index"], int)
-            or isinstance(row["index"], bool)
-            or not isinstance(row["row"], Tensor)
-        ):
-            raise HltmtInputError(f"adapter file {path}: token_rows[{name!r}] is not {{'index': int, 'row': tensor}}")
-    return blob
+    return records.check(blob, SCHEMA, f"adapter file {path}")
 
 
 def _check_tensor(path: str, name: str, t: Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> None:

@@ -30,13 +30,13 @@ found from this file's repository, installed or not.
 
 import argparse
 import csv
-import json
 import os
 import re
 import statistics
 import sys
 from collections import defaultdict
 
+from hltmt_plugin import records
 from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.experiments.runs import (
@@ -167,6 +167,13 @@ def converged_summary(curves):
         )
         out[system] = worst
     return out
+
+
+# scripts/gpu_run.py's run.json: the run's facts and each system's figures
+RUN_INFO = records.Record(
+    {"facts": records.MapOf(records.ANYTHING, max_len=1000), "systems": records.MapOf(records.MapOf(records.ANYTHING))},
+    extra=True,
+)
 
 
 def run_info_lines(info):
@@ -472,8 +479,7 @@ def read_inputs(args):
     valid, curves = read_valid_logs(args.valid_log)
     run_info = None
     if args.run_info:
-        with open(args.run_info, encoding="utf-8") as f:
-            run_info = json.load(f)
+        run_info = records.read_json(args.run_info, RUN_INFO, "--run-info")
     return rows, signatures, valid, curves, run_info
 
 

@@ -1,12 +1,15 @@
 """What the experiment drivers read from a run and how they draw it: fairseq-generate outputs
-(:func:`read_gen`), validation curves from fairseq-train logs (:func:`valid_points`,
+(:func:`read_gen`), a run's scores and gate records (:func:`read_scores`, :func:`read_gate`,
+checked by :mod:`hltmt_plugin.records`), validation curves from fairseq-train logs (:func:`valid_points`,
 :func:`convergence`), the gate and routing map of an HLT-MT checkpoint (:func:`gate_of`,
 :func:`draw_gate`) and pictures written whole (:func:`save_figure`). ``hltmt-report``,
 ``hltmt-study`` and the study's report share them."""
 
 import re
 
+from hltmt_plugin import records
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.errors import HltmtInputError
 
 # a validation curve is flat when the loss fell by less than this share over the last quarter of
 # the run's updates
@@ -29,6 +32,51 @@ def read_gen(path):
         raise ValueError(f"{path}: {len(missing)} sentences have no hypothesis (an interrupted decode?)")
     ids = sorted(refs)
     return [hyps[i] for i in ids], [refs[i] for i in ids]
+
+
+_NAME = records.Text(min_len=1, max_len=100)
+# a study run's scores.json (hltmt-study): its system, seed, scores per direction and setting
+SCORES = records.Record(
+    {
+        "system": _NAME,
+        "seed": records.Int(low=0),
+        "high": records.ListOf(_NAME, max_len=1000),
+        "scores": records.MapOf(
+            records.Record({"bleu": records.Number(), "chrf": records.Number(), "sentences": records.Int(low=0)}),
+            key=records.Text(min_len=3, max_len=130, pattern=r"[^/\\\s]+-[^/\\\s]+"),
+            min_len=1,
+            max_len=10_000,
+        ),
+        "setting": records.Record({"updates": records.Int(low=0), "high_updates": records.Int(low=0)}, extra=True),
+        "wall_seconds": records.Number(low=0),
+    },
+    optional={records.VERSION_FIELD: records.Text(max_len=40)},
+)
+# an HLT-MT run's gate.json: p(module | language) per high-resource language and each one's module
+GATE = records.Record(
+    {
+        "langs": records.ListOf(_NAME, min_len=1, max_len=1000),
+        "probs": records.ListOf(records.ListOf(records.Number(low=0, high=1), min_len=1, max_len=1000), max_len=1000),
+        "map": records.ListOf(records.Int(low=0), max_len=1000),
+    }
+)
+
+
+def read_scores(path):
+    """A study run's scores.json, checked (:data:`SCORES`); one HltmtInputError line otherwise."""
+    return records.read_json(path, SCORES, "scores record")
+
+
+def read_gate(path):
+    """A gate.json, checked (:data:`GATE`: a row and a module per language, rows of one width,
+    modules among the row's); one HltmtInputError line otherwise."""
+    gate = records.read_json(path, GATE, "gate record")
+    langs, probs, chosen = gate["langs"], gate["probs"], gate["map"]
+    if len(probs) != len(langs) or len(chosen) != len(langs) or len({len(row) for row in probs}) != 1:
+        raise HltmtInputError(f"gate record {path}: 'probs' and 'map' must hold one row of one width per language")
+    if any(k >= len(probs[0]) for k in chosen):
+        raise HltmtInputError(f"gate record {path}: 'map' names a module beyond the gate's {len(probs[0])}")
+    return gate
 
 
 VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")

@@ -46,7 +46,9 @@ from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
 from hltmt_plugin.experiments.steps import StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
-from hltmt_plugin.experiments.runs import gate_of, read_gen
+from hltmt_plugin.errors import HltmtError, HltmtInputError
+from hltmt_plugin.experiments.runs import gate_of, read_gen, read_scores
+from hltmt_plugin import records
 from hltmt_plugin.atomic_files import save_torch, write_text
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
@@ -284,9 +286,12 @@ class Study:
         """Whether the run is finished at this setting's number of updates (a run finished
         at fewer continues from its last checkpoint, when the checkpoints are still there)."""
         path = os.path.join(self.out_dir(system, seed), "scores.json")
-        if not os.path.exists(path):
+        if not os.path.lexists(path):
             return False
-        return json.load(open(path, encoding="utf-8"))["setting"]["updates"] == self.s.updates
+        try:
+            return read_scores(path)["setting"]["updates"] == self.s.updates
+        except HltmtInputError as error:
+            raise StepFailed(f"{error}: remove the run's results folder to run it again") from None
 
     # ---- one run: train, decode, score -----------------------------------------------------
     def log_path(self, system, seed, name):
@@ -579,10 +584,11 @@ def check_prepared(marker: str, made: dict) -> None:
     """A run folder's data was prepared with these options (a folder prepared otherwise would be
     trained on silently, and its report would name the new options)."""
     try:
-        with open(marker, encoding="utf-8") as f:
-            was = json.loads(f.read() or "{}")
-    except (OSError, ValueError):
-        was = {}
+        was = records.read_json(marker, records.MapOf(records.ANYTHING, min_len=1, max_len=100), "preparation record")
+    except HltmtInputError as error:
+        raise StepFailed(
+            f"{error}: give another --run-dir, or remove the run folder's data to prepare it again"
+        ) from None
     differ = [f"{k}: prepared {was[k]}, asked {made[k]}" for k in sorted(made) if k in was and was[k] != made[k]]
     if differ:
         raise StepFailed(
@@ -627,11 +633,11 @@ def run_all(study: Study, runs, parallel: int, every: float):
     active, failures = {}, []
 
     def one(system, seed):
-        if study.is_done(system, seed):
-            say(f"{system}:{seed} already finished ({study.out_dir(system, seed)})")
-            return
-        say(f"{system}:{seed} starts")
         try:
+            if study.is_done(system, seed):  # (a results record that is not one: a failure of the run)
+                say(f"{system}:{seed} already finished ({study.out_dir(system, seed)})")
+                return
+            say(f"{system}:{seed} starts")
             study.run(system, seed, on_step=lambda name: active.__setitem__((system, seed), name))
             say(f"{system}:{seed} finished: " + summary_line(study, system, seed))
         except StepFailed as error:
@@ -650,7 +656,7 @@ def run_all(study: Study, runs, parallel: int, every: float):
 
 
 def summary_line(study, system, seed):
-    scores = json.load(open(os.path.join(study.out_dir(system, seed), "scores.json")))["scores"]
+    scores = read_scores(os.path.join(study.out_dir(system, seed), "scores.json"))["scores"]
     high = [v["bleu"] for k, v in scores.items() if k[3:] in study.high]
     low = [v["bleu"] for k, v in scores.items() if k[3:] not in study.high]
     return f"BLEU high-resource mean {sum(high) / len(high):.1f}, low-resource mean {sum(low) / len(low):.1f}"
@@ -762,7 +768,11 @@ def run_study(study: Study, runs, args):
         failures = run_all(study, runs, args.parallel, args.progress)
     from hltmt_plugin.experiments.study_report import build_report
 
-    build_report(study.results)
+    try:
+        build_report(study.results)
+    except HltmtError as error:  # a result file that is not the record a run writes
+        print(f"hltmt-study: error: {error}", file=sys.stderr)
+        return 1
     for (system, seed), message in failures:
         print(f"hltmt-study: error: {system}:{seed}: {message}", file=sys.stderr)
     return 1 if failures else 0

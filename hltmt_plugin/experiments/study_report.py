@@ -27,7 +27,7 @@ import statistics
 from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
-from hltmt_plugin.experiments.runs import convergence, draw_gate, save_figure, valid_points
+from hltmt_plugin.experiments.runs import convergence, draw_gate, read_gate, read_scores, save_figure, valid_points
 from hltmt_plugin.modules.language_router import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
@@ -49,7 +49,7 @@ def load_runs(results):
     setting, high = None, set()
     for scores in sorted(glob.glob(os.path.join(results, "runs", "*.seed*", "scores.json"))):
         folder = os.path.dirname(scores)
-        meta = json.load(open(scores, encoding="utf-8"))
+        meta = read_scores(scores)
         setting = meta["setting"]
         runs[(meta["system"], meta["seed"])] = {
             pair: read_text(os.path.join(folder, f"{pair}.hyp")) for pair in meta["scores"]
@@ -381,7 +381,7 @@ def build_report(results):
     gates = []
     for gate_file in sorted(glob.glob(os.path.join(results, "runs", "hltmt.seed*", "gate.json"))):
         seed = int(re.search(r"seed(\d+)", gate_file).group(1))
-        gate = json.load(open(gate_file, encoding="utf-8"))
+        gate = read_gate(gate_file)
         plot_gate(os.path.join(results, f"gate_seed{seed}.png"), gate, seed)
         gates.append(
             f"- seed {seed}: {map_text(dict(zip(gate['langs'], gate['map'])))} ([picture](gate_seed{seed}.png))"

@@ -10,7 +10,6 @@ A JSON file given by ``--skill-matrix`` replaces it::
      "directions": {"en-de": ["generic", "en", "from_en"], "de-en": ["generic", "de", "to_en"]}}
 """
 
-import json
 import logging
 import os
 import re
@@ -19,6 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from torch import nn
 
+from hltmt_plugin import records
 from hltmt_plugin.config import OptionGroup, parse_layers
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import check_known, single_source_language, task_pairs
@@ -95,19 +95,10 @@ def default_matrix(langs: Sequence[str]) -> SkillMatrix:
     return SkillMatrix(skills, directions)
 
 
-def _read_json(path: str):
-    where = f"--skill-matrix {path}"
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise HltmtConfigError(f"{where}: cannot read the file ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise HltmtConfigError(f"{where}: not UTF-8 text") from None
-    except json.JSONDecodeError as e:
-        raise HltmtConfigError(f"{where}: not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:
-        raise HltmtConfigError(f"{where}: nested too deeply to be a skill matrix") from None
+_NAMES = records.ListOf(records.Text(max_len=100), max_len=1000)
+# the matrix file, and its copy in a checkpoint's arguments (with the file's path)
+MATRIX = records.Record({"skills": _NAMES, "directions": records.MapOf(_NAMES, max_len=100_000)})
+SAVED = MATRIX.extended(fields={"path": records.Text(min_len=1, max_len=4096)})
 
 
 def _check_skill_names(skills, where: str) -> None:
@@ -148,15 +139,7 @@ def _check_direction(key, active, skills, langs, where: str) -> List[str]:
 
 def load_matrix(path: str, langs: Sequence[str]) -> SkillMatrix:
     where = f"--skill-matrix {path}"
-    data = _read_json(path)
-    if (
-        not isinstance(data, dict)
-        or not isinstance(data.get("skills"), list)
-        or not isinstance(data.get("directions"), dict)
-    ):
-        raise HltmtConfigError(
-            f'{where}: expected an object {{"skills": [names], "directions": {{"src-tgt": [names]}}}}'
-        )
+    data = records.read_json(path, MATRIX, "--skill-matrix")  # {"skills": [names], "directions": {"src-tgt": [names]}}
     skills = data["skills"]
     _check_skill_names(skills, where)
     directions = {
@@ -173,7 +156,9 @@ def _matrix_of(cfg: SkillConfig, args, langs: Sequence[str]) -> SkillMatrix:
     if not cfg.skill_matrix:
         return default_matrix(langs)
     saved = getattr(args, SAVED_MATRIX, None)
-    if not os.path.exists(cfg.skill_matrix) and isinstance(saved, dict) and saved.get("path") == cfg.skill_matrix:
+    if saved is not None:
+        records.check(saved, SAVED, "the checkpoint's copy of the skill matrix")
+    if not os.path.exists(cfg.skill_matrix) and saved is not None and saved["path"] == cfg.skill_matrix:
         logger.info(f"skills: {cfg.skill_matrix} is gone; using the copy of the skill matrix saved in the checkpoint")
         matrix = SkillMatrix(list(saved["skills"]), {k: list(v) for k, v in saved["directions"].items()})
     else:

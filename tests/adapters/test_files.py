@@ -325,7 +325,9 @@ TAMPERED = {
         lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)].half()),
         "is float16, this model's is float32",
     ),
-    "no sizes": (lambda b: b.pop("sizes"), "has no 'sizes' entry"),
+    "no sizes": (lambda b: b.pop("sizes"), "lacks 'sizes': a partial record"),
+    "sizes of a wrong type": (lambda b: b.__setitem__("sizes", [64]), "field 'sizes' must be a map, got a list"),
+    "a tensor that is not one": (lambda b: b["tensors"].__setitem__(_first(b), [0.5]), "must be a tensor, got a list"),
     "a tensor missing": (lambda b: b["tensors"].pop(_first(b)), "lacks 1 of the 32 adapter tensors of hi"),
     "another shape": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)][:-1]), "has shape"),
     "a token row of inf": (

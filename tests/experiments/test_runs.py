@@ -1,6 +1,8 @@
 """hltmt_plugin.experiments.runs: what the experiment drivers read from a run (generate outputs,
 validation curves) and the pictures they draw."""
 
+import json
+
 import pytest
 
 from hltmt_plugin.experiments.runs import FLAT_DROP, convergence, draw_gate, read_gen, valid_points
@@ -51,3 +53,58 @@ def test_draw_gate_writes_a_picture_whole(tmp_path):
     draw_gate(str(path), [[0.7, 0.3], [0.2, 0.8]], ["de", "fr"], [0, 1], "gate")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["gate.png"]  # no temporary file left
+
+
+SCORES = {
+    "system": "hltmt",
+    "seed": 1,
+    "high": ["de"],
+    "scores": {"en-de": {"bleu": 12.5, "chrf": 40.1, "sentences": 37}},
+    "setting": {"updates": 10, "high_updates": 5, "lr": 0.003},
+    "wall_seconds": 12,
+}
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{", "is not valid JSON"),
+        ("{}", "is empty: a partial record"),
+        (json.dumps({**SCORES, "seed": "1"}), "field 'seed' must be a whole number"),
+        (json.dumps({**SCORES, "scores": {"en-de": {"bleu": "12"}}}), "field 'scores.en-de' lacks 'chrf'"),
+        (json.dumps({**SCORES, "setting": {"updates": 10}}), "field 'setting' lacks 'high_updates'"),
+        ("[" * 50_000, "nests more than"),
+    ],
+)
+def test_a_scores_record_is_read_checked_in_one_line(tmp_path, text, why):
+    from hltmt_plugin.errors import HltmtInputError
+    from hltmt_plugin.experiments.runs import read_scores
+
+    path = tmp_path / "scores.json"
+    path.write_text(json.dumps(SCORES))
+    assert read_scores(path) == SCORES
+    path.write_text(text)
+    with pytest.raises(HltmtInputError, match=why) as refused:
+        read_scores(path)
+    assert str(path) in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "gate, why",
+    [
+        ({"langs": ["de"], "probs": [[0.7, 0.3]]}, "lacks 'map'"),
+        ({"langs": ["de", "fr"], "probs": [[0.7, 0.3]], "map": [0, 1]}, "one row of one width per language"),
+        ({"langs": ["de"], "probs": [[0.7, 1.3]], "map": [0]}, r"must be between 0 and 1, got 1.3"),
+        ({"langs": ["de"], "probs": [[0.7, 0.3]], "map": [2]}, "names a module beyond the gate's 2"),
+    ],
+)
+def test_a_gate_record_is_read_checked_in_one_line(tmp_path, gate, why):
+    from hltmt_plugin.errors import HltmtInputError
+    from hltmt_plugin.experiments.runs import read_gate
+
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps({"langs": ["de"], "probs": [[0.7, 0.3]], "map": [0]}))
+    assert read_gate(path)["map"] == [0]
+    path.write_text(json.dumps(gate))
+    with pytest.raises(HltmtInputError, match=why):
+        read_gate(path)

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, cli, run
+from conftest import ROOT, assert_one_error_line, cli, run
 
 STUDY = cli("hltmt-study")
 RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2"
@@ -238,3 +238,37 @@ def test_the_two_sides_of_a_pair_must_have_as_many_lines(tmp_path):
     (tmp_path / "a.de").write_text("eins\n")
     with pytest.raises(StepFailed, match="holds 2 lines and .* 1"):
         same_length(str(tmp_path / "a.en"), str(tmp_path / "a.de"))
+
+
+def test_a_corrupt_result_record_in_report_only_is_one_line(tmp_path):
+    results = tmp_path / "results"
+    for system in ("mnmt", "hltmt"):
+        folder = results / "runs" / f"{system}.seed1"
+        folder.mkdir(parents=True)
+        scores = {
+            "en-de": {"bleu": 1.0, "chrf": 2.0, "sentences": 2},
+            "en-gu": {"bleu": 1.0, "chrf": 2.0, "sentences": 2},
+        }
+        setting = {"updates": 10, "high_updates": 5}
+        record = {"system": system, "seed": 1, "high": ["de"], "scores": scores, "setting": setting, "wall_seconds": 3}
+        (folder / "scores.json").write_text(json.dumps(record))
+        for pair in scores:
+            (folder / f"{pair}.hyp").write_text("a\nb\n")
+    (results / "refs").mkdir()
+    for pair in ("en-de", "en-gu"):
+        (results / "refs" / f"{pair}.ref").write_text("a\nb\n")
+    gate = results / "runs" / "hltmt.seed1" / "gate.json"
+    command = [STUDY, "--report-only", "--results", str(results), "--run-dir", str(tmp_path / "run")]
+    for text, why in (
+        ('{"langs": ["de"], "probs": [[0.7, 0.3]], "map": [0]}', None),
+        ("{", "is not valid JSON"),
+        ('{"langs": ["de"], "probs": [], "map": [0]}', "one row of one width per language"),
+    ):
+        gate.write_text(text)
+        done = run(command)
+        if why is None:
+            assert done.returncode == 0 and (results / "gate_seed1.png").exists(), done.stderr[-2000:]
+        else:
+            assert_one_error_line(done, "hltmt-study: error: gate record", why)
+    (results / "runs" / "mnmt.seed1" / "scores.json").write_text("{}")
+    assert_one_error_line(run(command), "scores record", "is empty: a partial record")

@@ -10,7 +10,7 @@ import pytest
 
 
 from conftest import build
-from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.errors import HltmtConfigError, HltmtError, HltmtInputError
 from hltmt_plugin.skills import default_matrix
 from skills_common import GOOD, SKILLS, train, write
 
@@ -42,10 +42,16 @@ def test_a_bad_skill_matrix_is_refused_naming_the_entry(data_bin, tmp_path, chan
 
 
 def test_a_malformed_matrix_file_and_bad_options_are_refused(data_bin, tmp_path):
-    with pytest.raises(HltmtConfigError, match="not valid JSON: .* at line 1"):
+    with pytest.raises(HltmtInputError, match=r"--skill-matrix .* is not valid JSON \(.*line 1"):
         build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, '{"skills": ["generic",'))
-    with pytest.raises(HltmtConfigError, match="cannot read the file"):
+    with pytest.raises(HltmtInputError, match="cannot read --skill-matrix .*missing.json"):
         build(data_bin, *SKILLS, "--skill-matrix", str(tmp_path / "missing.json"))
+    for record, why in (
+        ({}, "is empty: a partial record"),
+        ({"skills": "generic", "directions": {}}, "field 'skills'"),
+    ):
+        with pytest.raises(HltmtInputError, match=why):
+            build(data_bin, *SKILLS, "--skill-matrix", write(tmp_path, record))
     with pytest.raises(HltmtConfigError, match="add --enable-lang-ids"):
         build(data_bin, "--skill-ffn")
     with pytest.raises(HltmtConfigError, match=r"names layer\(s\) 5"):
@@ -61,8 +67,11 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
     os.remove(path)
     again = task.build_model(args)  # as fairseq-generate does from a checkpoint's arguments
     assert again.encoder.skill_layout.matrix.directions == model.encoder.skill_layout.matrix.directions
+    args.skill_matrix_saved = {**args.skill_matrix_saved, "directions": {"de-en": "generic"}}
+    with pytest.raises(HltmtInputError, match="copy of the skill matrix: field 'directions.de-en' must be a list"):
+        task.build_model(args)
     args.skill_matrix_saved = None
-    with pytest.raises(HltmtConfigError, match="cannot read the file"):
+    with pytest.raises(HltmtInputError, match="cannot read --skill-matrix"):
         task.build_model(args)
 
 
@@ -75,7 +84,7 @@ def test_a_model_whose_matrix_file_is_gone_is_rebuilt_from_the_copy_in_its_argum
         ),
         ({"skills": ["generic", "train"], "directions": {"en-de": ["generic"]}}, "'train' cannot name a module"),
         (b"\xff\xfe{", "not UTF-8 text"),
-        ("[" * 100000 + "]" * 100000, "nested too deeply"),
+        ("[" * 100000 + "]" * 100000, "nests more than 32 levels deep"),
     ],
 )
 def test_skill_names_and_files_that_cannot_work_are_one_line_errors(data_bin, tmp_path, content, message):
@@ -84,7 +93,7 @@ def test_skill_names_and_files_that_cannot_work_are_one_line_errors(data_bin, tm
         path.write_bytes(content)
     else:
         path.write_text(content if isinstance(content, str) else json.dumps(content))
-    with pytest.raises(HltmtConfigError, match=message):
+    with pytest.raises(HltmtError, match=message):
         build(data_bin, *SKILLS, "--skill-matrix", str(path))
 
 
