@@ -8,9 +8,12 @@ checkpoint copies, one-line errors), listed in :mod:`hltmt_plugin.compat`.
 
 The plugin's installed commands (``hltmt-translate``, ...) import the package without torch
 and fairseq, read their arguments (``--help``, ``--version`` and argument errors answer at
-once) and then call :func:`register`; so does the Python API (:mod:`hltmt_plugin.hub`).
+once) and then call :func:`register`; so does the Python API (:mod:`hltmt_plugin.hub`) when it
+loads a checkpoint (an exported model needs neither). Where fairseq is not installed (the serving
+install, ``serving/``), ``import hltmt_plugin`` registers nothing.
 """
 
+import importlib.util
 import os
 import sys
 
@@ -63,6 +66,12 @@ def installed_command() -> bool:
     return os.path.basename(str(argv[0])).startswith("hltmt-")
 
 
+def fairseq_installed() -> bool:
+    """Whether fairseq can be imported here (found, not imported): a serving install
+    (``serving/``: an exported model, CTranslate2 and sentencepiece) has neither it nor torch."""
+    return importlib.util.find_spec("fairseq") is not None
+
+
 install_excepthook()  # an HltmtError ends in one line, also before registration
-if not installed_command():
+if not installed_command() and fairseq_installed():
     register()

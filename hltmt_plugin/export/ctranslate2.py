@@ -37,22 +37,13 @@ import numpy as np
 from hltmt_plugin.atomic_files import replace_folder
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest
-from hltmt_plugin.hub import HltmtTranslator
+from hltmt_plugin.hub import HltmtTranslator, loading  # noqa: F401  (loading registers the plugin first)
+from hltmt_plugin.hub.contract import import_ctranslate2
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
 QUANTIZATIONS = manifest.QUANTIZATIONS
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
 PAD_LOGIT = -1e9  # the output bias of the padding token: fairseq's beam search never picks it
-INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
-
-
-def import_ctranslate2():
-    """The ctranslate2 module, or one line saying how to install it."""
-    try:
-        import ctranslate2
-    except ImportError:
-        raise HltmtConfigError(f"CTranslate2 is not installed: {INSTALL}") from None
-    return ctranslate2
 
 
 def export(

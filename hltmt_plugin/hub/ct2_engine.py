@@ -1,28 +1,37 @@
-"""Serving an exported model (``hltmt-export --to ctranslate2``) with the translator's contract:
-:meth:`HltmtTranslator.load` of an export folder returns a :class:`Ct2Translator`, which has
-the same ``translate`` / ``translate_batch`` / ``routing`` and the same refusals.
+"""Serving an exported model (``hltmt-export``) with the translator's contract, with neither torch
+nor fairseq: :meth:`HltmtTranslator.load` of an export folder returns a :class:`Ct2Translator`,
+which has the same ``translate`` / ``translate_batch`` / ``routing`` / ``direction`` and the
+same refusals (:mod:`hltmt_plugin.hub.contract`).
 
 The folder is checked on load (:func:`hltmt_plugin.export.manifest.read`: fields, languages,
-every file's SHA-256). Each sentence is prepared as the checkpoint's translator prepares it:
-the sentencepiece pieces of the line binarized with the model's dictionary plus end of
-sentence, the language token that ``--encoder-langtok`` puts first on the source, with
-``--decoder-langtok`` the target-language token forced as the first target token and left out
-of the text. The sentences go to the CTranslate2 model of their target language (the routing
-map's pool module, the universal layer, or the one model), sorted by length and batched by
-tokens; results come back in input order. Beam search is CTranslate2's: the scores are
-fairseq's (sum of the token log-probabilities, end of sentence included, over the length to
-the power ``lenpen``, in base 2).
+every file's SHA-256). A call's sentences are prepared as the checkpoint's translator prepares
+them (:mod:`hltmt_plugin.hub.vocabulary`): the sentencepiece pieces of all its lines in one
+call, binarized with the model's dictionary plus end of sentence, the language token that
+``--encoder-langtok`` puts first on the source, with ``--decoder-langtok`` the target-language
+token forced as the first target token and left out of the text. The sentences go to the
+CTranslate2 model of their target language (the routing map's pool module, the universal layer,
+or the one model), sorted by length and cut into the call's batches (``max_tokens``,
+``max_sentences``), which CTranslate2 sorts and cuts again into batches of at most
+:data:`ENGINE_BATCH_TOKENS` tokens; results come back in input order. Beam search is
+CTranslate2's; the translation and its score are fairseq's (:func:`_best`: the sum of the token
+log-probabilities, end of sentence included, over the length to the power ``lenpen``, in base 2).
+
+Where it runs (:func:`engine_options`, :func:`check_machine`): ``device`` cpu, cuda or cuda:N
+(default: cuda when CTranslate2 sees one, else cpu), ``compute_type`` CTranslate2's
+(``float16`` and ``int8_float16`` on a GPU; ``int8`` on the CPU), ``threads`` per translation.
 """
 
 import math
 import os
+import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
+from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.manifest import apply_patch, read as read_manifest
-from hltmt_plugin.hub import arguments
-from hltmt_plugin.hub.results import Translation, TranslationErrors
+from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.results import Translation
+from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
 COMPUTE_TYPES = (
     "default",
@@ -36,15 +45,56 @@ COMPUTE_TYPES = (
     "float16",
     "bfloat16",
 )
-INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
+# CTranslate2's own batches (sorted by length, at most this many source tokens): at one CPU thread
+# the fastest of 128 to 4,000 on the study's models, and at the transformer-base size
+# (docs/benchmarks.md, "Serving an export")
+ENGINE_BATCH_TOKENS = 512
+BLANK = "<blank>"  # CTranslate2's name of the padding symbol
 
 
-def _ctranslate2():
-    try:
-        import ctranslate2
-    except ImportError:
-        raise HltmtConfigError(f"this is an exported model and CTranslate2 is not installed: {INSTALL}") from None
-    return ctranslate2
+def engine_options(device: Optional[str], compute_type: Optional[str], threads, fp16: bool = False) -> dict:
+    """The keyword arguments of ``ctranslate2.Translator`` for these options, checked (one
+    HltmtConfigError naming the option); the machine is asked later (:func:`check_machine`).
+    ``device`` None is ``auto`` (cuda when there is one); ``threads`` None is
+    ``$OMP_NUM_THREADS``, else CTranslate2's choice; ``fp16`` is ``compute_type="float16"``."""
+    compute_type = "default" if compute_type is None else compute_type
+    if compute_type not in COMPUTE_TYPES:
+        raise HltmtConfigError(f"compute type {compute_type!r:.40}: choose one of {', '.join(COMPUTE_TYPES)}")
+    if fp16:
+        compute_type = "float16"
+    threads = arguments.threads(threads if threads is not None else _omp_threads())
+    found = re.fullmatch(r"(cpu|cuda)(?::(\d{1,3}))?", device or "auto")
+    if device is not None and (found is None or (found.group(1) == "cpu" and found.group(2))):
+        raise HltmtConfigError(f"device {device!r:.60}: an exported model runs on cpu, cuda or cuda:N")
+    return {
+        "device": found.group(1) if found else "auto",
+        "device_index": int(found.group(2) or 0) if found else 0,
+        "compute_type": compute_type,
+        "inter_threads": 1,
+        "intra_threads": threads or 0,
+    }
+
+
+def check_machine(ct2, options: dict) -> dict:
+    """``options`` with ``auto`` resolved, refused in one line when this machine cannot run them:
+    a CUDA device CTranslate2 does not see, a compute type it cannot run on the device."""
+    options = dict(options)
+    count = ct2.get_cuda_device_count()
+    if options["device"] == "auto":
+        options["device"] = "cuda" if count > 0 else "cpu"
+    device, index, compute_type = options["device"], options["device_index"], options["compute_type"]
+    name = f"cuda:{index}" if device == "cuda" and index else device
+    if device == "cuda" and index >= count:
+        raise HltmtConfigError(f"device {name} is not available here (CTranslate2 sees {count} CUDA device(s))")
+    if compute_type not in ("default", "auto"):
+        supported = sorted(ct2.get_supported_compute_types(device, index))
+        if compute_type not in supported:
+            hint = "; float16 and int8_float16 run on a GPU (--device cuda)" if device == "cpu" else ""
+            raise HltmtConfigError(
+                f"compute type {compute_type} does not run on {name} here: CTranslate2 runs "
+                f"{', '.join(supported)} there{hint}"
+            )
+    return options
 
 
 class Ct2Translator:
@@ -57,24 +107,29 @@ class Ct2Translator:
         folder: str,
         record: dict,
         models: Dict[str, object],
-        dictionary,
-        bpe,
+        dictionary: Dictionary,
+        pieces: Pieces,
         max_tokens: int = 4000,
         max_sentences: Optional[int] = None,
+        options: Optional[dict] = None,
     ):
         self.folder, self.record, self.models = folder, record, models
-        self.dictionary, self.bpe = dictionary, bpe
+        self.dictionary, self.pieces = dictionary, pieces
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.options = options or {}
+        self.device = self.options.get("device", "cpu")
         self.langs = list(record["langs"])
         self.checkpoint = folder
         self.spm = os.path.join(folder, "spm.model")
         self.max_source_positions = record["max_source_positions"]
         self.max_target_positions = record["max_target_positions"]
-        self.symbols = ["<blank>" if i == dictionary.pad() else s for i, s in enumerate(dictionary.symbols)]
+        self.symbols = [BLANK if i == dictionary.pad_index else s for i, s in enumerate(dictionary.symbols)]
         self.lang_ids = {lang: dictionary.index(tok) for lang, tok in record["language_tokens"].items()}
         pairs = record["lang_pairs"]
-        self.directions = TrainedDirections(pairs) if pairs else None
-        self.strip = {dictionary.eos()} | (set(self.lang_ids.values()) if record["decoder_langtok"] else set())
+        self.directions = TrainedDirections(pairs, marked=marks_target(record)) if pairs else None
+        self.leave_out = {dictionary.eos_index, dictionary.bos_index} | (
+            set(self.lang_ids.values()) if record["decoder_langtok"] else set()
+        )
 
     @classmethod
     def load(
@@ -83,19 +138,18 @@ class Ct2Translator:
         spm: Optional[str] = None,
         data: Optional[str] = None,
         device: Optional[str] = None,
-        compute_type: str = "default",
+        compute_type: Optional[str] = None,
         threads: Optional[int] = None,
         max_tokens: int = 4000,
         max_sentences: Optional[int] = None,
         fp16: bool = False,
+        record: Optional[dict] = None,
     ) -> "Ct2Translator":
-        """Load the export ``folder`` (checked first). ``device``: cpu (default) or cuda;
-        ``compute_type``: CTranslate2's (``default``: the exported weights' type); ``threads``:
-        CTranslate2's threads per translation (default: $OMP_NUM_THREADS, else its own choice);
-        ``fp16``: ``compute_type="float16"`` (GPU)."""
-        from fairseq.data import Dictionary
-        from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
-
+        """Load the export ``folder`` (checked first). ``device``: cpu, cuda or cuda:N (default:
+        cuda when CTranslate2 sees one, else cpu); ``compute_type``: CTranslate2's (default: the
+        exported weights' type); ``threads``: CTranslate2's threads per translation (default:
+        $OMP_NUM_THREADS, else its own choice); ``fp16``: ``compute_type="float16"`` (GPU);
+        ``record``: the folder's manifest when it has been read (:func:`~hltmt_plugin.export.manifest.read`)."""
         folder = os.fspath(folder)
         if spm is not None or data is not None:
             raise HltmtConfigError(
@@ -104,73 +158,61 @@ class Ct2Translator:
             )
         max_tokens = arguments.positive_int("max_tokens", max_tokens)
         max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
-        if compute_type not in COMPUTE_TYPES:
-            raise HltmtConfigError(f"compute type {compute_type!r:.40}: choose one of {', '.join(COMPUTE_TYPES)}")
-        threads = arguments.positive_int("threads", threads if threads is not None else _omp_threads(), optional=True)
-        device = _device(device)
-        if fp16:
-            compute_type = "float16"
-        record = read_manifest(folder)
-        ct2 = _ctranslate2()
+        options = engine_options(device, compute_type, threads, fp16)
+        record = read_manifest(folder) if record is None else record
+        if record["engine"] != "ctranslate2":
+            raise HltmtConfigError(
+                f"{folder} is an export for {record['engine']!r:.40}, not CTranslate2: load it with that library"
+            )
+        ct2 = contract.import_ctranslate2("this is an exported model and ")
+        options = check_machine(ct2, options)
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))
-        bpe = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=os.path.join(folder, "spm.model")))
-        models = {}
-        for group, path in record["models"].items():
-            try:
-                models[group] = ct2.Translator(
-                    os.path.join(folder, path),
-                    device=device,
-                    compute_type=compute_type,
-                    inter_threads=1,
-                    intra_threads=threads or 0,
-                    files=_patched_files(folder, record, group),
-                )
-            except (RuntimeError, ValueError) as error:
-                if isinstance(error, HltmtInputError):
-                    raise
-                raise HltmtInputError(
-                    f"CTranslate2 cannot load {os.path.join(folder, path)}: "
-                    f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
-                ) from None
-        return cls(folder, record, models, dictionary, bpe, max_tokens=max_tokens, max_sentences=max_sentences)
+        pieces = Pieces(os.path.join(folder, "spm.model"))
+        models = {group: _load_model(ct2, folder, record, group, options) for group in record["models"]}
+        return cls(folder, record, models, dictionary, pieces, max_tokens, max_sentences, options)
 
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
         """How ``src -> tgt`` is routed (``{"slp": "m<k>" | "universal"}`` for a pool model, ``{}``
         otherwise); an error naming an unknown language."""
-        unknown = [lang for lang in (src, tgt) if not isinstance(lang, str) or lang not in self.langs]
-        if unknown:
-            raise HltmtInputError(f"unknown language {unknown[0]!r} (this model knows {','.join(self.langs)})")
+        contract.check_languages(self.langs, src, tgt)
         return {"slp": self.record["targets"][tgt]} if self.record["routes"] and self.record["routing_map"] else {}
-
-    def encode(self, text: str):
-        """The binarized pieces of ``text`` with end of sentence."""
-        return self.dictionary.encode_line(self.bpe.encode(text), add_if_not_exist=False, append_eos=True).long()
 
     def direction(self, src: str, tgt: str) -> str:
         """``"trained"``, ``"zero-shot"`` or ``"refused"`` (:mod:`hltmt_plugin.directions`)."""
         self.routing(src, tgt)
         return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
 
-    def _source(self, src: str, tgt: str, text: str, zero_shot: bool) -> Tuple[List[str], Dict[str, object], str]:
-        if not isinstance(text, str):
-            raise HltmtInputError(f"expected text, got {type(text).__name__}")
-        routing = self.routing(src, tgt)
-        kind = self.directions.check(src, tgt, zero_shot) if self.directions is not None else TRAINED
-        arguments.check_text(text)
-        if not text.strip():
-            raise HltmtInputError("empty line: nothing to translate")
-        ids = self.encode(text).tolist()
-        length = len(ids) + 1  # with the target-language token
-        if length > self.max_source_positions:
-            raise HltmtInputError(
-                f"{length} tokens (pieces, language token and end of sentence), more than the model's "
-                f"{self.max_source_positions} source positions: split the line into sentences"
-            )
+    def encode(self, texts: Sequence[str]) -> List[List[int]]:
+        """The ids of each text's pieces with end of sentence (as the checkpoint's translator
+        binarizes them), the texts tokenized in one call."""
+        return [self.dictionary.ids(pieces) for pieces in self.pieces.encode(texts)]
+
+    def source(self, src: str, tgt: str, ids: List[int]) -> List[str]:
+        """The CTranslate2 tokens of a source: the language token ``--encoder-langtok`` puts
+        first, then ``ids``."""
         side = self.record["encoder_langtok"]
         if side is not None:
             ids = [self.lang_ids[tgt if side == "tgt" else src]] + ids
-        return [self.symbols[i] for i in ids], routing, kind
+        return [self.symbols[i] for i in ids]
+
+    def _prepare_items(self, items, first_line: int, zero_shot: bool) -> Tuple[List[Translation], list]:
+        """A :class:`Translation` per item (with its error if it cannot be translated), and
+        ``(index, source tokens)`` of the items that can."""
+        results, admitted = contract.admit_items(
+            items,
+            first_line,
+            lambda src, tgt, text: contract.admit(text, src, tgt, self.routing, self.directions, zero_shot),
+        )
+        prepared = []
+        for (index, src, tgt, _), ids in zip(admitted, self.encode([text for *_, text in admitted])):
+            try:
+                contract.check_length(len(ids), self.max_source_positions)
+            except HltmtInputError as error:
+                contract.refuse(results[index], error)
+                continue
+            prepared.append((index, self.source(src, tgt, ids)))
+        return results, prepared
 
     # ---- translation -------------------------------------------------------------------
     def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
@@ -193,9 +235,10 @@ class Ct2Translator:
     ) -> list:
         """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
         directions, results in input order, each failed sentence reported with its line."""
-        items, search, max_tokens, max_sentences = arguments.translate_batch(
+        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
             items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
         )
+        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
         results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
         if progress is not None and len(items) - len(prepared):
             progress(len(items) - len(prepared))
@@ -204,28 +247,10 @@ class Ct2Translator:
             by_group.setdefault(self.record["targets"][results[index].tgt], []).append((index, tokens))
         for group, rows in by_group.items():
             for batch in _batches(rows, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
-                self._run(self.models[group], batch, results, search)
+                self._run(self.models[group], batch, results, (beam, lenpen, max_len))
                 if progress is not None:
                     progress(len(batch))
-        return _outcome(results, details, errors)
-
-    def _prepare_items(self, items, first_line: int, zero_shot: bool):
-        results: List[Translation] = []
-        prepared = []
-        for i, item in enumerate(items):
-            try:
-                if not (isinstance(item, (tuple, list)) and len(item) == 3):
-                    raise HltmtInputError(f"expected (src, tgt, text), got {item!r:.80}")
-                src, tgt, text = item
-                results.append(Translation(first_line + i, src, tgt, text))
-                tokens, routing, kind = self._source(src, tgt, text, zero_shot)
-                results[-1].routing, results[-1].zero_shot = routing, kind == ZERO_SHOT
-                prepared.append((i, tokens))
-            except HltmtInputError as error:
-                if len(results) == i:
-                    results.append(Translation(first_line + i, "", "", ""))
-                results[-1].error = str(error)
-        return results, prepared
+        return contract.outcome(results, details, errors)
 
     def _run(self, model, batch, results: List[Translation], search) -> None:
         """Beam search on one batch (CTranslate2's, all the beam's hypotheses returned), the best
@@ -244,17 +269,34 @@ class Ct2Translator:
             max_decoding_length=max_len,
             return_scores=True,
             num_hypotheses=beam,
-            min_decoding_length=0 if prefix else 1,
-        )  # fairseq: no end of sentence at the first step only
+            min_decoding_length=0 if prefix else 1,  # fairseq: no end of sentence at the first step only
+            max_batch_size=ENGINE_BATCH_TOKENS,
+            batch_type="tokens",
+        )
         # CTranslate2 leaves a forced prefix's log-probability out of the scores; fairseq counts it
         forced = [s.log_probs[0] for s in model.score_batch(sources, prefix)] if prefix else [0.0] * len(batch)
+        index_of, pad = self.dictionary.index, self.dictionary.pad_word
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
             tokens, score = _best(model, sources[k], output, max_len, lenpen, forced[k])
-            ids = [self.dictionary.index(t if t != "<blank>" else self.dictionary.pad_word) for t in tokens]
+            ids = [index_of(t if t != BLANK else pad) for t in tokens]
             result = results[index]
-            result.text = self.bpe.decode(self.dictionary.string(_tensor(ids), extra_symbols_to_ignore=self.strip))
+            result.text = self.dictionary.text(ids, self.leave_out)
             result.tokens = len(ids) + 1  # end of sentence included
             result.score = score / math.log(2)  # both divide by the length with end of sentence
+
+
+def _load_model(ct2, folder: str, record: dict, group: str, options: dict):
+    """The CTranslate2 model of ``group`` (a patched one rebuilt in memory); one line if
+    CTranslate2 cannot load it."""
+    path = os.path.join(folder, record["models"][group])
+    try:
+        return ct2.Translator(path, files=_patched_files(folder, record, group), **options)
+    except (RuntimeError, ValueError) as error:
+        if isinstance(error, HltmtInputError):
+            raise
+        raise HltmtInputError(
+            f"CTranslate2 cannot load {path}: {str(error).splitlines()[0] if str(error) else type(error).__name__}"
+        ) from None
 
 
 def _best(model, source: List[str], output, max_len: int, lenpen: float, forced: float) -> Tuple[List[str], float]:
@@ -295,19 +337,12 @@ def _patched_files(folder: str, record: dict, group: str) -> Optional[Dict[str, 
     return files
 
 
-def _tensor(ids):
-    import torch
-
-    return torch.tensor(ids, dtype=torch.long)
-
-
 def _batches(rows, max_tokens: int, max_sentences: Optional[int]):
     """Rows sorted by length, cut into batches of at most ``max_tokens`` (padded) source tokens
     and ``max_sentences`` sentences; a longer row is a batch of its own."""
-    rows = sorted(rows, key=lambda row: len(row[1]))
     batch: list = []
-    for row in rows:
-        size = max(len(row[1]), max((len(r[1]) for r in batch), default=0))
+    for row in sorted(rows, key=lambda row: len(row[1])):
+        size = len(row[1])  # the longest of the batch so far: the rows come shortest first
         if batch and (size * (len(batch) + 1) > max_tokens or (max_sentences and len(batch) >= max_sentences)):
             yield batch
             batch = []
@@ -316,26 +351,6 @@ def _batches(rows, max_tokens: int, max_sentences: Optional[int]):
         yield batch
 
 
-def _outcome(results: List[Translation], details: bool, errors: str) -> list:
-    failed = [r for r in results if r.error is not None]
-    out = results if details else [r.text for r in results]
-    if failed and errors == "raise":
-        shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
-        more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        raise TranslationErrors(
-            f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}", out, failed
-        )
-    return out
-
-
 def _omp_threads() -> Optional[int]:
     value = os.environ.get("OMP_NUM_THREADS", "")
     return int(value) if value.isdigit() and int(value) > 0 else None
-
-
-def _device(device: Optional[str]) -> str:
-    if device is None or device == "cpu":
-        return "cpu"
-    if device in ("cuda", "cuda:0"):
-        return "cuda"
-    raise HltmtConfigError(f"device {device!r:.60}: an exported model runs on cpu or cuda")

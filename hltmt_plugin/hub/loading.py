@@ -9,10 +9,12 @@ from argparse import Namespace
 from typing import Optional
 
 
-import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
+import hltmt_plugin
 from hltmt_plugin.compatibility import record_of_options, spm_coverage
 from hltmt_plugin.data_fingerprint import sha256_file
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+
+hltmt_plugin.register()  # the task, model and safe loading, before this module's functions import fairseq
 
 SPM_COVERAGE = 0.9  # the least share of the dictionary's pieces that the sentencepiece model must make
 

@@ -44,20 +44,22 @@ import functools
 import logging
 import math
 import os
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
-import hltmt_plugin  # noqa: F401  (registers the task and model, safe checkpoint loading)
-from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
+import hltmt_plugin
+from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.manifest import is_export
-from hltmt_plugin.hub import arguments
-from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm, load_model
-from hltmt_plugin.hub.results import Translation, TranslationErrors
-from hltmt_plugin.languages import LanguageTable
-from hltmt_plugin.models.hltmt_transformer import plugin_model
+from hltmt_plugin.export.manifest import read as read_manifest
+from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.results import Translation
+
+if TYPE_CHECKING:  # torch and fairseq are imported once a checkpoint is loaded: an export folder needs neither
+    import torch
+
+    from hltmt_plugin.languages import LanguageTable
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +86,11 @@ class HltmtTranslator:
         self.langs = list(task.langs)
         from fairseq import utils
 
+        from hltmt_plugin.hub.loading import _stored
+        from hltmt_plugin.models.hltmt_transformer import plugin_model
+
+        self.ours = plugin_model(model)  # the plugin's model (routing, language table), or None
+
         self.max_source_positions, self.max_target_positions = utils.resolve_max_positions(
             task.max_positions(), model.max_positions()
         )
@@ -91,7 +98,7 @@ class HltmtTranslator:
         self._routes: Dict[Tuple[str, str], Dict[str, object]] = {}
         # the directions it was trained on; languages whose adapters were imported later
         pairs, added = list(getattr(task, "lang_pairs", None) or []), _stored(cfg, "model", "adapter_langs") or ()
-        self.directions = TrainedDirections(pairs, added) if pairs else None
+        self.directions = TrainedDirections(pairs, added, marks_target(task.args)) if pairs else None
         # The task knows a dictionary per language of its training pairs; all are the one shared
         # dictionary (the task asserts it). Languages of --langs outside those pairs (served by
         # imported adapters or the skill matrix) get it too, so the data manager finds their tokens.
@@ -125,12 +132,8 @@ class HltmtTranslator:
             fp16: run the model in half precision (GPU).
             max_tokens / max_sentences: batch size limits (source tokens / sentences per batch).
         """
-        from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
-
-        if is_export(checkpoint):  # a folder written by hltmt-export
-            from hltmt_plugin.hub.ct2_engine import Ct2Translator
-
-            return Ct2Translator.load(
+        if is_export(checkpoint):  # a folder written by hltmt-export: neither torch nor fairseq
+            return _load_export(
                 checkpoint,
                 spm=spm,
                 data=data,
@@ -144,6 +147,11 @@ class HltmtTranslator:
             raise HltmtConfigError(
                 f"{', '.join(engine)}: options of an exported model (hltmt-export), not of a checkpoint"
             )
+        hltmt_plugin.register()  # the task, model and safe loading, before fairseq's modules are imported
+        from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
+
+        from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm, load_model
+
         max_tokens = arguments.positive_int("max_tokens", max_tokens)
         max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         device = _device(device)
@@ -176,20 +184,20 @@ class HltmtTranslator:
         )
 
     @functools.cached_property
-    def languages(self) -> LanguageTable:
+    def languages(self) -> "LanguageTable":
         """The languages' tokens and ids: the model's own table, or one made from the task the
         same way for a model without one (fairseq's transformer)."""
-        ours = plugin_model(self.model)
+        from hltmt_plugin.languages import LanguageTable
+
+        ours = self.ours
         return ours.encoder.languages if ours is not None else LanguageTable.from_task(self.task, self.dictionary)
 
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
         """How the model routes ``src -> tgt`` (the model's ``route_of``); an error if it cannot."""
-        unknown = [lang for lang in (src, tgt) if not isinstance(lang, str) or lang not in self.langs]
-        if unknown:
-            raise HltmtInputError(f"unknown language {unknown[0]!r} (this model knows {','.join(self.langs)})")
+        contract.check_languages(self.langs, src, tgt)
         key = (src, tgt)
-        if plugin_model(self.model) is None:  # a model without routing (fairseq's transformer)
+        if self.ours is None:  # a model without routing (fairseq's transformer)
             return {}
         if key not in self._routes:
             try:
@@ -208,29 +216,12 @@ class HltmtTranslator:
         self.routing(src, tgt)
         return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
 
-    def encode(self, text: str) -> torch.Tensor:
+    def encode(self, text: str) -> "torch.Tensor":
         """The binarized pieces of ``text`` with end of sentence (as the test sets are)."""
         return self.dictionary.encode_line(self.bpe.encode(text), add_if_not_exist=False, append_eos=True).long()
 
-    def _prepare(self, src: str, tgt: str, text: str, zero_shot: bool) -> Tuple[torch.Tensor, Dict, str]:
-        if not isinstance(text, str):
-            raise HltmtInputError(f"expected text, got {type(text).__name__}")
-        routing = self.routing(src, tgt)
-        kind = self.directions.check(src, tgt, zero_shot) if self.directions is not None else TRAINED
-        arguments.check_text(text)
-        if not text.strip():
-            raise HltmtInputError("empty line: nothing to translate")
-        tokens = self.encode(text)
-        length = tokens.numel() + 1  # with the target-language token
-        if length > self.max_source_positions:
-            raise HltmtInputError(
-                f"{length} tokens (pieces, language token and end of sentence), more than the model's "
-                f"{self.max_source_positions} source positions: split the line into sentences"
-            )
-        return tokens, routing, kind
-
     # ---- batching ----------------------------------------------------------------------
-    def _datasets(self, prepared: Sequence[Tuple[int, str, str, torch.Tensor]]):
+    def _datasets(self, prepared: Sequence[Tuple[int, str, str, "torch.Tensor"]]):
         """One fairseq LanguagePairDataset per direction, built as the task's data manager
         builds its test sets; returns [(global index, dataset, index in it)]."""
         from fairseq.data import LanguagePairDataset, ListDataset
@@ -349,6 +340,7 @@ class HltmtTranslator:
         items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
             items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
         )
+        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
         zero_shot = arguments.flag("zero_shot", zero_shot)
         results, prepared = self._prepare_items(items, first_line, zero_shot)
         failed_early = len(items) - len(prepared)
@@ -361,32 +353,32 @@ class HltmtTranslator:
                 self._run(generator, sample, results, entries)
                 if progress is not None:
                     progress(len(sample["id"]))
-        return _outcome(results, details, errors)
+        return contract.outcome(results, details, errors)
 
     def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
-        """A :class:`Translation` per item (with its error if it cannot be translated), and
-        ``(index, src, tgt, tokens)`` of the items that can."""
-        results: List[Translation] = []
+        """A :class:`Translation` per item (with its error if it cannot be translated: the
+        refusals of :mod:`hltmt_plugin.hub.contract`), and ``(index, src, tgt, tokens)`` of the
+        items that can."""
+        results, admitted = contract.admit_items(
+            items,
+            first_line,
+            lambda src, tgt, text: contract.admit(text, src, tgt, self.routing, self.directions, zero_shot),
+        )
         prepared = []
-        for i, item in enumerate(items):
-            line = first_line + i
+        for index, src, tgt, text in admitted:
+            tokens = self.encode(text)
             try:
-                if not (isinstance(item, (tuple, list)) and len(item) == 3):
-                    raise HltmtInputError(f"expected (src, tgt, text), got {item!r:.80}")
-                src, tgt, text = item
-                results.append(Translation(line, src, tgt, text))
-                tokens, routing, kind = self._prepare(src, tgt, text, zero_shot)
-                results[-1].routing, results[-1].zero_shot = routing, kind == ZERO_SHOT
-                prepared.append((i, src, tgt, tokens))
+                contract.check_length(tokens.numel(), self.max_source_positions)
             except HltmtInputError as error:
-                if len(results) == i:
-                    results.append(Translation(line, "", "", ""))
-                results[-1].error = str(error)
+                contract.refuse(results[index], error)
+                continue
+            prepared.append((index, src, tgt, tokens))
         return results, prepared
 
     def _run(self, generator, sample, results: List[Translation], entries) -> None:
         """Beam search on one batch; if the model refuses the batch, each sentence alone, so
         that only the sentences at fault fail."""
+        import torch
         from fairseq import utils
 
         sample = utils.move_to_cuda(sample, self.device) if self.device.type == "cuda" else sample
@@ -426,26 +418,11 @@ class HltmtTranslator:
             result.tokens = int(best["tokens"].numel())
 
 
-def _outcome(results: List[Translation], details: bool, errors: str) -> list:
-    """What :meth:`HltmtTranslator.translate_batch` returns: the texts (or the Translations
-    with ``details``); with ``errors="raise"`` and a failed sentence, TranslationErrors."""
-    failed = [r for r in results if r.error is not None]
-    if details:
-        out = results
-    else:
-        out = [r.text for r in results]
-    if failed and errors == "raise":
-        shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
-        more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
-        raise TranslationErrors(
-            f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}", out, failed
-        )
-    return out
-
-
-def _device(device: Optional[str]) -> torch.device:
+def _device(device: Optional[str]) -> "torch.device":
     """The device to translate on: ``device`` checked (one line, not torch's message), or cuda
     when there is one."""
+    import torch
+
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -460,6 +437,20 @@ def _device(device: Optional[str]) -> torch.device:
     if found.type not in ("cpu", "cuda"):
         raise HltmtConfigError(f"device {device}: translation runs on cpu or cuda")
     return found
+
+
+def _load_export(folder, **options):
+    """The engine of an export folder (its manifest checked once): CTranslate2's
+    (:class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`) or transformers'
+    (:class:`~hltmt_plugin.hub.hf_engine.HfTranslator`)."""
+    record = read_manifest(folder)
+    if record["engine"] == "transformers":
+        from hltmt_plugin.hub.hf_engine import HfTranslator  # hltmt-export --to transformers
+
+        return HfTranslator.load(folder, record=record, **options)
+    from hltmt_plugin.hub.ct2_engine import Ct2Translator
+
+    return Ct2Translator.load(folder, record=record, **options)
 
 
 def load(checkpoint: str, spm: Optional[str] = None, **kwargs) -> HltmtTranslator:

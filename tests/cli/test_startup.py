@@ -115,5 +115,10 @@ def test_a_command_imports_the_package_light_and_registers_once_its_arguments_ar
         "import hltmt_plugin.cli\nhltmt_plugin.cli.register()\n" + REGISTERED, argv0="/usr/bin/hltmt-translate"
     )
     assert later == ["True"] * 4
-    api = run_python("from hltmt_plugin.hub import HltmtTranslator\n" + REGISTERED, argv0="/usr/bin/hltmt-export")
-    assert api == ["True"] * 4
+    # the Python API: light to import (an export folder needs neither), registered to load a checkpoint
+    api = run_python(
+        "from hltmt_plugin.hub import HltmtTranslator\nimport sys; print(sorted(m for m in ('torch', 'fairseq') "
+        "if m in sys.modules))\nimport hltmt_plugin.hub.loading\n" + REGISTERED,
+        argv0="/usr/bin/hltmt-export",
+    )
+    assert api == ["[]"] + ["True"] * 4

@@ -9,6 +9,7 @@ pytest.importorskip("ctranslate2")
 
 from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
 from hltmt_plugin.export.ctranslate2 import export  # noqa: E402
+from hltmt_plugin.hub.ct2_engine import check_machine, engine_options  # noqa: E402
 from hltmt_plugin.hub import HltmtTranslator, TranslationErrors  # noqa: E402
 
 
@@ -69,5 +70,88 @@ def test_options_that_do_not_apply_to_an_export_are_refused(exported):
         HltmtTranslator.load(exported, compute_type="int3")
     with pytest.raises(HltmtConfigError, match="threads must"):
         HltmtTranslator.load(exported, threads=0)
-    with pytest.raises(HltmtConfigError, match="an exported model runs on cpu or cuda"):
+    with pytest.raises(HltmtConfigError, match="an exported model runs on cpu, cuda or cuda:N"):
         HltmtTranslator.load(exported, device="mps")
+
+
+# ---- serving without torch and fairseq --------------------------------------------------
+
+BLOCKED = """
+import sys
+sys.modules["torch"] = sys.modules["fairseq"] = None  # as where they are not installed: importing either fails
+from hltmt_plugin.hub import HltmtTranslator
+mt = HltmtTranslator.load(sys.argv[1], threads=1)
+found = mt.translate_batch([("en", "de", "The file is open."), ("xx", "de", "x")], beam=4, max_len=20, errors="keep")
+print(type(mt).__name__, found, sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "fairseq")))
+"""
+
+
+def test_an_export_is_served_with_neither_torch_nor_fairseq(exported, served):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED, exported], capture_output=True, text=True, env=_env(), timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = served.translate_batch([("en", "de", "The file is open.")], beam=4, max_len=20)[0]
+    assert done.stdout.split(" ", 1) == ["Ct2Translator", f"{[want, None]!r} ['fairseq', 'torch']\n"]
+
+
+def _env():
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+# ---- where it runs: the GPU line, checked on any machine --------------------------------
+
+
+class Machine:
+    """What CTranslate2 says of a machine: its CUDA devices and the compute types each runs."""
+
+    def __init__(self, cuda: int):
+        self.cuda = cuda
+
+    def get_cuda_device_count(self):
+        return self.cuda
+
+    def get_supported_compute_types(self, device, index=0):
+        gpu = {"float32", "float16", "bfloat16", "int8", "int8_float16", "int8_bfloat16", "int8_float32"}
+        return gpu if device == "cuda" else {"float32", "int8", "int8_float32", "int16"}
+
+
+def test_the_gpu_options_build_ctranslate2s_arguments():
+    built = engine_options("cuda:1", "int8_float16", 2)
+    assert built == {
+        "device": "cuda",
+        "device_index": 1,
+        "compute_type": "int8_float16",
+        "inter_threads": 1,
+        "intra_threads": 2,
+    }
+    assert engine_options("cuda", None, None, fp16=True)["compute_type"] == "float16"
+    assert engine_options(None, None, 1)["device"] == "auto"
+    assert check_machine(Machine(2), built)["device_index"] == 1
+    assert check_machine(Machine(1), engine_options(None, "float16", 1))["device"] == "cuda"
+    assert check_machine(Machine(0), engine_options(None, None, 1))["device"] == "cpu"
+    for machine, options, why in (
+        (Machine(0), ("cuda", "float16", 1), "device cuda is not available here .CTranslate2 sees 0 CUDA device"),
+        (Machine(1), ("cuda:1", None, 1), "device cuda:1 is not available here .CTranslate2 sees 1 CUDA device"),
+        (Machine(0), ("cpu", "int8_float16", 1), "compute type int8_float16 does not run on cpu here: .*--device cuda"),
+    ):
+        with pytest.raises(HltmtConfigError, match=why):
+            check_machine(machine, engine_options(*options))
+    for args, why in ((("mps", None, 1), "device 'mps'"), (("cpu:1", None, 1), "device 'cpu:1'")):
+        with pytest.raises(HltmtConfigError, match=why):
+            engine_options(*args)
+
+
+def test_on_this_machine_a_missing_gpu_is_one_line(exported):
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() > 0:
+        pytest.skip("this machine has a CUDA device")
+    for options in ({"device": "cuda"}, {"device": "cuda", "compute_type": "int8_float16"}, {"fp16": True}):
+        with pytest.raises(HltmtConfigError, match="not available here|does not run on cpu"):
+            HltmtTranslator.load(exported, **options)
