@@ -90,7 +90,10 @@ FAST = {
     },
     # the pages, their fairseq command lines, every command's --help
     "test_docs.py": ALL,
-    "test_migrating.py": {"test_every_command_block_of_the_page_is_marked_to_run"},
+    "test_migrating.py": {
+        "test_every_command_block_of_the_page_is_marked_to_run",
+        "test_every_diff_stands_beside_the_whole_command_it_gives",
+    },
     # one end-to-end path of each command
     "cli/test_prepare_data.py": {
         "test_help_shows_every_default",

@@ -1,7 +1,8 @@
 """docs/migrating.md as a fairseq user types it: every command block of the page, taken from the
-page (a diff block gives the command of its + side, and its - side must be the page's command
-you have), run in order as one shell script from a folder outside the checkout, with the
-installed commands and this environment's python first on the PATH."""
+page, run in order as one shell script with the installed commands and this environment's
+python first on the PATH (the page's first block makes a folder in $HOME and works there: HOME
+is a temporary folder here). Each diff block stands beside the whole command it gives: its +
+side is the next command block, its - side the page's command you have."""
 
 import os
 import re
@@ -28,15 +29,10 @@ def sides(diff):
 
 def script(folder):
     """The page's marked blocks as one bash script (python blocks written to files beside it)."""
-    lines, commands = ["set -euo pipefail"], []
+    lines = ["set -euo pipefail"]
     for n, (language, text, _) in enumerate(b for b in blocks() if b[2]):
         if language == "bash":
-            commands.append(text)
             lines.append(text)
-        elif language == "diff":
-            old, new = sides(text)
-            assert old in commands, f"the - side of diff block {n} is no command of the page:\n{old}"
-            lines.append(new)
         elif language == "python":
             path = folder / f"block{n}.py"
             path.write_text(text, encoding="utf-8")
@@ -47,19 +43,32 @@ def script(folder):
 
 
 def test_every_command_block_of_the_page_is_marked_to_run():
-    unmarked = [
-        text[:80] for language, text, marked in blocks() if language in ("bash", "diff", "python") and not marked
-    ]
+    unmarked = [text[:80] for language, text, marked in blocks() if language in ("bash", "python") and not marked]
     assert not unmarked, unmarked
     assert [b[0] for b in blocks()].count("diff") >= 4
 
 
+def test_every_diff_stands_beside_the_whole_command_it_gives():
+    found, commands = blocks(), []
+    for n, (language, text, marked) in enumerate(found):
+        if language == "diff":
+            old, new = sides(text)
+            assert not marked, f"diff block {n} is marked: the whole command beside it runs"
+            assert old in commands, f"the - side of diff block {n} is no command of the page:\n{old}"
+            assert n + 1 < len(found) and found[n + 1][:2] == ("bash", new), (
+                f"diff block {n}: no whole command after it"
+            )
+        elif language == "bash":
+            commands.append(text)
+
+
 def test_the_pages_commands_run_as_shown_from_a_folder_outside_the_checkout(tmp_path):
-    folder = tmp_path / "work"
-    folder.mkdir()
-    assert not str(folder).startswith(ROOT + os.sep)
-    (folder / "page.sh").write_text(script(folder), encoding="utf-8")
-    done = run(["bash", "page.sh"], cwd=str(folder), env_extra={"PATH": BIN + os.pathsep + os.environ["PATH"]})
+    home = tmp_path / "home"
+    home.mkdir()
+    (tmp_path / "page.sh").write_text(script(tmp_path), encoding="utf-8")
+    env = {"PATH": BIN + os.pathsep + os.environ["PATH"], "HOME": str(home)}
+    done = run(["bash", str(tmp_path / "page.sh")], cwd=ROOT, env_extra=env)  # the page's first block leaves it
+    folder = home / "hltmt-migrating"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     for system in ("dense", "hltmt", "lsmnmt", "adapters", "skills"):
         assert (folder / "ckpt" / system / "checkpoint_best.pt").is_file(), system

@@ -454,6 +454,7 @@ def test_skills_serve_an_untrained_direction_of_the_matrix(skills, data_bin):
 CONVENTIONS = {
     "tgt": ["--encoder-langtok", "tgt"],
     "src": ["--encoder-langtok", "src", "--decoder-langtok", "--lang-tok-style", "multilingual"],
+    "none": [],  # no language token: the model cannot be told which target to produce
 }
 SMALL = [
     "--encoder-layers",
@@ -596,3 +597,15 @@ def test_a_plain_multilingual_transformer_translates_mixed_directions_as_fairseq
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[:-1] == [ref[0] for *_, ref in items[:12]]
+
+
+def test_a_model_without_a_target_token_is_refused_in_every_direction_with_the_reason(data_bin, folder):
+    """fairseq's transformer trained with neither --encoder-langtok tgt nor --decoder-langtok on
+    directions into several targets writes the same text whichever target is asked for: no
+    direction is served, each refusal says why (hltmt_plugin.directions)."""
+    mt = HltmtTranslator.load(plain_checkpoint(data_bin, folder, "none"), spm=spm_of(data_bin), device="cpu")
+    assert [mt.direction(*d) for d in [("en", "de"), ("en", "fr"), ("de", "en")]] == ["refused"] * 3
+    with pytest.raises(
+        TranslationErrors, match="direction en-de refused: the model was trained without a token naming"
+    ):
+        mt.translate(["The file is open."], src="en", tgt="de", zero_shot=True)
