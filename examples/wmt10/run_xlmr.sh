@@ -9,8 +9,9 @@
 #   bash examples/wmt10/run_xlmr.sh --gpu --ngpu 8             # --amp (float16 autocast, float32 weights)
 #   bash examples/wmt10/run_xlmr.sh --gpu --ngpu 8 --fp16      # the authors' fp16 (--fp16 --fp16-no-flatten-grads)
 #
-# Every argument goes to xlmr_recipe.py (--help lists them). Needs internet access for the
-# corpora and for XLM-R base, unless given:
+# Every argument goes to xlmr_recipe.py (python examples/wmt10/xlmr_recipe.py --help lists them,
+# where the plugin is installed), which checks them by a dry run before anything is downloaded.
+# Needs internet access for the corpora and for XLM-R base, unless given:
 #   RAW=folder of cleaned {split}.en-XX.{en,XX} files (skips download.py and clean.py)
 #   XLMR=folder holding model.pt, dict.txt and sentencepiece.bpe.model (skips the XLM-R download)
 # RUN: where everything goes (default runs/wmt10 in this folder's checkout); PY: the Python that
