@@ -13,10 +13,10 @@
 #   bash examples/wmt10/run.sh --size full --cpu            # the CPU size: the tiny model, 400 + 400 updates
 #
 # Every argument goes to hltmt-main-job (hltmt-main-job --help lists them; a later --size
-# replaces base), which checks them by a dry run before anything is downloaded. Needs internet access for the corpora unless RAW names a folder of cleaned
-# {split}.en-XX.{en,XX} files. RUN: where everything goes (default runs/wmt10 in this folder's
-# checkout); PY: the Python that has the package installed (default: .venv/bin/python if there,
-# else python3).
+# replaces base), which checks them by a dry run before anything is downloaded. Needs internet
+# access for the corpora unless RAW names a folder of cleaned {split}.en-XX.{en,XX} files.
+# RUN: where everything goes (default runs/wmt10 in this folder's checkout); PY: the Python that
+# has the package installed (default: .venv/bin/python if there, else python3).
 set -euo pipefail
 for arg in "$@"; do  # --help: the comment above, before anything is looked for, fetched or written
   case $arg in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
