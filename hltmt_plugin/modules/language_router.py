@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hltmt_plugin import records
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import names_of, names_tensor
 from hltmt_plugin.modules.language_pool import RoutingDecision, module_label
@@ -211,9 +212,12 @@ def upgrade_router_state(state_dict, prefix: str) -> None:
     for old, renamed in moves.items():
         if old in state_dict and renamed not in state_dict:
             state_dict[renamed] = state_dict.pop(old)
+    check_router_state(state_dict, new)
     legacy = state_dict.pop(new + "fixed_map", None)
     if legacy is None:
         return
+    if new + MAP not in state_dict and new + "gate.weight" not in state_dict:
+        raise HltmtInputError(f"the checkpoint holds a routing map ({new}fixed_map) without the gate it belongs to")
     pool_size = (
         state_dict[new + MAP].shape[-1] - 1 if new + MAP in state_dict else state_dict[new + "gate.weight"].shape[0]
     )
@@ -225,6 +229,29 @@ def upgrade_router_state(state_dict, prefix: str) -> None:
             f"{new + MAP}): it was not written by fairseq-train"
         )
     state_dict[new + MAP] = onehot
+
+
+_TENSOR = records.Instance(Tensor, "a tensor")
+
+
+def check_router_state(state_dict, prefix: str) -> None:
+    """The router's stored entries (under ``prefix``, ``"decoder.slp_router."``) are tensors of
+    the forms a training run writes: the gate a matrix and a vector, the map a matrix (one-hot)
+    or a vector (indices), the language names a vector of bytes; one HltmtInputError line otherwise."""
+    dims = {"gate.weight": 2, "gate.bias": 1, MAP: 2, "fixed_map": 1, "gate_steps": None, "high_langs": 1}
+    for name, dim in dims.items():
+        value = state_dict.get(prefix + name)
+        if value is None:
+            continue
+        records.check(value, _TENSOR, f"the checkpoint's {prefix + name}")
+        if (dim is not None and value.dim() != dim) or value.is_complex():
+            raise HltmtInputError(
+                f"the checkpoint's {prefix + name} is {tuple(value.shape)} of {value.dtype}, not the router state "
+                "a training run writes"
+            )
+    names = state_dict.get(prefix + "high_langs")
+    if names is not None and (names.is_floating_point() or any(not 0 <= v < 256 for v in names.tolist())):
+        raise HltmtInputError(f"the checkpoint's {prefix}high_langs is not a list of language names (UTF-8 bytes)")
 
 
 def map_text(mapping: Dict[str, int]) -> str:

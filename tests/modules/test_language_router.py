@@ -206,6 +206,27 @@ def test_every_older_form_of_the_state_is_read_in_one_place():
         upgrade_router_state(both, "decoder.")
 
 
+@pytest.mark.parametrize(
+    "entry, value, why",
+    [
+        ("fixed_map_onehot", [[0, 1]], "fixed_map_onehot must be a tensor, got a list"),
+        ("fixed_map", 3, "fixed_map must be a tensor, got a whole number"),
+        ("fixed_map", torch.zeros(2, 2, dtype=torch.long), r"fixed_map is \(2, 2\) of torch.int64"),
+        ("high_langs", "h0,h1", "high_langs must be a tensor, got a string"),
+        ("high_langs", torch.tensor([1000, 3]), "high_langs is not a list of language names"),
+        ("gate.weight", {"w": 1}, "gate.weight must be a tensor, got a map"),
+    ],
+)
+def test_a_stored_router_entry_of_another_kind_is_one_line(entry, value, why):
+    state = {f"decoder.slp_router.{k}": v for k, v in router().state_dict().items()}
+    state[f"decoder.slp_router.{entry}"] = value
+    with pytest.raises(HltmtInputError, match=why) as refused:
+        upgrade_router_state(state, "decoder.")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(HltmtInputError, match="without the gate it belongs to"):
+        upgrade_router_state({"decoder.slp.fixed_map": torch.tensor([0, 1])}, "decoder.")
+
+
 # ---- the stored routing map: one-hot rows, so that no average of checkpoints is another map
 def with_map(mapping, T=3):
     r = router(T=T, H=len(mapping))
