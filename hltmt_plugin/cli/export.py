@@ -18,12 +18,9 @@ Needs CTranslate2: ``pip install -e ".[ctranslate2]"``.
 """
 
 import argparse
-import atexit
 import logging
 import os
-import shutil
 import sys
-import tempfile
 
 PROG = "hltmt-export"
 
@@ -70,12 +67,7 @@ def main(argv=None):
     from hltmt_plugin.errors import HltmtError
     from hltmt_plugin.export.ctranslate2 import export
 
-    from hltmt_plugin.atomic_files import inside
-
-    for name, path in (("--checkpoint", args.checkpoint), ("--spm", args.spm), ("--data", args.data)):
-        if path and inside(path, args.out):
-            return fail(f"--out {args.out} is or holds {name} {path}: name another folder")
-    try:
+    try:  # --out written by atomic_files.write_folder: never an input, a user's folder or a special file
         record = export(
             args.checkpoint, args.out, quantization=args.quantization, spm=args.spm, data=args.data, force=args.force
         )
@@ -118,7 +110,7 @@ def add_engine_options(p) -> None:
 def engine_load_options(args):
     """``(checkpoint, spm, data, engine options)`` for ``HltmtTranslator.load`` from
     hltmt-translate's options: ``--engine ctranslate2`` with a checkpoint serves its export,
-    made in a temporary folder (removed at exit)."""
+    made in a temporary folder (removed at exit, on SIGTERM, and after a SIGKILL by the next run)."""
     from hltmt_plugin.errors import HltmtConfigError
     from hltmt_plugin.export.manifest import is_export
 
@@ -130,10 +122,10 @@ def engine_load_options(args):
         )
     if args.engine != "ctranslate2" or exported:
         return args.checkpoint, args.spm, args.data, engine
+    from hltmt_plugin.atomic_files import scratch_folder
     from hltmt_plugin.export.ctranslate2 import export
 
-    work = tempfile.mkdtemp(prefix="hltmt-export.")
-    atexit.register(shutil.rmtree, work, True)
+    work = scratch_folder("hltmt-export.")  # removed at exit and on SIGTERM; after a SIGKILL, by the next one
     folder = os.path.join(work, "model")
     export(args.checkpoint, folder, spm=args.spm, data=args.data)
     return folder, None, None, engine

@@ -6,10 +6,12 @@ rename is atomic; :mod:`hltmt_plugin.atomic_files`) and renames it over the outp
 command has written all of it; a failure or an interrupt removes the temporary file and leaves
 the old output as it was.
 :func:`refuse_inputs` refuses an output that is one of the command's input files (the input
-would be lost to its own output).
+would be lost to its own output); :func:`stream_problem` says why an input cannot be read as a
+stream (a pipe, ``<(cmd)``, is read like a file).
 """
 
 import os
+import stat
 from typing import Dict, Optional
 
 from hltmt_plugin.atomic_files import AtomicFile, write_failed
@@ -48,6 +50,24 @@ def refuse_inputs(
             )
 
 
+def stream_problem(path: str, what: str = "input file") -> Optional[str]:
+    """Why ``path`` cannot be read as a command's input stream, judged by what it is (``stat``,
+    never opened): None for ``-``, a regular file or a pipe (``--input <(cmd)`` is ``/dev/fd/N``),
+    else one line (missing, a folder, a device or a socket)."""
+    if path == "-":
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"{what} {path} does not exist"
+    except OSError as error:
+        return f"cannot read {what} {path}: {error.strerror or error}"
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"{what} {path} is {kind}: name a file, a pipe or - (standard input)"
+
+
 class AtomicOutput:
     """``path`` written through a temporary file in its folder (:class:`hltmt_plugin.atomic_files.AtomicFile`)::
 
@@ -67,7 +87,7 @@ class AtomicOutput:
             self.out = AtomicFile(path)
         except OSError as error:
             raise OutputError(f"cannot write {option} {path}: {error.strerror or error}") from None
-        self.file = self.out.open(binary)
+        self.file = _NamedWrites(self.out.open(binary), self)
 
     def __enter__(self):
         return self.file
@@ -79,13 +99,43 @@ class AtomicOutput:
             self.discard()
         return False
 
+    def failed(self, error: OSError) -> OutputError:
+        """The one line of a write of this output that the system refused (a full disk, a
+        file-size limit): it names the output, not standard output."""
+        return OutputError(str(write_failed(f"{self.option} {self.path}", self.path, error)))
+
     def commit(self) -> None:
         """Flush, fsync and rename over the output; a failure removes the temporary file."""
         try:
             self.out.commit()
         except OSError as error:
-            raise OutputError(str(write_failed(f"{self.option} {self.path}", self.path, error))) from None
+            raise self.failed(error) from None
 
     def discard(self) -> None:
         """Remove the temporary file (unless committed); the output stays as it was."""
         self.out.discard()
+
+
+class _NamedWrites:
+    """The temporary file of an :class:`AtomicOutput`, whose failed writes name the output."""
+
+    def __init__(self, file, output: AtomicOutput):
+        self._file, self._output = file, output
+
+    def write(self, data):
+        try:
+            return self._file.write(data)
+        except OSError as error:
+            raise self._output.failed(error) from None
+
+    def flush(self):
+        try:
+            self._file.flush()
+        except OSError as error:
+            raise self._output.failed(error) from None
+
+    def __getattr__(self, name):
+        return getattr(self._file, name)
+
+    def __iter__(self):
+        return iter(self._file)

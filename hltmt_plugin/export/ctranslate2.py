@@ -29,12 +29,11 @@ positions CTranslate2 does not have, an adaptive softmax.
 
 import os
 import shutil
-import tempfile
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from hltmt_plugin.atomic_files import replace_folder
+from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest
 from hltmt_plugin.hub import HltmtTranslator, loading  # noqa: F401  (loading registers the plugin first)
@@ -44,6 +43,7 @@ from hltmt_plugin.models.hltmt_transformer import pool_model
 QUANTIZATIONS = manifest.QUANTIZATIONS
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_accurate": "GELUTanh", "gelu_fast": "GELUTanh", "swish": "SWISH"}
 PAD_LOGIT = -1e9  # the output bias of the padding token: fairseq's beam search never picks it
+KIND = "hltmt-export"  # the writer named in an export folder's marker
 
 
 def export(
@@ -53,20 +53,24 @@ def export(
     spm: Optional[str] = None,
     data: Optional[str] = None,
     force: bool = False,
+    option: str = "--out",
 ) -> dict:
-    """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest."""
+    """Export ``checkpoint`` to the folder ``out``, written whole or not at all by
+    :func:`hltmt_plugin.atomic_files.write_folder` (an earlier export replaced only with
+    ``force``; never a folder of the checkpoint's inputs); returns the manifest."""
     ct2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
         raise HltmtConfigError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
-    if os.path.lexists(out) and not force:
-        raise HltmtConfigError(f"{out} exists: name a new folder, or add --force to replace it")
+    inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
+    check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
     translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device="cpu")
     check_exportable(translator)
     targets = group_targets(translator)
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.partial.", dir=parent)
-    try:
+    data_folders = str(translator.task.args.data).split(os.pathsep)
+    inputs.update({"the sentencepiece model": translator.spm})
+    inputs.update({f"the data folder ({i})" if i else "the data folder": f for i, f in enumerate(data_folders)})
+
+    def fill(work: str) -> dict:
         models = {}
         for group in sorted(set(targets.values())):
             models[group] = f"models/{group}"
@@ -87,10 +91,9 @@ def export(
         record["patches"] = patches
         manifest.write(work, record)  # its files, their digests and the record's own digest
         manifest.read(work)  # what serving will check
-        replace_folder(work, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return record
+        return record
+
+    return write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)
 
 
 def store_once(work: str, models: Dict[str, str]) -> Dict[str, str]:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, cli, digest, run, spm_of, translate
+from conftest import ROOT, cli, digest, file_size_limit, run, spm_of, translate
 from hltmt_plugin.cli.output import AtomicOutput, OutputError
 from hub_common import sentences
 
@@ -129,6 +129,30 @@ def test_an_existing_output_is_replaced_only_when_complete(hltmt, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert len(out.read_text(encoding="utf-8").split("\n")) == 4 and sorted(os.listdir(tmp_path)) == ["out.txt"]
+
+
+def test_outputs_and_inputs_are_judged_by_what_they_are_not_by_their_names(hltmt, tmp_path):
+    common = [cli("hltmt-translate"), "--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu"]
+    common += ["--beam", "2", "--max-len", "10"]
+    text = "".join(s + "\n" for s in sentences("en", "de", 3))
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK):  # a regular file on a memory file system
+        shm = f"/dev/shm/hltmt-output-{os.getpid()}.txt"
+        try:
+            done = run([*common, "-o", shm], input=text)
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert len(open(shm, encoding="utf-8").read().splitlines()) == 3
+        finally:
+            if os.path.exists(shm):
+                os.remove(shm)
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    piped = run(["bash", "-c", " ".join(f"'{a}'" for a in common) + f" --input <(cat '{tmp_path / 'in.txt'}')"])
+    assert piped.returncode == 0, piped.stderr[-2000:]  # --input /dev/fd/N: a pipe, read as a file is
+    assert len(piped.stdout.splitlines()) == 3
+    out = tmp_path / "out.txt"
+    many = "".join(f"the file number {i} is open\n" for i in range(100))  # over 8 KB of --json lines
+    limited = run([*common, "--json", "-o", str(out)], input=many, preexec_fn=file_size_limit(8192))
+    assert_refused(limited, f"could not write --output {out} (File too large): nothing was written", status=2)
+    assert "standard output" not in limited.stderr and sorted(os.listdir(tmp_path)) == ["in.txt"]
 
 
 # ---- hltmt-prepare-data ------------------------------------------------------------------------------

@@ -187,9 +187,16 @@ def test_an_existing_folder_is_kept_unless_forced(hltmt, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    with pytest.raises(HltmtConfigError, match="exists.*--force"):
-        export(hltmt, str(out))
-    assert (out / "keep.txt").read_text() == "mine"
+    for force in (False, True):  # a folder hltmt-export did not write: never replaced
+        with pytest.raises(HltmtConfigError, match="exists and hltmt-export did not write it"):
+            export(hltmt, str(out), force=force)
+    assert os.listdir(out) == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+    export(hltmt, str(tmp_path / "earlier"))
+    with pytest.raises(HltmtConfigError, match="exists .written by hltmt-export.*--force"):
+        export(hltmt, str(tmp_path / "earlier"))
+    record = export(hltmt, str(tmp_path / "earlier"), force=True)  # an earlier export is replaced with force
+    assert HltmtTranslator.load(str(tmp_path / "earlier")).folder == str(tmp_path / "earlier") and record["models"]
+    assert sorted(os.listdir(tmp_path)) == ["earlier", "out"]  # no temporary folder, no lock file left
     with pytest.raises(HltmtConfigError, match="--quantization int3"):
         export(hltmt, str(tmp_path / "q"), quantization="int3")
     assert not (tmp_path / "q").exists()
