@@ -49,7 +49,7 @@ from hltmt_plugin.export.ctranslate2 import group_targets
 from hltmt_plugin.hub import HltmtTranslator
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
-INSTALL = 'pip install "transformers>=4.46,<6" safetensors (or pip install -e ".[transformers]")'
+INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
 ACTIVATIONS = {
     "relu": "relu",
     "gelu": "gelu",
@@ -342,6 +342,13 @@ def _layer_state(state: dict, prefix: str, layer, decoder: bool) -> None:
         _copy(state, f"{prefix}.{part}", getattr(layer, part))
 
 
+def _plain_norm(dim: int):
+    """A layer norm's weight and bias that neither scale nor shift."""
+    import torch
+
+    return torch.ones(dim), torch.zeros(dim)
+
+
 def _module_layer(state: dict, prefix: str, module, top_norm, dim: int) -> None:
     """The pool module as a decoder layer: two attention sublayers adding exactly zero, then
     the module's feed-forward sublayer. ``top_norm``: post-norm, the top layer's final norm
@@ -352,10 +359,11 @@ def _module_layer(state: dict, prefix: str, module, top_norm, dim: int) -> None:
         for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
             state[f"{prefix}.{attn}.{proj}.weight"] = torch.zeros(dim, dim)
             state[f"{prefix}.{attn}.{proj}.bias"] = torch.zeros(dim)
-    ones, zeros = torch.ones(dim), torch.zeros(dim)
-    state[f"{prefix}.self_attn_layer_norm.weight"], state[f"{prefix}.self_attn_layer_norm.bias"] = ones, zeros
+    state[f"{prefix}.self_attn_layer_norm.weight"], state[f"{prefix}.self_attn_layer_norm.bias"] = _plain_norm(dim)
     if top_norm is None:
-        state[f"{prefix}.encoder_attn_layer_norm.weight"], state[f"{prefix}.encoder_attn_layer_norm.bias"] = ones, zeros
+        state[f"{prefix}.encoder_attn_layer_norm.weight"], state[f"{prefix}.encoder_attn_layer_norm.bias"] = (
+            _plain_norm(dim)
+        )
     else:
         _copy(state, f"{prefix}.encoder_attn_layer_norm", top_norm)
     _copy(state, f"{prefix}.fc1", module.fc1)
@@ -395,7 +403,7 @@ def weights(model, group: Optional[str], norm: str) -> Dict[str, object]:
         if norm == "post":
             dim = top.weight.shape[0]
             last = f"model.decoder.layers.{count - 1}.final_layer_norm"
-            state[f"{last}.weight"], state[f"{last}.bias"] = torch.ones(dim), torch.zeros(dim)
+            state[f"{last}.weight"], state[f"{last}.bias"] = _plain_norm(dim)
         _module_layer(state, prefix, decoder.slp.module(group), top if norm == "post" else None, top.weight.shape[0])
     final = getattr(decoder, "slp_output_norm", None) if group is not None else decoder.layer_norm
     if norm == "pre":
