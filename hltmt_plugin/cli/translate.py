@@ -48,7 +48,7 @@ import sys
 import time
 
 from hltmt_plugin.cli import add_version
-from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs
+from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs, stream_problem
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.paths import READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM, WRITE_STREAM, path_option
@@ -254,8 +254,8 @@ def main(argv=None):
     except ImportError as error:
         return fail(f"cannot import the plugin ({error}): run from the repository's .venv")
 
-    if args.input != "-" and not os.path.isfile(args.input):
-        return fail(f"input file {args.input} does not exist")
+    if stream_problem(args.input) is not None:  # a regular file or a pipe (<(cmd)) is read
+        return fail(stream_problem(args.input))
     sink = None
     try:
         sink = open_output(args)
@@ -372,7 +372,7 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
 def progress_bar(args):
     """A progress bar on stderr over the lines of the --input file (None for stdin or with
     --no-progress)."""
-    if args.input == "-" or args.no_progress:
+    if args.input == "-" or args.no_progress or not os.path.isfile(args.input):  # a pipe is read once
         return None
     from tqdm import tqdm
 
