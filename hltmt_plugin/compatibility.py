@@ -97,7 +97,10 @@ DICTIONARIES = records.MapOf(records.SHA256, key=records.Text(min_len=1, max_len
 VOCABULARY = records.Record({"symbols": records.Int(low=0), "sha256": records.SHA256})
 # the record as a checkpoint stores it: the marking and the model always, the rest when known
 SCHEMA = records.Record(
-    {"marking": records.MapOf(_NAME, min_len=1, max_len=100), "model": records.Record({"arch": _NAME}, extra=True)},
+    {
+        "marking": records.MapOf((_NAME, None), min_len=1, max_len=100),
+        "model": records.Record({"arch": (_NAME, None)}, extra=True),
+    },
     optional={
         "dictionaries": DICTIONARIES,
         "vocabulary": VOCABULARY,
@@ -211,7 +214,9 @@ def _arch_edits(stored: Dict[str, object], options) -> List[str]:
     written = stored["model"]["arch"]
     names = [getattr(options, n, None) for n in ("_name", "arch")]
     now = next((n for n in names if n), None)
-    return [] if now is None or all(n in (None, written) for n in names) else [f"--arch: written {written}, now {now}"]
+    if written is None or now is None or all(n in (None, written) for n in names):
+        return []
+    return [f"--arch: written {written}, now {now}"]
 
 
 def record_of_options(options, edits: bool = True) -> Dict[str, object]:
