@@ -155,8 +155,10 @@ SHA256 = Text(pattern="[0-9a-f]{64}")  # a SHA-256 digest as hexadecimal
 def _sized(value, kind, place, low, high, what):
     if not isinstance(value, kind):
         raise Bad(place, f"must be {what}, got {_kind(value)}")
-    if not low <= len(value) <= high:
-        raise Bad(place, f"must hold {_range(low, high)} entries, got {len(value)}")
+    if len(value) < low:
+        raise Bad(place, f"must hold at least {low} entries, got {len(value)}")
+    if len(value) > high:
+        raise Bad(place, f"must hold at most {high} entries, got {len(value)}")
 
 
 class ListOf(Schema):
