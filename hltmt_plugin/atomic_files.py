@@ -638,10 +638,13 @@ def _make_parent(parent: str) -> None:
 
 
 def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
+    try:
+        _clear_stale(target)  # first: an earlier output a killed writer moved aside is put back
+    except OSError as error:
+        raise FolderRefused(f"cannot write {shown}: {error.strerror or error}") from None
     _check_replaceable(target, shown, kind, force)
     _watch_sigterm()
     try:
-        _clear_stale(target)
         work = _temp_name(target, "partial")
         os.mkdir(work)  # mode 0o777 less the umask
     except OSError as error:

@@ -313,3 +313,13 @@ def test_a_regular_file_on_a_memory_file_system_is_a_file_and_dev_stdout_a_strea
     for stream in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
         with pytest.raises(files.UnsafeDestination, match="names a device or a stream"):
             files.check_destination(stream)
+
+
+def test_an_earlier_output_moved_aside_by_a_killed_writer_is_put_back(tmp_path):
+    out = str(tmp_path / "out")
+    files.write_folder(out, fill_two, kind="w")
+    aside = tmp_path / ".out.hltmt-999999-killed00.old"  # stopped between its two renames
+    os.replace(out, aside)
+    with pytest.raises(files.FolderRefused, match=r"exists \(written by w\)"):
+        files.write_folder(out, fill_two, kind="w")
+    assert sorted(os.listdir(tmp_path)) == ["out"] and files.read_marker(out)["written_by"] == "w"
