@@ -10,7 +10,7 @@ import os
 
 import torch
 
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW, pool_size
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
@@ -111,7 +111,7 @@ def derive_languages(args):
     if not high or any(x not in langs for x in high):
         raise BenchError(f"--high {args.high}: the high-resource languages must be some of --langs ({args.langs})")
     if args.pool_size is None:
-        args.pool_size = min(3, len(high))
+        args.pool_size = pool_size(high)
         args.derived.append(f"--pool-size {args.pool_size}")
     if not 1 <= args.pool_size <= len(high):
         raise BenchError(

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS, pool_size
 from timing import median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,7 +114,7 @@ def train_command(args, data, save):
         "--high-resource-langs",
         ",".join(high),
         "--slp-pool-size",
-        str(min(3, len(high))),
+        str(pool_size(high)),
         "--criterion",
         "hltmt_cross_entropy",
         "--label-smoothing",

@@ -66,7 +66,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
-from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS  # noqa: E402
+from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS, pool_size  # noqa: E402
 from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
@@ -375,7 +375,7 @@ class GpuRun:
                 "--high-resource-langs",
                 ",".join(self.high),
                 "--slp-pool-size",
-                str(min(3, len(self.high))),
+                str(pool_size(self.high)),
                 "--criterion",
                 "hltmt_cross_entropy",
                 "--hlt-stage",

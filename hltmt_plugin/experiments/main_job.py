@@ -56,7 +56,7 @@ from typing import Dict, List
 
 from hltmt_plugin.cli import DEBMT10, PLUGIN, add_version, fairseq_cli, plugin_cli, register
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS, pool_size
 from hltmt_plugin.experiments.steps import (
     NGPU_HELP,
     PRECISION_HELP,
@@ -256,14 +256,14 @@ class Job:
             *self.device_flags,
         ]
 
-    def hltmt_args(self, langs, pool_size):
+    def hltmt_args(self, langs, modules):
         return [
             "--arch",
             self.size.hltmt_arch,
             "--high-resource-langs",
             ",".join(langs),
             "--slp-pool-size",
-            str(pool_size),
+            str(modules),
         ]
 
     def save_dir(self, system, seed, stage=""):
@@ -307,7 +307,7 @@ class Job:
             *fairseq_cli("train"),
             self.data,
             *self.task_args(),
-            *self.hltmt_args(self.high, min(3, len(self.high))),
+            *self.hltmt_args(self.high, pool_size(self.high)),
             *self.train_args(seed, updates, save),
             "--criterion",
             "hltmt_cross_entropy",
