@@ -25,7 +25,7 @@ from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
-INSTALL = 'pip install "transformers>=4.46,<6" safetensors (or pip install -e ".[transformers]")'
+INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
 
 
 def import_transformers():
@@ -212,25 +212,35 @@ class HfTranslator:
                 **extra,
             )
             first = self._forced_log_prob(model, inputs, forced) if forced is not None else [0.0] * len(batch)
-        sequences, scores = (
-            out.sequences.view(len(batch), beam, -1).tolist(),
-            out.sequences_scores.view(len(batch), beam),
-        )
+        sequences = out.sequences.view(len(batch), beam, -1).tolist()
+        scores = out.sequences_scores.view(len(batch), beam).tolist()
         for k, (index, _) in enumerate(batch):
-            best = max(
-                range(beam),
-                key=lambda b: (
-                    _fairseq_score(sequences[k][b], float(scores[k, b]), lenpen, first[k], self.dictionary),
-                    -b,
-                ),
-            )
+            fairseq = [
+                self._score(model, inputs, k, sequences[k][b], scores[k][b], lenpen, max_len, first[k])
+                for b in range(beam)
+            ]
+            best = max(range(beam), key=lambda b: (fairseq[b], -b))
             ids = _hypothesis(sequences[k][best], self.dictionary)
             result = results[index]
             result.text = self.dictionary.text(ids, self.leave_out)
             result.tokens = len(ids) + 1  # end of sentence included
-            result.score = _fairseq_score(
-                sequences[k][best], float(scores[k, best]), lenpen, first[k], self.dictionary
-            ) / math.log(2)
+            result.score = fairseq[best] / math.log(2)
+
+    def _score(self, model, inputs, row: int, sequence, score: float, lenpen: float, max_len: int, forced: float):
+        """fairseq's score of a hypothesis (natural log): ``generate``'s normalized score with the
+        log-probabilities it leaves out counted: the forced target-language token's (``forced``) and,
+        for a hypothesis cut at ``max_len``, the end of sentence forced there (scored again here)."""
+        import torch
+
+        length = len(_hypothesis(sequence, self.dictionary)) + 1
+        total = score * length**lenpen + forced
+        if length > max_len:  # cut: generate gave the forced end of sentence log-probability 0
+            decoder = torch.tensor([sequence[:length]], device=self.device)
+            one = {name: value[row : row + 1] for name, value in inputs.items()}
+            with torch.no_grad():
+                logits = model(**one, decoder_input_ids=decoder).logits[0, -1].float()
+            total += float(torch.log_softmax(logits, -1)[self.dictionary.eos_index])
+        return total / length**lenpen
 
     def _forced_log_prob(self, model, inputs, forced: str) -> List[float]:
         """The model's log-probability of the forced target-language token as the first token."""
@@ -245,13 +255,6 @@ def _hypothesis(sequence: List[int], dictionary) -> List[int]:
     """A generated sequence's tokens after the decoder's start, up to (without) its end of sentence."""
     tokens = sequence[1:]
     return tokens[: tokens.index(dictionary.eos_index)] if dictionary.eos_index in tokens else tokens
-
-
-def _fairseq_score(sequence: List[int], score: float, lenpen: float, forced: float, dictionary) -> float:
-    """fairseq's score of a hypothesis (natural log): ``generate``'s normalized score with the forced
-    token's log-probability counted (``forced``; 0 without one)."""
-    length = len(_hypothesis(sequence, dictionary)) + 1
-    return (score * length**lenpen + forced) / length**lenpen
 
 
 def _batches(rows, max_tokens: int, max_sentences: Optional[int]):
