@@ -115,6 +115,8 @@ FAST = {
     "cli/test_export.py": {"test_the_export_serves_the_checkpoints_lines_json_and_output_file"},
     "cli/test_startup.py": ALL,
     "export/test_manifest.py": ALL,
+    "export/test_model_card.py": ALL,
+    "export/test_transformers.py": {"test_the_search_settings_are_fairseqs"},
     "test_tiers.py": ALL,
     "test_help.py": {"test_a_shell_script_answers_help_before_looking_for_python", "test_every_script_is_checked"},
     "test_doc_figures.py": ALL,

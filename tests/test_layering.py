@@ -26,7 +26,7 @@ LAYERS = [
     ["tasks", "criterions"],  # the model's public surface only
     ["export.manifest"],  # the export folder's manifest: read by the hub, written by export
     ["hub"],
-    ["export"],  # models that leave fairseq: CTranslate2 export
+    ["export"],  # models that leave fairseq: the CTranslate2 and transformers exports, the model card
     ["cli"],  # the user's commands
     ["experiments"],  # the experiment drivers (hltmt-main-job, hltmt-study, hltmt-report): above the commands
 ]
