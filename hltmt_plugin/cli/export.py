@@ -34,7 +34,12 @@ def build_parser():
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     path_option(p, "--checkpoint", "--path", kind=READ_FILE, required=True, help="the checkpoint to export")
     path_option(p, "--out", "-o", kind=WRITE_FOLDER, required=True, help="the export folder to write")
-    p.add_argument("--to", default="ctranslate2", choices=["ctranslate2"], help="the engine to export to")
+    p.add_argument(
+        "--to",
+        default="ctranslate2",
+        choices=["ctranslate2", "transformers"],
+        help="the engine to export to (transformers: Hugging Face stock classes and a model card)",
+    )
     p.add_argument(
         "--quantization",
         default="float32",
@@ -65,6 +70,8 @@ def main(argv=None):
     if not args.verbose:
         logging.disable(logging.WARNING)
     from hltmt_plugin.errors import HltmtError
+    if args.to == "transformers":
+        return export_transformers(args)
     from hltmt_plugin.export.ctranslate2 import export
 
     try:  # --out written by atomic_files.write_folder: never an input, a user's folder or a special file
@@ -80,6 +87,28 @@ def main(argv=None):
     print(
         f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
         f"{args.quantization}): {len(record['models'])} model(s): {groups}"
+    )
+    return 0
+
+
+def export_transformers(args) -> int:
+    """``--to transformers``: stock Hugging Face classes, their tokenizer and a model card."""
+    from hltmt_plugin.errors import HltmtError
+    from hltmt_plugin.export.transformers import export
+
+    if args.quantization != "float32":
+        return fail(f"--quantization {args.quantization} is CTranslate2's: --to transformers writes float32 weights")
+    try:
+        record = export(args.checkpoint, args.out, spm=args.spm, data=args.data, force=args.force)
+    except HltmtError as error:
+        return fail(error)
+    groups = ", ".join(
+        f"{place} ({','.join(sorted(t for t, g in record['targets'].items() if g == group))})"
+        for group, place in record["models"].items()
+    )
+    print(
+        f"{PROG}: {args.checkpoint} -> {args.out} ({record['source']['class']}, transformers "
+        f"{record['source']['transformers']}): {len(record['models'])} model(s): {groups}"
     )
     return 0
 
