@@ -70,6 +70,7 @@ def main(argv=None):
     if not args.verbose:
         logging.disable(logging.WARNING)
     from hltmt_plugin.errors import HltmtError
+
     if args.to == "transformers":
         return export_transformers(args)
     from hltmt_plugin.export.ctranslate2 import export
