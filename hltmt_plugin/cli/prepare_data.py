@@ -17,6 +17,11 @@ fixed dictionary D, so token ids are those of the pretrained model (the task app
 language tokens ``__xx__`` to the dictionary when it loads it). The binarized folder records a
 fingerprint of its dictionaries (``bin/dict_fingerprint.json``, sha256 of every
 ``dict.*.txt``), so a dictionary changed after binarization can be refused.
+
+``spm/`` and ``bin/`` are written whole (both complete, or the earlier ones left as they were)
+and replace only what an earlier run wrote there (``.hltmt-output.json`` lists it): a folder of
+yours in their place, or a file you added to them, is refused and kept. Raw lines are counted as
+``wc -l`` counts them: a carriage return inside a line is a space there, not a line end.
 """
 
 import argparse
