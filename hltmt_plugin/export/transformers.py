@@ -88,9 +88,11 @@ def export(
     beam: int = 5,
     lenpen: float = 1.0,
     max_len: int = 200,
+    metrics: Optional[dict] = None,
 ) -> dict:
     """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest.
-    ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default."""
+    ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default; ``metrics``: the
+    model card's (``scores`` {direction: BLEU}, ``signature``: sacreBLEU's), when they were recorded."""
     transformers = import_transformers()
     from hltmt_plugin.hub import arguments
 
@@ -114,7 +116,7 @@ def export(
             write_model(transformers, translator, None if group == "main" else group, norm, folder, search)
         write_tokenizer(translator, work)
         with open(os.path.join(work, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card.card(record, card_facts(translator, checkpoint, search)))
+            f.write(model_card.card(record, dict(card_facts(translator, checkpoint, search), metrics=metrics)))
         record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
         write_manifest(work, record)
         manifest.read(work)  # what serving will check
