@@ -148,7 +148,8 @@ def engine_load_options(args):
     exported = is_export(args.checkpoint)
     if args.engine == "fairseq" and exported:
         raise HltmtConfigError(
-            f"--checkpoint {args.checkpoint} is an exported model: the engine it was exported to serves it (leave out --engine fairseq)"
+            f"--checkpoint {args.checkpoint} is an exported model: the engine it was exported to serves it "
+            "(leave out --engine fairseq)"
         )
     if args.engine != "ctranslate2" or exported:
         return args.checkpoint, args.spm, args.data, engine

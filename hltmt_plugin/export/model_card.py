@@ -191,7 +191,8 @@ def card(record: dict, facts: dict) -> str:
         )
         + ".",
         "",
-        f"Licence: {data.get('license_text') or 'not recorded with the checkpoint: check the corpora used before reuse.'}",
+        "Licence: "
+        + (data.get("license_text") or "not recorded with the checkpoint: check the corpora used before reuse."),
         "",
         "## Evaluation",
         "",

@@ -80,7 +80,8 @@ class HfTranslator:
         folder = os.fspath(folder)
         if compute_type is not None:
             raise HltmtConfigError(
-                f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 (--fp16 on a GPU)"
+                f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 "
+                "(--fp16 on a GPU)"
             )
         if spm is not None or data is not None:
             raise HltmtConfigError(
