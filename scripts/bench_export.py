@@ -18,11 +18,27 @@ Then, from the one-thread batch runs: the lines identical to the checkpoint's, B
 (sacreBLEU) against the references, and the largest difference between the decoder's
 log-probabilities of the checkpoint's translations (fairseq's model, teacher-forced) and
 CTranslate2's (``score_batch``) on the first 32 sentences.
+
+``--via command``: every measurement is the ``hltmt-translate`` command itself (the lines as a
+``SRC<TAB>TGT<TAB>TEXT`` file, ``--buffer-size 1`` for one sentence at a time): its rate is the
+command's own summary line, its start-up the process's wall time less the translation, its peak
+memory the process's. ``--serve-env VENV`` runs the exports' commands from another environment
+(the serving install, ``serving/``: no torch, no fairseq).
+
+``--paper-size``: the models are built here, untrained, at the size of the WMT-10 recipe
+(``hltmt-main-job --size base``: fairseq's ``transformer`` and HLT-MT's ``hltmt_transformer``,
+6 + 6 layers of width 512, the recipe's pool of 3 modules over its 6 high-resource languages),
+with a dictionary of 64,000 pieces (the study's sentencepiece pieces and fairseq's
+``madeupword`` fill); HLT-MT's routing map spreads the 6 languages over the 3 modules. Untrained
+weights never end a sentence, so every translation runs to ``--max-len`` tokens. The memory of
+HLT-MT's export is measured as well: all its groups loaded, one group, and one group loaded
+twice (whether CTranslate2 shares weights between two translators).
 """
 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -50,14 +66,20 @@ def parse_args(argv=None):
     p.add_argument("--modes", default="batch,single")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--spm", default=None, help="sentencepiece model (default: found beside the checkpoint)")
+    p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
+    p.add_argument("--via", default="api", choices=["api", "command"], help="what is measured (see above)")
+    p.add_argument("--serve-env", default=None, help="the environment whose hltmt-translate serves the exports")
+    p.add_argument("--paper-size", action="store_true", help="untrained models of the recipe's size (see above)")
+    p.add_argument("--no-quality", action="store_true", help="leave out BLEU and the log-probability check")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--items", help=argparse.SUPPRESS)
     p.add_argument("--mode", help=argparse.SUPPRESS)
     p.add_argument("--hyp", help=argparse.SUPPRESS)
+    p.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.per_direction < 1 or args.beam < 1:
-        p.error("--per-direction and --beam must be at least 1")
+    if args.per_direction < 1 or args.beam < 1 or args.max_len < 1:
+        p.error("--per-direction, --beam and --max-len must be at least 1")
     return args
 
 
@@ -97,24 +119,25 @@ def worker(args) -> None:
     import logging
 
     logging.disable(logging.WARNING)
-    import torch
-
     from hltmt_plugin.hub import HltmtTranslator
 
     threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    torch.set_num_threads(threads)
+    if not os.path.isdir(args.model):  # a checkpoint: torch's threads (an export imports no torch)
+        import torch
+
+        torch.set_num_threads(threads)
     with open(args.items, encoding="utf-8") as f:
         items = [tuple(i[:3]) for i in json.load(f)]
     start = time.perf_counter()
     exported = os.path.isdir(args.model)
     options = {"threads": threads} if exported else {"device": "cpu", "spm": args.spm}
     mt = HltmtTranslator.load(args.model, **options)
-    loaded = time.perf_counter()
+    loaded, cpu = time.perf_counter(), time.process_time()
     if args.mode == "batch":
-        texts = mt.translate_batch(items, beam=args.beam, max_tokens=4000)
+        texts = mt.translate_batch(items, beam=args.beam, max_len=args.max_len, max_tokens=4000)
     else:
-        texts = [mt.translate_batch([item], beam=args.beam)[0] for item in items]
-    done = time.perf_counter()
+        texts = [mt.translate_batch([item], beam=args.beam, max_len=args.max_len)[0] for item in items]
+    done, cpu = time.perf_counter(), time.process_time() - cpu
     with open(args.hyp, "w", encoding="utf-8") as f:
         json.dump(texts, f, ensure_ascii=False)
     print(
@@ -124,6 +147,8 @@ def worker(args) -> None:
                 "translate_s": done - loaded,
                 "sentences": len(items),
                 "sent_per_s": len(items) / (done - loaded),
+                "translate_cpu_s": cpu,  # this process's CPU time: at one thread, what other processes' load leaves out
+                "sent_per_cpu_s": len(items) / cpu,
                 "peak_mib": peak_mib(),
             }
         )
@@ -134,7 +159,22 @@ def worker(args) -> None:
 
 
 def measure(args, name, model, engine, threads, mode, items_path):
-    hyp = os.path.join(args.work, f"{name}.{engine}.{threads}t.{mode}.json")
+    if args.via == "command":
+        result = measure_command(args, model, engine, threads, mode, items_path)
+    else:
+        result = measure_api(args, model, threads, mode, items_path, f"{name}.{engine}.{threads}t.{mode}")
+    result.update(model=name, engine=engine, threads=threads, mode=mode)
+    print(
+        f"{name:10s} {engine:10s} {threads}t {mode:6s} {result['sent_per_s']:7.2f} sent/s "
+        f"({result.get('sent_per_cpu_s', 0):7.2f} per CPU s)  "
+        f"peak {result['peak_mib']:7.1f} MiB  load {result['load_s']:.1f} s",
+        flush=True,
+    )
+    return result
+
+
+def measure_api(args, model, threads, mode, items_path, stem):
+    hyp = os.path.join(args.work, f"{stem}.json")
     cmd = [
         sys.executable,
         os.path.abspath(__file__),
@@ -151,24 +191,84 @@ def measure(args, name, model, engine, threads, mode, items_path):
         hyp,
         "--beam",
         str(args.beam),
+        "--max-len",
+        str(args.max_len),
     ]
     if args.spm:
         cmd += ["--spm", args.spm]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode != 0:
-        sys.exit(
-            f"bench_export: error: {name} {engine} {threads} thread(s) {mode} failed: "
-            f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
-        )
+        sys.exit(f"bench_export: error: {stem} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    result.update(model=name, engine=engine, threads=threads, mode=mode, hyp=hyp)
-    print(
-        f"{name:6s} {engine:10s} {threads}t {mode:6s} {result['sent_per_s']:7.2f} sent/s  "
-        f"peak {result['peak_mib']:7.1f} MiB  load {result['load_s']:.1f} s",
-        flush=True,
-    )
+    result.update(hyp=hyp)
     return result
+
+
+SUMMARY = re.compile(r"(\d+) of (\d+) sentence\(s\) translated in ([\d.]+) s: ([\d.]+) sentences/s")
+
+
+def translate_command(args, engine: str) -> str:
+    """The hltmt-translate that serves ``engine``: this environment's, or --serve-env's for an export."""
+    env = (
+        args.serve_env
+        if args.serve_env and engine != "checkpoint"
+        else os.path.dirname(os.path.dirname(sys.executable))
+    )
+    return os.path.join(env, "bin", "hltmt-translate")
+
+
+# runs a command as a child of a small process: a child forked from this (large) process would
+# report this process's resident memory as its peak (Linux keeps the peak across fork and exec)
+LAUNCHER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+sys.stderr.write(f"\\nLAUNCHER {os.waitstatus_to_exitcode(status)} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}\\n")
+"""
+
+
+def measure_command(args, model, engine, threads, mode, items_path):
+    """One run of the hltmt-translate command: its rate (its summary line), start-up (wall time
+    less the translation) and peak resident memory."""
+    tsv, hyp = items_path[: -len(".json")] + ".tsv", os.path.join(args.work, f"{os.getpid()}.out")
+    cmd = [translate_command(args, engine), "--checkpoint", model, "--input", tsv, "--output", hyp]
+    cmd += ["--beam", str(args.beam), "--max-len", str(args.max_len), "--no-progress"]
+    cmd += ["--threads", str(threads)] if engine != "checkpoint" else ["--device", "cpu"]
+    cmd += (["--spm", args.spm] if args.spm and engine == "checkpoint" else []) + (
+        ["--buffer-size", "1"] if mode == "single" else []
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+    with open(os.path.join(args.work, "command.err"), "w+", encoding="utf-8") as err:
+        start = time.perf_counter()
+        launched = [sys.executable, "-c", LAUNCHER, *cmd]
+        subprocess.run(launched, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=args.work)
+        wall = time.perf_counter() - start
+        err.seek(0)
+        text = err.read()
+    found, child = SUMMARY.search(text), re.search(r"LAUNCHER (-?\d+) (\d+) ([\d.]+)", text)
+    if child is None or int(child.group(1)) != 0 or found is None:
+        sys.exit(f"bench_export: error: {' '.join(cmd[:3])} failed: {(text.strip().splitlines() or ['?'])[-1]}")
+    with open(hyp, encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    os.remove(hyp)
+    stem = f"{os.path.basename(model)}.{engine}.{threads}t.{mode}"
+    with open(os.path.join(args.work, f"{stem}.json"), "w", encoding="utf-8") as f:
+        json.dump(lines, f, ensure_ascii=False)
+    sentences, rate = int(found.group(2)), float(found.group(4))
+    cpu = float(child.group(3))
+    return {
+        "cpu_s": cpu,  # the whole process's, load included
+        "load_s": wall - sentences / rate,
+        "translate_s": sentences / rate,
+        "wall_s": wall,
+        "sentences": sentences,
+        "sent_per_s": rate,
+        "peak_mib": int(child.group(2)) / 1024.0,
+        "hyp": os.path.join(args.work, f"{stem}.json"),
+    }
 
 
 def export_all(args, models):
@@ -237,23 +337,148 @@ def logprob_gap(checkpoint, folder, items, spm, n=32):
         with torch.no_grad():
             out = mt.model(**sample["net_input"], prev_output_tokens=prev)
             lprobs = mt.model.get_normalized_probs(out, log_probs=True)[0].gather(1, target.unsqueeze(1)).squeeze(1)
-        source, _, _ = ct._source(src, tgt, text, True)
+        source = ct.source(src, tgt, ct.encode([text])[0])
         symbols = [ct.symbols[i] for i in target[:-1].tolist()]
         scored = ct.models[ct.record["targets"][tgt]].score_batch([source], [symbols])[0].log_probs
         worst = max(worst, max(abs(a - b) for a, b in zip(lprobs.tolist(), scored)))
     return worst
 
 
+# ---- the paper's size: untrained models of the WMT-10 recipe ----------------------------------
+
+PAPER_VOCAB = 64000  # the recipe's sentencepiece vocabulary (hltmt-main-job --size base)
+PAPER_MAP = [0, 0, 1, 1, 2, 2]  # the recipe's 6 high-resource languages over its 3 pool modules
+
+
+def recipe_commands(work):
+    """{system: fairseq-train options} of the recipe (hltmt-main-job --size base --dry-run)."""
+    import shlex
+
+    cmd = [sys.executable, "-m", "hltmt_plugin.experiments.main_job", "--size", "base", "--high", "fr,cs,de,fi,lv,et"]
+    cmd += ["--raw", RAW, "--run-dir", os.path.join(work, "recipe"), "--dry-run"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
+    found = {}
+    for line in done.stdout.splitlines():
+        argv = shlex.split(line) if "fairseq_cli.train" in line else []
+        system = "hltmt" if "--high-resource-langs" in argv else "mnmt"
+        if argv and system not in found:
+            found[system] = argv[argv.index("fairseq_cli.train") + 2 :]  # after the data folder
+    return found
+
+
+def paper_data(work):
+    """A data folder of the recipe's languages, each dictionary the study's pieces and fairseq's
+    madeupword fill to PAPER_VOCAB entries, and the study's sentencepiece model."""
+    import shutil
+
+    data = os.path.join(work, "data")
+    os.makedirs(data, exist_ok=True)
+    with open(os.path.join(MODELS, "dict.en.txt"), encoding="utf-8") as f:
+        lines = f.readlines()
+    lines += [f"madeupword{i:05d} 0\n" for i in range(PAPER_VOCAB - len(lines))]
+    for lang in ("en", "fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"):
+        with open(os.path.join(data, f"dict.{lang}.txt"), "w", encoding="utf-8") as f:
+            f.writelines(lines)
+    shutil.copyfile(os.path.join(MODELS, "spm.model"), os.path.join(data, "spm.model"))
+    return data
+
+
+def build_paper_checkpoint(options, data, path):
+    """The model of these fairseq-train options, untrained, saved as fairseq-train saves it."""
+    import torch
+    from fairseq import options as fairseq_options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
+
+    args = fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(), [data, *options])
+    args.fp16 = args.amp = False
+    torch.manual_seed(1)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    if getattr(model.decoder, "slp_router", None) is not None:  # the routing map, fixed as at the stage switch
+        model.decoder.slp_router.fix_map_to(torch.tensor(PAPER_MAP))
+    cfg = convert_namespace_to_omegaconf(args)
+    trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
+    trainer.consolidate_optimizer()  # what fairseq-train does before it saves (sets the optimizer's state)
+    trainer.save_checkpoint(path, {})
+    return sum(p.numel() for p in model.parameters())
+
+
+def paper_models(args):
+    """{name: checkpoint} of the recipe's HLT-MT and MNMT at its size, built once under --work."""
+    import hltmt_plugin
+
+    hltmt_plugin.register()
+    work = os.path.join(args.work, "paper")
+    data = paper_data(work)
+    models = {}
+    for system, options in sorted(recipe_commands(work).items()):
+        path = os.path.join(work, f"{system}-base.pt")
+        if not os.path.exists(path):
+            n = build_paper_checkpoint(options, data, path)
+            print(f"{system}-base: {n:,} parameters -> {path}", flush=True)
+        models[f"{system}-base"] = path
+    args.spm = os.path.join(data, "spm.model")
+    return models
+
+
+def memory_worker(args) -> None:
+    """Peak resident memory of an export's CTranslate2 models loaded in one process: --model FOLDER,
+    --mode all (every group), one (the first group) or twice (the first group's folder loaded twice)."""
+    import ctranslate2
+
+    from hltmt_plugin.hub.ct2_engine import _patched_files
+    from hltmt_plugin.export.manifest import read
+
+    record = read(args.model)
+    base = [g for g in record["models"] if g not in record["patches"]][0]
+    groups = {"all": list(record["models"]), "one": [base], "twice": [base, base]}[args.mode]
+    before = current_mib()
+    kept = [
+        ctranslate2.Translator(
+            os.path.join(args.model, record["models"][g]), files=_patched_files(args.model, record, g), intra_threads=1
+        )
+        for g in groups
+    ]
+    print(json.dumps({"models": len(kept), "rss_mib": current_mib(), "before_mib": before, "peak_mib": peak_mib()}))
+
+
+def current_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024.0 for line in f if line.startswith("VmRSS:"))
+
+
+def measure_memory(args, folder):
+    """{all, one, twice: memory} of the export ``folder`` (memory_worker in a process each)."""
+    out = {}
+    for mode in ("all", "one", "twice"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--memory", "--work", args.work]
+        done = subprocess.run(cmd + ["--model", folder, "--mode", mode], capture_output=True, text=True, cwd=ROOT)
+        if done.returncode != 0:
+            sys.exit(f"bench_export: error: memory {mode} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+        out[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"memory {os.path.basename(folder)} {mode}: {out[mode]}", flush=True)
+    return out
+
+
+def write_items(args, items):
+    """The sentences as JSON (the API's workers) and as SRC<TAB>TGT<TAB>TEXT lines (the command)."""
+    path = os.path.join(args.work, "items.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(items, f, ensure_ascii=False)
+    with open(path[: -len(".json")] + ".tsv", "w", encoding="utf-8") as f:
+        f.writelines(f"{src}\t{tgt}\t{text}\n" for src, tgt, text, _ in items)
+    return path
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.worker:
-        return worker(args)
-    models = dict(pair.split("=", 1) for pair in args.models.split(","))
+        return memory_worker(args) if args.memory else worker(args)
     os.makedirs(args.work, exist_ok=True)
+    models = paper_models(args) if args.paper_size else dict(pair.split("=", 1) for pair in args.models.split(","))
     items = select_items(args.directions.split(","), args.per_direction)
-    items_path = os.path.join(args.work, "items.json")
-    with open(items_path, "w", encoding="utf-8") as f:
-        json.dump(items, f, ensure_ascii=False)
+    items_path = write_items(args, items)
     print(f"{len(items)} sentences ({args.directions}); exporting", flush=True)
     paths = export_all(args, models)
     runs = []
@@ -262,19 +487,27 @@ def main(argv=None):
             for mode in args.modes.split(","):
                 for engine in ENGINES:  # alternating: the three engines back to back
                     runs.append(measure(args, name, paths[(name, engine)], engine, threads, mode, items_path))
-    gaps = {
-        f"{name}/{q}": logprob_gap(models[name], paths[(name, q)], items, args.spm)
-        for name in models
-        for q in ("float32", "int8")
-    }
+    gaps = {}
+    if not args.no_quality:
+        gaps = {
+            f"{name}/{q}": logprob_gap(models[name], paths[(name, q)], items, args.spm)
+            for name in models
+            for q in ("float32", "int8")
+        }
+    memory = {}
+    if args.paper_size:
+        memory = {f"{name}/{q}": measure_memory(args, paths[(name, q)]) for name in models for q in ("float32", "int8")}
     result = {
         "sentences": len(items),
         "directions": args.directions,
         "beam": args.beam,
+        "max_len": args.max_len,
+        "via": args.via,
         "runs": runs,
         "quality": quality(runs, items),
         "sizes": sizes(paths),
         "max_logprob_diff": gaps,
+        "memory": memory,
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
     }
     out = args.out or os.path.join(args.work, "result.json")
