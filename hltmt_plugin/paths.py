@@ -122,8 +122,9 @@ class PathType:
 def path_option(parser, *flags, kind: str, in_place: Tuple[str, ...] = (), **kwargs) -> argparse.Action:
     """``parser.add_argument(*flags, **kwargs)`` for an option naming a path of ``kind``:
     declared (the action's ``path_kind``) and checked at parsing (:class:`PathType`). An output
-    may name the input options of ``in_place`` (an update in place, written whole by the one
-    writer: the input is read before its new self replaces it)."""
+    may be, or lie inside, the inputs of the options ``in_place``: an update in place, written
+    whole by the one writer (the input is read before its new self replaces it), or a working
+    folder whose command skips its own files when it reads the input."""
     kwargs["type"] = PathType(kind, kwargs.get("type"))
     kwargs.setdefault("metavar", METAVARS[kind])
     action = parser.add_argument(*flags, **kwargs)
@@ -222,7 +223,7 @@ def collisions(parser, args) -> List[str]:
         for value in _values(args, action):
             for source, (in_option, _) in inputs.items():
                 how = overlap(value, kind, source)
-                if how == "is" and in_option in getattr(action, "in_place", ()):
+                if how in ("is", "lies inside") and in_option in getattr(action, "in_place", ()):
                     continue
                 if how is not None:
                     lines.append(

@@ -441,7 +441,14 @@ def build_parser():
 
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     path_option(p, "--decode-dir", kind=READ_FOLDER, required=True, help="the decoded outputs (*.gen) of the systems")
-    path_option(p, "--out", kind=WORK_FOLDER, required=True, help="the report's folder (results.md, .csv, charts)")
+    path_option(
+        p,
+        "--out",
+        kind=WORK_FOLDER,
+        in_place=("--decode-dir",),
+        required=True,
+        help="the report's folder (results.md, .csv, charts; may be --decode-dir: its own files are skipped)",
+    )
     p.add_argument("--high", required=True, help="high-resource languages (comma-separated)")
     p.add_argument("--baseline", default="mnmt")
     p.add_argument("--system", default="hltmt")

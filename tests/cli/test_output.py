@@ -210,7 +210,7 @@ def test_adapter_commands_refuse_an_output_that_is_one_of_their_inputs(trained, 
     done = run(
         [cli("hltmt-adapters"), "import", "--path", trained[0], "--adapters", str(adapters), "--out", str(adapters)]
     )
-    assert_refused(done, f"import --out {adapters} is the --adapters file", status=1)
+    assert_refused(done, f"--out {adapters} is --adapters {adapters}, an input of this command", status=2)
     language = [
         cli("hltmt-train-language-adapter"),
         "--path",
@@ -222,12 +222,8 @@ def test_adapter_commands_refuse_an_output_that_is_one_of_their_inputs(trained, 
         "--spm",
         spm_of(data_bin),
     ]
-    for out, what in (
-        (text, "the --text file"),
-        (trained[0], "the checkpoint --path"),
-        (spm_of(data_bin), "the --spm model"),
-    ):
-        assert_refused(run([*language, "--out", str(out)]), f"--out {out} is {what}", status=1)
+    for out, what in ((text, "--text"), (trained[0], "--path"), (spm_of(data_bin), "--spm")):
+        assert_refused(run([*language, "--out", str(out)]), f"--out {out} is {what} {out}, an input", status=2)
     assert before == {p: digest(p) for p in before}
 
 
@@ -242,7 +238,7 @@ def test_report_writes_whole_files_and_reads_past_its_own(tmp_path):
     assert {"results.md", "results.csv", "bleu.png"} <= set(os.listdir(tmp_path / "decode"))
     assert not [n for n in os.listdir(tmp_path / "decode") if n.endswith(".partial")]
     (tmp_path / "a_file").write_text("kept\n")
-    assert_refused(run([*report, "--out", str(tmp_path / "a_file")]), "cannot write to --out")
+    assert_refused(run([*report, "--out", str(tmp_path / "a_file")]), "a_file: it is a file: name a folder", status=2)
     assert (tmp_path / "a_file").read_text() == "kept\n"
 
 
