@@ -39,13 +39,13 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 import time
 from typing import Dict, Optional
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest, model_card
-from hltmt_plugin.export.ctranslate2 import group_targets
+from hltmt_plugin.atomic_files import check_folder_output, write_folder
+from hltmt_plugin.export.ctranslate2 import KIND, group_targets
 from hltmt_plugin.hub import HltmtTranslator
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
@@ -89,6 +89,7 @@ def export(
     lenpen: float = 1.0,
     max_len: int = 200,
     metrics: Optional[dict] = None,
+    option: str = "--out",
 ) -> dict:
     """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest.
     ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default; ``metrics``: the
@@ -97,19 +98,21 @@ def export(
     from hltmt_plugin.hub import arguments
 
     beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
+    inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
+    check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
     started = time.perf_counter()
     translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device="cpu")
     norm = check_exportable(translator)
     targets = group_targets(translator)
-    models = (
-        {"main": "."}
-        if set(targets.values()) == {"main"}
-        else {g: f"models/{g}" for g in sorted(set(targets.values()))}
-    )
+    data_folders = str(translator.task.args.data).split(os.pathsep)
+    inputs.update({"the sentencepiece model": translator.spm})
+    inputs.update({f"the data folder ({i})" if i else "the data folder": f for i, f in enumerate(data_folders)})
+    groups = sorted(set(targets.values()))
+    models = {"main": "."} if groups == ["main"] else {group: f"models/{group}" for group in groups}
     record = describe(translator, targets, models, checkpoint, transformers.__version__, norm)
     search = {"beam": beam, "lenpen": lenpen, "max_len": max_len}
 
-    def fill(work: str) -> None:
+    def fill(work: str) -> dict:
         for group, place in models.items():
             folder = os.path.join(work, place)
             os.makedirs(folder, exist_ok=True)
@@ -118,40 +121,10 @@ def export(
         with open(os.path.join(work, "README.md"), "w", encoding="utf-8") as f:
             f.write(model_card.card(record, dict(card_facts(translator, checkpoint, search), metrics=metrics)))
         record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
-        write_manifest(work, record)
-        manifest.read(work)  # what serving will check
+        manifest.write(work, record)  # its files, their digests and the record's own digest
+        return manifest.read(work)  # what serving will check
 
-    write_folder(out, fill, force=force, inputs={"--checkpoint": checkpoint, "--spm": translator.spm})
-    return record
-
-
-def write_folder(out: str, fill, force: bool, inputs: Dict[str, str]) -> None:
-    """``out`` written by ``fill(work)`` whole or not at all."""
-    from hltmt_plugin import atomic_files
-
-    if hasattr(atomic_files, "write_folder"):
-        atomic_files.write_folder(out, fill, kind="hltmt-export", force=force, inputs=inputs)
-        return
-    if os.path.lexists(out) and not force:
-        raise HltmtConfigError(f"{out} exists: name a new folder, or add --force to replace it")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}.partial.", dir=parent)
-    try:
-        fill(work)
-        atomic_files.replace_folder(work, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def write_manifest(work: str, record: dict) -> None:
-    if hasattr(manifest, "write"):
-        manifest.write(work, record)
-        return
-    record["files"] = manifest.files_of(work)
-    with open(os.path.join(work, manifest.MANIFEST), "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
-        f.write("\n")
+    return write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)
 
 
 # ---- the model card's facts --------------------------------------------------------------
