@@ -120,8 +120,9 @@ def add_engine_options(p) -> None:
         "--engine",
         default=None,
         choices=["fairseq", "ctranslate2"],
-        help="what translates (default: fairseq for a checkpoint, CTranslate2 for a folder written by "
-        "hltmt-export); ctranslate2 with a checkpoint exports it to a temporary folder first",
+        help="what translates (default: fairseq for a checkpoint; for a folder written by hltmt-export, the "
+        "engine it was exported to: CTranslate2 or transformers); ctranslate2 with a checkpoint exports it to a "
+        "temporary folder first",
     )
     p.add_argument(
         "--compute-type",
@@ -133,7 +134,8 @@ def add_engine_options(p) -> None:
         "--threads",
         type=int,
         default=None,
-        help="an exported model's CTranslate2 threads (default: $OMP_NUM_THREADS, else CTranslate2's)",
+        help="an exported model's threads (CTranslate2's, or torch's for an export to transformers; default: "
+        "$OMP_NUM_THREADS, else the engine's)",
     )
 
 
