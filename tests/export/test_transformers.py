@@ -136,8 +136,10 @@ def test_the_search_settings_are_fairseqs():
 @pytest.mark.parametrize("name", ["mnmt", "hltmt", "lsmnmt"])
 def test_the_study_models_generate_the_checkpoints_lines(name, tmp_path):
     checkpoint = os.path.join(STUDY, "models", f"{name}.pt")
-    record = hf_export.export(checkpoint, str(tmp_path / name))
-    assert record["source"]["class"] == "MarianMTModel"
+    done = run([cli("hltmt-export"), "--to", "transformers", "--checkpoint", checkpoint, "--out", str(tmp_path / name)])
+    assert done.returncode == 0 and "MarianMTModel" in done.stdout, done.stderr[-2000:]
+    record = json.loads((tmp_path / name / "manifest.json").read_text())
+    assert record["engine"] == "transformers" and record["source"]["class"] == "MarianMTModel"
     groups = {"mnmt": 1, "hltmt": 4, "lsmnmt": 11}[name]
     assert len(record["models"]) == groups
     rows = []
