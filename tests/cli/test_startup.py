@@ -61,7 +61,9 @@ def test_help_version_and_a_wrong_option_import_neither_torch_nor_fairseq(comman
     code, heavy, done = probe(command, "--help")
     assert code == 0 and f"usage: {command}" in done.stdout and heavy == [], (heavy, done.stderr[-2000:])
     code, heavy, done = probe(command, "--version")
-    assert code == 0 and f"{command} 0.1.0" in done.stdout and heavy == [], (heavy, done.stderr[-2000:])
+    from hltmt_plugin import __version__
+
+    assert code == 0 and f"{command} {__version__}" in done.stdout and heavy == [], (heavy, done.stderr[-2000:])
     code, heavy, done = probe(command, "--no-such-option")
     assert code != 0 and "error" in done.stderr and heavy == [], (heavy, done.stderr[-2000:])
     assert "Traceback" not in done.stderr
