@@ -405,3 +405,51 @@ def test_a_target_never_produced_is_a_failed_line_and_zero_shot_is_served_only_w
     plain = translate("--checkpoint", STUDY_MODEL, "--src", "de", "--tgt", "en", input="Hallo Welt\nGuten Tag\n")
     assert plain.returncode == 1 and plain.stdout == "\n\n", plain.stderr[-2000:]
     assert plain.stderr.count("direction de-en refused") == 2
+
+
+# an installed command's process, then which of torch and fairseq it imported
+PROBE = """
+import runpy, sys
+sys.argv = sys.argv[1:]
+code = 0
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except SystemExit as done:
+    code = done.code
+sys.stdout.flush()
+print("EXIT", code, "HEAVY", sorted(m for m in ("torch", "fairseq") if m in sys.modules))
+"""
+
+
+def test_an_export_is_served_without_importing_torch_or_fairseq(hltmt, translator, tmp_path):
+    pytest.importorskip("ctranslate2")
+    import sys
+
+    from hltmt_plugin.export.ctranslate2 import export
+
+    folder = str(tmp_path / "export")
+    export(hltmt, folder)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+    def probe(*args):
+        return subprocess.run(
+            [sys.executable, "-c", PROBE, SCRIPT, "--checkpoint", folder, *args],
+            input="en\tde\tThe file is open.\n",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+
+    done = probe("--json", "--beam", str(BEAM), "--max-len", str(MAX_LEN))
+    *lines, last = done.stdout.strip().splitlines()
+    assert last == "EXIT 0 HEAVY []", done.stderr[-2000:]
+    want = translator.translate_batch([("en", "de", "The file is open.")], beam=BEAM, max_len=MAX_LEN)[0]
+    assert json.loads(lines[0])["translation"] == want
+    for args, message in (
+        (["--device", "cuda:2"], "device cuda:2 is not available here"),
+        (["--compute-type", "int8_float16", "--device", "cpu"], "compute type int8_float16 does not run on cpu"),
+    ):
+        done = probe(*args)
+        assert done.stdout.strip().splitlines()[-1] == "EXIT 2 HEAVY []", done.stderr[-2000:]
+        assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr

@@ -59,3 +59,19 @@ def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path)
     # (docs/benchmarks.md); an export that routes or converts a weight wrongly is off by > 0.1
     assert result["max_logprob_diff"]["tiny/float32"] < 5e-3
     assert result["sizes"]["tiny/int8"] < result["sizes"]["tiny/float32"]
+
+
+def test_the_command_itself_is_measured_and_the_export_imports_no_torch(hltmt, tmp_path):
+    pytest.importorskip("ctranslate2")
+    out = tmp_path / "result.json"
+    args = ["--work", str(tmp_path / "work"), "--out", str(out), "--models", f"tiny={hltmt}", "--per-direction", "1"]
+    args += ["--threads", "1", "--modes", "single", "--beam", "2", "--via", "command", "--no-quality"]
+    done = run([sys.executable, BENCH, *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    runs = {r["engine"]: r for r in result["runs"]}
+    assert set(runs) == set(be.ENGINES) and all(r["sentences"] == 3 and r["load_s"] > 0 for r in runs.values())
+    # the command's peak memory: the checkpoint's process holds torch and fairseq, the export's neither
+    assert runs["float32"]["peak_mib"] < runs["checkpoint"]["peak_mib"] - 100
+    lines = {engine: json.loads(open(r["hyp"], encoding="utf-8").read()) for engine, r in runs.items()}
+    assert lines["float32"] == lines["checkpoint"] and len(lines["int8"]) == 3 and result["max_logprob_diff"] == {}
