@@ -9,7 +9,11 @@ from hltmt_plugin.export import manifest
 def make_folder(path, **changes):
     """A folder shaped like an export (dummy file contents) with a manifest listing its files."""
     os.makedirs(os.path.join(path, "models", "main"))
-    for name, text in (("spm.model", "spm"), ("dict.txt", "a 1\n__en__ 1\n__de__ 1\n"), ("models/main/model.bin", "weights")):
+    for name, text in (
+        ("spm.model", "spm"),
+        ("dict.txt", "a 1\n__en__ 1\n__de__ 1\n"),
+        ("models/main/model.bin", "weights"),
+    ):
         with open(os.path.join(path, name), "w") as f:
             f.write(text)
     record = {

@@ -22,9 +22,9 @@ the input is dropped; a UTF-16 or UTF-32 one is refused (convert the file to UTF
 output has exactly one line per input line, in order.
 
 Directions: a line in a direction the model was trained on (its --lang-pairs) is translated;
-one into a language the model never produced (or from one it never read) is refused; one
-between languages the model saw in other directions is zero-shot: translated only with
---zero-shot, and marked ``"zero_shot": true`` with --json.
+one into a language the model never produced (or from one it never read as a source) is
+refused; one from a source of some trained direction into a target of some trained direction
+is zero-shot: translated only with --zero-shot, and marked ``"zero_shot": true`` with --json.
 
 A line that cannot be translated (unknown language, a direction the model cannot serve or
 refuses, a zero-shot direction without --zero-shot, empty, longer than the model's source
@@ -121,8 +121,8 @@ def build_parser():
     p.add_argument(
         "--zero-shot",
         action="store_true",
-        help="also translate directions the model was not trained on whose languages it saw in others "
-        '(marked "zero_shot": true with --json); without it such lines fail',
+        help="also translate directions the model was not trained on from a source of some trained direction "
+        'into a target of some trained direction (marked "zero_shot": true with --json); without it such lines fail',
     )
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")

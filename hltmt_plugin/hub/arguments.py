@@ -78,7 +78,9 @@ def threads(value) -> Optional[int]:
     :func:`max_threads` (more cannot run faster, and an engine may fail to start them)."""
     count = positive_int("threads", value, optional=True)
     if count is not None and count > max_threads():
-        raise HltmtConfigError(f"threads must be at most {max_threads()} (four per core, and at least 256), got {count}")
+        raise HltmtConfigError(
+            f"threads must be at most {max_threads()} (four per core, and at least 256), got {count}"
+        )
     return count
 
 
