@@ -398,14 +398,20 @@ def _resolved(path: str) -> str:
     return os.path.realpath(os.path.abspath(path))
 
 
-def _kind_of(mode: int) -> Optional[str]:
+def special_kind(mode: int) -> Optional[str]:
+    """What a file of ``mode`` is when it is a FIFO, a socket or a device (opening it could hang
+    or reach something that is not a file), else None."""
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISSOCK(mode):
         return "a socket"
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
-    return None if stat.S_ISDIR(mode) else "a file"
+    return None
+
+
+def _kind_of(mode: int) -> Optional[str]:
+    return special_kind(mode) or (None if stat.S_ISDIR(mode) else "a file")
 
 
 def _files_under(folder: str) -> Set[str]:

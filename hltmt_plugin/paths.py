@@ -22,6 +22,8 @@ import os
 import stat
 from typing import Dict, List, Optional, Tuple
 
+from hltmt_plugin.atomic_files import inside, special_kind
+
 READ_FILE = "read-file"  # a file the command reads (a checkpoint, a model, a record)
 READ_FOLDER = "read-folder"  # a folder the command reads (a data folder)
 READ_PATH = "read-path"  # a file or a folder (a checkpoint or an export folder)
@@ -58,17 +60,6 @@ METAVARS = {
 }
 
 
-def _special(mode: int) -> Optional[str]:
-    """What a file of ``mode`` is when it is not a regular file or a folder, else None."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return None
-
-
 def problem(value: str, kind: str) -> Optional[str]:
     """Why ``value`` cannot be a path of ``kind`` (None when it can, or when only the command can
     tell: a missing input is the command's to report). Looks at what the path is (``stat``,
@@ -83,7 +74,7 @@ def problem(value: str, kind: str) -> Optional[str]:
         mode = os.stat(value).st_mode
     except (OSError, ValueError):
         return None  # missing, or unreachable: reported by the command that needs it
-    special = _special(mode)
+    special = special_kind(mode)
     if kind == READ_STREAM:
         if stat.S_ISDIR(mode):
             return "it is a folder: name a file, a pipe or -"
@@ -184,23 +175,14 @@ def _values(args, action) -> List[str]:
     return [str(v) for v in values if str(v) not in ("", STREAM)]
 
 
-def _resolved(path: str) -> str:
-    return os.path.realpath(os.path.abspath(path))
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
-
-
 def overlap(output: str, out_kind: str, source: str) -> Optional[str]:
     """How the output ``output`` (of ``out_kind``) collides with the input ``source``, or None:
     it is the input, holds it (a folder output), or lies inside it (an input folder)."""
-    out, src = _resolved(output), _resolved(source)
-    if out == src:
+    if os.path.realpath(output) == os.path.realpath(source):
         return "is"
-    if out_kind == WRITE_FOLDER and _within(src, out):  # --force would delete it
+    if out_kind == WRITE_FOLDER and inside(source, output):  # --force would delete it
         return "holds"
-    if os.path.isdir(src) and _within(out, src):
+    if os.path.isdir(source) and inside(output, source):
         return "lies inside"
     return None
 

@@ -14,8 +14,8 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
     ["errors", "corpora"],  # corpora: the languages of the corpora the commands know by name
-    ["atomic_files", "paths", "records"],  # every file written whole or not at all; every path option declared;
-    # every record read through one schema
+    ["atomic_files", "records"],  # every file written whole or not at all; every record read through one schema
+    ["paths"],  # every path option declared (what a file is: atomic_files)
     ["config", "compat", "data_fingerprint"],
     ["modules", "modules.routing"],  # modules/__init__.py is empty
     ["languages", "directions", "compatibility"],  # directions: which directions a checkpoint serves, from its options
