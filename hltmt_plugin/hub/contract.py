@@ -9,12 +9,15 @@ and an export folder's (:mod:`hltmt_plugin.hub.ct2_engine`). Imports neither tor
   with its line number;
 - :func:`outcome`: what ``translate_batch`` returns (texts or :class:`Translation` objects;
   :class:`TranslationErrors` naming the failed lines with ``errors="raise"``);
-- :func:`import_ctranslate2`: CTranslate2, or one line saying how to install it.
+- :func:`import_ctranslate2`: CTranslate2, or one line saying how to install it;
+- :class:`ExportedTranslator`: an export folder served with that contract, whatever the engine
+  (:mod:`hltmt_plugin.hub.ct2_engine`, :mod:`hltmt_plugin.hub.hf_engine`): its languages and
+  directions, a call's preparation, batches and outcome.
 """
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections
+from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.results import Translation, TranslationErrors
@@ -111,3 +114,132 @@ def outcome(results: List[Translation], details: bool, errors: str) -> list:
             f"{len(failed)} of {len(results)} sentence(s) not translated: {shown}{more}", out, failed
         )
     return out
+
+
+def batches(rows, max_tokens: int, max_sentences: Optional[int]):
+    """``(index, source)`` rows sorted by length, cut into batches of at most ``max_tokens``
+    (padded) source tokens and ``max_sentences`` sentences; a longer row is a batch of its own."""
+    batch: list = []
+    for row in sorted(rows, key=lambda row: len(row[1])):
+        size = len(row[1])  # the longest of the batch so far: the rows come shortest first
+        if batch and (size * (len(batch) + 1) > max_tokens or (max_sentences and len(batch) >= max_sentences)):
+            yield batch
+            batch = []
+        batch.append(row)
+    if batch:
+        yield batch
+
+
+class ExportedTranslator:
+    """What the engines of an export folder share (CTranslate2's, transformers'): the folder's
+    languages and directions, the refusals, the call's preparation (every line tokenized in one
+    call), its batches by the model that serves them, the progress and the outcome.
+
+    An engine says how a source is given to its models (:meth:`source`), which model (and forced
+    first token) serves a target (:meth:`batch_key`), and runs one batch (:meth:`_run`), filling
+    each result's text, tokens and score."""
+
+    engine = ""
+
+    def __init__(
+        self, folder: str, record: dict, models: Dict[str, object], dictionary, pieces, max_tokens, max_sentences
+    ):
+        self.folder, self.record, self.models = folder, record, models
+        self.dictionary, self.pieces = dictionary, pieces
+        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        self.langs = list(record["langs"])
+        self.checkpoint = folder
+        self.max_source_positions = record["max_source_positions"]
+        self.max_target_positions = record["max_target_positions"]
+        self.lang_ids = {lang: dictionary.index(tok) for lang, tok in record["language_tokens"].items()}
+        pairs = record["lang_pairs"]
+        self.directions = TrainedDirections(pairs, marked=marks_target(record)) if pairs else None
+
+    # ---- routing and input checks ------------------------------------------------------
+    def routing(self, src: str, tgt: str) -> Dict[str, object]:
+        """How ``src -> tgt`` is routed (``{"slp": "m<k>" | "universal"}`` for a pool model, ``{}``
+        otherwise); an error naming an unknown language."""
+        check_languages(self.langs, src, tgt)
+        return {"slp": self.record["targets"][tgt]} if self.record["routes"] and self.record["routing_map"] else {}
+
+    def direction(self, src: str, tgt: str) -> str:
+        """``"trained"``, ``"zero-shot"`` or ``"refused"`` (:mod:`hltmt_plugin.directions`)."""
+        self.routing(src, tgt)
+        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
+
+    def encode(self, texts: Sequence[str]) -> List[List[int]]:
+        """The ids of each text's pieces with end of sentence (as the checkpoint's translator
+        binarizes them), the texts tokenized in one call."""
+        return [self.dictionary.ids(pieces) for pieces in self.pieces.encode(texts)]
+
+    def language_first(self, src: str, tgt: str, ids: List[int]) -> List[int]:
+        """``ids`` after the language token ``--encoder-langtok`` puts first (if any)."""
+        side = self.record["encoder_langtok"]
+        return ([self.lang_ids[tgt if side == "tgt" else src]] if side is not None else []) + ids
+
+    def source(self, src: str, tgt: str, ids: List[int]):
+        """A source as the engine's models take it."""
+        return self.language_first(src, tgt, ids)
+
+    def batch_key(self, tgt: str):
+        """What a batch holding a sentence into ``tgt`` shares: its model (the group serving ``tgt``)."""
+        return self.record["targets"][tgt]
+
+    def _run(self, key, batch, results: List[Translation], search) -> None:
+        raise NotImplementedError
+
+    def _prepare_items(self, items, first_line: int, zero_shot: bool) -> Tuple[List[Translation], list]:
+        """A :class:`Translation` per item (with its error if it cannot be translated), and
+        ``(index, source)`` of the items that can."""
+        results, admitted = admit_items(
+            items,
+            first_line,
+            lambda src, tgt, text: admit(text, src, tgt, self.routing, self.directions, zero_shot),
+        )
+        prepared = []
+        for (index, src, tgt, _), ids in zip(admitted, self.encode([text for *_, text in admitted])):
+            try:
+                check_length(len(ids), self.max_source_positions)
+            except HltmtInputError as error:
+                refuse(results[index], error)
+                continue
+            prepared.append((index, self.source(src, tgt, ids)))
+        return results, prepared
+
+    # ---- translation -------------------------------------------------------------------
+    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
+        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
+        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
+
+    def translate_batch(
+        self,
+        items,
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len: int = 200,
+        details: bool = False,
+        errors: str = "raise",
+        max_tokens: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        first_line: int = 1,
+        progress: Optional[Callable[[int], None]] = None,
+        zero_shot: bool = False,
+    ) -> list:
+        """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
+        directions, results in input order, each failed sentence reported with its line."""
+        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
+            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
+        )
+        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
+        results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
+        if progress is not None and len(items) - len(prepared):
+            progress(len(items) - len(prepared))
+        by_key: Dict[object, list] = {}
+        for index, source in prepared:
+            by_key.setdefault(self.batch_key(results[index].tgt), []).append((index, source))
+        for key, rows in sorted(by_key.items()):
+            for batch in batches(rows, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
+                self._run(key, batch, results, (beam, lenpen, max_len))
+                if progress is not None:
+                    progress(len(batch))
+        return outcome(results, details, errors)

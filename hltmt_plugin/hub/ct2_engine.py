@@ -24,9 +24,8 @@ Where it runs (:func:`engine_options`, :func:`check_machine`): ``device`` cpu, c
 import math
 import os
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.manifest import apply_patch, read as read_manifest
 from hltmt_plugin.hub import arguments, contract
@@ -97,7 +96,7 @@ def check_machine(ct2, options: dict) -> dict:
     return options
 
 
-class Ct2Translator:
+class Ct2Translator(contract.ExportedTranslator):
     """An export folder's CTranslate2 models, serving any of its directions, mixed in one call."""
 
     engine = "ctranslate2"
@@ -113,20 +112,11 @@ class Ct2Translator:
         max_sentences: Optional[int] = None,
         options: Optional[dict] = None,
     ):
-        self.folder, self.record, self.models = folder, record, models
-        self.dictionary, self.pieces = dictionary, pieces
-        self.max_tokens, self.max_sentences = max_tokens, max_sentences
+        super().__init__(folder, record, models, dictionary, pieces, max_tokens, max_sentences)
         self.options = options or {}
         self.device = self.options.get("device", "cpu")
-        self.langs = list(record["langs"])
-        self.checkpoint = folder
         self.spm = os.path.join(folder, "spm.model")
-        self.max_source_positions = record["max_source_positions"]
-        self.max_target_positions = record["max_target_positions"]
         self.symbols = [BLANK if i == dictionary.pad_index else s for i, s in enumerate(dictionary.symbols)]
-        self.lang_ids = {lang: dictionary.index(tok) for lang, tok in record["language_tokens"].items()}
-        pairs = record["lang_pairs"]
-        self.directions = TrainedDirections(pairs, marked=marks_target(record)) if pairs else None
         self.leave_out = {dictionary.eos_index, dictionary.bos_index} | (
             set(self.lang_ids.values()) if record["decoder_langtok"] else set()
         )
@@ -171,88 +161,12 @@ class Ct2Translator:
         models = {group: _load_model(ct2, folder, record, group, options) for group in record["models"]}
         return cls(folder, record, models, dictionary, pieces, max_tokens, max_sentences, options)
 
-    # ---- routing and input checks ------------------------------------------------------
-    def routing(self, src: str, tgt: str) -> Dict[str, object]:
-        """How ``src -> tgt`` is routed (``{"slp": "m<k>" | "universal"}`` for a pool model, ``{}``
-        otherwise); an error naming an unknown language."""
-        contract.check_languages(self.langs, src, tgt)
-        return {"slp": self.record["targets"][tgt]} if self.record["routes"] and self.record["routing_map"] else {}
-
-    def direction(self, src: str, tgt: str) -> str:
-        """``"trained"``, ``"zero-shot"`` or ``"refused"`` (:mod:`hltmt_plugin.directions`)."""
-        self.routing(src, tgt)
-        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
-
-    def encode(self, texts: Sequence[str]) -> List[List[int]]:
-        """The ids of each text's pieces with end of sentence (as the checkpoint's translator
-        binarizes them), the texts tokenized in one call."""
-        return [self.dictionary.ids(pieces) for pieces in self.pieces.encode(texts)]
-
     def source(self, src: str, tgt: str, ids: List[int]) -> List[str]:
         """The CTranslate2 tokens of a source: the language token ``--encoder-langtok`` puts
         first, then ``ids``."""
-        side = self.record["encoder_langtok"]
-        if side is not None:
-            ids = [self.lang_ids[tgt if side == "tgt" else src]] + ids
-        return [self.symbols[i] for i in ids]
+        return [self.symbols[i] for i in self.language_first(src, tgt, ids)]
 
-    def _prepare_items(self, items, first_line: int, zero_shot: bool) -> Tuple[List[Translation], list]:
-        """A :class:`Translation` per item (with its error if it cannot be translated), and
-        ``(index, source tokens)`` of the items that can."""
-        results, admitted = contract.admit_items(
-            items,
-            first_line,
-            lambda src, tgt, text: contract.admit(text, src, tgt, self.routing, self.directions, zero_shot),
-        )
-        prepared = []
-        for (index, src, tgt, _), ids in zip(admitted, self.encode([text for *_, text in admitted])):
-            try:
-                contract.check_length(len(ids), self.max_source_positions)
-            except HltmtInputError as error:
-                contract.refuse(results[index], error)
-                continue
-            prepared.append((index, self.source(src, tgt, ids)))
-        return results, prepared
-
-    # ---- translation -------------------------------------------------------------------
-    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
-        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
-        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
-
-    def translate_batch(
-        self,
-        items,
-        beam: int = 5,
-        lenpen: float = 1.0,
-        max_len: int = 200,
-        details: bool = False,
-        errors: str = "raise",
-        max_tokens: Optional[int] = None,
-        max_sentences: Optional[int] = None,
-        first_line: int = 1,
-        progress: Optional[Callable[[int], None]] = None,
-        zero_shot: bool = False,
-    ) -> list:
-        """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
-        directions, results in input order, each failed sentence reported with its line."""
-        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
-        )
-        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
-        results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
-        if progress is not None and len(items) - len(prepared):
-            progress(len(items) - len(prepared))
-        by_group: Dict[str, list] = {}
-        for index, tokens in prepared:
-            by_group.setdefault(self.record["targets"][results[index].tgt], []).append((index, tokens))
-        for group, rows in by_group.items():
-            for batch in _batches(rows, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
-                self._run(self.models[group], batch, results, (beam, lenpen, max_len))
-                if progress is not None:
-                    progress(len(batch))
-        return contract.outcome(results, details, errors)
-
-    def _run(self, model, batch, results: List[Translation], search) -> None:
+    def _run(self, group: str, batch, results: List[Translation], search) -> None:
         """Beam search on one batch (CTranslate2's, all the beam's hypotheses returned), the best
         by fairseq's score (:func:`_best`)."""
         beam, lenpen, max_len = search
@@ -260,6 +174,7 @@ class Ct2Translator:
         if self.record["decoder_langtok"]:
             prefix = [[self.record["language_tokens"][results[index].tgt]] for index, _ in batch]
         sources = [tokens for _, tokens in batch]
+        model = self.models[group]
         outputs = model.translate_batch(
             sources,
             target_prefix=prefix,
@@ -335,20 +250,6 @@ def _patched_files(folder: str, record: dict, group: str) -> Optional[Dict[str, 
     ):
         files["model.bin"] = apply_patch(f.read(), p.read(), os.path.join(where, "model.patch"))
     return files
-
-
-def _batches(rows, max_tokens: int, max_sentences: Optional[int]):
-    """Rows sorted by length, cut into batches of at most ``max_tokens`` (padded) source tokens
-    and ``max_sentences`` sentences; a longer row is a batch of its own."""
-    batch: list = []
-    for row in sorted(rows, key=lambda row: len(row[1])):
-        size = len(row[1])  # the longest of the batch so far: the rows come shortest first
-        if batch and (size * (len(batch) + 1) > max_tokens or (max_sentences and len(batch) >= max_sentences)):
-            yield batch
-            batch = []
-        batch.append(row)
-    if batch:
-        yield batch
 
 
 def _omp_threads() -> Optional[int]:

@@ -16,9 +16,8 @@ best is taken by fairseq's score: with a forced target-language token, its log-p
 
 import math
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
-from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.manifest import read as read_manifest
 from hltmt_plugin.hub import arguments, contract
@@ -39,23 +38,15 @@ def import_transformers():
     return transformers
 
 
-class HfTranslator:
+class HfTranslator(contract.ExportedTranslator):
     """An export folder's transformers models, serving any of its directions, mixed in one call."""
 
     engine = "transformers"
 
     def __init__(self, folder, record, models, dictionary, pieces, device, max_tokens=4000, max_sentences=None):
-        self.folder, self.record, self.models = folder, record, models
-        self.dictionary, self.pieces, self.device = dictionary, pieces, device
-        self.max_tokens, self.max_sentences = max_tokens, max_sentences
-        self.langs = list(record["langs"])
-        self.checkpoint = folder
+        super().__init__(folder, record, models, dictionary, pieces, max_tokens, max_sentences)
+        self.device = device
         self.spm = os.path.join(folder, "source.spm")
-        self.max_source_positions = record["max_source_positions"]
-        self.max_target_positions = record["max_target_positions"]
-        self.lang_ids = {lang: dictionary.index(tok) for lang, tok in record["language_tokens"].items()}
-        pairs = record["lang_pairs"]
-        self.directions = TrainedDirections(pairs, marked=marks_target(record)) if pairs else None
         self.leave_out = {dictionary.eos_index, dictionary.bos_index, dictionary.pad_index} | (
             set(self.lang_ids.values()) if record["decoder_langtok"] else set()
         )
@@ -114,85 +105,17 @@ class HfTranslator:
         pieces = Pieces(os.path.join(folder, "source.spm"))
         return cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences)
 
-    # ---- routing and input checks ------------------------------------------------------
-    def routing(self, src: str, tgt: str) -> Dict[str, object]:
-        """How ``src -> tgt`` is routed (``{"slp": "m<k>" | "universal"}`` for a pool model, ``{}``
-        otherwise); an error naming an unknown language."""
-        contract.check_languages(self.langs, src, tgt)
-        return {"slp": self.record["targets"][tgt]} if self.record["routes"] and self.record["routing_map"] else {}
+    def batch_key(self, tgt: str) -> Tuple[str, str]:
+        """The group serving ``tgt`` and, with ``--decoder-langtok``, ``tgt`` itself: its token is
+        forced first for the whole batch."""
+        return self.record["targets"][tgt], tgt if self.record["decoder_langtok"] else ""
 
-    def direction(self, src: str, tgt: str) -> str:
-        """``"trained"``, ``"zero-shot"`` or ``"refused"`` (:mod:`hltmt_plugin.directions`)."""
-        self.routing(src, tgt)
-        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
-
-    def source(self, src: str, tgt: str, ids: List[int]) -> List[int]:
-        """A source's ids: the language token ``--encoder-langtok`` puts first, then ``ids``."""
-        side = self.record["encoder_langtok"]
-        return ([self.lang_ids[tgt if side == "tgt" else src]] if side is not None else []) + ids
-
-    def _prepare_items(self, items, first_line: int, zero_shot: bool) -> Tuple[List[Translation], list]:
-        results, admitted = contract.admit_items(
-            items,
-            first_line,
-            lambda src, tgt, text: contract.admit(text, src, tgt, self.routing, self.directions, zero_shot),
-        )
-        texts = [text for *_, text in admitted]
-        prepared = []
-        for (index, src, tgt, _), pieces in zip(admitted, self.pieces.encode(texts)):
-            ids = self.dictionary.ids(pieces)
-            try:
-                contract.check_length(len(ids), self.max_source_positions)
-            except HltmtInputError as error:
-                contract.refuse(results[index], error)
-                continue
-            prepared.append((index, self.source(src, tgt, ids)))
-        return results, prepared
-
-    # ---- translation -------------------------------------------------------------------
-    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
-        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
-        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
-
-    def translate_batch(
-        self,
-        items,
-        beam: int = 5,
-        lenpen: float = 1.0,
-        max_len: int = 200,
-        details: bool = False,
-        errors: str = "raise",
-        max_tokens: Optional[int] = None,
-        max_sentences: Optional[int] = None,
-        first_line: int = 1,
-        progress: Optional[Callable[[int], None]] = None,
-        zero_shot: bool = False,
-    ) -> list:
-        """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
-        directions, results in input order, each failed sentence reported with its line."""
-        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
-        )
-        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
-        results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
-        if progress is not None and len(items) - len(prepared):
-            progress(len(items) - len(prepared))
-        by_key: Dict[Tuple[str, Optional[str]], list] = {}
-        for index, ids in prepared:
-            tgt = results[index].tgt
-            forced = tgt if self.record["decoder_langtok"] else None
-            by_key.setdefault((self.record["targets"][tgt], forced), []).append((index, ids))
-        for (group, forced), rows in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-            for batch in _batches(rows, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
-                self._run(self.models[group], batch, results, (beam, lenpen, max_len), forced)
-                if progress is not None:
-                    progress(len(batch))
-        return contract.outcome(results, details, errors)
-
-    def _run(self, model, batch, results: List[Translation], search, forced: Optional[str]) -> None:
+    def _run(self, key: Tuple[str, str], batch, results: List[Translation], search) -> None:
         """``generate`` on one batch, every finished hypothesis returned; the best by fairseq's score."""
         import torch
 
+        group, forced = key[0], key[1] or None
+        model = self.models[group]
         beam, lenpen, max_len = search
         pad = self.dictionary.pad_index
         width = max(len(ids) for _, ids in batch)
@@ -256,21 +179,6 @@ def _hypothesis(sequence: List[int], dictionary) -> List[int]:
     """A generated sequence's tokens after the decoder's start, up to (without) its end of sentence."""
     tokens = sequence[1:]
     return tokens[: tokens.index(dictionary.eos_index)] if dictionary.eos_index in tokens else tokens
-
-
-def _batches(rows, max_tokens: int, max_sentences: Optional[int]):
-    """Rows sorted by length, cut into batches of at most ``max_tokens`` (padded) source tokens
-    and ``max_sentences`` sentences; a longer row is a batch of its own."""
-    rows = sorted(rows, key=lambda row: len(row[1]))
-    batch: list = []
-    for row in rows:
-        size = max(len(row[1]), max((len(r[1]) for r in batch), default=0))
-        if batch and (size * (len(batch) + 1) > max_tokens or (max_sentences and len(batch) >= max_sentences)):
-            yield batch
-            batch = []
-        batch.append(row)
-    if batch:
-        yield batch
 
 
 def _device(torch, device: Optional[str]):
