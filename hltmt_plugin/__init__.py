@@ -9,15 +9,10 @@ checkpoint copies, one-line errors), listed in :mod:`hltmt_plugin.compat`.
 The plugin's installed commands (``hltmt-translate``, ...) import the package without torch
 and fairseq, read their arguments (``--help``, ``--version`` and argument errors answer at
 once) and then call :func:`register`; so does the Python API (:mod:`hltmt_plugin.hub`) when it
-loads a checkpoint (an exported model needs neither). ``import hltmt_plugin`` registers at once
-when fairseq is already imported (``--user-dir``, or a script that imported fairseq first), and
-otherwise the moment fairseq is imported (:class:`_RegisterWithFairseq`): a script that serves an
-exported model never imports torch or fairseq, and one that goes on to use fairseq finds the
-plugin registered. Where fairseq is not installed (the serving install, ``serving/``), nothing is
-registered.
+loads a checkpoint (an exported model needs neither). Where fairseq is not installed (the serving
+install, ``serving/``), ``import hltmt_plugin`` registers nothing.
 """
 
-import importlib.abc
 import importlib.util
 import os
 import sys
@@ -74,37 +69,9 @@ def installed_command() -> bool:
 def fairseq_installed() -> bool:
     """Whether fairseq can be imported here (found, not imported): a serving install
     (``serving/``: an exported model, CTranslate2 and sentencepiece) has neither it nor torch."""
-    if "fairseq" in sys.modules:  # imported, or marked absent (None)
-        return sys.modules["fairseq"] is not None
     return importlib.util.find_spec("fairseq") is not None
-
-
-class _RegisterWithFairseq(importlib.abc.MetaPathFinder):
-    """Registers the plugin right after fairseq is first imported (a finder consulted once, for
-    ``fairseq`` alone: it finds fairseq as Python would and runs :func:`register` once the
-    module has executed)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "fairseq":
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            register()
-
-        spec.loader.exec_module = exec_module
-        return spec
 
 
 install_excepthook()  # an HltmtError ends in one line, also before registration
 if not installed_command() and fairseq_installed():
-    if sys.modules.get("fairseq") is not None:
-        register()
-    elif not any(isinstance(finder, _RegisterWithFairseq) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterWithFairseq())
+    register()

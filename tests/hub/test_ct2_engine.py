@@ -98,27 +98,6 @@ def test_an_export_is_served_with_neither_torch_nor_fairseq(exported, served):
     assert done.stdout.split(" ", 1) == ["Ct2Translator", f"{[want, None]!r} ['fairseq', 'torch']\n"]
 
 
-FULL = """
-import sys
-from hltmt_plugin.hub import HltmtTranslator
-mt = HltmtTranslator.load(sys.argv[1], threads=1)
-mt.translate("The file is open.", "en", "de", beam=4, max_len=20)
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "fairseq"))
-from fairseq.tasks import TASK_REGISTRY  # a script that goes on to use fairseq finds the plugin registered
-print(heavy, "hltmt_translation" in TASK_REGISTRY)
-"""
-
-
-def test_where_torch_and_fairseq_are_installed_serving_an_export_imports_neither(exported):
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-c", FULL, exported], capture_output=True, text=True, env=_env(), timeout=300
-    )
-    assert done.returncode == 0 and done.stdout == "[] True\n", done.stdout[-2000:] + done.stderr[-3000:]
-
-
 def _env():
     import os
 
