@@ -22,7 +22,7 @@ import os
 import stat
 from typing import Dict, List, Optional, Tuple
 
-from hltmt_plugin.atomic_files import inside, special_kind
+from hltmt_plugin.atomic_files import UnsafeDestination, check_destination, inside, special_kind
 
 READ_FILE = "read-file"  # a file the command reads (a checkpoint, a model, a record)
 READ_FOLDER = "read-folder"  # a folder the command reads (a data folder)
@@ -70,6 +70,12 @@ def problem(value: str, kind: str) -> Optional[str]:
         return None
     if "\x00" in value:
         return "a path cannot hold a NUL character"
+    if kind in (WRITE_FILE, WRITE_STREAM):  # the one writer's own judgement of a destination
+        try:
+            check_destination(value)
+        except UnsafeDestination as error:
+            return error.strerror
+        return None
     try:
         mode = os.stat(value).st_mode
     except (OSError, ValueError):
@@ -84,8 +90,6 @@ def problem(value: str, kind: str) -> Optional[str]:
         return f"it is {special}, which cannot be {verb} as a {'folder' if 'folder' in kind else 'file'}"
     if kind in (WRITE_FOLDER, WORK_FOLDER) and not stat.S_ISDIR(mode):
         return "it is a file: name a folder"
-    if kind in (WRITE_FILE, WRITE_STREAM) and stat.S_ISDIR(mode):
-        return "it is a folder: name a file"
     if kind == READ_FOLDER and not stat.S_ISDIR(mode):
         return "it is a file: name a folder"
     if kind == READ_FILE and stat.S_ISDIR(mode):

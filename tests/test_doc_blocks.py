@@ -1,7 +1,7 @@
 """Every ```python block of the README and the documentation runs as written: each block is run
 alone by this environment's python, in a folder laid out as the pages' commands leave it (the
 README quickstart's ``runs/quickstart/`` holding a model trained by the tests, deploying.md's
-``exported/hltmt`` made by its own ``hltmt-export`` command, ``docs/`` the checkout's). A block
+``exported/hltmt`` and ``exported/mnmt-hf`` made by its own ``hltmt-export`` commands, ``docs/`` the checkout's). A block
 marked ``<!-- runs -->`` is run by tests/test_migrating.py with the commands before it; a block
 that cannot run here is marked ``<!-- not run: WHY -->`` in its page."""
 
@@ -48,11 +48,12 @@ def workspace(tmp_path_factory, data_bin, trained):
     shutil.copy(trained[0], quickstart / "ckpt" / "checkpoint_best.pt")
     os.symlink(data_bin, quickstart / "bin")
     os.symlink(os.path.dirname(spm_of(data_bin)), quickstart / "spm")
-    done = run(
-        [cli("hltmt-export"), "--checkpoint", "docs/results/cpu-study/models/hltmt.pt", "--out", "exported/hltmt"],
-        cwd=str(folder),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    for command in (  # deploying.md's own export commands
+        ["--checkpoint", "docs/results/cpu-study/models/hltmt.pt", "--out", "exported/hltmt"],
+        ["--to", "transformers", "--checkpoint", "docs/results/cpu-study/models/mnmt.pt", "--out", "exported/mnmt-hf"],
+    ):
+        done = run([cli("hltmt-export"), *command], cwd=str(folder))
+        assert done.returncode == 0, done.stderr[-3000:]
     return folder
 
 

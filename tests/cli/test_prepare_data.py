@@ -75,7 +75,7 @@ def test_a_dictionary_changed_after_binarization_is_reported(prepared, tmp_path)
         "dict.fr.txt is missing",
     ]
     (folder / FINGERPRINT_FILE).write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match="is not readable JSON"):
+    with pytest.raises(ValueError, match="is not valid JSON"):
         check_dictionaries(str(folder))
 
 

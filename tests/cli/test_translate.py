@@ -377,7 +377,7 @@ STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltm
 MIXED = "de\ten\tHallo Welt\nen\tde\tThe file is open.\nfr\tde\tLe fichier est ouvert.\n"
 
 
-def test_a_target_never_produced_is_a_failed_line_and_zero_shot_is_served_only_when_asked():
+def test_a_target_never_produced_or_a_source_never_read_is_a_failed_line_whatever_is_asked():
     done = run(["bash", "-c", f"printf 'de\\ten\\tHallo Welt\\n' | {SCRIPT} --checkpoint {STUDY_MODEL}"])
     assert done.returncode == 1 and done.stdout == "\n", done.stderr[-2000:]
     assert re.search(
@@ -392,7 +392,7 @@ def test_a_target_never_produced_is_a_failed_line_and_zero_shot_is_served_only_w
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert records[0]["translation"] is None and records[0]["error"].startswith("direction de-en refused")
     assert records[1]["translation"] and "error" not in records[1] and "zero_shot" not in records[1]
-    assert records[2]["translation"] is None and "direction fr-de is zero-shot" in records[2]["error"]
+    assert records[2]["translation"] is None and "the model never read fr (it was only a target)" in records[2]["error"]
     errors = [line.split(": ")[1] for line in done.stderr.splitlines() if line.startswith("hltmt-translate: line ")]
     assert errors == ["line 1", "line 3"] and "hltmt-translate: 1 of 3 sentence(s) translated" in done.stderr
     asked = translate(*options, "--zero-shot", input=MIXED)
@@ -400,8 +400,8 @@ def test_a_target_never_produced_is_a_failed_line_and_zero_shot_is_served_only_w
     again = [json.loads(line) for line in asked.stdout.splitlines()]
     assert again[0] == records[0]  # refused whatever is asked
     assert again[1]["translation"] and "zero_shot" not in again[1] and "error" not in again[1]
-    assert again[2]["zero_shot"] is True and again[2]["translation"] and "error" not in again[2]
-    assert "hltmt-translate: 2 of 3 sentence(s) translated" in asked.stderr
+    assert again[2] == records[2]  # an English-into-X model never read French: not zero-shot either
+    assert "hltmt-translate: 1 of 3 sentence(s) translated" in asked.stderr
     plain = translate("--checkpoint", STUDY_MODEL, "--src", "de", "--tgt", "en", input="Hallo Welt\nGuten Tag\n")
     assert plain.returncode == 1 and plain.stdout == "\n\n", plain.stderr[-2000:]
     assert plain.stderr.count("direction de-en refused") == 2
