@@ -103,9 +103,16 @@ def test_an_existing_output_is_replaced_only_when_complete(hltmt, tmp_path):
             partial = [p for p in tmp_path.iterdir() if p.name.endswith(".partial") and p.stat().st_size > 0]
             time.sleep(0.2)
         assert out.read_text(encoding="utf-8") == "the user's earlier translations\n"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == 130
-        assert "interrupted after 1 line(s); --output" in proc.stderr.read()
+        for _ in range(24):  # Ctrl-C, again every 5 s while it has not ended (stdin stays open)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=5)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr[-3000:]
+        assert "interrupted after 1 line(s); --output" in stderr
     finally:
         proc.kill()
     assert out.read_text(encoding="utf-8") == "the user's earlier translations\n"
