@@ -13,7 +13,7 @@ limit and batch size):
   batched by tokens across directions).
 - ``per-direction``: one process loads the model once and makes one ``translate`` call per
   direction.
-- ``per-process``: what fairseq offers today (fairseq issue 4536): one ``fairseq-interactive
+- ``per-process``: fairseq's own way (fairseq issue 4536): one ``fairseq-interactive
   -s SRC -t TGT --bpe sentencepiece`` process per direction, each loading the model.
 
 Each mode runs in its own processes, so its peak memory is its own (the peak resident set of
