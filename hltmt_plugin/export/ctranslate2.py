@@ -119,22 +119,33 @@ def store_once(work: str, models: Dict[str, str]) -> Dict[str, str]:
     return patches
 
 
+def refuse_language_modules(model, target: str, layers: str) -> None:
+    """One HltmtConfigError for modules chosen by each sentence's language inside the layers
+    (adapters, skills, invertible adapters), which ``layers`` (the layers of ``target``, the
+    export's engine) have no place for."""
+    encoder, decoder = model.encoder, model.decoder
+    if getattr(encoder, "adapter_layout", None) is not None or getattr(decoder, "adapter_layout", None) is not None:
+        raise HltmtConfigError(
+            f"cannot export adapters to {target}: an adapter transforms a sublayer's output before its "
+            f"residual connection (x + U relu(D x)), with modules chosen by each sentence's language, a step "
+            f"{layers} do not have"
+        )
+    if getattr(encoder, "skill_layout", None) is not None:
+        raise HltmtConfigError(
+            f"cannot export skills to {target}: the encoder's skill modules are chosen and mixed per direction "
+            f"inside its layers, which {layers} cannot do (one attention and one feed-forward sublayer)"
+        )
+    if getattr(decoder, "invertible_adapters", None) is not None:
+        raise HltmtConfigError(
+            f"cannot export invertible adapters to {target}: {layers} have no per-language embedding map"
+        )
+
+
 def check_exportable(translator) -> None:
     """One HltmtConfigError naming what cannot be exported, and why."""
     model = translator.model
     encoder, decoder = model.encoder, model.decoder
-    if getattr(encoder, "adapter_layout", None) is not None or getattr(decoder, "adapter_layout", None) is not None:
-        raise HltmtConfigError(
-            "cannot export adapters to CTranslate2: an adapter transforms a sublayer's output "
-            "before its residual connection (x + U relu(D x)), a step CTranslate2's layers do not "
-            "have, with modules chosen by each sentence's language"
-        )
-    if getattr(encoder, "skill_layout", None) is not None:
-        raise HltmtConfigError(
-            "cannot export skills to CTranslate2: the encoder's skill modules are chosen and "
-            "mixed per direction inside its layers, which a CTranslate2 encoder layer cannot do "
-            "(it has one attention and one feed-forward sublayer)"
-        )
+    refuse_language_modules(model, "CTranslate2", "CTranslate2's layers")
     activation = getattr(translator.cfg.model, "activation_fn", "relu")
     if activation not in ACTIVATIONS:
         raise HltmtConfigError(f"cannot export --activation-fn {activation}: CTranslate2 has {', '.join(ACTIVATIONS)}")
@@ -147,8 +158,6 @@ def check_exportable(translator) -> None:
         raise HltmtConfigError("cannot export an adaptive softmax: CTranslate2 has one output projection")
     if getattr(translator.cfg.model, "cross_self_attention", False):
         raise HltmtConfigError("cannot export --cross-self-attention: CTranslate2 has no such decoder layer")
-    if getattr(decoder, "invertible_adapters", None) is not None:
-        raise HltmtConfigError("cannot export invertible adapters: CTranslate2 has no per-language embedding map")
 
 
 def group_targets(translator) -> Dict[str, str]:

@@ -45,7 +45,7 @@ from typing import Dict, Optional
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest, model_card
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
-from hltmt_plugin.export.ctranslate2 import KIND, group_targets
+from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
 from hltmt_plugin.hub import HltmtTranslator
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
@@ -221,18 +221,7 @@ def check_exportable(translator) -> str:
     HltmtConfigError naming what cannot be exported, and why."""
     model = translator.model
     encoder, decoder = model.encoder, model.decoder
-    if getattr(encoder, "adapter_layout", None) is not None or getattr(decoder, "adapter_layout", None) is not None:
-        raise HltmtConfigError(
-            "cannot export adapters to transformers: an adapter transforms a sublayer's output before its "
-            "residual connection, with modules chosen by each sentence's language, which no stock class has"
-        )
-    if getattr(encoder, "skill_layout", None) is not None:
-        raise HltmtConfigError(
-            "cannot export skills to transformers: the encoder's skill modules are chosen and mixed per "
-            "direction inside its layers, which no stock encoder layer can do"
-        )
-    if getattr(decoder, "invertible_adapters", None) is not None:
-        raise HltmtConfigError("cannot export invertible adapters: no stock class has a per-language embedding map")
+    refuse_language_modules(model, "transformers", "the stock classes' layers")
     cfg = model.cfg if hasattr(model, "cfg") else translator.cfg.model
     activation = str(
         getattr(getattr(cfg, "activation_fn", None), "value", None) or getattr(cfg, "activation_fn", "relu")

@@ -15,6 +15,7 @@ and an export folder's (:mod:`hltmt_plugin.hub.ct2_engine`). Imports neither tor
   directions, a call's preparation, batches and outcome.
 """
 
+import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections, marks_target
@@ -140,6 +141,32 @@ class ExportedTranslator:
     each result's text, tokens and score."""
 
     engine = ""
+    engine_name = ""  # as a message names it
+
+    @classmethod
+    def load_arguments(
+        cls, folder, spm, data, max_tokens, max_sentences, record
+    ) -> Tuple[str, int, Optional[int], dict]:
+        """``load``'s arguments every engine checks: ``(folder, max_tokens, max_sentences, the folder's
+        manifest)``, the manifest read and checked (:func:`~hltmt_plugin.export.manifest.read`) unless
+        given; one HltmtConfigError for ``spm`` / ``data`` (an export carries its own) or an export
+        for another engine."""
+        from hltmt_plugin.export.manifest import read as read_manifest
+
+        folder = os.fspath(folder)
+        if spm is not None or data is not None:
+            raise HltmtConfigError(
+                f"{folder} is an exported model: it carries its own sentencepiece model and "
+                "dictionary (leave out --spm / --data)"
+            )
+        max_tokens = arguments.positive_int("max_tokens", max_tokens)
+        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
+        record = read_manifest(folder) if record is None else record
+        if record["engine"] != cls.engine:
+            raise HltmtConfigError(
+                f"{folder} is an export for {record['engine']!r:.40}, not {cls.engine_name}: load it with that library"
+            )
+        return folder, max_tokens, max_sentences, record
 
     def __init__(
         self, folder: str, record: dict, models: Dict[str, object], dictionary, pieces, max_tokens, max_sentences

@@ -27,7 +27,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.export.manifest import apply_patch, read as read_manifest
+from hltmt_plugin.export.manifest import apply_patch
 from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
@@ -100,6 +100,7 @@ class Ct2Translator(contract.ExportedTranslator):
     """An export folder's CTranslate2 models, serving any of its directions, mixed in one call."""
 
     engine = "ctranslate2"
+    engine_name = "CTranslate2"
 
     def __init__(
         self,
@@ -140,20 +141,10 @@ class Ct2Translator(contract.ExportedTranslator):
         exported weights' type); ``threads``: CTranslate2's threads per translation (default:
         $OMP_NUM_THREADS, else its own choice); ``fp16``: ``compute_type="float16"`` (GPU);
         ``record``: the folder's manifest when it has been read (:func:`~hltmt_plugin.export.manifest.read`)."""
-        folder = os.fspath(folder)
-        if spm is not None or data is not None:
-            raise HltmtConfigError(
-                f"{folder} is an exported model: it carries its own sentencepiece model and "
-                "dictionary (leave out --spm / --data)"
-            )
-        max_tokens = arguments.positive_int("max_tokens", max_tokens)
-        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         options = engine_options(device, compute_type, threads, fp16)
-        record = read_manifest(folder) if record is None else record
-        if record["engine"] != "ctranslate2":
-            raise HltmtConfigError(
-                f"{folder} is an export for {record['engine']!r:.40}, not CTranslate2: load it with that library"
-            )
+        folder, max_tokens, max_sentences, record = cls.load_arguments(
+            folder, spm, data, max_tokens, max_sentences, record
+        )
         ct2 = contract.import_ctranslate2("this is an exported model and ")
         options = check_machine(ct2, options)
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))

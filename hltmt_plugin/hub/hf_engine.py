@@ -19,7 +19,6 @@ import os
 from typing import List, Optional, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.export.manifest import read as read_manifest
 from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
@@ -42,6 +41,7 @@ class HfTranslator(contract.ExportedTranslator):
     """An export folder's transformers models, serving any of its directions, mixed in one call."""
 
     engine = "transformers"
+    engine_name = "transformers"
 
     def __init__(self, folder, record, models, dictionary, pieces, device, max_tokens=4000, max_sentences=None):
         super().__init__(folder, record, models, dictionary, pieces, max_tokens, max_sentences)
@@ -68,23 +68,15 @@ class HfTranslator(contract.ExportedTranslator):
         """Load the export ``folder`` (checked first, unless ``record`` is its manifest just
         read). ``device``: cpu (default) or cuda; ``threads``: torch's threads (default: torch's
         choice); ``fp16``: half precision (GPU)."""
-        folder = os.fspath(folder)
         if compute_type is not None:
             raise HltmtConfigError(
                 f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 "
                 "(--fp16 on a GPU)"
             )
-        if spm is not None or data is not None:
-            raise HltmtConfigError(
-                f"{folder} is an exported model: it carries its own sentencepiece model and "
-                "dictionary (leave out --spm / --data)"
-            )
-        max_tokens = arguments.positive_int("max_tokens", max_tokens)
-        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         threads = arguments.positive_int("threads", threads, optional=True)
-        record = record if record is not None else read_manifest(folder)
-        if record["engine"] != "transformers":
-            raise HltmtConfigError(f"{folder} is an export for {record['engine']!r:.40}, not transformers")
+        folder, max_tokens, max_sentences, record = cls.load_arguments(
+            folder, spm, data, max_tokens, max_sentences, record
+        )
         transformers = import_transformers()
         import torch
 
