@@ -358,25 +358,6 @@ def replace_file(new: str, final: str, mode: Optional[int] = None, owner=None) -
     _sync_folder(os.path.dirname(os.path.abspath(final)))
 
 
-def replace_folder(new: str, final: str) -> None:
-    """Put the complete folder ``new`` in place of ``final`` (which may exist): ``final`` is
-    moved aside, ``new`` renamed to it, then the old one removed; should the rename fail, the
-    old folder is put back."""
-    old = None
-    if os.path.lexists(final):
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(final)}.old.", dir=os.path.dirname(os.path.abspath(final)))
-        os.rmdir(old)
-        os.replace(final, old)
-    try:
-        os.replace(new, final)
-    except OSError:
-        if old is not None:
-            os.replace(old, final)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def inside(path: str, folder: str) -> bool:
     """Whether ``path`` is ``folder`` or lies under it (both resolved)."""
     path, folder = os.path.realpath(path), os.path.realpath(folder)
@@ -567,8 +548,9 @@ def _write_marker(work: str, kind: str, files) -> None:
         f.write("\n")
 
 
-def _put_in_place(work: str, target: str) -> None:
-    """``work`` renamed to ``target``; an existing ``target`` is moved aside first and removed after."""
+def replace_folder(work: str, target: str) -> None:
+    """The complete folder ``work`` renamed to ``target``; an existing ``target`` is moved aside
+    first (put back should the rename fail) and removed after."""
     old = None
     if os.path.lexists(target):
         old = _temp_name(target, "old")
@@ -659,7 +641,7 @@ def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
     try:
         result = fill(work)
         _write_marker(work, kind, _files_under(work) - {MARKER})
-        _put_in_place(work, target)
+        replace_folder(work, target)
     except OSError as error:
         raise _fill_failed(shown, target, work, error) from None
     finally:
