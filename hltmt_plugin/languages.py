@@ -13,8 +13,8 @@ One owner, one record, one key:
 - Every consumer reads the record: the SLP (``module of tgt``), adapters (source language in
   the encoder, target language in the decoder), skills (source language; the direction's
   skill set) and the criterion (loss per target language). Within an encoder or decoder
-  pass the layers reach it through :class:`PassRows`, which also makes each consumer's
-  :class:`~hltmt_plugin.modules.routing.RoutePlan` once per pass (or once per beam search).
+  pass the layers reach it through :class:`~hltmt_plugin.routing.PassRows`, which also makes each consumer's
+  :class:`~hltmt_plugin.routing.RoutePlan` once per pass (or once per beam search).
 
 With ``--encoder-langtok src --decoder-langtok`` (fairseq's examples/multilingual) the token on
 the source is the source language's and each row's target comes from its ``tgt_lang_id``
@@ -26,8 +26,7 @@ The path of a target language: ``__xx__`` in ``src_tokens`` (or ``tgt_lang_id``)
 (:meth:`LanguageTable.record`) -> the SLP's module table (``LanguageRouter.module_ids``).
 """
 
-import contextlib
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +34,6 @@ from torch import Tensor, nn
 from fairseq.data.multilingual.multilingual_utils import get_lang_tok
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.routing import RoutePlan
 
 ROWS = "hltmt_languages"  # encoder_out key: [LongTensor (B, 2)], each row's (source, target) index in --langs
 SRC, TGT = 0, 1
@@ -281,51 +279,3 @@ def reorder_rows(encoder_out: Dict[str, List[Tensor]], reordered: Dict[str, List
     if encoder_out.get(ROWS):
         reordered[ROWS] = [encoder_out[ROWS][0].index_select(0, new_order)]
     return reordered
-
-
-IdsOf = Callable[[Tensor], Tensor]  # record (B, 2) -> (B,) sub-module ids
-
-
-class PassRows:
-    """The record of the batch an encoder or decoder is computing, for the layers inside it
-    (fairseq calls a layer without it), and the route plans made from it.
-
-    A consumer names its ids once (:meth:`define`: a bound method from the record to
-    sub-module ids) and asks for its plan in the pass (:meth:`plan`): made at the first ask,
-    shared by every layer of the pass; in a beam search the decoder hands in the search's
-    plans, so they are made at the first step and only reordered afterwards."""
-
-    def __init__(self, side: str):
-        self.side = side
-        self.ids_of: Dict[str, IdsOf] = {}
-        self.record: Optional[Tensor] = None
-        self.plans: Dict[str, RoutePlan] = {}
-
-    def define(self, name: str, ids_of: IdsOf) -> None:
-        self.ids_of[name] = ids_of
-
-    @contextlib.contextmanager
-    def use(self, record: Optional[Tensor], plans: Optional[Dict[str, RoutePlan]] = None) -> Iterator[None]:
-        previous = self.record, self.plans
-        self.record, self.plans = record, ({} if plans is None else plans)
-        try:
-            yield
-        finally:
-            self.record, self.plans = previous
-
-    def plan_for(self, name: str, make: Callable[[], Tensor]) -> RoutePlan:
-        """The pass's plan ``name``, made at the first ask from the ids ``make()`` returns (a
-        module that computes its ids from what it was handed, as the SLP's router does)."""
-        if name not in self.plans:
-            self.plans[name] = RoutePlan(make())
-        return self.plans[name]
-
-    def plan(self, name: str) -> RoutePlan:
-        if name not in self.plans:
-            if self.record is None:
-                raise HltmtInputError(
-                    f"the {self.side}'s language modules got no languages per sentence: run the "
-                    f"layer through the hltmt_transformer {self.side}"
-                )
-            self.plans[name] = RoutePlan(self.ids_of[name](self.record))
-        return self.plans[name]

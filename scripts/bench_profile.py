@@ -63,7 +63,7 @@ PHASE_SPOTS = [
         "extract_features_scriptable",
     ),
     ("          SLP routing decision", "hltmt_plugin.models.decoder", "HltmtTransformerDecoder", "slp_decision"),
-    ("            route plan (RoutePlan)", "hltmt_plugin.modules.routing", "RoutePlan", "__init__"),
+    ("            route plan (RoutePlan)", "hltmt_plugin.routing", "RoutePlan", "__init__"),
     ("            module ids", "hltmt_plugin.modules.language_router", "LanguageRouter", "module_ids"),
     ("          SLP modules", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "forward"),
     (

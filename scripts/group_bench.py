@@ -29,8 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from hltmt_plugin.adapters.modules import ADAPTER_IDS, AdapterStack  # noqa: E402
-from hltmt_plugin.languages import PassRows  # noqa: E402
-from hltmt_plugin.modules.routing import RoutePlan  # noqa: E402
+from hltmt_plugin.routing import PassRows, RoutePlan  # noqa: E402
 from timing import Clock, per_call  # noqa: E402
 
 

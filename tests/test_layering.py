@@ -17,7 +17,7 @@ LAYERS = [
     ["atomic_files", "records"],  # every file written whole or not at all; every record read through one schema
     ["paths"],  # every path option declared (what a file is: atomic_files)
     ["config", "compat", "data_fingerprint"],
-    ["modules", "modules.routing"],  # modules/__init__.py is empty
+    ["modules", "routing"],  # routing: the one routing primitive and a pass's rows (PassRows); modules/__init__.py is empty
     ["languages", "directions", "compatibility"],  # directions: which directions a checkpoint serves, from its options
     ["modules.language_pool"],  # the SLP's modules, routed by a decision: routing only
     ["modules.language_router", "adapters", "skills"],  # the features: each knows languages and routing only

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from hltmt_plugin.adapters.config import ENCODER_ATTN, FFN, PFEIFFER, SELF_ATTN
-from hltmt_plugin.languages import PassRows
+from hltmt_plugin.routing import PassRows
 
 
 class AdapterLayerMixin:

@@ -12,8 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import PassRows
-from hltmt_plugin.modules.routing import route
+from hltmt_plugin.routing import PassRows, route
 
 ADAPTER_IDS = "adapters"  # the PassRows ids of adapters: the row's source (encoder) or target (decoder) language
 

@@ -5,7 +5,7 @@ routing from the rows' target languages and the gate's input (the model's own em
 of the high-resource language tokens, handed in by the decoder), the pool (``slp``) routes the
 rows by that decision. In a beam search the route plans (SLP,
 target-language adapters) are made at the first step and kept with the beams
-(:class:`~hltmt_plugin.modules.routing.SearchPlans`)."""
+(:class:`~hltmt_plugin.routing.SearchPlans`)."""
 
 import logging
 from typing import Dict, List, Optional
@@ -18,11 +18,11 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 
 from hltmt_plugin.adapters.feature import fill_missing_weights
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import ROWS, TGT, LanguageTable, PassRows, rows_of
+from hltmt_plugin.languages import ROWS, TGT, LanguageTable, rows_of
 from hltmt_plugin.models.layers import Layouts, decoder_layer
 from hltmt_plugin.modules.language_pool import RoutingDecision, SelectiveLanguagePool
 from hltmt_plugin.modules.language_router import ROUTER, LanguageRouter
-from hltmt_plugin.modules.routing import SearchPlans
+from hltmt_plugin.routing import PassRows, SearchPlans
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,9 @@ from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerEncoderBase
 
 from hltmt_plugin.adapters.feature import fill_missing_weights
-from hltmt_plugin.languages import ROWS, PassRows, reorder_rows
+from hltmt_plugin.languages import ROWS, reorder_rows
 from hltmt_plugin.models.layers import Layouts, encoder_layer
+from hltmt_plugin.routing import PassRows
 
 
 class HltmtTransformerEncoder(TransformerEncoderBase):

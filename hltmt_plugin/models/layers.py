@@ -6,7 +6,7 @@ from typing import Optional
 
 from hltmt_plugin.adapters.config import AdapterLayout
 from hltmt_plugin.adapters.layers import AdapterDecoderLayer, AdapterEncoderLayer
-from hltmt_plugin.languages import PassRows
+from hltmt_plugin.routing import PassRows
 from hltmt_plugin.skills.config import SkillLayout
 from hltmt_plugin.skills.layers import SkillEncoderLayer, SkillLayerMixin, layer_spec
 

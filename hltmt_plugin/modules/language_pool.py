@@ -5,7 +5,7 @@ go through them by a :class:`RoutingDecision`.
 The pool knows nothing of languages or of the gate: its router
 (:class:`~hltmt_plugin.modules.language_router.LanguageRouter`) decides, per batch, which
 module each row takes (hard) or how each row mixes the pool (soft), and the pool carries that
-out through :func:`hltmt_plugin.modules.routing.route`. Module ids: ``0..T-1`` are the pool,
+out through :func:`hltmt_plugin.routing.route`. Module ids: ``0..T-1`` are the pool,
 ``T`` is the universal module.
 """
 
@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from fairseq import utils
 from fairseq.modules import FairseqDropout, LayerNorm
 
-from hltmt_plugin.modules.routing import RoutePlan, mix, route
+from hltmt_plugin.routing import RoutePlan, mix, route
 
 
 class LanguageModule(nn.Module):

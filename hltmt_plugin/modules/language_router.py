@@ -31,7 +31,7 @@ from hltmt_plugin import records
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import names_of, names_tensor
 from hltmt_plugin.modules.language_pool import RoutingDecision, module_label
-from hltmt_plugin.modules.routing import RoutePlan
+from hltmt_plugin.routing import RoutePlan
 
 HARD, SOFT = "hard", "soft"
 ROUTER = "slp_router"  # the router's name on the decoder: its keys are decoder.slp_router.*

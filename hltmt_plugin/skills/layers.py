@@ -15,7 +15,7 @@ from fairseq import utils
 from fairseq.modules import FairseqDropout
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
-from hltmt_plugin.languages import PassRows
+from hltmt_plugin.routing import PassRows
 from hltmt_plugin.skills.modules import SkillFFN, SkillSelfAttention
 
 

@@ -3,7 +3,7 @@ that turns a row's direction into its set of active skills.
 
 - **Skill FFN**: ``n`` parallel FFNs, one per named skill; the output is the mean of the
   active skills' outputs. Each distinct set of active skills is one routing id, so
-  :func:`~hltmt_plugin.modules.routing.route` groups the rows of a mixed batch by their set
+  :func:`~hltmt_plugin.routing.route` groups the rows of a mixed batch by their set
   and runs only that set's skills on them: an inactive skill is neither computed nor given a
   gradient. The mean is computed as ``y_1 + sum_k (y_k - y_1) / n``, exactly ``y_1`` while
   the active skills agree (dense-to-skill initialisation).
@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import SRC, TGT, PassRows, valid_rows
-from hltmt_plugin.modules.routing import route
+from hltmt_plugin.languages import SRC, TGT, valid_rows
+from hltmt_plugin.routing import PassRows, route
 from hltmt_plugin.skills.config import SkillMatrix
 
 logger = logging.getLogger(__name__)

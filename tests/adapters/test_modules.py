@@ -11,7 +11,7 @@ from adapters_common import madx_model
 from conftest import DIRECTIONS, MADX, build, generate, mixed_sample, randomize_adapters
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.adapters import Bottleneck, InvertibleAdapter, bottleneck_parameters
-from hltmt_plugin.modules.routing import route
+from hltmt_plugin.routing import route
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_gradients_reach_only_the_adapters_of_the_batchs_languages(data_bin):
 def test_beam_search_makes_each_routing_plan_once_per_search(data_bin, monkeypatch):
     """Source adapters: one plan per encoder pass; target adapters and the SLP: one plan each
     for the whole search, carried with the beams (not one per layer and token)."""
-    import hltmt_plugin.modules.routing as routing
+    import hltmt_plugin.routing as routing
 
     _, task, model = build(data_bin, *MADX)
     model.eval()

@@ -163,7 +163,7 @@ def test_generation_routes_each_row_by_its_own_target(built):
 def test_beam_search_makes_the_routing_plan_once_per_search(built, monkeypatch, direction):
     """A row's module cannot change during a search: the plan (and its host synchronisation)
     is made at the first step and carried with the beams, not remade per token."""
-    import hltmt_plugin.modules.routing as routing
+    import hltmt_plugin.routing as routing
 
     _, task, model = built
     model.eval()

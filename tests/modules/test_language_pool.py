@@ -7,7 +7,7 @@ from torch import nn
 
 from hltmt_plugin.modules.language_pool import LanguageModule, RoutingDecision, SelectiveLanguagePool
 from hltmt_plugin.modules.language_router import HARD, SOFT, LanguageRouter
-from hltmt_plugin.modules.routing import RoutePlan
+from hltmt_plugin.routing import RoutePlan
 
 
 HIGH = ["h0", "h1", "h2", "h3"]

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from hltmt_plugin.modules.routing import RoutePlan, mix, route
+from hltmt_plugin.routing import RoutePlan, mix, route
 
 
 class Counting(nn.Module):
@@ -112,3 +112,31 @@ def test_mix_is_the_weighted_sum(dim):
         row = x.select(dim, b)
         expected = sum(w[b, k] * fns[k].lin(row) for k in range(3))
         torch.testing.assert_close(out.select(dim, b), expected, rtol=0, atol=1e-5)
+
+
+def test_pass_rows_make_a_plan_once_per_pass_and_keep_given_plans():
+    from hltmt_plugin.routing import PassRows
+
+    rows = PassRows("encoder")
+    asked = []
+    rows.define("ids", lambda record: asked.append(1) or record[:, 1])
+    record = torch.tensor([[0, 2], [1, 0], [0, 2]])
+    with rows.use(record):
+        first = rows.plan("ids")
+        assert rows.plan("ids") is first and first.ids.tolist() == [2, 0, 2] and asked == [1]
+        made = rows.plan_for("other", lambda: torch.tensor([1, 1, 1]))
+        assert rows.plan_for("other", lambda: torch.tensor([0, 0, 0])) is made and made.single == 1
+    given = {"ids": RoutePlan(torch.tensor([0, 0, 1]))}  # a search's plans: kept, not remade
+    with rows.use(record, given):
+        assert rows.plan("ids") is given["ids"] and asked == [1]
+    assert rows.record is None and rows.plans == {}  # the pass's record and plans end with it
+
+
+def test_pass_rows_without_a_record_name_the_side():
+    from hltmt_plugin.errors import HltmtInputError
+    from hltmt_plugin.routing import PassRows
+
+    rows = PassRows("decoder")
+    rows.define("ids", lambda record: record[:, 1])
+    with pytest.raises(HltmtInputError, match="the decoder's language modules got no languages per sentence"):
+        rows.plan("ids")

@@ -8,13 +8,18 @@ the results back, so a hard decision costs one sub-module per row, not one per c
 
 Grouping needs the group sizes on the host, so a :class:`RoutePlan` is made once from the
 ids and reused: by all layers of a forward pass, and (through :class:`SearchPlans` on the
-decoder) by every step of a beam search, reordered with the beams.
+decoder) by every step of a beam search, reordered with the beams. Within an encoder or
+decoder pass, :class:`PassRows` holds the batch's language record (:mod:`hltmt_plugin.languages`)
+for the layers inside it and makes each consumer's plan once.
 """
 
-from typing import Callable, Optional, Sequence, Union
+import contextlib
+from typing import Callable, Dict, Iterator, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
+
+from hltmt_plugin.errors import HltmtInputError
 
 RowFn = Callable[..., Tensor]
 
@@ -100,7 +105,7 @@ class SearchPlans:
     A row's languages (and so its modules) cannot change while a sentence is decoded, so a
     plan is made at the first step, stored in the search's ``incremental_state`` and only
     reordered with the beams afterwards (:meth:`search_plans` hands the dict to
-    :class:`~hltmt_plugin.languages.PassRows`). Without ``incremental_state`` (training,
+    :class:`PassRows`). Without ``incremental_state`` (training,
     scoring, a full forward pass) plans are made per pass.
 
     fairseq reorders a search's state by walking every submodule of the decoder at every
@@ -151,3 +156,51 @@ def mix(x: Tensor, weights: Tensor, fns: Sequence[RowFn], dim: int = 0) -> Tenso
         term = weights[:, k].view(shape).to(x.dtype) * fn(x)
         out = term if out is None else out + term
     return out
+
+
+IdsOf = Callable[[Tensor], Tensor]  # record (B, 2) -> (B,) sub-module ids
+
+
+class PassRows:
+    """The record of the batch an encoder or decoder is computing, for the layers inside it
+    (fairseq calls a layer without it), and the route plans made from it.
+
+    A consumer names its ids once (:meth:`define`: a bound method from the record to
+    sub-module ids) and asks for its plan in the pass (:meth:`plan`): made at the first ask,
+    shared by every layer of the pass; in a beam search the decoder hands in the search's
+    plans, so they are made at the first step and only reordered afterwards."""
+
+    def __init__(self, side: str):
+        self.side = side
+        self.ids_of: Dict[str, IdsOf] = {}
+        self.record: Optional[Tensor] = None
+        self.plans: Dict[str, RoutePlan] = {}
+
+    def define(self, name: str, ids_of: IdsOf) -> None:
+        self.ids_of[name] = ids_of
+
+    @contextlib.contextmanager
+    def use(self, record: Optional[Tensor], plans: Optional[Dict[str, RoutePlan]] = None) -> Iterator[None]:
+        previous = self.record, self.plans
+        self.record, self.plans = record, ({} if plans is None else plans)
+        try:
+            yield
+        finally:
+            self.record, self.plans = previous
+
+    def plan_for(self, name: str, make: Callable[[], Tensor]) -> RoutePlan:
+        """The pass's plan ``name``, made at the first ask from the ids ``make()`` returns (a
+        module that computes its ids from what it was handed, as the SLP's router does)."""
+        if name not in self.plans:
+            self.plans[name] = RoutePlan(make())
+        return self.plans[name]
+
+    def plan(self, name: str) -> RoutePlan:
+        if name not in self.plans:
+            if self.record is None:
+                raise HltmtInputError(
+                    f"the {self.side}'s language modules got no languages per sentence: run the "
+                    f"layer through the hltmt_transformer {self.side}"
+                )
+            self.plans[name] = RoutePlan(self.ids_of[name](self.record))
+        return self.plans[name]
