@@ -1,0 +1,300 @@
+"""The experiment recipe, written once: the systems compared, the hyper-parameters they share,
+the fairseq-train command line of each, the pool-size rule, scoring and the training log.
+
+Every driver that trains the comparison (``hltmt-main-job``, ``hltmt-study``,
+scripts/gpu_run.py, the benches, examples/wmt10/xlmr_recipe.py) builds its fairseq-train lines
+here; it adds only what is its own (where checkpoints go, how often it validates, its device).
+
+The systems (the same data, batch, learning-rate schedule and seed for all):
+
+- ``mnmt``: fairseq's plain ``transformer`` on ``translation_multi_simple_epoch``, every
+  direction from the start;
+- ``hltmt``: HLT-MT on ``hltmt_translation``: the pool of ``T = min(3, H)`` modules over the
+  ``H`` high-resource target languages and the universal layer for the rest, stage high (the
+  gate learns, alternating hard and soft routing), then stage all (the map fixed);
+- ``lsmnmt``: LS-MNMT, one pool module per language it is given, no gate;
+- ``mnmt-staged``: the plain MNMT on HLT-MT's data schedule (the high-resource directions
+  first, then all): what the stages do without the pool.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from hltmt_plugin.cli import PLUGIN, fairseq_cli
+
+SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
+BASELINE_TASK = "translation_multi_simple_epoch"  # fairseq's own multilingual task
+PLUGIN_TASK = "hltmt_translation"
+POOL_SIZE = 3  # the HLT-MT paper's T (six high-resource languages, three modules)
+
+
+def pool_size(high: Sequence[str], most: int = POOL_SIZE) -> int:
+    """The number of pool modules for the high-resource languages ``high``: ``T = min(most, H)``."""
+    return min(most, len(high))
+
+
+def high_among(langs: Sequence[str], high: Sequence[str]) -> List[str]:
+    """The high-resource languages that are among ``langs``, in the order ``high`` gives."""
+    return [x for x in high if x in langs]
+
+
+def directions(langs: Sequence[str], to_english: bool = True) -> List[str]:
+    """En->X for each of ``langs``, then X->En (unless ``to_english`` is false)."""
+    return [f"en-{x}" for x in langs] + ([f"{x}-en" for x in langs] if to_english else [])
+
+
+@dataclass(kw_only=True)
+class Hyper:
+    """The hyper-parameters every system of one comparison shares (a driver's size or setting
+    adds its own data and schedule fields to these)."""
+
+    hltmt_arch: str = "hltmt_transformer_tiny"  # HLT-MT and LS-MNMT
+    baseline_arch: str = "transformer_hltmt_tiny"  # fairseq's plain transformer of the same sizes
+    lr: float = 3e-3  # peak learning rate (inverse_sqrt)
+    warmup: int = 200  # warm-up updates
+    max_tokens: int = 4096  # tokens per batch
+    temperature: float = 5.0  # temperature sampling over the directions
+
+
+@dataclass
+class Comparison:
+    """One comparison's data and languages: ``data`` the binarized folder, ``langs`` the
+    non-English languages (``--langs`` is English and these), ``pairs`` the directions trained,
+    ``high`` the high-resource languages, ``cpu`` whether fairseq runs on the CPU."""
+
+    data: str
+    langs: List[str]
+    pairs: List[str]
+    high: List[str]
+    cpu: bool = True
+
+    def task_args(self, task: str, pairs: Optional[Sequence[str]] = None) -> List[str]:
+        """The task's options (the data's languages, the directions, the target-language token
+        on the encoder side, the CPU): what fairseq-train and fairseq-generate share."""
+        return [
+            "--user-dir",
+            PLUGIN,
+            "--task",
+            task,
+            "--langs",
+            ",".join(["en"] + list(self.langs)),
+            "--lang-pairs",
+            ",".join(pairs or self.pairs),
+            "--encoder-langtok",
+            "tgt",
+            *(["--cpu"] if self.cpu else []),
+        ]
+
+    def high_pairs(self) -> List[str]:
+        """The directions of stage high: those whose non-English side is high-resource."""
+        return [p for p in self.pairs if any(x in self.high for x in p.split("-") if x != "en")]
+
+    def system_args(
+        self,
+        system: str,
+        hyper: Hyper,
+        *,
+        stage: str = "high",
+        high_updates: int = 0,
+        ls_langs: Optional[Sequence[str]] = None,
+        pool: Optional[int] = None,
+        pairs: Optional[Sequence[str]] = None,
+    ) -> List[str]:
+        """The task, model and criterion of one system: ``stage`` and ``high_updates`` (the
+        update at which stage high gives way to stage all, 0: no switch in this run) are
+        HLT-MT's; ``ls_langs`` the languages that get an LS-MNMT module each; ``pool`` HLT-MT's
+        T (default: :func:`pool_size`); ``pairs`` the directions of this run (default: all)."""
+        if system in ("mnmt", "mnmt-staged"):
+            return [
+                *self.task_args(BASELINE_TASK, pairs),
+                "--arch",
+                hyper.baseline_arch,
+                "--criterion",
+                "label_smoothed_cross_entropy",
+            ]
+        if system == "hltmt":
+            capacity = [
+                "--high-resource-langs",
+                ",".join(self.high),
+                "--slp-pool-size",
+                str(pool_size(self.high) if pool is None else pool),
+                "--hlt-stage",
+                stage,
+                *(["--high-stage-updates", str(high_updates)] if high_updates else []),
+                *(["--disparity-weight", "1.0"] if stage == "high" else []),
+            ]
+        elif system == "lsmnmt":
+            langs = list(ls_langs or self.langs)
+            capacity = [
+                "--high-resource-langs",
+                ",".join(langs),
+                "--slp-pool-size",
+                str(len(langs)),
+                "--slp-language-specific",
+                "--hlt-stage",
+                "all",
+            ]
+        else:
+            raise ValueError(f"unknown system {system!r} (one of {', '.join(SYSTEMS)})")
+        return [
+            *self.task_args(PLUGIN_TASK, pairs),
+            "--arch",
+            hyper.hltmt_arch,
+            *capacity,
+            "--criterion",
+            "hltmt_cross_entropy",
+        ]
+
+    def train_command(
+        self,
+        system: str,
+        hyper: Hyper,
+        *,
+        seed: int,
+        updates: int,
+        save_dir: str,
+        log_interval: int = 50,
+        options: Sequence[str] = (),
+        **system_options,
+    ) -> List[str]:
+        """One fairseq-train line: the system (:meth:`system_args`), the shared optimiser and
+        schedule (Adam 0.9/0.98, inverse_sqrt, label smoothing and dropout 0.1, temperature
+        sampling), ``updates`` updates from ``seed``, checkpoints in ``save_dir`` (the last
+        and the best only), simple progress lines every ``log_interval`` updates, then the
+        driver's own ``options`` (validation, checkpointing, device)."""
+        return [
+            *fairseq_cli("train"),
+            self.data,
+            *self.system_args(system, hyper, **system_options),
+            *optimiser_args(hyper),
+            "--max-update",
+            str(updates),
+            "--seed",
+            str(seed),
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--log-format",
+            "simple",
+            "--log-interval",
+            str(log_interval),
+            *options,
+        ]
+
+
+def optimiser_args(hyper: Hyper) -> List[str]:
+    """The optimiser, schedule, regularisation and batch every system shares."""
+    return [
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.98)",
+        "--lr",
+        str(hyper.lr),
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        str(hyper.warmup),
+        "--dropout",
+        "0.1",
+        "--max-tokens",
+        str(hyper.max_tokens),
+        "--sampling-method",
+        "temperature",
+        "--sampling-temperature",
+        f"{hyper.temperature:g}",
+    ]
+
+
+# ---- scoring -------------------------------------------------------------------------------
+def score(hyps: Sequence[str], refs: Sequence[str], signatures: Optional[Dict[str, str]] = None) -> Dict[str, float]:
+    """sacreBLEU's corpus BLEU and chrF of ``hyps`` against one reference each:
+    ``{"bleu": .., "chrf": ..}``; ``signatures``, when given, receives each metric's signature."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    scores = {"bleu": bleu.corpus_score(hyps, [refs]).score, "chrf": chrf.corpus_score(hyps, [refs]).score}
+    if signatures is not None:
+        signatures["BLEU"], signatures["chrF"] = str(bleu.get_signature()), str(chrf.get_signature())
+    return scores
+
+
+# ---- the training log ----------------------------------------------------------------------
+TRAIN_INNER = re.compile(r"train_inner[ |:]+(.*)")
+VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")
+VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
+UPDATES = re.compile(r"num_updates[= ](\d+)")
+FIELD = re.compile(r"(\w+)=([-\d.e]+)")
+PARAMS = re.compile(r"num\. (?:shared|expert) model params: ([\d,]+)")
+DONE = re.compile(r"done training in ([\d.]+) seconds")
+
+
+@dataclass
+class TrainLog:
+    """What a fairseq-train log says: its progress lines (``train_inner``, simple or json
+    format) as field dicts, its validations (:data:`VALID_KEYS`, as text), the last update
+    count any line names, the parameter count and the wall time fairseq reports at the end."""
+
+    progress: List[Dict[str, float]]
+    valid: List[Dict[str, str]]
+    updates: int
+    params: int
+    wall: Optional[float]
+
+    @property
+    def valid_loss(self) -> Optional[float]:
+        return float(self.valid[-1]["loss"]) if self.valid else None
+
+
+def parse_train_log(text: str) -> TrainLog:
+    """The :class:`TrainLog` of a fairseq-train log's text (a log still being written too)."""
+    progress, valid, updates = [], [], 0
+    for line in text.splitlines():
+        found = UPDATES.search(line)
+        if found:
+            updates = max(updates, int(found.group(1)))
+        inner = TRAIN_INNER.search(line)
+        if inner and "num_updates" in line:
+            body = inner.group(1).strip()
+            if body.startswith("{"):
+                try:
+                    progress.append({k: float(v) for k, v in json.loads(body).items() if _number(v)})
+                except ValueError:
+                    pass  # a line cut while being written
+            else:
+                progress.append({k: float(v) for k, v in FIELD.findall(body)})
+            continue
+        val = VALID_LINE.search(line)
+        if val:
+            fields = dict(x.strip().split(" ", 1) for x in val.group(1).split("|") if " " in x.strip())
+            if all(k in fields for k in VALID_KEYS):
+                valid.append(fields)
+    wall = DONE.search(text)
+    return TrainLog(
+        progress=progress,
+        valid=valid,
+        updates=updates,
+        params=sum(int(p.replace(",", "")) for p in PARAMS.findall(text)),
+        wall=float(wall.group(1)) if wall else None,
+    )
+
+
+def read_train_log(path: str) -> TrainLog:
+    """:func:`parse_train_log` of the file ``path`` (empty when it is not there yet)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return parse_train_log(f.read())
+    except FileNotFoundError:
+        return parse_train_log("")
+
+
+def _number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -1,0 +1,137 @@
+"""The experiment recipe: each system's fairseq-train line read back by fairseq's own parser,
+the pool-size rule, scoring and the training log."""
+
+import pytest
+
+from hltmt_plugin.experiments import recipe
+from hltmt_plugin.experiments.recipe import Comparison, Hyper
+
+LANGS = ["fr", "de", "gu"]
+
+
+def parsed(cmd):
+    """fairseq-train's options of a command line the recipe built (after ``python -m fairseq_cli.train``)."""
+    from fairseq import options
+
+    from hltmt_plugin.cli import register
+
+    register()
+    assert cmd[1:3] == ["-m", "fairseq_cli.train"]
+    return options.parse_args_and_arch(options.get_training_parser(), cmd[3:])
+
+
+def comparison(tmp_path, **kw):
+    return Comparison(str(tmp_path), LANGS, recipe.directions(LANGS), ["fr", "de"], **kw)
+
+
+def test_pool_size_rule():
+    assert recipe.pool_size(["fr", "de", "cs", "tr", "fi", "et"]) == 3
+    assert recipe.pool_size(["fr", "de"]) == 2
+    assert recipe.pool_size(["fr", "de", "cs", "tr"], most=4) == 4
+    assert recipe.high_among(["de", "gu"], ["fr", "de", "cs"]) == ["de"]
+    assert recipe.directions(["de", "gu"], to_english=False) == ["en-de", "en-gu"]
+
+
+def test_mnmt_is_fairseqs_plain_transformer(tmp_path):
+    args = parsed(comparison(tmp_path).train_command("mnmt", Hyper(), seed=3, updates=40, save_dir=str(tmp_path / "m")))
+    assert (args.task, args.arch, args.criterion) == (
+        recipe.BASELINE_TASK,
+        "transformer_hltmt_tiny",
+        "label_smoothed_cross_entropy",
+    )
+    assert (args.seed, args.max_update, args.lr, args.warmup_updates, args.sampling_temperature) == (
+        3,
+        40,
+        [0.003],
+        200,
+        5.0,
+    )
+    assert args.lang_pairs == "en-fr,en-de,en-gu,fr-en,de-en,gu-en" and args.cpu
+
+
+def test_hltmt_both_stages_in_one_run(tmp_path):
+    cmd = comparison(tmp_path).train_command(
+        "hltmt", Hyper(lr=1e-3), seed=1, updates=40, save_dir=str(tmp_path / "h"), high_updates=20
+    )
+    args = parsed(cmd)
+    assert (args.task, args.arch, args.criterion) == (
+        recipe.PLUGIN_TASK,
+        "hltmt_transformer_tiny",
+        "hltmt_cross_entropy",
+    )
+    assert (args.high_resource_langs, args.slp_pool_size, args.hlt_stage, args.high_stage_updates) == (
+        "fr,de",
+        2,
+        "high",
+        20,
+    )
+    assert args.lr == [0.001] and args.log_format == "simple"
+
+
+def test_hltmt_stage_all_and_lsmnmt(tmp_path):
+    c = comparison(tmp_path, cpu=False)
+    stage_all = parsed(c.train_command("hltmt", Hyper(), seed=1, updates=8, save_dir="s", stage="all", pool=1))
+    assert (stage_all.hlt_stage, stage_all.slp_pool_size, stage_all.cpu) == ("all", 1, False)
+    ls = parsed(c.train_command("lsmnmt", Hyper(), seed=1, updates=8, save_dir="s", ls_langs=["en", *LANGS]))
+    assert (ls.high_resource_langs, ls.slp_pool_size, ls.slp_language_specific) == ("en,fr,de,gu", 4, True)
+
+
+def test_staged_mnmt_trains_the_high_directions_first(tmp_path):
+    c = Comparison(str(tmp_path), LANGS, recipe.directions(LANGS, to_english=False), ["de", "fr"])
+    assert c.high_pairs() == ["en-fr", "en-de"]
+    args = parsed(c.train_command("mnmt-staged", Hyper(), seed=1, updates=8, save_dir="s", pairs=c.high_pairs()))
+    assert args.lang_pairs == "en-fr,en-de" and args.task == recipe.BASELINE_TASK
+
+
+def test_driver_options_come_last_and_win(tmp_path):
+    cmd = comparison(tmp_path).train_command(
+        "mnmt", Hyper(), seed=1, updates=8, save_dir="s", options=["--log-interval", "7", "--no-save"]
+    )
+    args = parsed(cmd)
+    assert args.log_interval == 7 and args.no_save
+
+
+def test_unknown_system(tmp_path):
+    with pytest.raises(ValueError, match="unknown system 'moe'"):
+        comparison(tmp_path).system_args("moe", Hyper())
+
+
+def test_score_is_sacrebleus():
+    refs = ["the cat sat on the mat", "a dog barked loudly"]
+    signatures = {}
+    same = recipe.score(refs, refs, signatures)
+    assert same == {"bleu": pytest.approx(100.0), "chrf": pytest.approx(100.0)}
+    assert signatures["BLEU"].startswith("nrefs:1") and "chrF" in signatures
+    worse = recipe.score(["the cat", "dog"], refs)
+    assert 0 <= worse["bleu"] < 100 and 0 < worse["chrf"] < 100
+
+
+SIMPLE_LOG = """\
+2026-12-05 07:00:00 | INFO | fairseq_cli.train | num. shared model params: 1,234 (num. trained: 1,234)
+2026-12-05 07:00:01 | INFO | fairseq_cli.train | num. expert model params: 66 (num. trained: 66)
+2026-12-05 07:00:02 | INFO | train_inner | epoch 001:     10 / 40 loss=9.5, ppl=724.1, wps=1500.5, ups=2.5, num_updates=10, lr=0.001
+2026-12-05 07:00:03 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.75 | nll_loss 8.1 | ppl 274.3 | wps 900 | num_updates 10
+2026-12-05 07:00:04 | INFO | train_inner | epoch 001:     20 / 40 loss=8.5, ppl=362, wps=1600, ups=2.6, num_updates=20, lr=0.002
+2026-12-05 07:00:05 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.25 | nll_loss 7.6 | ppl 194 | num_updates 20
+2026-12-05 07:00:06 | INFO | fairseq_cli.train | done training in 6.5 seconds
+"""
+
+
+def test_train_log_simple_format(tmp_path):
+    log = recipe.parse_train_log(SIMPLE_LOG)
+    assert [p["num_updates"] for p in log.progress] == [10, 20] and log.progress[1]["ups"] == 2.6
+    assert [v["num_updates"] for v in log.valid] == ["10", "20"] and log.valid_loss == 8.25
+    assert (log.updates, log.params, log.wall) == (20, 1300, 6.5)
+    path = tmp_path / "train.log"
+    assert recipe.read_train_log(str(path)).updates == 0  # not written yet
+    path.write_text(SIMPLE_LOG.splitlines()[2][:-30] + "\n")  # a line cut while being written
+    assert recipe.read_train_log(str(path)).updates == 0
+
+
+def test_train_log_json_format():
+    text = (
+        '2026-12-05 07:00:02 | INFO | train_inner | {"epoch": 1, "loss": "9.5", "wps": "1500", "num_updates": "10"}\n'
+        'INFO:train_inner:{"epoch": 1, "loss": "8.5", "wps": "1700", "num_updates": "20", "lr": "0.002"}\n'
+    )
+    log = recipe.parse_train_log(text)
+    assert [p["num_updates"] for p in log.progress] == [10.0, 20.0] and log.progress[1]["wps"] == 1700.0
