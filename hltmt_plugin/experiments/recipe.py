@@ -101,18 +101,21 @@ class Comparison:
         ls_langs: Optional[Sequence[str]] = None,
         pool: Optional[int] = None,
         pairs: Optional[Sequence[str]] = None,
+        criterion: Optional[str] = None,
     ) -> List[str]:
         """The task, model and criterion of one system: ``stage`` and ``high_updates`` (the
         update at which stage high gives way to stage all, 0: no switch in this run) are
         HLT-MT's; ``ls_langs`` the languages that get an LS-MNMT module each; ``pool`` HLT-MT's
-        T (default: :func:`pool_size`); ``pairs`` the directions of this run (default: all)."""
+        T (default: :func:`pool_size`); ``pairs`` the directions of this run (default: all);
+        ``criterion`` another criterion than the system's own (HLT-MT's disparity weight then
+        goes: it is an option of HLT-MT's criterion)."""
         if system in ("mnmt", "mnmt-staged"):
             return [
                 *self.task_args(BASELINE_TASK, pairs),
                 "--arch",
                 hyper.baseline_arch,
                 "--criterion",
-                "label_smoothed_cross_entropy",
+                criterion or "label_smoothed_cross_entropy",
             ]
         if system == "hltmt":
             capacity = [
@@ -123,7 +126,7 @@ class Comparison:
                 "--hlt-stage",
                 stage,
                 *(["--high-stage-updates", str(high_updates)] if high_updates else []),
-                *(["--disparity-weight", "1.0"] if stage == "high" else []),
+                *(["--disparity-weight", "1.0"] if stage == "high" and criterion is None else []),
             ]
         elif system == "lsmnmt":
             langs = list(ls_langs or self.langs)
@@ -144,7 +147,7 @@ class Comparison:
             hyper.hltmt_arch,
             *capacity,
             "--criterion",
-            "hltmt_cross_entropy",
+            criterion or "hltmt_cross_entropy",
         ]
 
     def train_command(
@@ -166,6 +169,33 @@ class Comparison:
         driver's own ``options`` (validation, checkpointing, device)."""
         return [
             *fairseq_cli("train"),
+            *self.train_args(
+                system,
+                hyper,
+                seed=seed,
+                updates=updates,
+                save_dir=save_dir,
+                log_interval=log_interval,
+                options=options,
+                **system_options,
+            ),
+        ]
+
+    def train_args(
+        self,
+        system: str,
+        hyper: Hyper,
+        *,
+        seed: int,
+        updates: int,
+        save_dir: str,
+        log_interval: int = 50,
+        options: Sequence[str] = (),
+        **system_options,
+    ) -> List[str]:
+        """:meth:`train_command`'s options, after the program: what fairseq's training parser
+        (or ``fairseq_cli.train``'s ``cli_main`` in this process) reads."""
+        return [
             self.data,
             *self.system_args(system, hyper, **system_options),
             *optimiser_args(hyper),

@@ -91,6 +91,20 @@ def test_driver_options_come_last_and_win(tmp_path):
     assert args.log_interval == 7 and args.no_save
 
 
+def test_another_criterion_and_the_options_after_the_program(tmp_path):
+    c = comparison(tmp_path)
+    own = c.system_args("hltmt", Hyper())
+    assert own[own.index("--criterion") + 1] == "hltmt_cross_entropy" and "--disparity-weight" in own
+    lsce = parsed(
+        c.train_command("hltmt", Hyper(), seed=1, updates=8, save_dir="s", criterion="label_smoothed_cross_entropy")
+    )
+    assert (lsce.criterion, lsce.hlt_stage, lsce.task) == ("label_smoothed_cross_entropy", "high", recipe.PLUGIN_TASK)
+    mnmt = c.system_args("mnmt", Hyper(), criterion="cross_entropy")
+    assert mnmt[mnmt.index("--criterion") + 1] == "cross_entropy"
+    args = dict(seed=2, updates=9, save_dir="s", options=["--no-save"])
+    assert c.train_command("mnmt", Hyper(), **args)[3:] == c.train_args("mnmt", Hyper(), **args)
+
+
 def test_unknown_system(tmp_path):
     with pytest.raises(ValueError, match="unknown system 'moe'"):
         comparison(tmp_path).system_args("moe", Hyper())
