@@ -428,7 +428,7 @@ def memory_worker(args) -> None:
     import ctranslate2
 
     from hltmt_plugin.hub.ct2_engine import _patched_files
-    from hltmt_plugin.export.manifest import read
+    from hltmt_plugin.hub.manifest import read
 
     record = read(args.model)
     base = [g for g in record["models"] if g not in record["patches"]][0]

@@ -1,9 +1,9 @@
-"""An export folder's shape without CTranslate2 (tests/export/test_manifest.py,
+"""An export folder's shape without CTranslate2 (tests/hub/test_manifest.py,
 tests/cli/test_export.py)."""
 
 import os
 
-from hltmt_plugin.export import manifest
+from hltmt_plugin.hub import manifest
 
 
 def make_folder(path, **changes):

@@ -24,7 +24,6 @@ LAYERS = [
     ["peft", "pretrained"],
     ["models"],
     ["tasks", "criterions"],  # the model's public surface only
-    ["export.manifest"],  # the export folder's manifest: read by the hub, written by export
     ["hub"],
     ["export"],  # models that leave fairseq: the CTranslate2 and transformers exports, the model card
     ["cli"],  # the user's commands

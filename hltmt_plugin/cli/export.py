@@ -27,7 +27,7 @@ PROG = "hltmt-export"
 
 def build_parser():
     from hltmt_plugin.cli import add_version
-    from hltmt_plugin.export.manifest import QUANTIZATIONS
+    from hltmt_plugin.hub.manifest import QUANTIZATIONS
 
     from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FOLDER, ArgumentParser, path_option
 
@@ -144,7 +144,7 @@ def engine_load_options(args):
     hltmt-translate's options: ``--engine ctranslate2`` with a checkpoint serves its export,
     made in a temporary folder (removed at exit, on SIGTERM, and after a SIGKILL by the next run)."""
     from hltmt_plugin.errors import HltmtConfigError
-    from hltmt_plugin.export.manifest import is_export
+    from hltmt_plugin.hub.manifest import is_export
 
     engine = {k: v for k, v in (("compute_type", args.compute_type), ("threads", args.threads)) if v is not None}
     exported = is_export(args.checkpoint)

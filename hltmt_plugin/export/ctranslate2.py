@@ -1,6 +1,6 @@
 """Export a checkpoint the translator serves to CTranslate2: one CTranslate2 ``TransformerSpec``
 per group of target languages that go through the same modules, and the manifest
-(:mod:`hltmt_plugin.export.manifest`) that says which group serves which direction.
+(:mod:`hltmt_plugin.hub.manifest`) that says which group serves which direction.
 
 The groups: a model without a pool (fairseq's ``transformer`` of
 ``translation_multi_simple_epoch``, ``hltmt_transformer`` without ``--high-resource-langs``)
@@ -35,9 +35,9 @@ import numpy as np
 
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.export import manifest
-from hltmt_plugin.hub import HltmtTranslator, loading  # noqa: F401  (loading registers the plugin first)
+from hltmt_plugin.hub import HltmtTranslator, loading, manifest  # noqa: F401  (loading registers the plugin first)
 from hltmt_plugin.hub.contract import import_ctranslate2
+from hltmt_plugin.hub.patches import apply_patch, make_patch
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
 QUANTIZATIONS = manifest.QUANTIZATIONS
@@ -109,8 +109,8 @@ def store_once(work: str, models: Dict[str, str]) -> Dict[str, str]:
         path = os.path.join(work, models[group], "model.bin")
         with open(path, "rb") as f:
             other = f.read()
-        patch = manifest.make_patch(base_bytes, other)
-        if patch is None or manifest.apply_patch(base_bytes, patch, path) != other:
+        patch = make_patch(base_bytes, other)
+        if patch is None or apply_patch(base_bytes, patch, path) != other:
             continue
         with open(os.path.join(work, models[group], "model.patch"), "wb") as f:
             f.write(patch)

@@ -2,7 +2,7 @@
 classes that ``AutoModelForSeq2SeqLM.from_pretrained`` loads without ``trust_remote_code``,
 the tokenizer that builds the input as training did, the search settings of fairseq's
 ``generate`` in ``generation_config.json``, a model card and the manifest
-(:mod:`hltmt_plugin.export.manifest`, engine ``transformers``).
+(:mod:`hltmt_plugin.hub.manifest`, engine ``transformers``).
 
 Which class: fairseq's post-norm transformer (its default; the study's models) computes what
 ``MarianMTModel`` computes, layer for layer (attention, residual, then layer norm; no final
@@ -43,10 +43,10 @@ import time
 from typing import Dict, Optional
 
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.export import manifest, model_card
+from hltmt_plugin.export import model_card
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
-from hltmt_plugin.hub import HltmtTranslator
+from hltmt_plugin.hub import HltmtTranslator, manifest
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
 INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'

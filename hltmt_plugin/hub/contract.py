@@ -148,10 +148,10 @@ class ExportedTranslator:
         cls, folder, spm, data, max_tokens, max_sentences, record
     ) -> Tuple[str, int, Optional[int], dict]:
         """``load``'s arguments every engine checks: ``(folder, max_tokens, max_sentences, the folder's
-        manifest)``, the manifest read and checked (:func:`~hltmt_plugin.export.manifest.read`) unless
+        manifest)``, the manifest read and checked (:func:`~hltmt_plugin.hub.manifest.read`) unless
         given; one HltmtConfigError for ``spm`` / ``data`` (an export carries its own) or an export
         for another engine."""
-        from hltmt_plugin.export.manifest import read as read_manifest
+        from hltmt_plugin.hub.manifest import read as read_manifest
 
         folder = os.fspath(folder)
         if spm is not None or data is not None:

@@ -3,7 +3,7 @@ nor fairseq: :meth:`HltmtTranslator.load` of an export folder returns a :class:`
 which has the same ``translate`` / ``translate_batch`` / ``routing`` / ``direction`` and the
 same refusals (:mod:`hltmt_plugin.hub.contract`).
 
-The folder is checked on load (:func:`hltmt_plugin.export.manifest.read`: fields, languages,
+The folder is checked on load (:func:`hltmt_plugin.hub.manifest.read`: fields, languages,
 every file's SHA-256). A call's sentences are prepared as the checkpoint's translator prepares
 them (:mod:`hltmt_plugin.hub.vocabulary`): the sentencepiece pieces of all its lines in one
 call, binarized with the model's dictionary plus end of sentence, the language token that
@@ -27,8 +27,8 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.export.manifest import apply_patch
 from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.patches import apply_patch
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
@@ -140,7 +140,7 @@ class Ct2Translator(contract.ExportedTranslator):
         cuda when CTranslate2 sees one, else cpu); ``compute_type``: CTranslate2's (default: the
         exported weights' type); ``threads``: CTranslate2's threads per translation (default:
         $OMP_NUM_THREADS, else its own choice); ``fp16``: ``compute_type="float16"`` (GPU);
-        ``record``: the folder's manifest when it has been read (:func:`~hltmt_plugin.export.manifest.read`)."""
+        ``record``: the folder's manifest when it has been read (:func:`~hltmt_plugin.hub.manifest.read`)."""
         options = engine_options(device, compute_type, threads, fp16)
         folder, max_tokens, max_sentences, record = cls.load_arguments(
             folder, spm, data, max_tokens, max_sentences, record

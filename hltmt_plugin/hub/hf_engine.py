@@ -3,7 +3,7 @@ the translator's contract: :meth:`HltmtTranslator.load` of such a folder returns
 :class:`HfTranslator`, with the same ``translate`` / ``translate_batch`` / ``routing`` /
 ``direction`` and the same refusals (:mod:`hltmt_plugin.hub.contract`).
 
-The folder is checked on load (:func:`hltmt_plugin.export.manifest.read`). Each sentence is
+The folder is checked on load (:func:`hltmt_plugin.hub.manifest.read`). Each sentence is
 prepared as the checkpoint's translator prepares it: the sentencepiece pieces of the line as the
 dictionary's ids plus end of sentence, the language token ``--encoder-langtok`` puts first. The
 sentences go to the model of their target language's group, sorted by length and batched by

@@ -10,8 +10,8 @@ written by :mod:`hltmt_plugin.export.ctranslate2` and :mod:`hltmt_plugin.export.
     EXPORT_DIR/dict.txt             the shared dictionary the model was trained with
     EXPORT_DIR/models/<group>/      one CTranslate2 model per group of target languages: the first
                                     whole, each other one as the byte ranges of its model.bin that
-                                    differ (model.patch: the routed layer), with its config.json
-                                    and vocabulary
+                                    differ (model.patch, :mod:`hltmt_plugin.hub.patches`: the
+                                    routed layer), with its config.json and vocabulary
 
 The record names the languages (in the order of the model's ``--langs``), the directions the
 model was trained on (``lang_pairs``), the language-token convention (``encoder_langtok``:
@@ -38,8 +38,7 @@ import hashlib
 import json
 import os
 import stat
-import struct
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from hltmt_plugin import records
 from hltmt_plugin.atomic_files import MARKER
@@ -345,47 +344,3 @@ def _check_groups(record: dict, path: str) -> None:
     for group, entry in models.items():
         if not single and entry != f"models/{group}":
             raise HltmtInputError(f"{path}: model {group} must be in models/{group}, not {entry[:60]}")
-
-
-# ---- weights shared by the groups, stored once ---------------------------------------------
-# A group's model.bin is the base group's with a few byte ranges replaced (the routed layer):
-# ``model.patch`` holds PATCH_MAGIC, then (offset, length, bytes) records, offsets and lengths as
-# little-endian uint64. CTranslate2 loads the rebuilt file from memory.
-PATCH_MAGIC = b"HLTMT-PATCH-1\n"
-_RECORD = struct.Struct("<QQ")
-
-
-def make_patch(base: bytes, other: bytes, gap: int = 64) -> Optional[bytes]:
-    """The patch that turns ``base`` into ``other`` (None when their lengths differ)."""
-    import numpy as np
-
-    if len(base) != len(other):
-        return None
-    differ = np.flatnonzero(np.frombuffer(base, np.uint8) != np.frombuffer(other, np.uint8))
-    out = [PATCH_MAGIC]
-    start = 0
-    while start < len(differ):
-        end = start
-        while end + 1 < len(differ) and differ[end + 1] - differ[end] <= gap:
-            end += 1
-        offset, stop = int(differ[start]), int(differ[end]) + 1
-        out += [_RECORD.pack(offset, stop - offset), other[offset:stop]]
-        start = end + 1
-    return b"".join(out)
-
-
-def apply_patch(base: bytes, patch: bytes, where: str) -> bytes:
-    """``base`` with the records of ``patch`` applied; HltmtInputError if ``patch`` does not fit."""
-    if not patch.startswith(PATCH_MAGIC):
-        raise HltmtInputError(f"{where} is not a model patch written by hltmt-export")
-    out, at = bytearray(base), len(PATCH_MAGIC)
-    while at < len(patch):
-        if at + _RECORD.size > len(patch):
-            raise HltmtInputError(f"{where} is cut short")
-        offset, length = _RECORD.unpack_from(patch, at)
-        at += _RECORD.size
-        if offset + length > len(out) or at + length > len(patch):
-            raise HltmtInputError(f"{where} does not fit the model it patches")
-        out[offset : offset + length] = patch[at : at + length]
-        at += length
-    return bytes(out)

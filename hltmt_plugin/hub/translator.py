@@ -51,9 +51,9 @@ import numpy as np
 import hltmt_plugin
 from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.export.manifest import is_export
-from hltmt_plugin.export.manifest import read as read_manifest
 from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.manifest import is_export
+from hltmt_plugin.hub.manifest import read as read_manifest
 from hltmt_plugin.hub.results import Translation
 
 if TYPE_CHECKING:  # torch and fairseq are imported once a checkpoint is loaded: an export folder needs neither

@@ -1,4 +1,4 @@
-"""hltmt_plugin.export.manifest: an export folder is checked on load like a checkpoint is:
+"""hltmt_plugin.hub.manifest: an export folder is checked on load like a checkpoint is:
 its record, its languages and groups, and every file by content (no CTranslate2 needed)."""
 
 import json
@@ -8,7 +8,7 @@ import pytest
 
 from export_common import make_folder
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.export import manifest
+from hltmt_plugin.hub import manifest
 
 
 def test_the_folder_as_written_is_read(tmp_path):
@@ -51,22 +51,6 @@ def test_a_record_that_does_not_hold_together_is_refused(tmp_path, changes, mess
     folder = make_folder(tmp_path / "f", **changes)
     with pytest.raises(HltmtInputError, match=message):
         manifest.read(folder)
-
-
-def test_a_patch_rebuilds_the_other_file_exactly_and_a_bad_one_is_refused():
-    base = bytes(range(256)) * 40
-    other = bytearray(base)
-    other[10:20] = b"x" * 10
-    other[5000] = 7
-    patch = manifest.make_patch(base, bytes(other))
-    assert manifest.apply_patch(base, patch, "p") == bytes(other)
-    assert len(patch) < 200 and manifest.make_patch(base, base + b"!") is None
-    with pytest.raises(HltmtInputError, match="p is cut short"):
-        manifest.apply_patch(base, patch[: len(manifest.PATCH_MAGIC) + 5], "p")
-    with pytest.raises(HltmtInputError, match="not a model patch"):
-        manifest.apply_patch(base, b"junk", "p")
-    with pytest.raises(HltmtInputError, match="does not fit"):
-        manifest.apply_patch(base[:100], patch, "p")
 
 
 def test_a_patch_must_apply_to_a_model_stored_whole(tmp_path):
