@@ -11,12 +11,16 @@ docs/benchmarks.md means the same thing whichever script wrote it.
 - :func:`stamp`, :func:`span`, :func:`add_spans`: (wall, CPU) readings and the spans between them;
 - :func:`rss_mib`: this process's current and peak resident memory;
 - :func:`run_measured`: a child process's wall time, peak resident memory and output;
+- :func:`child_env`: the environment of every measured child process (its threads);
+- :func:`timed`, :func:`run_fairseq`: fairseq-train or fairseq-generate itself in this
+  process, its steps (each update, task set-up, model build, data, checkpoints) stamped;
 - :func:`median`: the median of the values that were measured (``None`` left out).
 """
 
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -116,6 +120,77 @@ def run_measured(
         wall = time.perf_counter() - start
         out.seek(0)
         return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024.0, out.read()
+
+
+def child_env(threads: Optional[int] = None, **extra: str) -> dict:
+    """The environment of a measured child process: Python's warnings off, ``threads`` OpenMP and
+    MKL threads (default: ``OMP_NUM_THREADS`` as set here, else 1), and ``extra`` variables."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", **extra)
+    if threads is None:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    else:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
+
+
+def timed(owner, name: str, record: dict, key: str, after: Optional[Callable] = None):
+    """Wrap ``owner.name`` so that each call appends its (start, end) stamps to ``record[key]``;
+    ``after(args, result)``, when given, runs after the end stamp (outside the span)."""
+    inner = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        start, result = stamp(), None
+        try:
+            result = inner(*args, **kwargs)
+            return result
+        finally:
+            record.setdefault(key, []).append((start, stamp()))
+            if after is not None:
+                after(args, result)
+
+    setattr(owner, name, wrapper)
+    return wrapper
+
+
+def run_fairseq(kind: str, argv: List[str]) -> dict:
+    """fairseq-train or fairseq-generate itself (``kind``; fairseq_cli's ``cli_main`` on
+    ``argv``) in this process, its steps stamped: the (start, end) stamps of every call of
+    setup_task, load_dataset, build_model, inference_step, train_step (each update; its target
+    tokens in ``step_tokens``), get_train_iterator, save_checkpoint and load_model_ensemble,
+    the stamps at the ``start`` (before fairseq's imports) and the ``end``, and the peak
+    resident memory (``peak_rss_mib``)."""
+    start = stamp()
+    import fairseq.checkpoint_utils as cu
+    import fairseq.tasks as ft
+    from fairseq.trainer import Trainer
+
+    record = {"start": start}
+    setup = ft.setup_task
+
+    def setup_task(*args, **kwargs):
+        t = stamp()
+        task = setup(*args, **kwargs)
+        record.setdefault("setup_task", []).append((t, stamp()))
+        for method in ("load_dataset", "build_model", "inference_step"):
+            timed(task, method, record, method)
+        return task
+
+    ft.setup_task = setup_task
+    tokens = record.setdefault("step_tokens", [])
+    count = lambda args, _: tokens.append(sum(int(s.get("ntokens", 0)) for s in args[1] if s))  # noqa: E731
+    timed(Trainer, "train_step", record, "train_step", after=count)
+    timed(Trainer, "get_train_iterator", record, "get_train_iterator")
+    timed(cu, "save_checkpoint", record, "save_checkpoint")
+    timed(cu, "load_model_ensemble", record, "load_model_ensemble")
+    sys.argv = [kind] + list(argv)
+    if kind == "fairseq-train":
+        from fairseq_cli.train import cli_main
+    else:
+        from fairseq_cli.generate import cli_main
+    cli_main()
+    record["end"] = stamp()
+    record["peak_rss_mib"] = rss_mib()[1]
+    return record
 
 
 def median(values: Iterable[Optional[float]]) -> Optional[float]:

@@ -99,3 +99,26 @@ def test_run_measured_gives_the_exit_code_output_and_peak_memory_of_the_child(tm
 def test_median_leaves_out_what_was_not_measured():
     assert timing.median([3.0, None, 1.0, 2.0]) == 2.0
     assert timing.median([None, None]) is None
+
+
+def test_a_child_gets_its_threads_and_no_warnings(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert timing.child_env()["OMP_NUM_THREADS"] == "3" and timing.child_env()["PYTHONWARNINGS"] == "ignore"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert timing.child_env()["OMP_NUM_THREADS"] == "1" and "MKL_NUM_THREADS" not in timing.child_env()
+    two = timing.child_env(2, PYTHONPATH="/x")
+    assert (two["OMP_NUM_THREADS"], two["MKL_NUM_THREADS"], two["PYTHONPATH"]) == ("2", "2", "/x")
+
+
+def test_timed_stamps_every_call_and_runs_after_outside_the_span():
+    class Owner:
+        def work(self, seconds):
+            busy(seconds)
+            return seconds
+
+    record, seen = {}, []
+    timing.timed(Owner, "work", record, "work", after=lambda args, result: (busy(0.05), seen.append(result)))
+    assert Owner().work(0.02) == 0.02 and Owner().work(0.0) == 0.0
+    assert seen == [0.02, 0.0] and len(record["work"]) == 2
+    spans = [timing.span(a, b) for a, b in record["work"]]
+    assert 0.02 <= spans[0]["cpu"] < 0.05 and spans[1]["cpu"] < 0.03  # after's 0.05 s left out
