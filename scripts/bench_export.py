@@ -83,24 +83,21 @@ def parse_args(argv=None):
     return args
 
 
-def short(en: str, xx: str, max_en: int = 12, max_xx: int = 16) -> bool:
-    """The study's rule for a segment pair it keeps."""
-    return 0 < len(en.split()) <= max_en and 0 < len(xx.split()) <= max_xx
+SEGMENT_WORDS = (12, 16)  # the study's short segments: at most 12 English and 16 target words
 
 
 def select_items(directions, per_direction):
-    """[(src, tgt, text, reference)]: the first ``per_direction`` short test segments of each direction."""
+    """[(src, tgt, text, reference)]: the first ``per_direction`` short test segments of each
+    direction (hltmt-prepare-data's --segment-words 12,16)."""
+    from hltmt_plugin.cli.prepare_data import load_pair
+
     items = []
     for direction in directions:
         src, tgt = direction.split("-")
         other = tgt if src == "en" else src
-        with (
-            open(os.path.join(RAW, f"test.en-{other}.{src}"), encoding="utf-8") as f_src,
-            open(os.path.join(RAW, f"test.en-{other}.{tgt}"), encoding="utf-8") as f_tgt,
-        ):
-            pairs = [(a.strip(), b.strip()) for a, b in zip(f_src, f_tgt)]
-        kept = [(a, b) for a, b in pairs if short(a if src == "en" else b, b if src == "en" else a)]
-        items += [(src, tgt, a, b) for a, b in kept[:per_direction]]
+        en, xx = load_pair(RAW, "test", other, per_direction, SEGMENT_WORDS)
+        pairs = zip(en, xx) if src == "en" else zip(xx, en)
+        items += [(src, tgt, a.strip(), b.strip()) for a, b in pairs]
     return items
 
 
@@ -295,7 +292,7 @@ def sizes(paths):
 
 def quality(runs, items):
     """Identical lines, BLEU and chrF of every engine's one-thread batch output."""
-    import sacrebleu
+    from hltmt_plugin.experiments.recipe import score
 
     refs = [i[3] for i in items]
     out = {}
@@ -307,12 +304,12 @@ def quality(runs, items):
         out[(run["model"], run["engine"])] = hyps
     table = {}
     for (name, engine), hyps in out.items():
-        base = out[(name, "checkpoint")]
+        base, scores = out[(name, "checkpoint")], score(hyps, refs)
         table[f"{name}/{engine}"] = {
             "identical": sum(a == b for a, b in zip(hyps, base)),
             "lines": len(hyps),
-            "bleu": round(sacrebleu.corpus_bleu(hyps, [refs]).score, 2),
-            "chrf": round(sacrebleu.corpus_chrf(hyps, [refs]).score, 2),
+            "bleu": round(scores["bleu"], 2),
+            "chrf": round(scores["chrf"], 2),
         }
     return table
 

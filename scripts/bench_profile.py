@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 
-from bench_systems import BENCH, BenchError, child_env, fairseq_train_cmd
-from timing import span, stamp
+from bench_systems import BENCH, BenchError, fairseq_train_cmd
+from timing import child_env, span, stamp
 
 # (phase, module, owner, attribute) of the methods timed as phases of a training step, an
 # attribute None for a module-level function (owner is then its name); indented phases are
@@ -81,17 +81,10 @@ PHASE_SPOTS = [
     ("      label-smoothed NLL", "fairseq.criterions.label_smoothed_cross_entropy", "label_smoothed_nll_loss", None),
     ("      label-smoothed NLL", "hltmt_plugin.criterions.hltmt_cross_entropy", "label_smoothed_nll_loss", None),
     ("    backward", "fairseq.optim.fairseq_optimizer", "FairseqOptimizer", "backward"),
-    ("  HLT-MT: _note_gradients", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask", "_note_gradients"),
     ("  HLT-MT: idle-gradient rule, note", "hltmt_plugin.tasks.distributed", "IdleGradients", "note"),
     ("  clip_grad_norm", "fairseq.trainer", "Trainer", "clip_grad_norm"),
     ("  task.optimizer_step", "fairseq.tasks.fairseq_task", "FairseqTask", "optimizer_step"),
     ("  task.optimizer_step", "hltmt_plugin.tasks.hltmt_translation", "HltmtTranslationTask", "optimizer_step"),
-    (
-        "    HLT-MT: _drop_idle_gradients",
-        "hltmt_plugin.tasks.hltmt_translation",
-        "HltmtTranslationTask",
-        "_drop_idle_gradients",
-    ),
     ("    HLT-MT: idle-gradient rule, drop", "hltmt_plugin.tasks.distributed", "IdleGradients", "drop"),
     ("    Adam step", "fairseq.optim.adam", "Adam", "step"),
     ("  set_num_updates", "fairseq.trainer", "Trainer", "set_num_updates"),

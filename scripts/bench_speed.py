@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from bench_systems import BENCH, DTYPES, PLUGIN, batches, build, flops, for_model, pairs_of, train_step_fn
+from bench_systems import BENCH, DTYPES, batches, build, comparison, flops, for_model, train_step_fn
+from hltmt_plugin.experiments.recipe import PLUGIN_TASK
 from timing import Clock, alternating, median
 
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
@@ -46,8 +47,12 @@ def time_training(args, systems, samples):
             + " words/s",
             flush=True,
         )
-    work = {name: flops(lambda: [step(s, i) for i, s in enumerate(samples)]) for name, step in steps.items()}
-    return rates, work
+    return rates, training_work(steps, samples)
+
+
+def training_work(steps, samples):
+    """The arithmetic (FLOPs) of each training step function's pass over ``samples``."""
+    return {name: flops(lambda step=step: [step(s, i) for i, s in enumerate(samples)]) for name, step in steps.items()}
 
 
 def generation_setup(args, direction):
@@ -56,28 +61,12 @@ def generation_setup(args, direction):
     from fairseq import options, tasks, utils
 
     src, tgt = direction.split("-")
-    langs, _ = pairs_of(args)
     inference = options.parse_args_and_arch(
         options.get_generation_parser(),
         [
             args.data,
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            "hltmt_translation",
-            "--langs",
-            ",".join(langs),
-            "--lang-pairs",
-            direction,
-            "--encoder-langtok",
-            "tgt",
-            "--enable-lang-ids",
-            "-s",
-            src,
-            "-t",
-            tgt,
-            "--path",
-            BENCH,
+            *comparison(args).task_args(PLUGIN_TASK, [direction]),
+            *["--enable-lang-ids", "-s", src, "-t", tgt, "--path", BENCH],
         ],
     )
     task = tasks.setup_task(inference)  # the data side only: the models are the ones being timed
@@ -161,12 +150,19 @@ def time_generation(args, systems, directions):
     return rates, work
 
 
-def one_direction(sample, task, lang):
-    """A copy of sample whose rows all carry lang's target-language token."""
-    src = sample["net_input"]["src_tokens"].clone()
+def one_direction(sample, task, tgt_lang, src_lang="en", lang_ids=False):
+    """A copy of ``sample`` whose rows all carry ``tgt_lang``'s target-language token (and with
+    ``lang_ids`` the language ids of ``src_lang``-``tgt_lang`` as well): the same tokens, so the
+    same arithmetic, but one routing group in every routed layer."""
+    net = dict(sample["net_input"])
+    src = net["src_tokens"].clone()
     first = src.ne(task.source_dictionary.pad()).long().argmax(dim=1)
-    src[torch.arange(src.size(0)), first] = task.data_manager.get_encoder_langtok("en", lang, "tgt")
-    return {**sample, "net_input": {**sample["net_input"], "src_tokens": src}}
+    src[torch.arange(src.size(0)), first] = task.data_manager.get_encoder_langtok(src_lang, tgt_lang, "tgt")
+    net["src_tokens"] = src
+    for key, lang in (("src_lang_id", src_lang), ("tgt_lang_id", tgt_lang)) if lang_ids else ():
+        if key in net:
+            net[key] = torch.full_like(net[key], task.data_manager.lang_dict.index(lang))
+    return {**sample, "net_input": net}
 
 
 def time_pair(args, system, first, second):

@@ -2,18 +2,17 @@
 plain fairseq transformer built in this process on one task (:func:`build`), the real
 multilingual training batches (:func:`batches`), one training step (:func:`train_step_fn`),
 the arithmetic of a piece of work (:func:`flops`), the languages a data folder holds
-(:func:`derive_languages`), and the same systems as ``fairseq-train`` command lines
-(:func:`fairseq_train_cmd`)."""
+(:func:`derive_languages`), and the same systems as ``fairseq-train`` command lines (the
+experiment recipe's, :func:`fairseq_train_cmd`)."""
 
 import inspect
 import os
 
 import torch
 
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW, pool_size
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW
+from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, high_among, pool_size
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 # the command the benchmarks' child processes run (python scripts/bench.py --...-child SPEC)
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
 
@@ -33,13 +32,18 @@ ARCHS = {
     "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
     "base": ("transformer", "hltmt_transformer"),
 }
+LR = 1e-4  # every bench's learning rate (speed only: the rate does not change a step's cost)
+# what a bench's fairseq-train run adds to the recipe's line: fairseq's own order of the data
+# (its default, concat: no temperature sampling), nothing saved, no validation
+BENCH_RUN = ["--sampling-method", "concat", "--no-save", "--disable-validation"]
 
-# name -> (HLT-MT?, criterion); every run trains the stage-high directions (each high-resource
-# language with English, both ways) on the same batches; HLT-MT routes hard at every update
+# name -> (the recipe's system, criterion other than its own); every run trains the stage-high
+# directions (each high-resource language with English, both ways) on the same batches;
+# HLT-MT routes hard at every update
 TRAIN_SYSTEMS = {
-    "baseline": (False, "label_smoothed_cross_entropy"),
-    "hltmt": (True, "hltmt_cross_entropy"),
-    "hltmt lsce": (True, "label_smoothed_cross_entropy"),  # the same model, fairseq's criterion
+    "baseline": ("mnmt", None),
+    "hltmt": ("hltmt", None),
+    "hltmt lsce": ("hltmt", "label_smoothed_cross_entropy"),  # the same model, fairseq's criterion
 }
 
 
@@ -47,9 +51,16 @@ class BenchError(Exception):
     pass
 
 
-def pairs_of(args):
+def hyper(size, max_tokens):
+    """The recipe's hyper-parameters at the bench's model size, batch and learning rate."""
+    return Hyper(hltmt_arch=ARCHS[size][1], baseline_arch=ARCHS[size][0], lr=LR, max_tokens=max_tokens)
+
+
+def comparison(args, pairs=None):
+    """The recipe's comparison of --data, --langs and --high: every direction of --langs
+    unless ``pairs`` says which, on the CPU unless --device says otherwise."""
     langs = args.langs.split(",")
-    return ["en"] + langs, [f"en-{x}" for x in langs] + [f"{x}-en" for x in langs]
+    return Comparison(args.data, langs, list(pairs or directions(langs)), args.high.split(","), args.device == "cpu")
 
 
 def data_languages(data):
@@ -100,7 +111,7 @@ def derive_languages(args):
             f"(it has {','.join(found) or 'none'})"
         )
     if args.high is None:
-        high = [x for x in DEBMT10_HIGH if x in langs]
+        high = high_among(langs, DEBMT10_HIGH)
         if not high or not set(langs) <= set(DEBMT10_HIGH + DEBMT10_LOW):
             sizes = {x: train_sentences(args.data, x) for x in langs}
             top = max(sizes.values()) if sizes else 0
@@ -120,44 +131,19 @@ def derive_languages(args):
 
 
 def build(args, name):
+    """System ``name`` built in this process as fairseq-train builds it (seed 1), on the plugin's
+    task for every system (the same batches; the baseline leaves the language ids out)."""
     from fairseq import options, tasks
 
     is_hltmt, extra = SYSTEMS[name]
-    langs, pairs = pairs_of(args)
-    pairs = getattr(args, "pairs", None) or pairs
     cli = [
         args.data,
-        "--user-dir",
-        PLUGIN,
-        "--task",
-        "hltmt_translation",
-        "--arch",
-        ARCHS[args.size][is_hltmt],
-        "--langs",
-        ",".join(langs),
-        "--lang-pairs",
-        ",".join(pairs),
-        "--encoder-langtok",
-        "tgt",
-        "--enable-lang-ids",
-        "--hlt-stage",
-        "all",
-        "--max-tokens",
-        str(args.max_tokens),
-        "--optimizer",
-        "adam",
-        "--lr",
-        "1e-4",
-        "--dropout",
-        "0.1",
-        "--seed",
-        "1",
-        *extra,
+        *comparison(args, getattr(args, "pairs", None)).system_args(
+            "hltmt" if is_hltmt else "mnmt", hyper(args.size, args.max_tokens), stage="all", pool=args.pool_size
+        ),
+        *["--task", PLUGIN_TASK, "--enable-lang-ids", "--hlt-stage", "all", "--max-tokens", str(args.max_tokens)],
+        *["--optimizer", "adam", "--lr", str(LR), "--dropout", "0.1", "--seed", "1", *extra],
     ]
-    if is_hltmt:
-        cli += ["--high-resource-langs", args.high, "--slp-pool-size", str(args.pool_size)]
-    if args.device == "cpu":
-        cli.append("--cpu")
     parsed = options.parse_args_and_arch(options.get_training_parser(), cli)
     task = tasks.setup_task(parsed)
     torch.manual_seed(1)
@@ -230,75 +216,24 @@ def flops(fn):
 
 
 def high_pairs(args):
-    high = args.high.split(",")
-    return [f"en-{x}" for x in high] + [f"{x}-en" for x in high]
+    return directions(args.high.split(","))
 
 
 def fairseq_train_cmd(args, system, size, save_dir, updates):
-    """fairseq-train of one system: plain ``transformer`` on fairseq's own
-    ``translation_multi_simple_epoch`` task, or ``hltmt_transformer`` of the same sizes on
-    ``hltmt_translation`` (stage high, hard routing at every update); same data, options and
-    seed, so the same batches."""
-    is_hltmt, criterion = TRAIN_SYSTEMS[system]
-    langs, _ = pairs_of(args)
-    cli = [
-        args.data,
-        "--user-dir",
-        PLUGIN,
-        "--langs",
-        ",".join(langs),
-        "--lang-pairs",
-        ",".join(high_pairs(args)),
-        "--encoder-langtok",
-        "tgt",
-        "--arch",
-        ARCHS[size][is_hltmt],
-        "--criterion",
-        criterion,
-        "--label-smoothing",
-        "0.1",
-        "--optimizer",
-        "adam",
-        "--lr",
-        "1e-4",
-        "--dropout",
-        "0.1",
-        "--seed",
-        "1",
-        "--max-tokens",
-        str(args.max_tokens),
-        "--max-update",
-        str(updates),
-        "--log-format",
-        "json",
-        "--log-interval",
-        str(args.train_log_interval),
-        "--save-dir",
-        save_dir,
-        "--no-save",
-        "--disable-validation",
-    ]
-    if is_hltmt:
-        cli += [
-            "--task",
-            "hltmt_translation",
-            "--high-resource-langs",
-            args.high,
-            "--slp-pool-size",
-            str(args.pool_size),
-            "--hlt-stage",
-            "high",
-            "--slp-hard-prob",
-            "1",
-        ]
-    else:
-        cli += ["--task", "translation_multi_simple_epoch"]
-    if args.device == "cpu":
-        cli.append("--cpu")
-    return cli
-
-
-def child_env():
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return env
+    """fairseq-train's options (after the program) of one system: the recipe's plain
+    ``transformer`` on fairseq's own ``translation_multi_simple_epoch`` task, or HLT-MT of the
+    same sizes on ``hltmt_translation`` (stage high, hard routing at every update); the
+    stage-high directions, the same data, options and seed, so the same batches; a JSON
+    progress line every --train-log-interval updates."""
+    recipe_system, criterion = TRAIN_SYSTEMS[system]
+    return comparison(args, high_pairs(args)).train_args(
+        recipe_system,
+        hyper(size, args.max_tokens),
+        seed=1,
+        updates=updates,
+        save_dir=save_dir,
+        log_interval=args.train_log_interval,
+        options=[*BENCH_RUN, "--log-format", "json", *(["--slp-hard-prob", "1"] if recipe_system == "hltmt" else [])],
+        pool=args.pool_size,
+        criterion=criterion,
+    )

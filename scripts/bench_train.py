@@ -11,7 +11,6 @@ ratio the arithmetic predicts; the table, the JSON figures (with ``--profile``: 
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import time
 import torch
 
 from bench_profile import profile_fairseq_train, run_pair
+from bench_speed import training_work
 from bench_systems import (
     ARCHS,
     BENCH,
@@ -27,15 +27,12 @@ from bench_systems import (
     BenchError,
     batches,
     build,
-    child_env,
     fairseq_train_cmd,
-    flops,
     high_pairs,
     train_step_fn,
 )
-from timing import median, span, stamp
-
-TRAIN_INNER = re.compile(r"\btrain_inner\b[ |:]*(\{.*\})\s*$")
+from hltmt_plugin.experiments.recipe import parse_train_log
+from timing import add_spans, child_env, median, run_fairseq, span
 
 
 def parse_train_options(args):
@@ -67,46 +64,16 @@ def parse_train_options(args):
     args.train_sizes, args.train_updates = ",".join(sizes), updates
 
 
-def train_log(stdout):
-    """The ``train_inner`` records of a ``--log-format json`` fairseq-train log (fairseq's own
-    format, ``... | INFO | train_inner | {...}``, or the logging default, ``INFO:train_inner:{...}``)."""
-    out = []
-    for line in stdout.splitlines():
-        found = TRAIN_INNER.search(line)
-        if found:
-            out.append(json.loads(found.group(1)))
-    return out
-
-
 def profile_child(spec_path):
-    """fairseq-train itself (fairseq_cli.train's cli_main) with each update's wall and CPU time
-    noted after a warm-up; the result goes to spec["out"]."""
+    """fairseq-train itself (:func:`timing.run_fairseq`), the wall and CPU time and the target
+    words of its updates after ``spec["warmup"]`` of them; the result goes to spec["out"]."""
     with open(spec_path) as f:
         spec = json.load(f)
-    from fairseq.trainer import Trainer
-
-    state = {"n": 0, "wall": 0.0, "cpu": 0.0, "words": 0}
-    inner = Trainer.train_step
-
-    def train_step(self, samples, *a, **k):
-        state["n"] += 1
-        start = stamp()
-        try:
-            return inner(self, samples, *a, **k)
-        finally:
-            if spec["warmup"] < state["n"] <= spec["warmup"] + spec["updates"]:
-                spent = span(start, stamp())
-                state["cpu"] += spent["cpu"]
-                state["wall"] += spent["wall"]
-                state["words"] += sum(int(s.get("ntokens", 0)) for s in samples if s)
-
-    Trainer.train_step = train_step
-    sys.argv = ["fairseq-train"] + spec["argv"]
-    from fairseq_cli.train import cli_main
-
-    cli_main()
+    record = run_fairseq("fairseq-train", spec["argv"])
+    window = slice(spec["warmup"], spec["warmup"] + spec["updates"])
+    spent = add_spans(*(span(a, b) for a, b in record["train_step"][window]))
     with open(spec["out"], "w") as f:
-        json.dump({"wall": state["wall"], "cpu": state["cpu"], "words": state["words"]}, f)
+        json.dump({"wall": spent["wall"], "cpu": spent["cpu"], "words": sum(record["step_tokens"][window])}, f)
     return 0
 
 
@@ -136,7 +103,7 @@ def run_fairseq_train(args, system, size, updates):
             raise BenchError(f"fairseq-train of {system} ({size}) failed:\n{(done.stdout + done.stderr)[-3000:]}")
         with open(out) as f:
             timed = json.load(f)
-    records = train_log(done.stdout + done.stderr)
+    records = parse_train_log(done.stdout + done.stderr).progress
     if len(records) < 2:
         raise BenchError(
             f"fairseq-train of {system} ({size}) logged {len(records)} interval(s): raise "
@@ -144,8 +111,8 @@ def run_fairseq_train(args, system, size, updates):
         )
     later = records[1:]
     return {
-        "wps": median(float(r["wps"]) for r in later),
-        "wps_intervals": [float(r["wps"]) for r in records],
+        "wps": median(r["wps"] for r in later),
+        "wps_intervals": [r["wps"] for r in records],
         "cpu_wps": timed["words"] / timed["cpu"],
         "step_wall_wps": timed["words"] / timed["wall"],
         "batches": [(r["wpb"], r["bsz"]) for r in records],
@@ -158,10 +125,7 @@ def predicted_train_ratio(args, size, n):
     sub.size, sub.pairs = size, high_pairs(args)
     systems = {name: build(sub, name) for name in ("baseline", "hltmt")}
     samples = batches(sub, systems["hltmt"]["task"], n)
-    work = {
-        name: flops(lambda s=system: [train_step_fn(sub, s)(b, i) for i, b in enumerate(samples)])
-        for name, system in systems.items()
-    }
+    work = training_work({name: train_step_fn(sub, system) for name, system in systems.items()}, samples)
     return work["hltmt"] / work["baseline"]
 
 

@@ -38,11 +38,12 @@ import subprocess
 import sys
 import time
 
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS, pool_size
-from timing import median, run_measured
+from hltmt_plugin.cli import PLUGIN
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
+from hltmt_plugin.experiments import recipe
+from timing import child_env, median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 LANGS = DEBMT10_LANGS
 HIGH = DEBMT10_HIGH
@@ -62,14 +63,21 @@ def check_call(cmd, log_path):
 
 
 def directions(langs):
-    return [("en", x) for x in langs] + [(x, "en") for x in langs]
+    return [tuple(d.split("-")) for d in recipe.directions(langs)]
 
 
 def sentences(raw, src, tgt, n):
+    """The first ``n`` test sentences of ``src``-``tgt`` (hltmt-prepare-data's reading of the
+    test set); one error line when they cannot be read."""
+    from hltmt_plugin.cli.prepare_data import load_pair
+    from hltmt_plugin.errors import HltmtError
+
     other = tgt if src == "en" else src
-    with open(os.path.join(raw, f"test.en-{other}.{src}"), encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
-    return lines[:n]
+    try:
+        en, xx = load_pair(raw, "test", other, n)
+    except HltmtError as error:
+        sys.exit(f"bench_translate: error: {error}")
+    return en if src == "en" else xx
 
 
 def select_items(raw, langs, n):
@@ -92,63 +100,21 @@ def by_direction(items):
 
 
 def train_command(args, data, save):
-    """fairseq-train of HLT-MT hltmt_transformer_tiny on ``data`` (half stage high, half all)."""
-    from hltmt_plugin.cli import fairseq_cli
-
-    high = [x for x in HIGH if x in args.langs]
-    return [
-        *fairseq_cli("train"),
-        os.path.join(data, "bin"),
-        "--user-dir",
-        PLUGIN,
-        "--task",
-        "hltmt_translation",
-        "--arch",
-        "hltmt_transformer_tiny",
-        "--langs",
-        ",".join(["en"] + args.langs),
-        "--lang-pairs",
-        ",".join(f"{s}-{t}" for s, t in directions(args.langs)),
-        "--encoder-langtok",
-        "tgt",
-        "--high-resource-langs",
-        ",".join(high),
-        "--slp-pool-size",
-        str(pool_size(high)),
-        "--criterion",
-        "hltmt_cross_entropy",
-        "--label-smoothing",
-        "0.1",
-        "--optimizer",
-        "adam",
-        "--adam-betas",
-        "(0.9,0.98)",
-        "--lr",
-        "3e-3",
-        "--lr-scheduler",
-        "inverse_sqrt",
-        "--warmup-updates",
-        str(max(1, args.train_updates // 4)),
-        "--dropout",
-        "0.1",
-        "--max-tokens",
-        "4096",
-        "--max-update",
-        str(args.train_updates),
-        "--high-stage-updates",
-        str(args.train_updates // 2),
-        "--sampling-method",
-        "temperature",
-        "--sampling-temperature",
-        "5",
-        "--save-dir",
-        save,
-        "--no-epoch-checkpoints",
-        "--disable-validation",
-        "--seed",
-        "1",
-        *(["--cpu"] if args.device == "cpu" else []),
-    ]
+    """fairseq-train of HLT-MT hltmt_transformer_tiny on ``data`` (the recipe's, half stage
+    high, half all), checkpoints in ``save``, no validation."""
+    langs = args.langs
+    comparison = recipe.Comparison(
+        os.path.join(data, "bin"), langs, recipe.directions(langs), recipe.high_among(langs, HIGH), args.device == "cpu"
+    )
+    return comparison.train_command(
+        "hltmt",
+        recipe.Hyper(warmup=max(1, args.train_updates // 4)),
+        seed=1,
+        updates=args.train_updates,
+        save_dir=save,
+        options=["--disable-validation"],
+        high_updates=args.train_updates // 2,
+    )
 
 
 def prepare_model(args):
@@ -509,17 +475,6 @@ def build_parser():
     return p
 
 
-def child_env(threads):
-    """The environment of every measured process: ``threads`` OpenMP / MKL threads, the plugin importable."""
-    return dict(
-        os.environ,
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-        PYTHONWARNINGS="ignore",
-        PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-    )
-
-
 def main(argv=None):
     args = build_parser().parse_args(argv)
     args.langs = [x.strip() for x in args.langs.split(",") if x.strip()]
@@ -541,7 +496,8 @@ def main(argv=None):
         f"beam {args.beam}, max length {args.max_len}, {args.max_tokens} tokens per batch, {args.threads} thread(s), "
         f"{args.rounds} round(s)"
     )
-    runs = run_rounds(args, items, items_path, child_env(args.threads), work)
+    env = child_env(args.threads, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    runs = run_rounds(args, items, items_path, env, work)
 
     n = len(items)
     table = mode_table(runs, n)

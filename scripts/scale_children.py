@@ -9,7 +9,8 @@ measure starts from the same state and its memory and caches end with it:
 - ``fairseq``: fairseq-train or fairseq-generate itself, its steps timed;
 - ``speed``: training words/s of the systems on the same mixed-direction batches.
 
-Also here: the fairseq-train and fairseq-generate options of each system.
+Also here: the fairseq-train (the experiment recipe's) and fairseq-generate options of each
+system.
 """
 
 import argparse
@@ -22,11 +23,11 @@ import tempfile
 import time
 import traceback
 
-from scale_corpus import ROOT, ScaleError, high_and_pool, pairs_of
-from timing import rss_mib, span, stamp
+from bench_systems import ADAPTERS, LR, SKILLS
+from hltmt_plugin.experiments.recipe import BASELINE_TASK, PLUGIN_TASK, Comparison, Hyper, directions, optimiser_args
+from scale_corpus import ScaleError, high_and_pool
+from timing import rss_mib, run_fairseq, span, stamp
 
-SCRIPTS = os.path.join(ROOT, "scripts")
-PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
 BENCH_NAME = {
     "mnmt": "baseline",
@@ -34,8 +35,6 @@ BENCH_NAME = {
     "hltmt+adapters": "hltmt+adapters",
     "hltmt+skills": "hltmt+skills",
 }  # scripts/bench.py's names
-ADAPTERS = ["--language-adapters", "--shared-adapters", "--decoder-adapters", "--invertible-adapters"]
-SKILLS = ["--skill-ffn", "--skill-attention"]
 GEN_SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters"]
 GEN_DIRECTION = ("en", "fr")
 
@@ -77,115 +76,51 @@ def child_prepare(spec):
     return {"spans": {k: span(t[p], t[k]) for p, k in zip(keys, keys[1:])}}
 
 
+def comparison(spec):
+    """The recipe's comparison of a K's data: every direction of its languages, on the CPU."""
+    langs = spec["langs"]
+    return Comparison(spec["data"], langs, directions(langs), high_and_pool(langs)[0])
+
+
 def training_args(spec, system, save_dir=None):
-    """fairseq-train options of one system (see the module doc)."""
+    """fairseq-train's options (after the program) of one system: the recipe's, HLT-MT in stage
+    high with every language but the high-resource ones a pivot (so that all 2K directions
+    train from the start), hard routing at every update, and its adapters or skills; with
+    ``save_dir`` a run of ``spec["updates"]`` updates, a JSON progress line each, no
+    validation (without it: the options task set-up reads)."""
     langs = spec["langs"]
     high, pool = high_and_pool(langs)
-    cli = [
-        spec["data"],
-        "--user-dir",
-        PLUGIN,
-        "--langs",
-        ",".join(["en"] + langs),
-        "--lang-pairs",
-        ",".join(pairs_of(langs)),
-        "--encoder-langtok",
-        "tgt",
-        "--max-tokens",
-        str(spec["max_tokens"]),
-        "--optimizer",
-        "adam",
-        "--lr",
-        "1e-4",
-        "--dropout",
-        "0.1",
-        "--seed",
-        "1",
-        "--cpu",
-        "--label-smoothing",
-        "0.1",
-    ]
-    if system == "mnmt":
-        cli += [
-            "--task",
-            "translation_multi_simple_epoch",
-            "--arch",
-            "transformer_hltmt_tiny",
-            "--criterion",
-            "label_smoothed_cross_entropy",
-        ]
-    else:
-        low = [x for x in langs if x not in high]
-        cli += [
-            "--task",
-            "hltmt_translation",
-            "--arch",
-            "hltmt_transformer_tiny",
-            "--criterion",
-            "hltmt_cross_entropy",
-            "--enable-lang-ids",
-            "--high-resource-langs",
-            ",".join(high),
-            "--slp-pool-size",
-            str(pool),
-            "--hlt-stage",
-            "high",
-            "--pivot-langs",
-            ",".join(["en"] + low),
-            "--slp-hard-prob",
-            "1",
-        ]
-        cli += {"hltmt": [], "hltmt+adapters": ADAPTERS, "hltmt+skills": SKILLS}[system]
-    if save_dir:
-        cli += [
-            "--save-dir",
-            save_dir,
-            "--max-update",
-            str(spec["updates"]),
-            "--log-format",
-            "json",
-            "--log-interval",
-            "1",
-            "--no-epoch-checkpoints",
-            "--disable-validation",
-        ]
-    return cli
+    hyper = Hyper(lr=LR, max_tokens=spec["max_tokens"])
+    own = ["--sampling-method", "concat", "--seed", "1"]  # fairseq's own order of the data (no temperature)
+    if system != "mnmt":
+        pivots = ["en"] + [x for x in langs if x not in high]
+        own += ["--enable-lang-ids", "--pivot-langs", ",".join(pivots), "--slp-hard-prob", "1"]
+        own += {"hltmt": [], "hltmt+adapters": ADAPTERS, "hltmt+skills": SKILLS}[system]
+    name = "mnmt" if system == "mnmt" else "hltmt"
+    if not save_dir:
+        return [spec["data"], *comparison(spec).system_args(name, hyper, pool=pool), *optimiser_args(hyper), *own]
+    own += ["--log-format", "json", "--disable-validation"]
+    return comparison(spec).train_args(
+        name, hyper, seed=1, updates=spec["updates"], save_dir=save_dir, log_interval=1, options=own, pool=pool
+    )
 
 
 def generate_args(spec, system, ckpt):
     """fairseq-generate options of one system: one direction (GEN_DIRECTION), test split."""
     src, tgt = GEN_DIRECTION
-    cli = [
+    task = BASELINE_TASK if system == "mnmt" else PLUGIN_TASK
+    return [
         spec["data"],
-        "--user-dir",
-        PLUGIN,
-        "--langs",
-        ",".join(["en"] + spec["langs"]),
-        "--lang-pairs",
-        f"{src}-{tgt}",
-        "--encoder-langtok",
-        "tgt",
-        "-s",
-        src,
-        "-t",
-        tgt,
-        "--path",
-        ckpt,
-        "--gen-subset",
-        "test",
-        "--beam",
-        "5",
-        "--max-len-b",
-        "20",
-        "--batch-size",
-        "16",
-        "--cpu",
-        "--required-batch-size-multiple",
-        "1",
-    ]  # fairseq 0.12 drops a last partial batch otherwise
-    if system == "mnmt":
-        return cli + ["--task", "translation_multi_simple_epoch"]
-    return cli + ["--task", "hltmt_translation", "--enable-lang-ids"]
+        *comparison(spec).task_args(task, [f"{src}-{tgt}"]),
+        *["-s", src, "-t", tgt, "--path", ckpt, "--gen-subset", "test", "--beam", "5", "--max-len-b", "20"],
+        *[
+            "--batch-size",
+            "16",
+            "--required-batch-size-multiple",
+            "1",
+        ],  # fairseq 0.12 drops a last partial batch otherwise
+        *([] if system == "mnmt" else ["--enable-lang-ids"]),
+    ]
 
 
 def child_data(spec):
@@ -231,70 +166,16 @@ def child_data(spec):
     return out
 
 
-def _timed(owner, name, record, key):
-    """Wrap owner.name so that each call's (start, end) stamps are appended to record[key]."""
-    inner = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        start = stamp()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            record.setdefault(key, []).append((start, stamp()))
-
-    setattr(owner, name, wrapper)
-    return wrapper
-
-
 def child_fairseq(spec):
-    """fairseq-train or fairseq-generate itself (fairseq_cli's cli_main), with its steps timed."""
-    start = stamp()
-    import fairseq.checkpoint_utils as cu
-    import fairseq.tasks as ft
-    from fairseq.trainer import Trainer
-
-    record = {"start": start}
-    setup = ft.setup_task
-
-    def setup_task(*args, **kwargs):
-        t = stamp()
-        task = setup(*args, **kwargs)
-        record.setdefault("setup_task", []).append((t, stamp()))
-        _timed(task, "load_dataset", record, "load_dataset")
-        _timed(task, "build_model", record, "build_model")
-        _timed(task, "inference_step", record, "inference_step")
-        return task
-
-    ft.setup_task = setup_task
-    tokens = record.setdefault("step_tokens", [])
-    train_step = Trainer.train_step
-
-    def step(self, samples, *args, **kwargs):
-        tokens.append(sum(int(s.get("ntokens", 0)) for s in samples if s))
-        return train_step(self, samples, *args, **kwargs)
-
-    Trainer.train_step = step
-    _timed(Trainer, "train_step", record, "train_step")
-    _timed(Trainer, "get_train_iterator", record, "get_train_iterator")
-    _timed(cu, "save_checkpoint", record, "save_checkpoint")
-    _timed(cu, "load_model_ensemble", record, "load_model_ensemble")
-    sys.argv = [spec["kind"]] + spec["argv"]
-    if spec["kind"] == "fairseq-train":
-        from fairseq_cli.train import cli_main
-    else:
-        from fairseq_cli.generate import cli_main
-    cli_main()
-    record["end"] = stamp()
-    record["peak_rss_mib"] = rss_mib()[1]
-    return record
+    """fairseq-train or fairseq-generate itself, with its steps timed (:func:`timing.run_fairseq`)."""
+    return run_fairseq(spec["kind"], spec["argv"])
 
 
 def child_speed(spec):
     """Training words/s of the systems on the same mixed-direction batches (bench.py's step)."""
     import torch
 
-    sys.path.insert(0, SCRIPTS)
-    from bench_speed import time_pair, time_training
+    from bench_speed import one_direction, time_pair, time_training
     from bench_systems import batches, build
 
     torch.manual_seed(1)
@@ -325,7 +206,7 @@ def child_speed(spec):
     words = sum(int(s["ntokens"]) for s in samples)
     # the cost of the routing groups, arithmetic held equal: the same batches with every row
     # relabelled to one direction (one group in every routed layer), interleaved with the real ones
-    single = [one_group(s, task, "en", langs[0]) for s in samples]
+    single = [one_direction(s, task, langs[0], "en", lang_ids=True) for s in samples]
     grouping = {n: time_pair(ns, s, samples, single) for n, s in systems.items()}
     return {
         "build_s": build_s,
@@ -355,22 +236,6 @@ def routing_groups(task, samples):
             {"rows": len(tgt), "src": len(set(src)), "tgt": len(set(tgt)), "directions": len(set(zip(src, tgt)))}
         )
     return groups
-
-
-def one_group(sample, task, src_lang, tgt_lang):
-    """The sample with every row relabelled to one direction: the same tokens, so the same
-    arithmetic, but one routing group in every routed layer."""
-    import torch
-
-    net = dict(sample["net_input"])
-    src = net["src_tokens"].clone()
-    first = src.ne(task.source_dictionary.pad()).long().argmax(dim=1)
-    src[torch.arange(src.size(0)), first] = task.data_manager.get_encoder_langtok(src_lang, tgt_lang, "tgt")
-    net["src_tokens"] = src
-    for key, lang in (("src_lang_id", src_lang), ("tgt_lang_id", tgt_lang)):
-        if key in net:
-            net[key] = torch.full_like(net[key], task.data_manager.lang_dict.index(lang))
-    return dict(sample, net_input=net)
 
 
 CHILDREN = {"prepare": child_prepare, "data": child_data, "fairseq": child_fairseq, "speed": child_speed}
@@ -443,7 +308,6 @@ def import_everything():
 
     import hltmt_plugin  # noqa: F401
 
-    sys.path.insert(0, SCRIPTS)
     import bench_speed  # noqa: F401
     import hltmt_plugin.cli.prepare_data  # noqa: F401
 

@@ -7,7 +7,8 @@ files, its own language token and its own lines (no line is shared with another 
 
 import os
 
-from hltmt_plugin.corpora import DEBMT10_LANGS, pool_size
+from hltmt_plugin.corpora import DEBMT10_LANGS
+from hltmt_plugin.experiments.recipe import pool_size
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
@@ -35,10 +36,6 @@ def high_and_pool(langs):
     """HLT-MT's high-resource languages (the first third) and pool size T = min(3, H)."""
     high = langs[: max(1, round(len(langs) / 3))]
     return high, pool_size(high)
-
-
-def pairs_of(langs):
-    return [f"en-{x}" for x in langs] + [f"{x}-en" for x in langs]
 
 
 def _read(path, count):

@@ -15,7 +15,7 @@ import time
 
 from scale_children import GEN_DIRECTION, GEN_SYSTEMS, generate_args, run_measure, training_args
 from scale_corpus import ROOT, ScaleError, write_corpus
-from timing import add_spans, span
+from timing import add_spans, child_env, span
 
 
 def log(msg):
@@ -147,7 +147,7 @@ def time_prepare_script(raw, out, langs, vocab, timeout):
         "--workers",
         "1",
     ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env = child_env(1)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     marks = {}

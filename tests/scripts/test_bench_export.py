@@ -18,10 +18,16 @@ import bench_export as be  # noqa: E402
 
 
 def test_the_studys_rule_picks_short_segments_of_each_direction():
-    assert be.short("a b c", "x y") and not be.short(" ".join(["w"] * 13), "x") and not be.short("a", "")
-    items = be.select_items(["en-de", "en-gu"], 4)
-    assert [i[:2] for i in items] == [("en", "de")] * 4 + [("en", "gu")] * 4
-    assert all(len(i[2].split()) <= 12 and len(i[3].split()) <= 16 for i in items)
+    items = be.select_items(["en-de", "en-gu", "fr-en"], 4)
+    assert [i[:2] for i in items] == [("en", "de")] * 4 + [("en", "gu")] * 4 + [("fr", "en")] * 4
+    assert all(0 < len(i[2].split()) <= 12 and 0 < len(i[3].split()) <= 16 for i in items[:8])
+    assert all(0 < len(i[3].split()) <= 12 and 0 < len(i[2].split()) <= 16 for i in items[8:])  # English the reference
+    with (
+        open(os.path.join(be.RAW, "test.en-de.en"), encoding="utf-8") as en,
+        open(os.path.join(be.RAW, "test.en-de.de"), encoding="utf-8") as de,
+    ):
+        short = [(a.strip(), b.strip()) for a, b in zip(en, de) if len(a.split()) <= 12 and len(b.split()) <= 16]
+    assert [i[2:] for i in items[:4]] == short[:4]  # the first short pairs, in the test set's order
 
 
 def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path):
