@@ -65,6 +65,11 @@ FAST = {
     "modules/test_language_router.py": ALL,  # with the routing map of a fairseq-train checkpoint in fairseq-generate
     "modules/test_routing.py": ALL,
     "scripts/test_timing.py": ALL,
+    "scripts/test_scale_corpus.py": ALL,
+    "scripts/test_scale_table.py": ALL,
+    "scripts/test_gpu_bundle.py": ALL,
+    "scripts/test_bench_profile.py": {"test_every_phase_names_a_method_of_fairseq_or_the_plugin"},
+    "scripts/test_bench_train.py": {"test_the_train_options_become_updates_per_size"},
     "tasks/test_collation.py": ALL,
     "test_compatibility.py": ALL,
     "test_records.py": {"test_a_record_is_checked_field_by_field_in_one_line"},

@@ -1,21 +1,26 @@
 """Tests mirror the code (docs/architecture.md, "How the code is kept"): every module of the
 package, ``hltmt_plugin/<path>/<module>.py`` (``__init__.py`` aside), has its unit tests in
-``tests/<path>/test_<module>.py``; and test files of one name in several folders (mirrored
+``tests/<path>/test_<module>.py``, and every Python file of ``scripts/`` its tests in
+``tests/scripts/test_<name>.py``; and test files of one name in several folders (mirrored
 modules share names: config.py, layers.py, ...) can run in one pytest session."""
 
 import os
 
 from conftest import PLUGIN, ROOT
 
+SCRIPTS = os.path.join(ROOT, "scripts")
+
 # Modules without a mirrored test file, each with the reason (none today: a new module brings its
 # test file, or a line here saying why it cannot have one).
 EXCEPTIONS = {}
+# The same for the Python files of scripts/ (its shell scripts answer --help in tests/test_help.py).
+SCRIPT_EXCEPTIONS = {}
 
 
-def mirrored_test(module):
-    """The test file of ``module`` (a path relative to the package, ``/``-separated)."""
+def mirrored_test(module, tests="tests"):
+    """The test file of ``module`` (a path relative to the package, ``/``-separated) under ``tests``."""
     folder, name = os.path.split(module)
-    return "/".join(part for part in ("tests", folder, f"test_{name}") if part)
+    return "/".join(part for part in (tests, folder, f"test_{name}") if part)
 
 
 def modules_of(package):
@@ -29,13 +34,13 @@ def modules_of(package):
     return sorted(found)
 
 
-def missing_tests(package, root, exceptions):
-    """``module -> test file`` for each module of ``package`` whose test file is not under
-    ``root`` and which ``exceptions`` does not excuse."""
+def missing_tests(package, root, exceptions, tests="tests"):
+    """``module -> test file`` for each module of ``package`` whose test file (in the folder
+    ``tests`` of ``root``) is not there and which ``exceptions`` does not excuse."""
     return [
-        f"{module} -> {mirrored_test(module)}"
+        f"{module} -> {mirrored_test(module, tests)}"
         for module in modules_of(package)
-        if module not in exceptions and not os.path.isfile(os.path.join(root, mirrored_test(module)))
+        if module not in exceptions and not os.path.isfile(os.path.join(root, mirrored_test(module, tests)))
     ]
 
 
@@ -43,9 +48,14 @@ def test_every_module_has_its_mirrored_test_file():
     assert missing_tests(PLUGIN, ROOT, EXCEPTIONS) == []
 
 
+def test_every_script_has_its_mirrored_test_file():
+    assert missing_tests(SCRIPTS, ROOT, SCRIPT_EXCEPTIONS, tests="tests/scripts") == []
+
+
 def test_every_exception_is_a_module_of_the_package_with_a_reason():
-    modules = modules_of(PLUGIN)
-    assert all(module in modules and reason.strip() for module, reason in EXCEPTIONS.items()), EXCEPTIONS
+    for package, exceptions in ((PLUGIN, EXCEPTIONS), (SCRIPTS, SCRIPT_EXCEPTIONS)):
+        modules = modules_of(package)
+        assert all(module in modules and reason.strip() for module, reason in exceptions.items()), exceptions
 
 
 def test_the_check_names_a_module_without_a_test_file(tmp_path):
@@ -60,6 +70,10 @@ def test_the_check_names_a_module_without_a_test_file(tmp_path):
     assert missing_tests(str(package), str(tmp_path), {"sub/inner.py": "a reason"}) == []
     (tmp_path / "tests" / "sub" / "test_inner.py").write_text("")
     assert missing_tests(str(package), str(tmp_path), {}) == []
+    assert missing_tests(str(package), str(tmp_path), {}, tests="tests/scripts") == [
+        "sub/inner.py -> tests/scripts/sub/test_inner.py",
+        "top.py -> tests/scripts/test_top.py",
+    ]
 
 
 def same_named_outside_packages(tests):

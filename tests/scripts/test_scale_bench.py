@@ -12,51 +12,6 @@ SCALE = os.path.join(ROOT, "scripts", "scale_bench.py")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import scale_bench  # noqa: E402
-import scale_corpus  # noqa: E402
-import scale_table  # noqa: E402
-
-
-def test_pseudo_languages_have_their_own_token_files_and_lines(tmp_path):
-    langs = scale_corpus.write_corpus(23, 4, 2, str(tmp_path))
-    assert (
-        langs[:10] == scale_corpus.REAL
-        and langs[10:13] == ["fr01", "cs01", "de01"]
-        and langs[-3:] == ["fr02", "cs02", "de02"]
-    )
-    assert len(set(langs)) == 23
-    for lang in langs:
-        for split, n in (("train", 4), ("valid", 2), ("test", 2)):
-            for side in ("en", lang):
-                with open(tmp_path / f"{split}.en-{lang}.{side}", encoding="utf-8") as f:
-                    assert len(f.readlines()) == n
-    # fr01 is the second slice of en-fr, both sides aligned; no line is shared with fr or fr02
-    with open(os.path.join(scale_corpus.DEBMT10, "train.en-fr.fr"), encoding="utf-8") as f:
-        real = [next(f) for _ in range(12)]
-    read = lambda name: open(tmp_path / name, encoding="utf-8").readlines()  # noqa: E731
-    assert read("train.en-fr01.fr01") == real[4:8] and read("train.en-fr02.fr02") == real[8:12]
-    assert read("train.en-fr.fr") == real[0:4]
-    high, pool = scale_corpus.high_and_pool(langs)
-    assert len(high) == 8 and pool == 3
-
-
-def test_table_rows_hold_the_figures_every_k_has_with_ratios_to_k10():
-    results = [
-        {"k": 1, "dictionary": 500, "speed": {"rates": {"mnmt": [10.0, 30.0, 20.0]}}},
-        {"k": 10, "dictionary": 600, "speed": {"rates": {"mnmt": [40.0]}}},
-        {"k": 25},
-    ]
-    rows = scale_table.rows_of(results, ["mnmt"])
-    assert rows == [
-        ("pieces in the joint dictionary (before language tokens)", "", "", {1: 500, 10: 600}),
-        ("training words per CPU-second (same batches, interleaved)", "mnmt", "words/s", {1: 20.0, 10: 40.0}),
-    ]
-    assert scale_table.reference_k(results) == 10 and scale_table.reference_k(results[:1]) == 1
-    table = scale_table.markdown(rows, results).splitlines()
-    assert table[0] == "| measure | system | unit | K=1 | K=10 | K=25 |"
-    assert table[2] == "| pieces in the joint dictionary (before language tokens) |  |  | 500 (0.83x) | 600 |  |"
-    assert table[3] == (
-        "| training words per CPU-second (same batches, interleaved) | mnmt | words/s | 20.00 (2.00x time) | 40.00 |  |"
-    )
 
 
 def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):

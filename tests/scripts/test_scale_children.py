@@ -1,0 +1,81 @@
+"""scripts/scale_children.py on the session's data slice: the fairseq-train and fairseq-generate
+options of every system read back by fairseq's parsers, one measure run in a fork of this
+process (and a failing one reported with its log), and the routing groups of real batches."""
+
+import argparse
+import os
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import scale_children as sc  # noqa: E402
+from scale_corpus import ScaleError  # noqa: E402
+
+LANGS = ["de", "fr", "gu", "hi"]
+
+
+def spec_of(data_bin, **extra):
+    return {"data": data_bin, "langs": LANGS, "max_tokens": 1024, **extra}
+
+
+def test_every_systems_options_parse_as_fairseq_reads_them(data_bin):
+    from fairseq import options
+
+    import hltmt_plugin  # noqa: F401
+
+    train = lambda argv: options.parse_args_and_arch(options.get_training_parser(), argv)  # noqa: E731
+    spec = spec_of(data_bin, updates=3)
+    for system in sc.SYSTEMS:
+        run, setup = train(sc.training_args(spec, system, "/tmp/never")), train(sc.training_args(spec, system))
+        assert run.lang_pairs == setup.lang_pairs == "en-de,en-fr,en-gu,en-hi,de-en,fr-en,gu-en,hi-en"
+        assert (run.max_update, run.log_interval, run.log_format, run.disable_validation) == (3, 1, "json", True)
+        assert (setup.task, setup.sampling_method, setup.max_tokens, setup.seed) == (run.task, "concat", 1024, 1)
+        if system == "mnmt":
+            assert (run.task, run.arch) == ("translation_multi_simple_epoch", "transformer_hltmt_tiny")
+        else:  # one high-resource language of four (the first third), the rest pivots: every direction trains
+            assert (run.task, run.arch, run.high_resource_langs, run.slp_pool_size) == (
+                "hltmt_translation",
+                "hltmt_transformer_tiny",
+                "de",
+                1,
+            )
+            assert (run.hlt_stage, run.pivot_langs, run.slp_hard_prob) == ("high", "en,fr,gu,hi", 1.0)
+            assert run.language_adapters == (system == "hltmt+adapters") and run.skill_ffn == (system == "hltmt+skills")
+    for system in sc.GEN_SYSTEMS:
+        gen = options.parse_args_and_arch(options.get_generation_parser(), sc.generate_args(spec, system, "c.pt"))
+        assert (gen.source_lang, gen.target_lang, gen.lang_pairs, gen.beam, gen.path) == (
+            "en",
+            "fr",
+            "en-fr",
+            5,
+            "c.pt",
+        )
+
+
+def test_a_measure_runs_in_a_fork_and_a_failing_one_is_reported_with_its_log(data_bin, tmp_path):
+    got = sc.run_measure("data", spec_of(data_bin, system="hltmt"), str(tmp_path), timeout=300)
+    assert [e["batches"] > 0 for e in got["epochs"]] == [True, True] and got["wall_s"] > 0
+    assert got["epochs"][0]["tokens"] == got["epochs"][1]["tokens"] > 0 and got["peak_rss_mib"] > 50
+    with pytest.raises(ScaleError, match=r"the fairseq measure failed \(exit 1\)"):  # its log's tail follows
+        sc.run_measure("fairseq", {"kind": "fairseq-train", "argv": [data_bin, "--no-such-option"]}, str(tmp_path), 300)
+    assert os.listdir(tmp_path) == []  # the result and log files go with the measure
+
+
+def test_routing_groups_of_mixed_and_of_one_direction_batches(data_bin):
+    from bench_speed import one_direction
+    from bench_systems import batches, build
+
+    ns = argparse.Namespace(
+        data=data_bin, langs=",".join(LANGS), high="de", pool_size=1, size="tiny", max_tokens=1024, device="cpu"
+    )
+    task = build(ns, "hltmt")["task"]
+    samples = batches(ns, task, 3)
+    mixed = sc.routing_groups(task, samples)
+    assert [g["rows"] for g in mixed] == [len(s["id"]) for s in samples]
+    assert max(g["directions"] for g in mixed) > 1 and all(g["tgt"] <= g["directions"] for g in mixed)
+    one = sc.routing_groups(task, [one_direction(s, task, "gu", "en", lang_ids=True) for s in samples])
+    assert all((g["src"], g["tgt"], g["directions"]) == (1, 1, 1) for g in one)
