@@ -33,7 +33,8 @@ from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import check_known, split_list
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language
-from hltmt_plugin.modules.language_pool import module_label
+from hltmt_plugin.pool.keys import GATE_PARAMETERS, POOL_MODULES, UNIVERSAL_MODULE
+from hltmt_plugin.pool.modules import module_label
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +101,11 @@ def _in_group(name: str, group: str, langs: Optional[List[str]], layer_norm_name
     if group == INVERTIBLE_ADAPTERS:
         return kind == "invertible" and lang_ok
     if group == SLP:
-        return name.startswith("decoder.slp.pool.")
+        return name.startswith(POOL_MODULES)
     if group == GATE:
-        return name.startswith("decoder.slp_router.gate.")
+        return name.startswith(GATE_PARAMETERS)
     if group == UNIVERSAL:
-        return name.startswith("decoder.slp.universal.")
+        return name.startswith(UNIVERSAL_MODULE)
     if group == LAYER_NORMS:
         return name in layer_norm_names
     return False

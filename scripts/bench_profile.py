@@ -64,8 +64,8 @@ PHASE_SPOTS = [
     ),
     ("          SLP routing decision", "hltmt_plugin.models.decoder", "HltmtTransformerDecoder", "slp_decision"),
     ("            route plan (RoutePlan)", "hltmt_plugin.routing", "RoutePlan", "__init__"),
-    ("            module ids", "hltmt_plugin.modules.language_router", "LanguageRouter", "module_ids"),
-    ("          SLP modules", "hltmt_plugin.modules.language_pool", "SelectiveLanguagePool", "forward"),
+    ("            module ids", "hltmt_plugin.pool.router", "LanguageRouter", "module_ids"),
+    ("          SLP modules", "hltmt_plugin.pool.modules", "SelectiveLanguagePool", "forward"),
     (
         "        output projection",
         "fairseq.models.transformer.transformer_decoder",

@@ -61,9 +61,11 @@ FAST = {
     "hub/test_vocabulary.py": {"test_fairseqs_rules_for_dict_txt"},
     "models/test_hltmt_transformer.py": ALL,
     "models/test_host_syncs.py": ALL,
-    "modules/test_language_pool.py": ALL,
-    "modules/test_language_router.py": ALL,  # with the routing map of a fairseq-train checkpoint in fairseq-generate
-    "modules/test_routing.py": ALL,
+    "pool/test_config.py": ALL,
+    "pool/test_keys.py": ALL,
+    "pool/test_modules.py": ALL,
+    "pool/test_router.py": ALL,  # with the routing map of a fairseq-train checkpoint in fairseq-generate
+    "test_routing.py": ALL,
     "scripts/test_timing.py": ALL,
     "scripts/test_scale_corpus.py": ALL,
     "scripts/test_scale_table.py": ALL,

@@ -112,7 +112,8 @@ def check_training(options, dicts, world=None, precision=None):
     import hltmt_plugin  # noqa: F401
     from fairseq import options as fairseq_options, tasks
 
-    from hltmt_plugin.models.hltmt_transformer import SlpConfig, validate
+    from hltmt_plugin.models.hltmt_transformer import validate
+    from hltmt_plugin.pool.config import SlpConfig
     from hltmt_plugin.tasks.distributed import check_ddp_backend, check_precision
 
     args = fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(), options)

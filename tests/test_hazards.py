@@ -415,8 +415,8 @@ def plugin_fairseq_fields():
 
     from hltmt_plugin.adapters.config import AdapterConfig
     from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyConfig
-    from hltmt_plugin.models.hltmt_transformer import SlpConfig
     from hltmt_plugin.peft import PeftConfig
+    from hltmt_plugin.pool.config import SlpConfig
     from hltmt_plugin.pretrained import PretrainedConfig
     from hltmt_plugin.skills.config import SkillConfig
 

@@ -17,10 +17,9 @@ LAYERS = [
     ["atomic_files", "records"],  # every file written whole or not at all; every record read through one schema
     ["paths"],  # every path option declared (what a file is: atomic_files)
     ["config", "compat", "data_fingerprint"],
-    ["modules", "routing"],  # routing: the one routing primitive and a pass's rows (PassRows); modules/__init__.py is empty
+    ["routing"],  # the one routing primitive and a pass's rows (PassRows)
     ["languages", "directions", "compatibility"],  # directions: which directions a checkpoint serves, from its options
-    ["modules.language_pool"],  # the SLP's modules, routed by a decision: routing only
-    ["modules.language_router", "adapters", "skills"],  # the features: each knows languages and routing only
+    ["pool", "adapters", "skills"],  # the features: each knows languages and routing only
     ["peft", "pretrained"],
     ["models"],
     ["tasks", "criterions"],  # the model's public surface only
@@ -89,7 +88,7 @@ def _dynamic_import(node):
 def imports(path, text=None):
     """(line, imported module) of every import of the package in ``path`` (or in ``text``, as if
     it were that file's), at any depth: absolute and relative imports, a submodule imported by
-    name (``from hltmt_plugin.modules import language_router``), and dynamic imports."""
+    name (``from hltmt_plugin.pool import router``), and dynamic imports."""
     package = _package_of(path)
     tree = ast.parse(text if text is not None else open(path, encoding="utf-8").read(), path)
     for node in ast.walk(tree):
@@ -144,8 +143,8 @@ def test_the_check_fails_on_an_import_against_the_layers(source, target, monkeyp
 @pytest.mark.parametrize(
     "source, text",
     [
-        ("modules/language_pool.py", "from .language_router import LanguageRouter"),
-        ("modules/language_pool.py", "from hltmt_plugin.modules import language_router"),
+        ("routing.py", "from .pool.router import LanguageRouter"),
+        ("pool/modules.py", "from hltmt_plugin.skills import modules"),
         ("models/decoder.py", "from ..tasks import stages"),
         ("tasks/hltmt_translation.py", "import importlib\nimportlib.import_module('hltmt_plugin.hub.translator')"),
         ("adapters/files.py", "import hltmt_plugin.peft"),

@@ -31,6 +31,7 @@ from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.atomic_files import check_output
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.compatibility import mismatches, record_of_state
+from hltmt_plugin.pool.keys import DECODER, ROUTER_GATE_STEPS, ROUTER_MAP
 
 
 def last_checkpoints(folder: str, n: int, update_based: bool, upper_bound=None):
@@ -103,13 +104,13 @@ def _compare(first, first_state, path, state) -> None:
 
 def _why_not_averaged(key: str, x, y) -> str:
     values = (x.tolist(), y.tolist()) if x.numel() <= 16 else ("...", "...")
-    if key.endswith("slp_router.fixed_map_onehot"):
+    if key == ROUTER_MAP:
         return (
             f"their routing maps ({key}) differ ({values[0]} and {values[1]}): checkpoints from both sides of the "
             "stage switch, or of runs that fixed other maps; an average would be a map neither has. Average "
             "checkpoints written after the switch (stage all) of one run"
         )
-    if key.endswith("slp_router.gate_steps"):
+    if key == ROUTER_GATE_STEPS:
         return (
             f"the gate trained for {values[0]} and {values[1]} steps ({key}): checkpoints of stage high, where the "
             "gate still learns and the routing map is not fixed yet. Average checkpoints of stage all"
@@ -143,7 +144,7 @@ def average(paths):
     import torch
 
     from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
-    from hltmt_plugin.modules.language_router import upgrade_router_state
+    from hltmt_plugin.pool.router import upgrade_router_state
 
     refuse_repeats(paths)
     first, first_state, total = paths[0], None, None
@@ -155,7 +156,7 @@ def average(paths):
             raise HltmtInputError(
                 f"checkpoint {path}: its weight {odd[0]} is a {type(state['model'][odd[0]]).__name__}, not a tensor"
             )
-        upgrade_router_state(state["model"], "decoder.")  # older forms of the pool's router: this version's
+        upgrade_router_state(state["model"], DECODER)  # older forms of the pool's router: this version's
         if first_state is None:
             first_state = state
             total = {k: v.double() for k, v in state["model"].items() if v.is_floating_point()}

@@ -32,9 +32,9 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import ROWS, TGT
-from hltmt_plugin.modules.language_router import disparity
 from hltmt_plugin.models.hltmt_transformer import plugin_model
-from hltmt_plugin.modules.language_pool import module_label
+from hltmt_plugin.pool.modules import module_label
+from hltmt_plugin.pool.router import disparity
 
 LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = (
     "lang_loss:",

@@ -507,7 +507,7 @@ def add_gate_heatmap(out, checkpoint, note, written):
         return (note + " " if note else "") + f"No gate heatmap: {error} (torch and fairseq must import)."
     except LookupError as error:
         return (note + " " if note else "") + f"No gate heatmap: {error}."
-    from hltmt_plugin.modules.language_router import map_text  # torch and fairseq imported above
+    from hltmt_plugin.pool.router import map_text  # torch and fairseq imported above
 
     mapping = map_text(dict(zip(langs, chosen)))
     written.append("gate_heatmap.png")

@@ -146,7 +146,7 @@ def draw_gate(path, probs, langs, chosen, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hltmt_plugin.modules.language_pool import module_label
+    from hltmt_plugin.pool.modules import module_label
 
     fig, ax = plt.subplots(figsize=(2.6 + 0.9 * len(probs[0]), 1.2 + 0.5 * len(langs)))
     im = ax.imshow(probs, cmap="viridis", vmin=0, vmax=1)

@@ -28,7 +28,7 @@ from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.experiments.runs import convergence, draw_gate, read_gate, read_scores, save_figure, valid_points
-from hltmt_plugin.modules.language_router import map_text
+from hltmt_plugin.pool.router import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
 NAMES = {"mnmt": "MNMT", "mnmt-staged": "MNMT, staged data", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}

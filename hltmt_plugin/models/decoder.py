@@ -20,8 +20,9 @@ from hltmt_plugin.adapters.feature import fill_missing_weights
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import ROWS, TGT, LanguageTable, rows_of
 from hltmt_plugin.models.layers import Layouts, decoder_layer
-from hltmt_plugin.modules.language_pool import RoutingDecision, SelectiveLanguagePool
-from hltmt_plugin.modules.language_router import ROUTER, LanguageRouter
+from hltmt_plugin.pool.keys import POOL, ROUTER
+from hltmt_plugin.pool.modules import RoutingDecision, SelectiveLanguagePool
+from hltmt_plugin.pool.router import LanguageRouter
 from hltmt_plugin.routing import PassRows, SearchPlans
 
 logger = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         fill_missing_weights(self, state_dict, name)
         if self.slp is None:
             prefix = f"{name}." if name else ""
-            if any(key.startswith((prefix + "slp.", prefix + ROUTER + ".")) for key in state_dict):
+            if any(key.startswith((prefix + POOL + ".", prefix + ROUTER + ".")) for key in state_dict):
                 raise HltmtInputError(
                     "the checkpoint has an HLT-MT pool and these options build none: pass the "
                     "training run's --high-resource-langs"
@@ -170,11 +171,11 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         ``fc2`` at zero (the residual passes the top layer's output through) and, post-norm,
         with the top layer's final layer norm as their own; ``fc1`` and the gate keep their
         fresh initialisation. Pre-norm, the decoder's final layer norm becomes the one above the pool."""
-        if any(key.startswith(prefix + "slp.") for key in state_dict):
+        if any(key.startswith(prefix + POOL + ".") for key in state_dict):
             return
         top = f"{prefix}layers.{len(self.layers) - 1}.final_layer_norm."
         for key, value in self.state_dict().items():
-            if key.startswith(("slp.", ROUTER + ".")) and prefix + key not in state_dict:
+            if key.startswith((POOL + ".", ROUTER + ".")) and prefix + key not in state_dict:
                 fresh = value.detach().clone()
                 if key.endswith(".fc2.weight") or key.endswith(".fc2.bias"):
                     fresh.zero_()

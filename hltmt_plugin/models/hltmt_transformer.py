@@ -8,7 +8,6 @@ record (:mod:`hltmt_plugin.languages`), which every language-specific module rea
 """
 
 import logging
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
@@ -21,15 +20,15 @@ from fairseq.tasks import TASK_REGISTRY
 
 from hltmt_plugin.adapters import feature as adapter_feature
 from hltmt_plugin.adapters.config import AdapterConfig, layout_adapters
-from hltmt_plugin.config import OptionGroup, check_allocation
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.languages import LanguageTable, check_known, split_list
+from hltmt_plugin.languages import LanguageTable
 from hltmt_plugin.models.decoder import HltmtTransformerDecoder
 from hltmt_plugin.models.encoder import HltmtTransformerEncoder
 from hltmt_plugin.models.layers import Layouts
-from hltmt_plugin.modules.language_pool import SelectiveLanguagePool, module_label
-from hltmt_plugin.modules.language_router import LanguageRouter, map_text
 from hltmt_plugin.peft import PeftConfig, apply_train_only
+from hltmt_plugin.pool.config import SlpConfig, check_slp
+from hltmt_plugin.pool.modules import SelectiveLanguagePool, module_label
+from hltmt_plugin.pool.router import LanguageRouter, map_text
 from hltmt_plugin.pretrained import PretrainedConfig
 from hltmt_plugin.skills import feature as skill_feature
 from hltmt_plugin.skills.config import SkillConfig, layout_skills
@@ -37,82 +36,17 @@ from hltmt_plugin.skills.config import SkillConfig, layout_skills
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class SlpConfig(OptionGroup):
-    high_resource_langs: Optional[str] = field(
-        default=None,
-        metadata={
-            "help": "comma-separated target languages routed into the selective "
-            "language-specific pool; every other target language goes through "
-            "the universal layer (e.g. fr,cs,de,fi,et,tr); without it the model has no pool "
-            "(the decoder top is fairseq's own: adapters and/or skills alone) and "
-            "every direction trains from the start"
-        },
-    )
-    slp_pool_size: int = field(
-        default=3,
-        metadata={"help": "T, the number of modules in the pool (1 <= T <= number of high-resource languages)"},
-    )
-    slp_hidden_dim: Optional[int] = field(
-        default=None,
-        metadata={"help": "inner dimension h of each pool / universal module (default: --decoder-ffn-embed-dim)"},
-    )
-    slp_hard_prob: float = field(
-        default=0.5,
-        metadata={
-            "help": "probability that a training update routes hard (argmax "
-            "module only) rather than soft while the gate is learning"
-        },
-    )
-    slp_language_specific: bool = field(
-        default=False,
-        metadata={
-            "help": "LS-MNMT baseline: one pool module per language of "
-            "--high-resource-langs (in that order), no gate: the routing map is "
-            "the identity from the start; needs --slp-pool-size equal to their number"
-        },
-    )
-
-    @property
-    def high_langs(self) -> List[str]:
-        """``--high-resource-langs`` as a list (empty: no pool)."""
-        return split_list(self.high_resource_langs)
-
-
 def validate(slp: SlpConfig, task, width: int = 1) -> List[str]:
-    """Check the SLP options against the task; return the high-resource languages."""
+    """Check the model's options against the task: its own task, the SLP's options
+    (:func:`~hltmt_plugin.pool.config.check_slp`) and how sentences are marked with their
+    languages; return the high-resource languages."""
     # Not the parent task either: it would decode with fairseq 0.12's first-direction language
     # ids and drop the last partial batch (fairseq issue 5036), both fixed by hltmt_translation.
     own_task = TASK_REGISTRY.get("hltmt_translation")  # looked up: the model does not import the task
     if own_task is None or not isinstance(task, own_task):
         name = next((n for n, c in TASK_REGISTRY.items() if c is type(task)), type(task).__name__)
         raise HltmtConfigError(f"--arch hltmt_transformer needs --task hltmt_translation (got --task {name})")
-    high = slp.high_langs
-    if not high:
-        if slp.slp_language_specific:
-            raise HltmtConfigError(
-                "--slp-language-specific gives each language of --high-resource-langs its own "
-                "pool module: name them, e.g. --high-resource-langs fr,de,cs"
-            )
-        check_language_tokens(task)
-        return high  # no pool: the decoder top is fairseq's own
-    check_known(high, task.langs, "--high-resource-langs")
-    if not 1 <= slp.slp_pool_size <= len(high):
-        raise HltmtConfigError(
-            f"--slp-pool-size must lie in [1, {len(high)}] (the number of "
-            f"high-resource languages), got {slp.slp_pool_size}"
-        )
-    if slp.slp_hidden_dim is not None and slp.slp_hidden_dim < 1:
-        raise HltmtConfigError(f"--slp-hidden-dim must be positive, got {slp.slp_hidden_dim}")
-    if slp.slp_hidden_dim is not None:  # one pool module: in and out projections of the decoder's width
-        check_allocation("--slp-hidden-dim", slp.slp_hidden_dim, 2 * slp.slp_hidden_dim * width)
-    if slp.slp_language_specific and slp.slp_pool_size != len(high):
-        raise HltmtConfigError(
-            f"--slp-language-specific gives each of the {len(high)} languages of "
-            f"--high-resource-langs its own module: set --slp-pool-size {len(high)}"
-        )
-    if not 0.0 <= slp.slp_hard_prob <= 1.0:
-        raise HltmtConfigError(f"--slp-hard-prob must lie in [0, 1], got {slp.slp_hard_prob}")
+    high = check_slp(slp, task.langs, width)
     check_language_tokens(task)
     return high
 

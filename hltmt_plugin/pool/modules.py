@@ -3,7 +3,7 @@ universal module, each an FFN sublayer on top of the last decoder layer, and how
 go through them by a :class:`RoutingDecision`.
 
 The pool knows nothing of languages or of the gate: its router
-(:class:`~hltmt_plugin.modules.language_router.LanguageRouter`) decides, per batch, which
+(:class:`~hltmt_plugin.pool.router.LanguageRouter`) decides, per batch, which
 module each row takes (hard) or how each row mixes the pool (soft), and the pool carries that
 out through :func:`hltmt_plugin.routing.route`. Module ids: ``0..T-1`` are the pool,
 ``T`` is the universal module.

@@ -12,8 +12,8 @@ sentence goes through, from its target language.
 :class:`LanguageRouter` is a module of its own (the decoder's ``slp_router``: the gate, the
 routing map, the count of the gate's training steps, the update count and its hard/soft draw).
 Called with a batch's target languages and the gate's input, it returns the batch's
-:class:`~hltmt_plugin.modules.language_pool.RoutingDecision`; the pool
-(:class:`~hltmt_plugin.modules.language_pool.SelectiveLanguagePool`) carries it out. It calls
+:class:`~hltmt_plugin.pool.modules.RoutingDecision`; the pool
+(:class:`~hltmt_plugin.pool.modules.SelectiveLanguagePool`) carries it out. It calls
 nothing back: the caller hands it what it reads.
 
 Every older form of its state (keys under ``slp.``, the map as indices, the language names on
@@ -30,12 +30,11 @@ from torch import Tensor, nn
 from hltmt_plugin import records
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import names_of, names_tensor
-from hltmt_plugin.modules.language_pool import RoutingDecision, module_label
+from hltmt_plugin.pool.keys import GATE_STEPS, LANG_NAMES, MAP, ROUTER
+from hltmt_plugin.pool.modules import RoutingDecision, module_label
 from hltmt_plugin.routing import RoutePlan
 
 HARD, SOFT = "hard", "soft"
-ROUTER = "slp_router"  # the router's name on the decoder: its keys are decoder.slp_router.*
-MAP = "fixed_map_onehot"
 PLAN = "slp"  # the name of a hard step's plan among a pass's plans (PassRows)
 
 
@@ -64,8 +63,8 @@ class LanguageRouter(nn.Module):
         self.high = list(high)
         self.gate = nn.Linear(dim, pool_size)
         self.register_buffer(MAP, encode_map(torch.full((len(self.high),), -1, dtype=torch.long), pool_size))
-        self.register_buffer("gate_steps", torch.zeros((), dtype=torch.long))
-        self.register_buffer("high_langs", names_tensor(self.high))
+        self.register_buffer(GATE_STEPS, torch.zeros((), dtype=torch.long))
+        self.register_buffer(LANG_NAMES, names_tensor(self.high))
         self.register_buffer("high_of_lang", torch.empty(0, dtype=torch.long), persistent=False)
         self._map_fixed = False  # the map's state kept on the host (no device synchronisation per step)
         self.mode = HARD
@@ -174,8 +173,8 @@ class LanguageRouter(nn.Module):
         ``--high-resource-langs`` (the same languages in another order; others refused)."""
         prefix = f"{name}." if name else ""
         upgrade_router_state(state_dict, name.rsplit(ROUTER, 1)[0])  # the decoder's prefix: "decoder."
-        saved = state_dict.get(prefix + "high_langs")
-        state_dict[prefix + "high_langs"] = self.high_langs.clone()
+        saved = state_dict.get(prefix + LANG_NAMES)
+        state_dict[prefix + LANG_NAMES] = self.high_langs.clone()
         if saved is None or names_of(saved) == self.high:  # (None: a checkpoint from before the names were saved)
             return
         saved = names_of(saved)
@@ -238,7 +237,7 @@ def check_router_state(state_dict, prefix: str) -> None:
     """The router's stored entries (under ``prefix``, ``"decoder.slp_router."``) are tensors of
     the forms a training run writes: the gate a matrix and a vector, the map a matrix (one-hot)
     or a vector (indices), the language names a vector of bytes; one HltmtInputError line otherwise."""
-    dims = {"gate.weight": 2, "gate.bias": 1, MAP: 2, "fixed_map": 1, "gate_steps": None, "high_langs": 1}
+    dims = {"gate.weight": 2, "gate.bias": 1, MAP: 2, "fixed_map": 1, GATE_STEPS: None, LANG_NAMES: 1}
     for name, dim in dims.items():
         value = state_dict.get(prefix + name)
         if value is None:
@@ -249,7 +248,7 @@ def check_router_state(state_dict, prefix: str) -> None:
                 f"the checkpoint's {prefix + name} is {tuple(value.shape)} of {value.dtype}, not the router state "
                 "a training run writes"
             )
-    names = state_dict.get(prefix + "high_langs")
+    names = state_dict.get(prefix + LANG_NAMES)
     if names is not None and (names.is_floating_point() or any(not 0 <= v < 256 for v in names.tolist())):
         raise HltmtInputError(f"the checkpoint's {prefix}high_langs is not a list of language names (UTF-8 bytes)")
 

@@ -21,7 +21,8 @@ from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleE
 from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.config import check_finite
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.models.hltmt_transformer import SlpConfig, plugin_model, pool_model
+from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
+from hltmt_plugin.pool.config import SlpConfig
 from hltmt_plugin.pretrained import PretrainedConfig, load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record

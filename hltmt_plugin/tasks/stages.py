@@ -24,9 +24,9 @@ from fairseq.data.multilingual.multilingual_data_manager import MultilingualData
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
-from hltmt_plugin.models.hltmt_transformer import SlpConfig
-from hltmt_plugin.modules.language_router import map_text
 from hltmt_plugin.peft import check_trains_in_run
+from hltmt_plugin.pool.config import SlpConfig
+from hltmt_plugin.pool.router import map_text
 from hltmt_plugin.tasks.collation import with_row_ids
 from hltmt_plugin.tasks import temperature
 

@@ -60,7 +60,7 @@ def test_every_plugin_option_is_in_the_reference_and_the_command(plugin_options)
 
 def test_defaults_and_help_come_from_the_code():
     from hltmt_plugin.cli import options
-    from hltmt_plugin.models.hltmt_transformer import SlpConfig
+    from hltmt_plugin.pool.config import SlpConfig
 
     text = options.markdown()
     help_text = " ".join(SlpConfig.__dataclass_fields__["slp_pool_size"].metadata["help"].split())

@@ -11,7 +11,7 @@ from fairseq import metrics
 
 from conftest import build, make_sample
 from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
-from hltmt_plugin.modules.language_router import HARD, SOFT, disparity
+from hltmt_plugin.pool.router import HARD, SOFT, disparity
 
 
 def test_disparity_is_lowest_for_an_even_spread():

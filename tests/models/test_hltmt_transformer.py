@@ -9,7 +9,7 @@ from fairseq.models.transformer import TransformerDecoderBase
 
 from conftest import assert_beam_equals_forward, assert_one_error_line, build, decode, generate, hypotheses, make_sample
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.modules.language_router import HARD, SOFT
+from hltmt_plugin.pool.router import HARD, SOFT
 
 DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
 

@@ -13,7 +13,7 @@ import torch
 
 from conftest import MADX, build, make_sample, mixed_sample
 from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
-from hltmt_plugin.modules.language_router import HARD
+from hltmt_plugin.pool.router import HARD
 
 HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
 

@@ -5,8 +5,8 @@ the SLP as the decoder runs it: its router's decision, then the pool."""
 import torch
 from torch import nn
 
-from hltmt_plugin.modules.language_pool import LanguageModule, RoutingDecision, SelectiveLanguagePool
-from hltmt_plugin.modules.language_router import HARD, SOFT, LanguageRouter
+from hltmt_plugin.pool.modules import LanguageModule, RoutingDecision, SelectiveLanguagePool
+from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter
 from hltmt_plugin.routing import RoutePlan
 
 

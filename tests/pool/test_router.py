@@ -8,7 +8,7 @@ import torch
 
 from conftest import decode_as
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.modules.language_router import HARD, SOFT, LanguageRouter, disparity, upgrade_router_state
+from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter, disparity, upgrade_router_state
 from hltmt_plugin.routing import RoutePlan
 
 
@@ -52,7 +52,7 @@ def test_a_hard_decision_is_a_plan_of_each_rows_module():
 
 def test_the_router_decides_once_a_hard_step_keeps_its_plan_in_the_pass_and_a_soft_step_makes_none():
     from hltmt_plugin.routing import PassRows
-    from hltmt_plugin.modules.language_router import PLAN
+    from hltmt_plugin.pool.router import PLAN
 
     r = router()
     r.train()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import build, cli, make_sample, run, train_args
-from hltmt_plugin.modules.language_router import HARD
+from hltmt_plugin.pool.router import HARD
 
 LAUNCH = cli("hltmt-launch")
 COMMON = [

@@ -14,7 +14,7 @@ import torch
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 from conftest import LIKE_TRAINED, RESET, SHORT_RUN, cli, error_lines, losses, run, train_args, train_run, updates
-from hltmt_plugin.modules.language_router import decode_map
+from hltmt_plugin.pool.router import decode_map
 
 COMMON = [
     "--criterion",
@@ -91,7 +91,7 @@ def test_two_runs_high_then_all(data_bin, tmp_path):
     assert all(numeric(line, "route_universal") for line in lines.values())
     first = state(s1 / "checkpoint_last.pt")
     assert first["fixed_map"].tolist() == [-1, -1]  # stage high leaves the map open
-    from hltmt_plugin.modules.language_pool import SelectiveLanguagePool  # noqa: F401
+    from hltmt_plugin.pool.modules import SelectiveLanguagePool  # noqa: F401
 
     emb = first["decoder.embed_tokens.weight"]
     from fairseq.data import Dictionary
