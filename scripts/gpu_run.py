@@ -48,6 +48,7 @@ so the training lines show ``--updates`` when given, else the size's minimum (a 
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -66,7 +67,16 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
-from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS, pool_size  # noqa: E402
+from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS  # noqa: E402
+from hltmt_plugin.experiments import steps  # noqa: E402
+from hltmt_plugin.experiments.recipe import (  # noqa: E402
+    PLUGIN_TASK,
+    Comparison,
+    Hyper,
+    directions,
+    high_among,
+    read_train_log,
+)
 from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
@@ -86,17 +96,16 @@ MAX_OUT_FILES = 8
 
 
 @dataclass
-class RunSize:
+class RunSize(Hyper):
+    """A size of the GPU run: the recipe's hyper-parameters (:class:`Hyper`; the warm-up is an
+    eighth of the updates), its data, and how the budget sizes the number of updates."""
+
     langs: List[str]
     high: List[str]
     max_train: int  # lines per pair, 0: all
     max_valid: int  # 0: all
     max_test: int  # 0: all
     vocab: int
-    hltmt_arch: str
-    baseline_arch: str
-    max_tokens: int
-    lr: float
     min_updates: int
     max_updates: int
     log_interval: int  # progress lines every this many updates
@@ -175,11 +184,6 @@ SIZES = {
     ),
 }
 
-PROGRESS = re.compile(r"\| train_inner \| .*num_updates=(\d+)")
-FIELD = re.compile(r"(\w+)=([-\d.e]+)")
-PARAMS = re.compile(r"num\. (?:shared|expert) model params: ([\d,]+)")
-DONE = re.compile(r"done training in ([\d.]+) seconds")
-
 
 class RunFailed(Exception):
     pass
@@ -202,7 +206,7 @@ class Tee:
 
 
 def say(t0, msg):
-    print(f"[gpu_run {time.time() - t0:6.1f}s] {msg}", flush=True)
+    steps.say(msg, who="gpu_run", since=t0)
 
 
 def kill_group(proc):
@@ -228,16 +232,7 @@ def tail(path, n=20):
 
 def progress(path):
     """[(num_updates, {field: value})] of the fairseq progress lines in a training log."""
-    out = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                m = PROGRESS.search(line)
-                if m:
-                    out.append((int(m.group(1)), {k: float(v) for k, v in FIELD.findall(line)}))
-    except OSError:
-        pass
-    return out
+    return [(int(fields["num_updates"]), fields) for fields in read_train_log(path).progress]
 
 
 class GpuRun:
@@ -245,10 +240,10 @@ class GpuRun:
         self.args, self.t0 = args, t0
         self.size = SIZES[args.size]
         self.langs = args.langs.split(",") if args.langs else self.size.langs
-        self.high = [x for x in (args.high.split(",") if args.high else self.size.high) if x in self.langs]
+        self.high = high_among(self.langs, args.high.split(",") if args.high else self.size.high)
         if not self.high:
             raise RunFailed("no high-resource language among --langs: HLT-MT needs at least one")
-        self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
+        self.directions = directions(self.langs)
         self.work = work_dir(args)
         self.out = os.path.abspath(args.out)
         self.data = os.path.join(self.work, "data", "bin")
@@ -264,6 +259,7 @@ class GpuRun:
             raise RunFailed("--precision fp16 needs a GPU")
         if args.ngpu > 1 and not self.cuda:
             raise RunFailed(f"--ngpu {args.ngpu} needs a GPU")
+        self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=not self.cuda)
 
     def use_gpu(self):
         """Whether the run trains on the GPU: --gpu (taken as given by a dry run), --cpu, else
@@ -349,101 +345,17 @@ class GpuRun:
 
     # ---- fairseq-train command lines -----------------------------------------------------
     def train_cmd(self, system, updates, save, calibrate):
+        """One system's fairseq-train run (the recipe's), ``updates`` updates (HLT-MT switches
+        to stage all at half of them), warm-up an eighth of them (4 to 4000)."""
         s = self.size
-        task = "translation_multi_simple_epoch" if system == "mnmt" else "hltmt_translation"
-        cmd = [
-            *fairseq_cli("train"),
-            self.data,
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            task,
-            "--langs",
-            ",".join(["en"] + self.langs),
-            "--lang-pairs",
-            ",".join(self.directions),
-            "--encoder-langtok",
-            "tgt",
-            *([] if self.cuda else ["--cpu"]),
-        ]
-        if system == "mnmt":
-            cmd += ["--arch", s.baseline_arch, "--criterion", "label_smoothed_cross_entropy"]
-        elif system == "hltmt":
-            cmd += [
-                "--arch",
-                s.hltmt_arch,
-                "--high-resource-langs",
-                ",".join(self.high),
-                "--slp-pool-size",
-                str(pool_size(self.high)),
-                "--criterion",
-                "hltmt_cross_entropy",
-                "--hlt-stage",
-                "high",
-                "--high-stage-updates",
-                str(max(1, updates // 2)),
-                "--disparity-weight",
-                "1.0",
-            ]
-        else:
-            targets = ["en"] + self.langs
-            cmd += [
-                "--arch",
-                s.hltmt_arch,
-                "--high-resource-langs",
-                ",".join(targets),
-                "--slp-pool-size",
-                str(len(targets)),
-                "--slp-language-specific",
-                "--hlt-stage",
-                "all",
-                "--criterion",
-                "label_smoothed_cross_entropy",
-            ]
-        warmup = max(4, min(4000, updates // 8))
-        cmd += [
-            "--label-smoothing",
-            "0.1",
-            "--optimizer",
-            "adam",
-            "--adam-betas",
-            "(0.9,0.98)",
-            "--lr",
-            str(s.lr),
-            "--lr-scheduler",
-            "inverse_sqrt",
-            "--warmup-updates",
-            str(warmup),
-            "--dropout",
-            "0.1",
-            "--max-tokens",
-            str(s.max_tokens),
-            "--max-update",
-            str(updates),
-            "--sampling-method",
-            "temperature",
-            "--sampling-temperature",
-            "5",
-            "--seed",
-            str(self.args.seed),
-            "--log-format",
-            "simple",
-            "--log-interval",
-            str(s.log_interval),
-            "--save-dir",
-            save,
-            "--no-epoch-checkpoints",
-            "--no-save-optimizer-state",
-            "--num-workers",
-            "1",
-            *self.precision_flags(),
-        ]
+        hyper = dataclasses.replace(s, warmup=max(4, min(4000, updates // 8)))
+        options = ["--no-save-optimizer-state", "--num-workers", "1", *self.precision_flags()]
         if calibrate:
-            cmd += ["--disable-validation", "--no-save"]
+            options += ["--disable-validation", "--no-save"]
         else:
             every = max(1, updates // s.validations)
             guard_h = (self.train_window + 60) / 3600
-            cmd += [
+            options += [
                 "--validate-interval-updates",
                 str(every),
                 "--validate-interval",
@@ -453,7 +365,17 @@ class GpuRun:
                 "--stop-time-hours",
                 f"{guard_h:.4f}",
             ]
-        return cmd
+        return self.comparison.train_command(
+            system,
+            hyper,
+            seed=self.args.seed,
+            updates=updates,
+            save_dir=save,
+            log_interval=s.log_interval,
+            options=options,
+            **({"high_updates": max(1, updates // 2)} if system == "hltmt" else {}),
+            **({"ls_langs": ["en"] + self.langs} if system == "lsmnmt" else {}),
+        )
 
     def precision_flags(self):
         return gpu_flags(self.precision, self.args.ngpu) if self.cuda else PRECISION_FLAGS[self.precision]
@@ -606,32 +528,26 @@ class GpuRun:
                 raise RunFailed(f"training {system} failed (exit {proc.returncode}):\n{tail(log)}")
             self.read_train_log(system, log, updates)
 
-    def read_train_log(self, system, log, updates):
-        text = open(log, encoding="utf-8", errors="replace").read()
+    def read_train_log(self, system, path, updates):
+        log = read_train_log(path)
         row = self.info["systems"][system]
-        pl = progress(log)
-        done_updates = pl[-1][0] if pl else 0
-        final = re.findall(r"num_updates (\d+)", text)
-        if final:
-            done_updates = max(done_updates, int(final[-1]))
-        params = sum(int(p.replace(",", "")) for p in PARAMS.findall(text))
-        steady = pl[1:] or pl
-        wall = DONE.search(text)
+        done_updates = log.updates
+        steady = log.progress[1:] or log.progress
         row.update(
             {
-                "parameters": f"{params:,}" if params else "?",
+                "parameters": f"{log.params:,}" if log.params else "?",
                 "updates": done_updates,
-                "tokens/s (training, 3 at once)": round(statistics.median(f.get("wps", 0) for _, f in steady))
+                "tokens/s (training, 3 at once)": round(statistics.median(f.get("wps", 0) for f in steady))
                 if steady
                 else "?",
-                "updates/s": round(statistics.median(f.get("ups", 0) for _, f in steady), 2) if steady else "?",
-                "training wall (s)": float(wall.group(1)) if wall else "?",
+                "updates/s": round(statistics.median(f.get("ups", 0) for f in steady), 2) if steady else "?",
+                "training wall (s)": log.wall if log.wall is not None else "?",
             }
         )
         if done_updates < updates:
             row["note"] = f"stopped early by the time guard at {done_updates} of {updates} updates"
         if system == "hltmt":
-            switch = re.search(r"HLT-MT stage all \(.*", text)
+            switch = re.search(r"HLT-MT stage all \(.*", open(path, encoding="utf-8", errors="replace").read())
             if switch:
                 self.fact("HLT-MT stage switch", switch.group(0)[:300])
 
@@ -650,16 +566,7 @@ class GpuRun:
         workers = max(1, min(workers, len(jobs)))
         common = [
             self.data,
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            "hltmt_translation",
-            "--langs",
-            ",".join(["en"] + self.langs),
-            "--lang-pairs",
-            ",".join(self.directions),
-            "--encoder-langtok",
-            "tgt",
+            *self.comparison.task_args(PLUGIN_TASK),
             "--gen-subset",
             "test",
             "--beam",
@@ -673,7 +580,6 @@ class GpuRun:
             "--remove-bpe",
             "sentencepiece",
             *(["--fp16"] if self.cuda and self.precision != "fp32" else []),
-            *([] if self.cuda else ["--cpu"]),
         ]
         return jobs, common, workers
 

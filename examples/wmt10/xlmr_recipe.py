@@ -57,6 +57,14 @@ sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
 from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
 from hltmt_plugin.corpora import WMT10_HIGH as HIGH_LIST, WMT10_LANGS as LANGS_LIST  # noqa: E402
+from hltmt_plugin.experiments.recipe import (  # noqa: E402
+    PLUGIN_TASK,
+    Comparison,
+    Hyper,
+    directions,
+    high_among,
+    pool_size,
+)
 from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
@@ -72,10 +80,23 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     say,
 )
 
-PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 WMT10_LANGS = ",".join(LANGS_LIST)
 WMT10_HIGH = ",".join(HIGH_LIST)  # the paper's high-resource split
 SYSTEMS = ("mnmt", "lsmnmt", "hltmt")
+# fairseq's transformer built like hltmt_transformer_xlmr_base, without the SLP (MNMT)
+MNMT_MODEL = [
+    "--encoder-learned-pos",
+    "--decoder-learned-pos",
+    "--layernorm-embedding",
+    "--no-scale-embedding",
+    "--activation-fn",
+    "gelu",
+    "--max-source-positions",
+    "512",
+    "--max-target-positions",
+    "512",
+    "--share-all-embeddings",
+]
 STOPPED_AT_MAX_UPDATE = "Stopping training due to num_updates"
 # fairseq 0.12's import-time warnings (hydra, pin_memory, autocast) say nothing about the run
 QUIET = "ignore::UserWarning,ignore::FutureWarning,ignore::DeprecationWarning"
@@ -95,8 +116,9 @@ class Recipe:
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.logs = os.path.join(self.run_dir, "logs")
         self.langs = [x for x in args.langs.split(",") if x]
-        self.high = [x for x in args.high.split(",") if x in self.langs]
-        self.directions = [f"en-{x}" for x in self.langs] + [f"{x}-en" for x in self.langs]
+        self.high = high_among(self.langs, args.high.split(","))
+        self.directions = directions(self.langs)
+        self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=not args.gpu)
         self.systems = [s for s in args.systems.split(",") if s]
         self.xlmr = os.path.abspath(args.xlmr)
         self.pretrained = os.path.join(self.xlmr, "model.pt")
@@ -112,23 +134,6 @@ class Recipe:
             run_logged(cmd, log_path)
 
     # ---- fairseq command lines ----------------------------------------------------------
-    def data_args(self, task):
-        device = [] if self.args.gpu else ["--cpu"]
-        return [
-            self.data,
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            task,
-            "--langs",
-            ",".join(["en"] + self.langs),
-            "--lang-pairs",
-            ",".join(self.directions),
-            "--encoder-langtok",
-            "tgt",
-            *device,
-        ]
-
     def shape(self):
         """XLM-R base's encoder (or the --encoder-* sizes given) and a decoder of the same width."""
         a = self.args
@@ -151,102 +156,52 @@ class Recipe:
             str(a.heads),
         ]
 
-    def mnmt_model(self):
-        """fairseq's transformer built like hltmt_transformer_xlmr_base (without the SLP)."""
-        return [
-            "--arch",
-            "transformer",
-            *self.shape(),
-            "--encoder-learned-pos",
-            "--decoder-learned-pos",
-            "--layernorm-embedding",
-            "--no-scale-embedding",
-            "--activation-fn",
-            "gelu",
-            "--max-source-positions",
-            "512",
-            "--max-target-positions",
-            "512",
-            "--share-all-embeddings",
-        ]
-
-    def hltmt_model(self, high, pool_size, *extra):
-        pretrained = ["--pretrained-xlmr-checkpoint", self.pretrained]
-        pretrained += ["--pretrained-xlmr-decoder"] if self.args.pretrained_decoder else []
-        return [
-            "--arch",
-            "hltmt_transformer_xlmr_base",
-            *self.shape(),
-            "--high-resource-langs",
-            ",".join(high),
-            "--slp-pool-size",
-            str(pool_size),
-            *pretrained,
-            *extra,
-        ]
-
-    def optimiser(self, seed):
-        a = self.args
-        fp = gpu_flags(self.precision, a.ngpu) if a.gpu else PRECISION_FLAGS[self.precision]
-        return [
-            "--optimizer",
-            "adam",
-            "--adam-betas",
-            "(0.9,0.98)",
-            "--lr",
-            str(a.lr),
-            "--lr-scheduler",
-            "inverse_sqrt",
-            "--warmup-updates",
-            str(a.warmup),
-            "--dropout",
-            "0.1",
-            "--label-smoothing",
-            "0.1",
-            "--max-tokens",
-            str(a.max_tokens),
-            "--update-freq",
-            str(self.update_freq),
-            "--max-update",
-            str(a.max_update),
-            "--sampling-method",
-            "temperature",
-            "--no-epoch-checkpoints",
-            "--log-interval",
-            str(a.log_interval),
-            "--seed",
-            str(seed),
-            *fp,
-        ]
-
-    def system_args(self, system):
+    def model_options(self, system):
+        """The model's options beside the recipe's: XLM-R's shape; fairseq's transformer built
+        like hltmt_transformer_xlmr_base (without the SLP) for MNMT, the XLM-R weights to start
+        HLT-MT and LS-MNMT from."""
         if system == "mnmt":
-            return [
-                *self.data_args("translation_multi_simple_epoch"),
-                *self.mnmt_model(),
-                "--criterion",
-                "label_smoothed_cross_entropy",
-                "--finetune-from-model",
-                self.init_path(),
-            ]
-        if system == "lsmnmt":
-            targets = ["en"] + self.langs
-            return [
-                *self.data_args("hltmt_translation"),
-                *self.hltmt_model(targets, len(targets), "--slp-language-specific", "--hlt-stage", "all"),
-                "--criterion",
-                "label_smoothed_cross_entropy",
-            ]
-        return [
-            *self.data_args("hltmt_translation"),
-            *self.hltmt_model(self.high, min(self.args.pool_size, len(self.high))),
-            "--criterion",
-            "hltmt_cross_entropy",
-            "--hlt-stage",
-            "high",
-            "--high-stage-updates",
-            str(self.args.high_updates),
-        ]
+            return [*self.shape(), *MNMT_MODEL]
+        pretrained = ["--pretrained-xlmr-checkpoint", self.pretrained]
+        return [*self.shape(), *pretrained, *(["--pretrained-xlmr-decoder"] if self.args.pretrained_decoder else [])]
+
+    def hyper(self, temperature=1.0):
+        a = self.args
+        return Hyper(
+            hltmt_arch="hltmt_transformer_xlmr_base",
+            baseline_arch="transformer",
+            lr=a.lr,
+            warmup=a.warmup,
+            max_tokens=a.max_tokens,
+            temperature=temperature,
+        )
+
+    def train_command(self, system, temperature, *options):
+        """One system's fairseq-train run (the recipe's) at this sampling temperature."""
+        a = self.args
+        precision = gpu_flags(self.precision, a.ngpu) if a.gpu else PRECISION_FLAGS[self.precision]
+        own = {
+            "mnmt": {},
+            "lsmnmt": {"ls_langs": ["en"] + self.langs},
+            "hltmt": {"high_updates": a.high_updates, "pool": pool_size(self.high, a.pool_size)},
+        }[system]
+        return self.comparison.train_command(
+            system,
+            self.hyper(temperature),
+            seed=a.seed,
+            updates=a.max_update,
+            save_dir=self.save_dir(system),
+            log_interval=a.log_interval,
+            options=[
+                *self.model_options(system),
+                *(["--finetune-from-model", self.init_path()] if system == "mnmt" else []),
+                "--update-freq",
+                str(self.update_freq),
+                *precision,
+                *options,
+            ],
+            **own,
+        )
 
     def save_dir(self, system):
         return os.path.join(self.run_dir, "models", system)
@@ -280,14 +235,13 @@ class Recipe:
         self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def init_mnmt(self):
-        a = (
-            self.args
-        )  # the model and task of the baseline; the optimizer it saves is never used (fine-tuning resets it)
+        """The baseline's model and task built from XLM-R (the optimizer it saves is never used:
+        fine-tuning resets it)."""
+        a = self.args
         init = [
-            *self.data_args("translation_multi_simple_epoch"),
-            *self.mnmt_model(),
-            "--criterion",
-            "label_smoothed_cross_entropy",
+            self.data,
+            *self.comparison.system_args("mnmt", self.hyper()),
+            *self.model_options("mnmt"),
             "--label-smoothing",
             "0.1",
             "--optimizer",
@@ -324,17 +278,7 @@ class Recipe:
             return
         epochs = [] if last else ["--max-epoch", str(k)]
         self.execute(
-            [
-                *fairseq_cli("train"),
-                *self.system_args(system),
-                *self.optimiser(self.args.seed),
-                "--sampling-temperature",
-                f"{temperature:g}",
-                *epochs,
-                "--save-dir",
-                self.save_dir(system),
-            ],
-            os.path.join(self.logs, f"train_{system}.t{k}.log"),
+            self.train_command(system, temperature, *epochs), os.path.join(self.logs, f"train_{system}.t{k}.log")
         )
         if last and not self.dry_run:  # one log per system for the report's last validation
             with open(
@@ -362,7 +306,8 @@ class Recipe:
                 if not os.path.exists(out):
                     jobs.append((f"{system} {direction}", ckpt, *direction.split("-"), out))
         common = [
-            *self.data_args("hltmt_translation"),
+            self.data,
+            *self.comparison.task_args(PLUGIN_TASK),
             "--gen-subset",
             "test",
             "--beam",

@@ -54,9 +54,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from hltmt_plugin.cli import DEBMT10, PLUGIN, add_version, fairseq_cli, plugin_cli, register
+from hltmt_plugin.cli import DEBMT10, add_version, fairseq_cli, plugin_cli, register
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS, pool_size
+from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
+from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, high_among
 from hltmt_plugin.experiments.steps import (
     NGPU_HELP,
     PRECISION_HELP,
@@ -79,18 +80,16 @@ HIGH = DEBMT10_HIGH  # DebMT-10's high-resource languages (data/debmt10/README.m
 
 
 @dataclass
-class Size:
+class Size(Hyper):
+    """A size of the main job: the recipe's hyper-parameters (:class:`Hyper`), its data and
+    its schedule."""
+
     max_train: int  # lines per pair (0: all)
     max_test: int  # lines per pair (0: all)
     vocab: int
-    hltmt_arch: str
-    baseline_arch: str  # the plain fairseq transformer of the same sizes
     high_updates: int  # HLT-MT stage high
     all_updates: int  # HLT-MT stage all; the baselines get high + all
-    max_tokens: int
     seeds: List[int] = field(default_factory=lambda: [1])
-    lr: float = 3e-3
-    warmup: int = 200
     max_valid: int = 0  # lines per pair (0: all)
     gen_len: tuple = (1.5, 10)  # decoding length cap: a * source length + b
     batch_gpus: int = 0  # the batch of this many GPUs (max_tokens each): --update-freq batch_gpus / --ngpu (0: 1)
@@ -179,14 +178,13 @@ class Job:
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.logs = os.path.join(self.run_dir, "logs")
         self.langs = args.langs.split(",") if args.langs else LANGS
-        self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
-        self.directions = [f"en-{x}" for x in self.langs] + (
-            [f"{x}-en" for x in self.langs] if self.size.to_english else []
-        )
+        self.high = high_among(self.langs, args.high.split(",") if args.high else HIGH)
+        self.directions = directions(self.langs, self.size.to_english)
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
         self.dry_run = args.dry_run
         self.device, self.precision, self.device_flags = resolve_device(args, dry_run=args.dry_run)
         self.update_freq = args.update_freq or max(1, -(-self.size.batch_gpus // args.ngpu))
+        self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=self.device == "cpu")
         if args.train_jobs > 1 and self.device == "cuda":
             raise OptionError(f"--train-jobs {args.train_jobs} is for the CPU: on a GPU the runs go one after another")
         self.train_jobs = 1 if self.device == "cuda" else min(args.train_jobs or self.size.train_jobs, nproc())
@@ -198,73 +196,21 @@ class Job:
         else:
             run_logged(cmd, log_path, prefix, env)
 
-    # ---- fairseq command lines ----------------------------------------------------------
-    def task_args(self, task="hltmt_translation"):
-        device = ["--cpu"] if self.device == "cpu" else []
-        return [
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            task,
-            "--langs",
-            ",".join(["en"] + self.langs),
-            "--lang-pairs",
-            ",".join(self.directions),
-            "--encoder-langtok",
-            "tgt",
-            *device,
-        ]
-
-    def train_args(self, seed, updates, save):
+    # ---- fairseq command lines (the recipe's) ----------------------------------------------
+    def train_command(self, system, seed, updates, save, *options, **system_options):
+        """One fairseq-train run of ``system`` with this job's size, batch, validation and device."""
         s = self.size
         freq = ["--update-freq", str(self.update_freq)] if self.update_freq > 1 else []
         valid = ["--validate-interval-updates", str(s.valid_interval)] if s.valid_interval else []
-        return [
-            "--criterion",
-            "label_smoothed_cross_entropy",
-            "--label-smoothing",
-            "0.1",
-            "--optimizer",
-            "adam",
-            "--adam-betas",
-            "(0.9,0.98)",
-            "--lr",
-            str(s.lr),
-            "--lr-scheduler",
-            "inverse_sqrt",
-            "--warmup-updates",
-            str(s.warmup),
-            "--dropout",
-            "0.1",
-            "--max-tokens",
-            str(s.max_tokens),
-            *freq,
-            "--max-update",
-            str(updates),
-            "--sampling-method",
-            "temperature",
-            "--sampling-temperature",
-            "5",
-            "--save-dir",
-            save,
-            "--no-epoch-checkpoints",
-            "--log-interval",
-            "50",
-            *valid,
-            "--seed",
-            str(seed),
-            *self.device_flags,
-        ]
-
-    def hltmt_args(self, langs, modules):
-        return [
-            "--arch",
-            self.size.hltmt_arch,
-            "--high-resource-langs",
-            ",".join(langs),
-            "--slp-pool-size",
-            str(modules),
-        ]
+        return self.comparison.train_command(
+            system,
+            s,
+            seed=seed,
+            updates=updates,
+            save_dir=save,
+            options=[*freq, *valid, *self.device_flags, *options],
+            **system_options,
+        )
 
     def save_dir(self, system, seed, stage=""):
         return os.path.join(self.run_dir, "models", f"{system}{stage}.seed{seed}")
@@ -292,83 +238,36 @@ class Job:
     def train_mnmt(self, seed):
         """The plain fairseq transformer: (log name, command)."""
         s = self.size
-        return "train_mnmt", [
-            *fairseq_cli("train"),
-            self.data,
-            *self.task_args("translation_multi_simple_epoch"),
-            "--arch",
-            s.baseline_arch,
-            *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("mnmt", seed)),
-        ]
-
-    def train_hltmt(self, seed, updates, save, *stage):
-        """One fairseq-train run of HLT-MT (the pool over the high-resource languages)."""
-        return [
-            *fairseq_cli("train"),
-            self.data,
-            *self.task_args(),
-            *self.hltmt_args(self.high, pool_size(self.high)),
-            *self.train_args(seed, updates, save),
-            "--criterion",
-            "hltmt_cross_entropy",
-            *stage,
-        ]
+        return "train_mnmt", self.train_command(
+            "mnmt", seed, s.high_updates + s.all_updates, self.save_dir("mnmt", seed)
+        )
 
     def train_hltmt_high(self, seed):
-        return "train_hltmt_high", self.train_hltmt(
-            seed,
-            self.size.high_updates,
-            self.save_dir("hltmt", seed, "-high"),
-            "--hlt-stage",
-            "high",
-            "--disparity-weight",
-            "1.0",
-        )
+        save = self.save_dir("hltmt", seed, "-high")
+        return "train_hltmt_high", self.train_command("hltmt", seed, self.size.high_updates, save)
 
     def train_hltmt_all(self, seed):
         stage1 = os.path.join(self.save_dir("hltmt", seed, "-high"), "checkpoint_last.pt")
-        return "train_hltmt_all", self.train_hltmt(
-            seed,
-            self.size.all_updates,
-            self.save_dir("hltmt", seed),
-            "--hlt-stage",
-            "all",
-            "--restore-file",
-            stage1,
-            "--reset-optimizer",
-            "--reset-dataloader",
-            "--reset-meters",
-        )
+        resume = ["--restore-file", stage1, "--reset-optimizer", "--reset-dataloader", "--reset-meters"]
+        save = self.save_dir("hltmt", seed)
+        return "train_hltmt_all", self.train_command("hltmt", seed, self.size.all_updates, save, *resume, stage="all")
 
     def train_hltmt_one_run(self, seed):
         """Both stages in one fairseq-train run (--high-stage-updates): one optimizer state and
         one learning-rate schedule across the switch, as the authors meant their schedule."""
         s = self.size
-        return "train_hltmt", self.train_hltmt(
-            seed,
-            s.high_updates + s.all_updates,
-            self.save_dir("hltmt", seed),
-            "--hlt-stage",
-            "high",
-            "--high-stage-updates",
-            str(s.high_updates),
-            "--disparity-weight",
-            "1.0",
+        save = self.save_dir("hltmt", seed)
+        return "train_hltmt", self.train_command(
+            "hltmt", seed, s.high_updates + s.all_updates, save, high_updates=s.high_updates
         )
 
     def train_lsmnmt(self, seed):
+        """LS-MNMT: a module for each language of --langs, English among them."""
         s = self.size
-        targets = ["en"] + self.langs
-        return "train_lsmnmt", [
-            *fairseq_cli("train"),
-            self.data,
-            *self.task_args(),
-            *self.hltmt_args(targets, len(targets)),
-            "--slp-language-specific",
-            "--hlt-stage",
-            "all",
-            *self.train_args(seed, s.high_updates + s.all_updates, self.save_dir("lsmnmt", seed)),
-        ]
+        save = self.save_dir("lsmnmt", seed)
+        return "train_lsmnmt", self.train_command(
+            "lsmnmt", seed, s.high_updates + s.all_updates, save, ls_langs=["en"] + self.langs
+        )
 
     def training_lanes(self, seed):
         """A seed's fairseq-train runs, one lane a system (a lane's runs go in order):
@@ -434,7 +333,7 @@ class Job:
         env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
         common = [
             self.data,
-            *self.task_args(),
+            *self.comparison.task_args(PLUGIN_TASK),
             "--gen-subset",
             "test",
             "--beam",

@@ -41,14 +41,13 @@ from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.experiments.runs import (
     FLAT_DROP,
-    VALID_KEYS,
     convergence,
     draw_gate,
     gate_of,
     read_gen,
     save_figure,
-    valid_points,
 )
+from hltmt_plugin.experiments.recipe import VALID_KEYS, read_train_log, score
 from hltmt_plugin.experiments.steps import detect_machine
 
 # the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
@@ -68,8 +67,6 @@ def groups_of(direction, high):
 
 
 def score_all(decode_dir):
-    from sacrebleu.metrics import BLEU, CHRF
-
     rows, signatures = [], {}
     for system in sorted(os.listdir(decode_dir)):
         if not os.path.isdir(os.path.join(decode_dir, system)):
@@ -83,18 +80,15 @@ def score_all(decode_dir):
                 if not name.endswith(".gen"):
                     continue
                 hyps, refs = read_gen(os.path.join(folder, name))
-                bleu, chrf = BLEU(), CHRF()
-                b = bleu.corpus_score(hyps, [refs])
-                c = chrf.corpus_score(hyps, [refs])
-                signatures["BLEU"], signatures["chrF"] = str(bleu.get_signature()), str(chrf.get_signature())
+                scores = score(hyps, refs, signatures)
                 rows.append(
                     {
                         "system": system,
                         "seed": seed,
                         "direction": name[:-4],
                         "sentences": len(refs),
-                        "bleu": b.score,
-                        "chrf": c.score,
+                        "bleu": scores["bleu"],
+                        "chrf": scores["chrf"],
                     }
                 )
     if not rows:
@@ -143,7 +137,7 @@ def read_valid_logs(specs):
             seed = re.search(r"seed(\d+)", os.path.basename(path))
             if not seed:
                 continue
-            points = valid_points(path)
+            points = read_train_log(path).valid
             if not points:
                 continue
             last = points[-1]

@@ -1,11 +1,9 @@
 """What the experiment drivers read from a run and how they draw it: fairseq-generate outputs
 (:func:`read_gen`), a run's scores and gate records (:func:`read_scores`, :func:`read_gate`,
-checked by :mod:`hltmt_plugin.records`), validation curves from fairseq-train logs (:func:`valid_points`,
-:func:`convergence`), the gate and routing map of an HLT-MT checkpoint (:func:`gate_of`,
+checked by :mod:`hltmt_plugin.records`), whether a validation curve has flattened
+(:func:`convergence`), the gate and routing map of an HLT-MT checkpoint (:func:`gate_of`,
 :func:`draw_gate`) and pictures written whole (:func:`save_figure`). ``hltmt-report``,
 ``hltmt-study`` and the study's report share them."""
-
-import re
 
 from hltmt_plugin import records
 from hltmt_plugin.cli.output import AtomicOutput
@@ -77,25 +75,6 @@ def read_gate(path):
     if any(k >= len(probs[0]) for k in chosen):
         raise HltmtInputError(f"gate record {path}: 'map' names a module beyond the gate's {len(probs[0])}")
     return gate
-
-
-VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")
-
-VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
-
-
-def valid_points(path):
-    """Every validation of one fairseq-train log: [{key: value}] with VALID_KEYS."""
-    points = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = VALID_LINE.search(line)
-            if not m:
-                continue
-            fields = dict(x.strip().split(" ", 1) for x in m.group(1).split("|") if " " in x.strip())
-            if all(k in fields for k in VALID_KEYS):
-                points.append(fields)
-    return points
 
 
 def convergence(curve):

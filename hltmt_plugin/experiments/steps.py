@@ -100,8 +100,10 @@ def reader_gone() -> int:
     return 1
 
 
-def say(msg):
-    print(f"\n==> [main_job {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+def say(msg, who="main_job", since=None):
+    """A progress line of a driver: ``==> [who HH:MM:SS] msg``, or the seconds ``since`` a start."""
+    clock = f"{time.time() - since:6.1f}s" if since is not None else time.strftime("%H:%M:%S")
+    print(f"==> [{who} {clock}] {msg}", flush=True)
 
 
 class StepFailed(HltmtError):

@@ -29,6 +29,7 @@ rebuilt alone by ``--report-only``) is built from the results folder alone.
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -40,9 +41,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
-from hltmt_plugin.cli import CHECKOUT, DEBMT10, PLUGIN, add_version, fairseq_cli, plugin_cli, register
+from hltmt_plugin.cli import CHECKOUT, DEBMT10, add_version, fairseq_cli, plugin_cli, register
 from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
+from hltmt_plugin.experiments import steps
+from hltmt_plugin.experiments.recipe import (
+    PLUGIN_TASK,
+    POOL_SIZE,
+    Comparison,
+    Hyper,
+    directions,
+    high_among,
+    pool_size,
+    read_train_log,
+    score,
+)
 from hltmt_plugin.experiments.steps import StepFailed, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
@@ -58,28 +71,22 @@ DEFAULT_RUNS = "mnmt:1,hltmt:1,lsmnmt:1,mnmt-staged:1,mnmt:2,hltmt:2,mnmt:3,hltm
 
 
 @dataclass
-class Setting:
-    """What every system of the study shares."""
+class Setting(Hyper):
+    """What every system of the study shares: the recipe's hyper-parameters (:class:`Hyper`),
+    the segments it keeps, the number of updates and decoding."""
 
     max_en_words: int = 12  # a segment pair is kept when its English has at most this many words ...
     max_xx_words: int = 16  # ... and its target at most this many
     vocab: int = 8000  # joint sentencepiece vocabulary
-    hltmt_arch: str = "hltmt_transformer_tiny"
-    baseline_arch: str = "transformer_hltmt_tiny"  # fairseq's plain transformer of the same sizes
-    pool_size: int = 3  # T, HLT-MT's modules
+    pool_size: int = POOL_SIZE  # at most T, HLT-MT's modules
     updates: int = 5000  # every system
     high_updates: int = 2000  # HLT-MT's stage high; mnmt-staged's high-resource-only updates
-    lr: float = 3e-3
-    warmup: int = 200
-    max_tokens: int = 4096
-    temperature: float = 5.0
     valid_interval: int = 500  # validation and checkpoint every this many updates
     beam: int = 5
     gen_len: Tuple[float, int] = (1.5, 10)  # decoding length cap: a * source length + b
 
 
-def say(msg):
-    print(f"==> [study {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+say = functools.partial(steps.say, who="study")
 
 
 def same_length(a: str, b: str) -> None:
@@ -129,149 +136,57 @@ class Study:
         self.results = os.path.abspath(args.results or os.path.join(args.run_dir, "results"))
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.langs = args.langs.split(",") if args.langs else LANGS
-        self.high = [x for x in (args.high.split(",") if args.high else HIGH) if x in self.langs]
-        self.pairs = [f"en-{x}" for x in self.langs]
-        self.high_pairs = [f"en-{x}" for x in self.langs if x in self.high]
+        self.high = high_among(self.langs, args.high.split(",") if args.high else HIGH)
+        self.pairs = directions(self.langs, to_english=False)
+        self.comparison = Comparison(self.data, self.langs, self.pairs, self.high, cpu=True)
         self.dry_run = args.dry_run
 
-    # ---- fairseq command lines ------------------------------------------------------------
-    def task_args(self, task, pairs):
-        return [
-            "--user-dir",
-            PLUGIN,
-            "--task",
-            task,
-            "--langs",
-            ",".join(["en"] + self.langs),
-            "--lang-pairs",
-            ",".join(pairs),
-            "--encoder-langtok",
-            "tgt",
-            "--cpu",
-        ]
-
-    def train_args(self, seed, updates, save, criterion="label_smoothed_cross_entropy"):
-        s = self.s
-        return [
-            self.data,
-            "--criterion",
-            criterion,
-            "--label-smoothing",
-            "0.1",
-            "--optimizer",
-            "adam",
-            "--adam-betas",
-            "(0.9,0.98)",
-            "--lr",
-            str(s.lr),
-            "--lr-scheduler",
-            "inverse_sqrt",
-            "--warmup-updates",
-            str(s.warmup),
-            "--dropout",
-            "0.1",
-            "--max-tokens",
-            str(s.max_tokens),
-            "--max-update",
-            str(updates),
-            "--sampling-method",
-            "temperature",
-            "--sampling-temperature",
-            str(s.temperature),
-            "--save-dir",
-            save,
-            "--no-epoch-checkpoints",
-            "--save-interval-updates",
-            str(s.valid_interval),
-            "--validate-interval-updates",
-            str(s.valid_interval),
-            "--log-format",
-            "simple",
-            "--log-interval",
-            "100",
-            "--num-workers",
-            "0",
-            "--seed",
-            str(seed),
-        ]
-
+    # ---- fairseq command lines (the recipe's) ----------------------------------------------
     def train_commands(self, system, seed):
         """[(name, command)] of one system and seed, in order: one fairseq-train run, two for
         mnmt-staged (the high-resource directions, then all from its checkpoint: the same
         optimizer state and learning-rate schedule, only the data reloaded)."""
         s, save = self.s, self.save_dir(system, seed)
-        if system == "mnmt":
-            return [
-                (
-                    "train",
-                    [
-                        *fairseq_cli("train"),
-                        *self.task_args("translation_multi_simple_epoch", self.pairs),
-                        "--arch",
-                        s.baseline_arch,
-                        *self.train_args(seed, s.updates, save),
-                    ],
-                )
+
+        def train(system, updates, save, *options, **system_options):
+            every = [
+                "--save-interval-updates",
+                str(s.valid_interval),
+                "--validate-interval-updates",
+                str(s.valid_interval),
             ]
+            return self.comparison.train_command(
+                system,
+                s,
+                seed=seed,
+                updates=updates,
+                save_dir=save,
+                log_interval=100,
+                options=[*every, "--num-workers", "0", *options],
+                **system_options,
+            )
+
         if system == "mnmt-staged":
             first = save + "-high"
-            plain = [*fairseq_cli("train"), "--arch", s.baseline_arch]
             resume = (
                 []
                 if os.path.exists(os.path.join(save, "checkpoint_last.pt"))
                 else ["--restore-file", os.path.join(first, "checkpoint_last.pt"), "--reset-dataloader"]
             )
             return [
-                (
-                    "train-high",
-                    [
-                        *plain,
-                        *self.task_args("translation_multi_simple_epoch", self.high_pairs),
-                        *self.train_args(seed, s.high_updates, first),
-                    ],
-                ),
+                ("train-high", train(system, s.high_updates, first, pairs=self.comparison.high_pairs())),
+                ("train", train(system, s.updates, save, *resume)),
+            ]
+        if system == "hltmt":
+            return [
                 (
                     "train",
-                    [
-                        *plain,
-                        *self.task_args("translation_multi_simple_epoch", self.pairs),
-                        *self.train_args(seed, s.updates, save),
-                        *resume,
-                    ],
-                ),
+                    train(system, s.updates, save, high_updates=s.high_updates, pool=pool_size(self.high, s.pool_size)),
+                )
             ]
-        pool = ["--arch", s.hltmt_arch]
-        if system == "hltmt":
-            capacity = [
-                "--high-resource-langs",
-                ",".join(self.high),
-                "--slp-pool-size",
-                str(min(s.pool_size, len(self.high))),
-                "--hlt-stage",
-                "high",
-                "--high-stage-updates",
-                str(s.high_updates),
-                "--disparity-weight",
-                "1.0",
-            ]
-        else:  # lsmnmt: a module per target language, every direction from the start
-            capacity = [
-                "--high-resource-langs",
-                ",".join(self.langs),
-                "--slp-pool-size",
-                str(len(self.langs)),
-                "--slp-language-specific",
-                "--hlt-stage",
-                "all",
-            ]
-        cmd = [
-            *fairseq_cli("train"),
-            *self.task_args("hltmt_translation", self.pairs),
-            *self.train_args(seed, s.updates, save, "hltmt_cross_entropy"),
-            *pool,
-            *capacity,
-        ]
-        return [("train", cmd)]
+        if system == "lsmnmt":  # a module per target language, every direction from the start
+            return [("train", train(system, s.updates, save, ls_langs=self.langs))]
+        return [("train", train(system, s.updates, save))]
 
     def save_dir(self, system, seed):
         return os.path.join(self.run_dir, "models", f"{system}.seed{seed}")
@@ -341,7 +256,7 @@ class Study:
         # translation_multi_simple_epoch drops the last partial batch of a test set (fairseq issue 5036)
         common = [
             self.data,
-            *self.task_args("hltmt_translation", self.pairs),
+            *self.comparison.task_args(PLUGIN_TASK),
             "--gen-subset",
             subset,
             "--beam",
@@ -368,8 +283,6 @@ class Study:
     def score(self, system, seed, train_seconds):
         """Hypotheses and references as text, sacreBLEU's BLEU and chrF per direction, the
         training logs and (HLT-MT) the gate: written to the results folder, scores.json last."""
-        from sacrebleu.metrics import BLEU, CHRF
-
         out = self.out_dir(system, seed)
         os.makedirs(out, exist_ok=True)
         scores = {}
@@ -384,11 +297,7 @@ class Study:
                 os.path.join(self.results, "refs", f"{pair}.en"),
                 read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.en")),
             )
-            scores[pair] = {
-                "bleu": round(BLEU().corpus_score(hyps, [refs]).score, 2),
-                "chrf": round(CHRF().corpus_score(hyps, [refs]).score, 2),
-                "sentences": len(refs),
-            }
+            scores[pair] = {**{k: round(v, 2) for k, v in score(hyps, refs).items()}, "sentences": len(refs)}
         for name, _ in self.train_commands(system, seed):
             log = self.log_path(system, seed, name)
             if os.path.exists(log):
@@ -417,8 +326,6 @@ def calibrate(study: Study, runs, every: int):
     """Validation BLEU of the runs' checkpoints every ``every`` updates (beam 5, every
     direction), to results/calibration.csv: how the models learn, measured on the validation
     split only (the test split is scored once, at the end of each run)."""
-    from sacrebleu.metrics import BLEU
-
     path = os.path.join(study.results, "calibration.csv")
     rows = (
         [line.split(",") for line in open(path, encoding="utf-8").read().split("\n")[1:-1]]
@@ -442,7 +349,7 @@ def calibrate(study: Study, runs, every: int):
             for pair in study.pairs:
                 hyps, _ = read_gen(os.path.join(gen, f"{pair}.gen"))
                 refs = read_raw(os.path.join(study.run_dir, "raw", f"valid.{pair}.{pair[3:]}"))
-                rows.append([system, str(seed), str(updates), pair, f"{BLEU().corpus_score(hyps, [refs]).score:.2f}"])
+                rows.append([system, str(seed), str(updates), pair, f"{score(hyps, refs)['bleu']:.2f}"])
             say(f"calibration: {system}:{seed} at {updates} updates decoded (validation split)")
             write_lines(path, ["system,seed,updates,direction,valid_bleu"] + [",".join(r) for r in rows])
 
@@ -509,10 +416,6 @@ def write_gate(checkpoint, path):
     )
 
 
-UPDATES = re.compile(r"num_updates[= ](\d+)")
-VALID = re.compile(r"valid on 'valid' subset \| loss ([\d.]+)")
-
-
 def run_quiet(cmd, log_path):
     """Run ``cmd`` at one thread, its output to ``log_path`` only; a failure raises StepFailed
     with the log's tail."""
@@ -524,20 +427,6 @@ def run_quiet(cmd, log_path):
     if code != 0:
         tail = [line[:300] for line in open(log_path, encoding="utf-8", errors="replace").read().splitlines()[-15:]]
         raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
-
-
-def progress(log_path):
-    """(updates, last validation loss) read from a training log so far."""
-    updates, loss = 0, None
-    if os.path.exists(log_path):
-        for line in open(log_path, encoding="utf-8", errors="replace"):
-            m = UPDATES.search(line)
-            if m:
-                updates = max(updates, int(m.group(1)))
-            v = VALID.search(line)
-            if v:
-                loss = float(v.group(1))
-    return updates, loss
 
 
 def prepare(study: Study):
@@ -617,7 +506,8 @@ def watch(study: Study, active: dict, stop: threading.Event, every: float):
             if name == "decode":
                 parts.append(f"{system}:{seed} decoding")
                 continue
-            updates, loss = progress(study.log_path(system, seed, name))
+            log = read_train_log(study.log_path(system, seed, name))
+            updates, loss = log.updates, log.valid_loss
             high = name == "train-high"
             parts.append(
                 f"{system}:{seed} {updates}/{study.s.high_updates if high else study.s.updates} updates"

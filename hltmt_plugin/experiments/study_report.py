@@ -27,7 +27,8 @@ import statistics
 from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
-from hltmt_plugin.experiments.runs import convergence, draw_gate, read_gate, read_scores, save_figure, valid_points
+from hltmt_plugin.experiments.recipe import read_train_log, score
+from hltmt_plugin.experiments.runs import convergence, draw_gate, read_gate, read_scores, save_figure
 from hltmt_plugin.pool.router import map_text
 
 ORDER = ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]
@@ -64,8 +65,6 @@ def load_runs(results):
 
 
 def score_rows(runs, refs):
-    from sacrebleu.metrics import BLEU, CHRF
-
     rows = []
     for (system, seed), hyps in sorted(runs.items(), key=lambda r: (ORDER.index(r[0][0]), r[0][1])):
         for pair in sorted(hyps):
@@ -74,8 +73,7 @@ def score_rows(runs, refs):
                     "system": system,
                     "seed": seed,
                     "direction": pair,
-                    "bleu": round(BLEU().corpus_score(hyps[pair], [refs[pair]]).score, 2),
-                    "chrf": round(CHRF().corpus_score(hyps[pair], [refs[pair]]).score, 2),
+                    **{k: round(v, 2) for k, v in score(hyps[pair], refs[pair]).items()},
                 }
             )
     return rows
@@ -153,7 +151,7 @@ def valid_curves(results):
         points = {
             int(p["num_updates"]): float(p["loss"])
             for log in sorted(glob.glob(os.path.join(folder, "train*.log")))
-            for p in valid_points(log)
+            for p in read_train_log(log).valid
         }
         if points:
             curves[system][int(seed)] = sorted(points.items())

@@ -149,3 +149,14 @@ def test_train_log_json_format():
     )
     log = recipe.parse_train_log(text)
     assert [p["num_updates"] for p in log.progress] == [10.0, 20.0] and log.progress[1]["wps"] == 1700.0
+
+
+def test_every_whole_validation_is_read(tmp_path):
+    log = tmp_path / "train.log"
+    line = "epoch 001 | valid on 'valid' subset | loss {} | nll_loss 1.2 | ppl 2.3 | num_updates {}\n"
+    log.write_text(
+        "noise\n" + line.format("5.5", 100) + "valid on 'valid' subset | loss 1\n" + line.format("4.5", 200),
+        encoding="utf-8",
+    )
+    points = recipe.read_train_log(str(log)).valid
+    assert [(p["loss"], p["num_updates"]) for p in points] == [("5.5", "100"), ("4.5", "200")]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from hltmt_plugin.experiments.runs import FLAT_DROP, convergence, draw_gate, read_gen, valid_points
+from hltmt_plugin.experiments.runs import FLAT_DROP, convergence, draw_gate, read_gen
 
 
 def test_read_gen_gives_hypotheses_and_references_in_sentence_order(tmp_path):
@@ -25,17 +25,6 @@ def test_read_gen_refuses_a_file_without_references_or_with_a_missing_hypothesis
         read_gen(empty)
     with pytest.raises(ValueError, match="1 sentences have no hypothesis"):
         read_gen(cut)
-
-
-def test_valid_points_reads_every_validation_of_a_fairseq_train_log(tmp_path):
-    log = tmp_path / "train.log"
-    line = "epoch 001 | valid on 'valid' subset | loss {} | nll_loss 1.2 | ppl 2.3 | num_updates {}\n"
-    log.write_text(
-        "noise\n" + line.format("5.5", 100) + "valid on 'valid' subset | loss 1\n" + line.format("4.5", 200),
-        encoding="utf-8",
-    )
-    points = valid_points(log)
-    assert [(p["loss"], p["num_updates"]) for p in points] == [("5.5", "100"), ("4.5", "200")]
 
 
 def test_convergence_is_flat_falling_or_unknown_by_the_last_quarter():
