@@ -7,8 +7,6 @@ high-resource split, written once here.
 - DebMT-10: the example data in ``data/debmt10`` (its README, ``data/debmt10/README.md``):
   the same ten languages, with their own split by the amount of data each has here
   (``DEBMT10_HIGH``, most data first: fr, de, cs, tr, fi, et; ``DEBMT10_LOW``: the others).
-- The recipe's pool for a high-resource split: ``T = min(3, H)`` modules (:func:`pool_size`), the
-  HLT-MT paper's T = 3 for its six high-resource languages.
 """
 
 from typing import List
@@ -19,10 +17,3 @@ WMT10_HIGH: List[str] = ["fr", "cs", "de", "fi", "lv", "et"]  # the HLT-MT paper
 DEBMT10_LANGS: List[str] = WMT10_LANGS  # the same ten languages (data/debmt10/README.md)
 DEBMT10_HIGH: List[str] = ["fr", "de", "cs", "tr", "fi", "et"]  # data/debmt10/README.md: high resource here
 DEBMT10_LOW: List[str] = ["ro", "lv", "hi", "gu"]
-
-RECIPE_POOL_SIZE = 3  # the HLT-MT paper's T
-
-
-def pool_size(high: List[str]) -> int:
-    """The recipe's number of pool modules for the high-resource languages ``high``: T = min(3, H)."""
-    return min(RECIPE_POOL_SIZE, len(high))

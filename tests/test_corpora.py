@@ -33,9 +33,3 @@ def test_wmt10_lists_ten_languages_and_the_papers_split():
     assert set(corpora.WMT10_HIGH) ^ set(corpora.DEBMT10_HIGH) == {"lv", "tr"}
     assert "lv is\nhigh-resource and tr low-resource" in open(README, encoding="utf-8").read()
 
-
-def test_the_recipes_pool_is_three_modules_or_one_per_high_resource_language():
-    from hltmt_plugin.corpora import DEBMT10_HIGH, WMT10_HIGH, pool_size
-
-    assert pool_size(WMT10_HIGH) == pool_size(DEBMT10_HIGH) == 3
-    assert [pool_size(["de"] * n) for n in (1, 2, 3, 4)] == [1, 2, 3, 3]

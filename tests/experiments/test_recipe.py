@@ -25,7 +25,10 @@ def comparison(tmp_path, **kw):
 
 
 def test_pool_size_rule():
-    assert recipe.pool_size(["fr", "de", "cs", "tr", "fi", "et"]) == 3
+    from hltmt_plugin.corpora import DEBMT10_HIGH, WMT10_HIGH
+
+    assert recipe.pool_size(WMT10_HIGH) == recipe.pool_size(DEBMT10_HIGH) == 3
+    assert [recipe.pool_size(["de"] * n) for n in (1, 2, 3, 4)] == [1, 2, 3, 3]
     assert recipe.pool_size(["fr", "de"]) == 2
     assert recipe.pool_size(["fr", "de", "cs", "tr"], most=4) == 4
     assert recipe.high_among(["de", "gu"], ["fr", "de", "cs"]) == ["de"]
