@@ -1,12 +1,11 @@
 """Parameter-efficient training (hltmt_plugin/peft.py): ``--train-only`` trains the chosen
-parameter groups and freezes everything else, in the model and through the real fairseq-train;
-a choice that would train nothing in the run is one line before the first update."""
+parameter groups and freezes everything else, in the model and through the real fairseq-train."""
 
 import pytest
 import torch
 
 from adapters_common import BASE_PAIRS, train
-from conftest import LIKE_TRAINED, MADX, RESET, assert_clear, build, cli, mixed_sample, run, train_args, updates
+from conftest import LIKE_TRAINED, MADX, build, cli, mixed_sample, run, train_args, updates
 from hltmt_plugin.errors import HltmtConfigError
 
 
@@ -97,118 +96,6 @@ def test_lang_token_rows_keep_the_gradient_of_their_rows_only(data_bin):
 def test_bad_train_only_options_are_refused(data_bin, extra, message):
     with pytest.raises(HltmtConfigError, match=message):
         build(data_bin, *extra)
-
-
-# ---------------------------------------------------------------------------------------
-# --train-only that trains nothing: one line before the first update
-
-
-def test_train_only_gate_on_a_stage_all_model_is_one_line(data_bin, trained, tmp_path):
-    ckpt, _ = trained
-    done = run(
-        [
-            cli("fairseq-train"),
-            *train_args(
-                data_bin,
-                *LIKE_TRAINED,
-                "--save-dir",
-                str(tmp_path / "s"),
-                "--restore-file",
-                ckpt,
-                *RESET,
-                "--hlt-stage",
-                "all",
-                "--train-only",
-                "gate",
-                "--max-update",
-                "3",
-            ),
-        ]
-    )
-    assert_clear(
-        done,
-        "--train-only gate trains nothing in this run: the gate learns only in stage high; in stage "
-        "all the routing map is fixed and the gate frozen",
-    )
-    assert updates(done.stdout) == []
-
-
-def test_train_only_gate_across_the_stage_switch_is_one_line(data_bin, tmp_path):
-    done = run(
-        [
-            cli("fairseq-train"),
-            *train_args(
-                data_bin,
-                *LIKE_TRAINED,
-                "--save-dir",
-                str(tmp_path / "s"),
-                "--high-stage-updates",
-                "2",
-                "--train-only",
-                "gate",
-                "--max-update",
-                "4",
-            ),
-        ]
-    )
-    assert_clear(
-        done, "--train-only gate trains nothing in stage all, which this run enters at update 2 (--high-stage-updates)"
-    )
-    assert updates(done.stdout) == []
-
-
-def test_train_only_adapters_of_a_language_stage_high_never_trains_is_one_line(data_bin, tmp_path):
-    done = run(
-        [
-            cli("fairseq-train"),
-            *train_args(
-                data_bin,
-                *LIKE_TRAINED,
-                "--save-dir",
-                str(tmp_path / "s"),
-                "--language-adapters",
-                "--enable-lang-ids",
-                "--adapter-langs",
-                "en,de,fr,gu,hi",
-                "--train-only",
-                "adapters:hi",
-                "--max-update",
-                "2",
-            ),
-        ]
-    )
-    assert_clear(
-        done,
-        "--train-only adapters:hi trains nothing in this run: none of the directions of stage high "
-        "(en-de,en-fr,de-en) goes through the adapters of hi (the encoder's are chosen by the source language)",
-    )
-
-
-@pytest.mark.parametrize("decoder_adapters", [False, True])
-def test_train_only_adapters_of_a_target_that_only_encoder_adapters_serve_is_one_line(
-    data_bin, tmp_path, decoder_adapters
-):
-    """En->X directions with encoder adapters alone: the adapters of a target language are never
-    on a sentence's path (the encoder's are chosen by the source), so --train-only adapters:de
-    would train nothing; with decoder adapters it trains them."""
-    extra = ["--decoder-adapters"] if decoder_adapters else []
-    done = run(
-        [
-            cli("fairseq-train"),
-            *train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--language-adapters", *extra),
-            *["--enable-lang-ids", "--adapter-langs", "en,de,fr,gu,hi", "--train-only", "adapters:de"],
-            *["--lang-pairs", "en-de,en-fr", "--max-update", "2"],
-        ]
-    )
-    if decoder_adapters:
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        assert updates(done.stdout + done.stderr) == [1, 2]
-        return
-    assert_clear(
-        done,
-        "--train-only adapters:de trains nothing in this run: none of the directions of stage high (en-de,en-fr) "
-        "goes through the adapters of de (the encoder's are chosen by the source language)",
-    )
 
 
 def test_train_only_a_group_that_some_batches_do_not_reach_trains(data_bin, tmp_path):

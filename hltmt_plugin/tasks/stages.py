@@ -13,19 +13,32 @@ from the first's checkpoint), or one run with ``--high-stage-updates N``, whose 
 epochs are cut so that the epoch in which update N falls ends exactly at N
 (:class:`StageEpochBatchIterator`; the cut is part of the iterator's state, so a resume on
 either side of N switches at N too).
+
+Before each training epoch the run's stages are checked against ``--train-only``
+(:func:`check_trains_in_run`): a parameter group that no direction of the run's stages reaches
+would train nothing.
 """
 
 import logging
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from fairseq.data import iterators
 from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
-from hltmt_plugin.peft import check_trains_in_run
+from hltmt_plugin.peft import (
+    ADAPTERS,
+    GATE,
+    INVERTIBLE_ADAPTERS,
+    LANG_TOKEN_ROWS,
+    LANGUAGE_ADAPTERS,
+    SLP,
+    UNIVERSAL,
+)
 from hltmt_plugin.pool.config import SlpConfig
+from hltmt_plugin.pool.modules import module_label
 from hltmt_plugin.pool.router import map_text
 from hltmt_plugin.tasks.collation import with_row_ids
 from hltmt_plugin.tasks import temperature
@@ -199,6 +212,90 @@ class StageSchedule:
             logger.info(
                 f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
                 f"{','.join(self.high_pairs)}; the gate learns (current map: {map_text(model.routing_map())})"
+            )
+
+
+# ---- what a --train-only group needs from the run: checked before the first update
+# the adapter kind each adapter group of --train-only holds (None: every per-language kind)
+ADAPTER_KINDS = {ADAPTERS: None, LANGUAGE_ADAPTERS: "language", INVERTIBLE_ADAPTERS: "invertible"}
+
+
+def _unused_reason(
+    group: str, langs: Optional[List[str]], stage: str, pairs: List[str], high: List[str], args, model
+) -> Optional[str]:
+    """Why no direction of ``pairs`` reaches ``group`` in ``stage``, or None when one does: the
+    modules a direction reaches are the model's one rule (its pool's routing, its adapter
+    layout's :meth:`~hltmt_plugin.adapters.config.AdapterLayout.adapters_of`)."""
+    targets = [p.split("-")[1] for p in pairs]
+    where = f"the directions of stage {stage} ({','.join(pairs)})"
+    hint = (
+        " (stage high trains only directions between high-resource and pivot languages: add --hlt-stage all)"
+        if stage == "high"
+        else ""
+    )
+    if group == GATE:
+        if SlpConfig.from_namespace(args).slp_language_specific:
+            return "--slp-language-specific fixes the routing map when the model is built, so the gate never learns"
+        if model.slp is not None and model.slp.pool_size < 2:
+            return "a pool of one module (--slp-pool-size 1) leaves the gate nothing to choose"
+        if stage == "all":
+            return (
+                "the gate learns only in stage high; in stage all the routing map is fixed and the gate frozen "
+                "(train the gate with --hlt-stage high)"
+            )
+        return None
+    routes = {model.slp_route(tgt) for tgt in targets} if model.slp is not None else set()
+    universal = module_label(model.slp.pool_size, model.slp.pool_size) if model.slp is not None else None
+    if group == SLP and routes <= {universal}:
+        return f"the pool modules serve high-resource targets ({','.join(high)}), and no target of {where} is one"
+    if group == UNIVERSAL and universal not in routes:
+        return f"the universal layer serves the other targets, and every target of {where} is high-resource"
+    if group == LANG_TOKEN_ROWS and langs and not set(targets) & set(langs):
+        return f"the row of __xx__ is read for target language xx, and no target of {where} is {'+'.join(langs)}{hint}"
+    layout = model.encoder.adapter_layout
+    if group in ADAPTER_KINDS and langs and layout is not None:
+        kind = ADAPTER_KINDS[group]
+        served = [
+            (side, lang) for p in pairs for side, k, lang in layout.adapters_of(*p.split("-")) if kind in (None, k)
+        ]
+        if not {lang for _, lang in served} & set(langs):
+            chosen = {
+                "encoder": "the encoder's are chosen by the source language",
+                "decoder": "the decoder's by the target",
+            }
+            how = (
+                "; ".join(chosen[side] for side in sorted({side for side, _ in served})) or "no adapter is per language"
+            )
+            return f"none of {where} goes through the adapters of {'+'.join(langs)} ({how}){hint}"
+    return None
+
+
+def check_trains_in_run(model, run: List[Tuple[str, List[str]]], high: List[str], args, switch: int = 0) -> None:
+    """Refuse a ``--train-only`` that trains nothing: a group that no direction of the run
+    reaches (``gate`` in stage all, ``adapters:hi`` in stage high), or a stage of the run in
+    which no chosen group trains (``gate`` with ``--high-stage-updates``). ``run``: (stage, its
+    directions) for each stage the run goes through from here; :meth:`StageSchedule.begin_epoch`
+    calls this at the start of each training epoch, before its first update."""
+    items = getattr(model, "train_only_items", None)
+    if not items or not run:
+        return
+    spec = lambda group, langs: group + (":" + "+".join(langs) if langs else "")  # noqa: E731
+    reasons = {
+        (group, tuple(langs or ())): [
+            _unused_reason(group, langs, stage, pairs, high, args, model) for stage, pairs in run
+        ]
+        for group, langs in items
+    }
+    for (group, langs), why in reasons.items():
+        if all(why):
+            raise HltmtConfigError(f"--train-only {spec(group, langs)} trains nothing in this run: {why[-1]}")
+    for i, (stage, _) in enumerate(run):
+        if all(why[i] for why in reasons.values()):
+            first = next(iter(reasons.values()))[i]
+            raise HltmtConfigError(
+                f"--train-only {getattr(args, 'train_only', '')} trains nothing in stage {stage}, which this run "
+                f"enters at update {switch} (--high-stage-updates): {first}; end the run at the switch "
+                f"(--max-update {switch}) or add a group that trains in stage {stage}"
             )
 
 

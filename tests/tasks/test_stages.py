@@ -1,7 +1,8 @@
 """HLT-MT's two stages (hltmt_plugin/tasks/stages.py) through the real fairseq-train: two runs,
 and one run with --high-stage-updates N, including resumes on either side of N, with another
 --high-stage-updates, after --reset-optimizer, and after the run was killed with SIGKILL (its
-stage, map, routing draws, sampler and LR schedule intact)."""
+stage, map, routing draws, sampler and LR schedule intact); a --train-only that the run's stages
+would not train is one line before the first update."""
 
 import os
 import re
@@ -10,10 +11,23 @@ import signal
 import subprocess
 import time
 
+import pytest
 import torch
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
-from conftest import LIKE_TRAINED, RESET, SHORT_RUN, cli, error_lines, losses, run, train_args, train_run, updates
+from conftest import (
+    LIKE_TRAINED,
+    RESET,
+    SHORT_RUN,
+    assert_clear,
+    cli,
+    error_lines,
+    losses,
+    run,
+    train_args,
+    train_run,
+    updates,
+)
 from hltmt_plugin.pool.router import decode_map
 
 COMMON = [
@@ -330,3 +344,115 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(data_bin, tmp_path):
         assert after[update] == reference[update], update
     # the map fixed at update 6 in the killed run is the map the resumed run trains with
     assert re.search(r"HLT-MT stage all \(epoch \d+, update \d+\): routing map \(fixed\)", out)
+
+
+# ---------------------------------------------------------------------------------------
+# --train-only that trains nothing: one line before the first update
+
+
+def test_train_only_gate_on_a_stage_all_model_is_one_line(data_bin, trained, tmp_path):
+    ckpt, _ = trained
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--restore-file",
+                ckpt,
+                *RESET,
+                "--hlt-stage",
+                "all",
+                "--train-only",
+                "gate",
+                "--max-update",
+                "3",
+            ),
+        ]
+    )
+    assert_clear(
+        done,
+        "--train-only gate trains nothing in this run: the gate learns only in stage high; in stage "
+        "all the routing map is fixed and the gate frozen",
+    )
+    assert updates(done.stdout) == []
+
+
+def test_train_only_gate_across_the_stage_switch_is_one_line(data_bin, tmp_path):
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--high-stage-updates",
+                "2",
+                "--train-only",
+                "gate",
+                "--max-update",
+                "4",
+            ),
+        ]
+    )
+    assert_clear(
+        done, "--train-only gate trains nothing in stage all, which this run enters at update 2 (--high-stage-updates)"
+    )
+    assert updates(done.stdout) == []
+
+
+def test_train_only_adapters_of_a_language_stage_high_never_trains_is_one_line(data_bin, tmp_path):
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(
+                data_bin,
+                *LIKE_TRAINED,
+                "--save-dir",
+                str(tmp_path / "s"),
+                "--language-adapters",
+                "--enable-lang-ids",
+                "--adapter-langs",
+                "en,de,fr,gu,hi",
+                "--train-only",
+                "adapters:hi",
+                "--max-update",
+                "2",
+            ),
+        ]
+    )
+    assert_clear(
+        done,
+        "--train-only adapters:hi trains nothing in this run: none of the directions of stage high "
+        "(en-de,en-fr,de-en) goes through the adapters of hi (the encoder's are chosen by the source language)",
+    )
+
+
+@pytest.mark.parametrize("decoder_adapters", [False, True])
+def test_train_only_adapters_of_a_target_that_only_encoder_adapters_serve_is_one_line(
+    data_bin, tmp_path, decoder_adapters
+):
+    """En->X directions with encoder adapters alone: the adapters of a target language are never
+    on a sentence's path (the encoder's are chosen by the source), so --train-only adapters:de
+    would train nothing; with decoder adapters it trains them."""
+    extra = ["--decoder-adapters"] if decoder_adapters else []
+    done = run(
+        [
+            cli("fairseq-train"),
+            *train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(tmp_path / "s"), "--language-adapters", *extra),
+            *["--enable-lang-ids", "--adapter-langs", "en,de,fr,gu,hi", "--train-only", "adapters:de"],
+            *["--lang-pairs", "en-de,en-fr", "--max-update", "2"],
+        ]
+    )
+    if decoder_adapters:
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert updates(done.stdout + done.stderr) == [1, 2]
+        return
+    assert_clear(
+        done,
+        "--train-only adapters:de trains nothing in this run: none of the directions of stage high (en-de,en-fr) "
+        "goes through the adapters of de (the encoder's are chosen by the source language)",
+    )
