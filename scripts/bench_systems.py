@@ -149,7 +149,7 @@ def build(args, name):
     torch.manual_seed(1)
     model = task.build_model(parsed).to(args.device)
     if is_hltmt and "--hlt-stage" not in extra:  # stage all: a fixed map, as after stage high
-        model.slp_router.fix_map_to(torch.arange(len(args.high.split(","))) % args.pool_size)
+        model.slp_router.fix_map(torch.arange(len(args.high.split(","))) % args.pool_size)
     return {
         "args": parsed,
         "task": task,
@@ -192,7 +192,7 @@ def train_step_fn(args, system):
 
     model = system["model"]
     criterion = LabelSmoothedCrossEntropyCriterion(system["task"], False, 0.1)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=LR)
     dtype = DTYPES[args.dtype]
 
     def step(sample, update):

@@ -46,6 +46,8 @@ def test_directions_and_the_sentences_of_each(tmp_path):
             )
     assert bt.sentences(str(tmp_path), "gu", "en", 2) == ["gugu 0", "gugu 1"]
     assert bt.sentences(str(tmp_path), "en", "gu", 9) == [f"engu {i}" for i in range(5)]
+    with pytest.raises(SystemExit, match=r"^bench_translate: error: missing file .*test\.en-hi\.en"):
+        bt.sentences(str(tmp_path), "hi", "en", 2)  # read as hltmt-prepare-data reads a test set: one error line
     items = bt.select_items(str(tmp_path), ["de", "gu"], 3)
     assert items == bt.select_items(str(tmp_path), ["de", "gu"], 3)  # the same shuffle every run
     in_order = [(s, t, f"{s}{t if s == 'en' else s} {i}") for s, t in bt.directions(["de", "gu"]) for i in range(3)]
