@@ -23,7 +23,7 @@ rounding differences of two matrix libraries.
 
 Refused, each with one line saying why: adapters and skills (modules chosen by the source
 language inside the encoder layers, which a CTranslate2 encoder layer has no place for),
-``--lang-tok-replacing-bos-eos`` (refused by the translator already), activations and
+``--lang-tok-replacing-bos-eos`` (refused on load already), activations and
 positions CTranslate2 does not have, an adaptive softmax.
 """
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.hub import HltmtTranslator, loading, manifest  # noqa: F401  (loading registers the plugin first)
+from hltmt_plugin.hub import loading, manifest  # loading registers the plugin first
 from hltmt_plugin.hub.contract import import_ctranslate2
 from hltmt_plugin.hub.patches import apply_patch, make_patch
 from hltmt_plugin.models.hltmt_transformer import pool_model
@@ -63,19 +63,19 @@ def export(
         raise HltmtConfigError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
     inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
-    translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device="cpu")
-    check_exportable(translator)
-    targets = group_targets(translator)
-    data_folders = str(translator.task.args.data).split(os.pathsep)
-    inputs.update({"the sentencepiece model": translator.spm})
+    loaded, _ = loading.load_for_translation(checkpoint, spm, data)
+    check_exportable(loaded)
+    targets = group_targets(loaded)
+    data_folders = str(loaded.task.args.data).split(os.pathsep)
+    inputs.update({"the sentencepiece model": loaded.spm})
     inputs.update({f"the data folder ({i})" if i else "the data folder": f for i, f in enumerate(data_folders)})
 
     def fill(work: str) -> dict:
         models = {}
         for group in sorted(set(targets.values())):
             models[group] = f"models/{group}"
-            spec = build_spec(ct2, translator.model, None if group == "main" else group)
-            vocab = vocabulary(translator.dictionary)
+            spec = build_spec(ct2, loaded.model, None if group == "main" else group)
+            vocab = vocabulary(loaded.dictionary)
             spec.register_source_vocabulary(vocab)
             spec.register_target_vocabulary(vocab)
             spec.config.decoder_start_token = "</s>"  # fairseq's decoder starts from the end-of-sentence token
@@ -85,9 +85,9 @@ def export(
             os.makedirs(os.path.join(work, models[group]))
             spec.save(os.path.join(work, models[group]))
         patches = store_once(work, models)
-        shutil.copyfile(translator.spm, os.path.join(work, "spm.model"))
-        translator.dictionary.save(os.path.join(work, "dict.txt"))
-        record = describe(translator, targets, models, quantization, checkpoint, ct2.__version__)
+        shutil.copyfile(loaded.spm, os.path.join(work, "spm.model"))
+        loaded.dictionary.save(os.path.join(work, "dict.txt"))
+        record = describe(loaded, targets, models, quantization, checkpoint, ct2.__version__)
         record["patches"] = patches
         manifest.write(work, record)  # its files, their digests and the record's own digest
         manifest.read(work)  # what serving will check
@@ -141,12 +141,12 @@ def refuse_language_modules(model, target: str, layers: str) -> None:
         )
 
 
-def check_exportable(translator) -> None:
+def check_exportable(loaded) -> None:
     """One HltmtConfigError naming what cannot be exported, and why."""
-    model = translator.model
+    model = loaded.model
     encoder, decoder = model.encoder, model.decoder
     refuse_language_modules(model, "CTranslate2", "CTranslate2's layers")
-    activation = getattr(translator.cfg.model, "activation_fn", "relu")
+    activation = getattr(loaded.cfg.model, "activation_fn", "relu")
     if activation not in ACTIVATIONS:
         raise HltmtConfigError(f"cannot export --activation-fn {activation}: CTranslate2 has {', '.join(ACTIVATIONS)}")
     for side in (encoder, decoder):
@@ -156,17 +156,17 @@ def check_exportable(translator) -> None:
             )
     if getattr(decoder, "adaptive_softmax", None) is not None:
         raise HltmtConfigError("cannot export an adaptive softmax: CTranslate2 has one output projection")
-    if getattr(translator.cfg.model, "cross_self_attention", False):
+    if getattr(loaded.cfg.model, "cross_self_attention", False):
         raise HltmtConfigError("cannot export --cross-self-attention: CTranslate2 has no such decoder layer")
 
 
-def group_targets(translator) -> Dict[str, str]:
+def group_targets(loaded) -> Dict[str, str]:
     """Target language -> the group (CTranslate2 model) that serves it: ``main`` without a pool,
     else ``m<k>`` (the pool module of the routing map) or ``universal``."""
-    model = pool_model(translator.model)
+    model = pool_model(loaded.model)
     if model is None:
-        return {lang: "main" for lang in translator.langs}
-    return {lang: model.slp_route(lang) for lang in translator.langs}
+        return {lang: "main" for lang in loaded.langs}
+    return {lang: model.slp_route(lang) for lang in loaded.langs}
 
 
 def vocabulary(dictionary) -> List[str]:
@@ -174,20 +174,20 @@ def vocabulary(dictionary) -> List[str]:
     return ["<blank>" if i == dictionary.pad() else symbol for i, symbol in enumerate(dictionary.symbols)]
 
 
-def describe(translator, targets, models, quantization, checkpoint, version) -> dict:
+def describe(loaded, targets, models, quantization, checkpoint, version) -> dict:
     """The manifest record (without the file digests)."""
-    args, dm = translator.task.args, translator.task.data_manager
+    args, dm = loaded.task.args, loaded.task.data_manager
     encoder_langtok = getattr(args, "encoder_langtok", None)
     decoder_langtok = bool(getattr(args, "decoder_langtok", False))
-    languages = translator.languages
-    tokens = {lang: languages.token(lang) for lang in translator.langs} if encoder_langtok or decoder_langtok else {}
-    model = pool_model(translator.model)
+    languages = loaded.languages
+    tokens = {lang: languages.token(lang) for lang in loaded.langs} if encoder_langtok or decoder_langtok else {}
+    model = pool_model(loaded.model)
     pooled = model is not None
     return {
         "format": manifest.FORMAT,
         "version": manifest.VERSION,
         "engine": "ctranslate2",
-        "langs": list(translator.langs),
+        "langs": list(loaded.langs),
         "lang_pairs": list(getattr(args, "lang_pairs", []) or []),
         "encoder_langtok": encoder_langtok,
         "decoder_langtok": decoder_langtok,
@@ -197,11 +197,11 @@ def describe(translator, targets, models, quantization, checkpoint, version) -> 
         "models": models,
         "routes": pooled,
         "quantization": quantization,
-        "max_source_positions": int(translator.max_source_positions),
-        "max_target_positions": int(translator.max_target_positions),
+        "max_source_positions": int(loaded.max_source_positions),
+        "max_target_positions": int(loaded.max_target_positions),
         "source": {
             "checkpoint": os.path.basename(checkpoint),
-            "arch": str(getattr(translator.cfg.model, "arch", "")),
+            "arch": str(getattr(loaded.cfg.model, "arch", "")),
             "ctranslate2": version,
             "data_langtok_spec": list(map(str, args.langtoks["main"])),
             "dm_langs": len(dm.lang_dict) if getattr(dm, "lang_dict", None) is not None else 0,

@@ -46,7 +46,7 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import model_card
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
-from hltmt_plugin.hub import HltmtTranslator, manifest
+from hltmt_plugin.hub import loading, manifest
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
 INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
@@ -101,25 +101,25 @@ def export(
     inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
     started = time.perf_counter()
-    translator = HltmtTranslator.load(checkpoint, spm=spm, data=data, device="cpu")
-    norm = check_exportable(translator)
-    targets = group_targets(translator)
-    data_folders = str(translator.task.args.data).split(os.pathsep)
-    inputs.update({"the sentencepiece model": translator.spm})
+    loaded, _ = loading.load_for_translation(checkpoint, spm, data)
+    norm = check_exportable(loaded)
+    targets = group_targets(loaded)
+    data_folders = str(loaded.task.args.data).split(os.pathsep)
+    inputs.update({"the sentencepiece model": loaded.spm})
     inputs.update({f"the data folder ({i})" if i else "the data folder": f for i, f in enumerate(data_folders)})
     groups = sorted(set(targets.values()))
     models = {"main": "."} if groups == ["main"] else {group: f"models/{group}" for group in groups}
-    record = describe(translator, targets, models, checkpoint, transformers.__version__, norm)
+    record = describe(loaded, targets, models, checkpoint, transformers.__version__, norm)
     search = {"beam": beam, "lenpen": lenpen, "max_len": max_len}
 
     def fill(work: str) -> dict:
         for group, place in models.items():
             folder = os.path.join(work, place)
             os.makedirs(folder, exist_ok=True)
-            write_model(transformers, translator, None if group == "main" else group, norm, folder, search)
-        write_tokenizer(translator, work)
+            write_model(transformers, loaded, None if group == "main" else group, norm, folder, search)
+        write_tokenizer(loaded, work)
         with open(os.path.join(work, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card.card(record, dict(card_facts(translator, checkpoint, search), metrics=metrics)))
+            f.write(model_card.card(record, dict(card_facts(loaded, checkpoint, search), metrics=metrics)))
         record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
         manifest.write(work, record)  # its files, their digests and the record's own digest
         return manifest.read(work)  # what serving will check
@@ -198,17 +198,17 @@ def training_command(cfg) -> list:
     return words
 
 
-def card_facts(translator, checkpoint: str, search: dict) -> dict:
+def card_facts(loaded, checkpoint: str, search: dict) -> dict:
     """What the model card says beyond the manifest."""
-    pooled = pool_model(translator.model)
-    specific = bool(getattr(translator.cfg.model, "slp_language_specific", False))
+    pooled = pool_model(loaded.model)
+    specific = bool(getattr(loaded.cfg.model, "slp_language_specific", False))
     system = "plain" if pooled is None else ("lsmnmt" if specific else "hltmt")
-    folder = str(translator.task.args.data).split(os.pathsep)[0]
+    folder = str(loaded.task.args.data).split(os.pathsep)[0]
     return {
         "name": os.path.splitext(os.path.basename(checkpoint))[0],
         "system": system,
         "search": search,
-        "command": training_command(translator.cfg),
+        "command": training_command(loaded.cfg),
         "data": {"folder": os.path.basename(os.path.abspath(folder))},
     }
 
@@ -216,13 +216,13 @@ def card_facts(translator, checkpoint: str, search: dict) -> dict:
 # ---- what can go ---------------------------------------------------------------------------
 
 
-def check_exportable(translator) -> str:
+def check_exportable(loaded) -> str:
     """``"post"`` or ``"pre"`` (the normalization, which picks the class); one
     HltmtConfigError naming what cannot be exported, and why."""
-    model = translator.model
+    model = loaded.model
     encoder, decoder = model.encoder, model.decoder
     refuse_language_modules(model, "transformers", "the stock classes' layers")
-    cfg = model.cfg if hasattr(model, "cfg") else translator.cfg.model
+    cfg = model.cfg if hasattr(model, "cfg") else loaded.cfg.model
     activation = str(
         getattr(getattr(cfg, "activation_fn", None), "value", None) or getattr(cfg, "activation_fn", "relu")
     )
@@ -267,17 +267,17 @@ def _check_shapes(encoder, decoder, pre_norm: bool) -> None:
         raise HltmtConfigError("cannot export a pre-norm encoder without its final norm: M2M100 always has one")
 
 
-def describe(translator, targets, models, checkpoint, version, norm) -> dict:
+def describe(loaded, targets, models, checkpoint, version, norm) -> dict:
     """The manifest record (without the file digests)."""
     from hltmt_plugin.export.ctranslate2 import describe as ct2_describe
 
-    record = ct2_describe(translator, targets, models, "float32", checkpoint, version)
+    record = ct2_describe(loaded, targets, models, "float32", checkpoint, version)
     record["engine"] = "transformers"
     record["patches"] = {}
     source = record["source"]
     source["transformers"] = source.pop("ctranslate2")
     source["class"] = CLASSES[norm][1]
-    record["language_codes"] = {lang: language_code(lang) for lang in translator.langs}
+    record["language_codes"] = {lang: language_code(lang) for lang in loaded.langs}
     return record
 
 
@@ -397,11 +397,11 @@ def _same_ffn_width(state: dict, model) -> dict:
     return state
 
 
-def config_of(transformers, translator, group: Optional[str], norm: str, state: dict):
+def config_of(transformers, loaded, group: Optional[str], norm: str, state: dict):
     """The stock class's configuration."""
-    model, cfg = translator.model, translator.cfg.model
+    model, cfg = loaded.model, loaded.cfg.model
     encoder, decoder = model.encoder, model.decoder
-    d = translator.dictionary
+    d = loaded.dictionary
     width = lambda side: state[f"model.{side}.layers.0.fc1.weight"].shape[0]  # noqa: E731
     shared = encoder.embed_tokens.weight is decoder.embed_tokens.weight
     tied = decoder.output_projection.weight is decoder.embed_tokens.weight
@@ -440,12 +440,12 @@ def config_of(transformers, translator, group: Optional[str], norm: str, state: 
     return config
 
 
-def generation_config(transformers, translator, search: dict):
+def generation_config(transformers, loaded, search: dict):
     """fairseq's beam search as ``generate``'s settings: the beam and length penalty, stopping once
     ``beam`` hypotheses are finished, at most ``max_len`` tokens then the end of sentence, no end
     of sentence first, the padding token never chosen, the decoder started from the end of
     sentence."""
-    d = translator.dictionary
+    d = loaded.dictionary
     return transformers.GenerationConfig(
         num_beams=search["beam"],
         length_penalty=search["lenpen"],
@@ -461,37 +461,37 @@ def generation_config(transformers, translator, search: dict):
     )
 
 
-def write_model(transformers, translator, group, norm, folder, search) -> None:
+def write_model(transformers, loaded, group, norm, folder, search) -> None:
     """One group's model: config.json, generation_config.json, model.safetensors."""
     from safetensors.torch import save_file
 
-    state = weights(translator.model, group, norm)
-    config = config_of(transformers, translator, group, norm, state)
+    state = weights(loaded.model, group, norm)
+    config = config_of(transformers, loaded, group, norm, state)
     config.save_pretrained(folder)
-    generation_config(transformers, translator, search).save_pretrained(folder)
+    generation_config(transformers, loaded, search).save_pretrained(folder)
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
 
-def write_tokenizer(translator, work: str) -> None:
+def write_tokenizer(loaded, work: str) -> None:
     """MarianTokenizer's files: the sentencepiece model (source and target), the dictionary as
     its vocabulary with the language tokens as language codes, and its settings."""
-    d = translator.dictionary
-    names = {translator.languages.token(lang): language_code(lang) for lang in translator.langs}
+    d = loaded.dictionary
+    names = {loaded.languages.token(lang): language_code(lang) for lang in loaded.langs}
     vocab = {}
     for i, symbol in enumerate(d.symbols):
         vocab.setdefault(names.get(symbol, symbol), i)
     with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False, indent=0)
     for name in ("source.spm", "target.spm"):
-        shutil.copyfile(translator.spm, os.path.join(work, name))
+        shutil.copyfile(loaded.spm, os.path.join(work, name))
     d.save(os.path.join(work, "dict.txt"))  # fairseq's dictionary, as hltmt-translate reads it
-    codes = [language_code(lang) for lang in translator.langs]
+    codes = [language_code(lang) for lang in loaded.langs]
     settings = {
         "tokenizer_class": "MarianTokenizer",
         "unk_token": d.unk_word,
         "eos_token": d.eos_word,
         "pad_token": d.pad_word,
-        "model_max_length": int(translator.max_source_positions),
+        "model_max_length": int(loaded.max_source_positions),
         "separate_vocabs": False,
         "additional_special_tokens": codes,
         "extra_special_tokens": codes,

@@ -1,12 +1,14 @@
 """Loading a checkpoint: :func:`load_model`, the one way the plugin rebuilds a model from a
-checkpoint (the translator, hltmt-adapters, hltmt-train-language-adapter, hltmt-report's gate);
-for the translator also the options and data folder it stores, and where its sentencepiece model
-lies."""
+checkpoint (the translator, the exports, hltmt-adapters, hltmt-train-language-adapter,
+hltmt-report's gate); for translation (:func:`load_for_translation`: the translator and the
+exports) also the options and data folder it stores, where its sentencepiece model lies, and
+what is read from the loaded model (:class:`LoadedCheckpoint`)."""
 
+import functools
 import glob
 import os
 from argparse import Namespace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 
 import hltmt_plugin
@@ -15,6 +17,9 @@ from hltmt_plugin.data_fingerprint import sha256_file
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 hltmt_plugin.register()  # the task, model and safe loading, before this module's functions import fairseq
+
+if TYPE_CHECKING:
+    from hltmt_plugin.languages import LanguageTable
 
 SPM_COVERAGE = 0.9  # the least share of the dictionary's pieces that the sentencepiece model must make
 
@@ -168,3 +173,50 @@ def check_spm(spm_path: str, symbols, model_options) -> None:
             f"only {share:.0%} of the dictionary's pieces (the rest would be read as <unk>): give "
             "the sentencepiece model of the training data"
         )
+
+
+class LoadedCheckpoint:
+    """A checkpoint loaded for translation (:func:`load_for_translation`): its model, options
+    and task, the sentencepiece model of its data, and what they give: the languages (in the
+    order of ``--langs``), the shared dictionary, the plugin's model (or None), the source and
+    target positions, the language table."""
+
+    def __init__(self, path: str, model, cfg, task, spm: str):
+        from fairseq import utils
+
+        from hltmt_plugin.models.hltmt_transformer import plugin_model
+
+        self.path, self.model, self.cfg, self.task, self.spm = path, model, cfg, task, spm
+        self.dictionary = task.source_dictionary
+        self.langs = list(task.langs)
+        self.ours = plugin_model(model)  # the plugin's model (routing, language table), or None
+        self.max_source_positions, self.max_target_positions = utils.resolve_max_positions(
+            task.max_positions(), model.max_positions()
+        )
+
+    @functools.cached_property
+    def languages(self) -> "LanguageTable":
+        """The languages' tokens and ids: the model's own table, or one made from the task the
+        same way for a model without one (fairseq's transformer)."""
+        from hltmt_plugin.languages import LanguageTable
+
+        ours = self.ours
+        return ours.encoder.languages if ours is not None else LanguageTable.from_task(self.task, self.dictionary)
+
+
+def load_for_translation(checkpoint, spm: Optional[str] = None, data: Optional[str] = None):
+    """``(the loaded checkpoint, its data folder)``: the checkpoint of a multilingual task
+    (:data:`TASK_NAMES`) read and checked (:func:`_read_checkpoint`), its sentencepiece model
+    found (``spm``, else where the data and checkpoint lie) and checked against its dictionary,
+    its model rebuilt (:func:`load_model`) and prepared as fairseq-generate prepares it (eval
+    mode, generation-fast), on the CPU. ``data``: the binarized data folder, when not the
+    stored one."""
+    if not isinstance(checkpoint, (str, os.PathLike)):
+        raise HltmtConfigError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
+    checkpoint = os.fspath(checkpoint)
+    state, folder = _read_checkpoint(checkpoint, data)
+    spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
+    model, cfg, task = load_model(checkpoint, state=state, explain_missing=False)
+    check_spm(spm_path, task.source_dictionary.symbols, cfg.model)
+    model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
+    return LoadedCheckpoint(checkpoint, model, cfg, task, spm_path), folder

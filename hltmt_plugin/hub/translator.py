@@ -40,10 +40,8 @@ reported with its line number; the others are still translated. A sentence longe
 token budget is a batch of its own.
 """
 
-import functools
 import logging
 import math
-import os
 from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -79,21 +77,16 @@ class HltmtTranslator:
         checkpoint: str = "",
         spm: str = "",
     ):
+        from hltmt_plugin.hub.loading import LoadedCheckpoint, _stored
+
         self.task, self.model, self.cfg, self.bpe, self.device = task, model, cfg, bpe, device
         self.max_tokens, self.max_sentences = max_tokens, max_sentences
         self.checkpoint, self.spm = checkpoint, spm
-        self.dictionary = task.source_dictionary
-        self.langs = list(task.langs)
-        from fairseq import utils
-
-        from hltmt_plugin.hub.loading import _stored
-        from hltmt_plugin.models.hltmt_transformer import plugin_model
-
-        self.ours = plugin_model(model)  # the plugin's model (routing, language table), or None
-
-        self.max_source_positions, self.max_target_positions = utils.resolve_max_positions(
-            task.max_positions(), model.max_positions()
-        )
+        self.loaded = LoadedCheckpoint(checkpoint, model, cfg, task, spm)
+        self.dictionary, self.langs = self.loaded.dictionary, self.loaded.langs
+        self.ours = self.loaded.ours  # the plugin's model (routing, language table), or None
+        self.max_source_positions = self.loaded.max_source_positions
+        self.max_target_positions = self.loaded.max_target_positions
         self._generators: Dict[Tuple, object] = {}
         self._routes: Dict[Tuple[str, str], Dict[str, object]] = {}
         # the directions it was trained on; languages whose adapters were imported later
@@ -150,19 +143,13 @@ class HltmtTranslator:
         hltmt_plugin.register()  # the task, model and safe loading, before fairseq's modules are imported
         from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 
-        from hltmt_plugin.hub.loading import _find_spm, _read_checkpoint, _stored, check_spm, load_model
+        from hltmt_plugin.hub.loading import load_for_translation
 
         max_tokens = arguments.positive_int("max_tokens", max_tokens)
         max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         device = _device(device)
-        if not isinstance(checkpoint, (str, os.PathLike)):
-            raise HltmtConfigError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
-        checkpoint = os.fspath(checkpoint)
-        state, folder = _read_checkpoint(checkpoint, data)
-        spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
-        model, cfg, task = load_model(checkpoint, state=state, explain_missing=False)
-        check_spm(spm_path, task.source_dictionary.symbols, cfg.model)
-        model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
+        loaded, folder = load_for_translation(checkpoint, spm, data)
+        checkpoint, model, cfg, task, spm_path = loaded.path, loaded.model, loaded.cfg, loaded.task, loaded.spm
         if fp16:
             model.half()
         model.to(device)
@@ -183,14 +170,10 @@ class HltmtTranslator:
             spm=spm_path,
         )
 
-    @functools.cached_property
+    @property
     def languages(self) -> "LanguageTable":
-        """The languages' tokens and ids: the model's own table, or one made from the task the
-        same way for a model without one (fairseq's transformer)."""
-        from hltmt_plugin.languages import LanguageTable
-
-        ours = self.ours
-        return ours.encoder.languages if ours is not None else LanguageTable.from_task(self.task, self.dictionary)
+        """The languages' tokens and ids (:attr:`~hltmt_plugin.hub.loading.LoadedCheckpoint.languages`)."""
+        return self.loaded.languages
 
     # ---- routing and input checks ------------------------------------------------------
     def routing(self, src: str, tgt: str) -> Dict[str, object]:

@@ -1,6 +1,7 @@
 """hltmt_plugin/hub/loading.py's load_model: the one way a model is rebuilt from a checkpoint
-(the translator, hltmt-adapters, hltmt-train-language-adapter, hltmt-report's gate): the
-checkpoint's own weights and options, the data folder a user names, and its one-line errors."""
+(the translator, the exports, hltmt-adapters, hltmt-train-language-adapter, hltmt-report's
+gate): the checkpoint's own weights and options, the data folder a user names, and its one-line
+errors; load_for_translation: a checkpoint loaded for the translator and the exports."""
 
 import shutil
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub.loading import load_model
+from hltmt_plugin.hub.loading import LoadedCheckpoint, load_for_translation, load_model
 
 
 def test_a_missing_checkpoint_is_one_line_when_it_must_exist(tmp_path):
@@ -62,3 +63,29 @@ def test_a_file_fairseq_cannot_find_is_one_line_naming_data(tmp_path, monkeypatc
     )
     with pytest.raises(FileNotFoundError):  # hltmt-report's gate: fairseq's own error
         load_model(str(path), explain_missing=False)
+
+
+def test_a_checkpoint_loaded_for_translation_is_the_translators(translator, hltmt, data_bin):
+    from conftest import spm_of
+
+    loaded, folder = load_for_translation(hltmt)
+    assert isinstance(loaded, LoadedCheckpoint) and loaded.path == hltmt and folder == data_bin
+    assert loaded.spm == translator.spm == spm_of(data_bin)
+    assert not loaded.model.training and loaded.ours is loaded.model
+    assert loaded.langs == translator.langs == ["en", "de", "fr", "gu", "hi"]
+    assert loaded.dictionary.symbols == translator.dictionary.symbols
+    positions = (loaded.max_source_positions, loaded.max_target_positions)
+    assert positions == (translator.max_source_positions, translator.max_target_positions)
+    assert loaded.languages is loaded.model.encoder.languages
+    assert [loaded.languages.token(lang) for lang in loaded.langs] == [
+        translator.languages.token(lang) for lang in translator.langs
+    ]
+    mine, theirs = loaded.model.state_dict(), translator.model.state_dict()
+    assert sorted(mine) == sorted(theirs) and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def test_what_is_not_a_checkpoint_path_is_one_line(tmp_path):
+    with pytest.raises(HltmtConfigError, match="^checkpoint must be a path, got int$"):
+        load_for_translation(3)
+    with pytest.raises(HltmtInputError, match=f"^checkpoint {tmp_path} does not exist$"):
+        load_for_translation(tmp_path)  # a folder (an export folder is the translator's to serve)
