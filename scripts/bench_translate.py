@@ -27,7 +27,8 @@ differently, so a float tie may rarely differ).
 
 Without ``--checkpoint``, ``--work`` gets a DebMT-10 model of its own: hltmt-prepare-data
 (all 10 languages, --max-train lines per pair), then HLT-MT ``hltmt_transformer_tiny`` trained
-for --train-updates (half stage high, half stage all) with the main job's optimiser settings.
+for --train-updates (half stage high, half stage all) with the experiment recipe's optimiser
+settings (the main job's).
 """
 
 import argparse
