@@ -4,7 +4,6 @@ training words/s, a mixed-direction batch against single-direction ones, beam-5 
 tokens/s, parameters and training memory, each speed with the ratio its arithmetic predicts
 (:func:`~bench_systems.flops`); the table, the JSON figures and the plot."""
 
-import argparse
 import json
 import os
 import subprocess
@@ -56,8 +55,8 @@ def training_work(steps, samples):
 
 
 def generation_setup(args, direction):
-    """The test batches of one direction and a beam-5 generator that runs every hypothesis to
-    the same length."""
+    """The test batches of one direction and the options of a beam-5 generator (fairseq's
+    defaults otherwise) that runs every hypothesis to the same length."""
     from fairseq import options, tasks, utils
 
     src, tgt = direction.split("-")
@@ -66,7 +65,8 @@ def generation_setup(args, direction):
         [
             args.data,
             *comparison(args).task_args(PLUGIN_TASK, [direction]),
-            *["--enable-lang-ids", "-s", src, "-t", tgt, "--path", BENCH],
+            *["--enable-lang-ids", "-s", src, "-t", tgt, "--path", BENCH, "--beam", "5", "--max-len-a", "0"],
+            *["--max-len-b", str(args.gen_len), "--min-len", str(args.gen_len)],  # fairseq's search, every step run
         ],
     )
     task = tasks.setup_task(inference)  # the data side only: the models are the ones being timed
@@ -84,30 +84,7 @@ def generation_setup(args, direction):
         n += len(sample["id"])
         if n >= args.gen_sentences:
             break
-    gen_args = argparse.Namespace(
-        beam=5,
-        max_len_a=0,
-        max_len_b=args.gen_len,
-        min_len=args.gen_len,
-        unnormalized=False,
-        lenpen=1,
-        unkpen=0,
-        temperature=1.0,
-        match_source_len=False,
-        no_repeat_ngram_size=0,
-        sampling=False,
-        diverse_beam_groups=-1,
-        diverse_beam_strength=0.5,
-        diversity_rate=-1,
-        prefix_size=0,
-        sampling_topk=-1,
-        sampling_topp=-1.0,
-        constraints=None,
-        print_alignment=None,
-        retain_dropout=False,
-        score_reference=False,
-    )
-    return task, samples, gen_args
+    return task, samples, inference
 
 
 def generate_fn(args, task, samples, gen_args, system):
