@@ -266,23 +266,21 @@ DONE = re.compile(r"done training in ([\d.]+) seconds")
 @dataclass
 class TrainLog:
     """What a fairseq-train log says: its progress lines (``train_inner``, simple or json
-    format) as field dicts, its validations (:data:`VALID_KEYS`, as text), the last update
-    count any line names, the parameter count and the wall time fairseq reports at the end."""
+    format) as field dicts, its whole validations (:data:`VALID_KEYS`, as text), the loss of
+    the last validation, the last update count any line names, the parameter count and the
+    wall time fairseq reports at the end."""
 
     progress: List[Dict[str, float]]
     valid: List[Dict[str, str]]
+    valid_loss: Optional[float]
     updates: int
     params: int
     wall: Optional[float]
 
-    @property
-    def valid_loss(self) -> Optional[float]:
-        return float(self.valid[-1]["loss"]) if self.valid else None
-
 
 def parse_train_log(text: str) -> TrainLog:
     """The :class:`TrainLog` of a fairseq-train log's text (a log still being written too)."""
-    progress, valid, updates = [], [], 0
+    progress, valid, updates, valid_loss = [], [], 0, None
     for line in text.splitlines():
         found = UPDATES.search(line)
         if found:
@@ -301,12 +299,14 @@ def parse_train_log(text: str) -> TrainLog:
         val = VALID_LINE.search(line)
         if val:
             fields = dict(x.strip().split(" ", 1) for x in val.group(1).split("|") if " " in x.strip())
+            valid_loss = float(fields["loss"]) if _number(fields.get("loss")) else valid_loss
             if all(k in fields for k in VALID_KEYS):
                 valid.append(fields)
     wall = DONE.search(text)
     return TrainLog(
         progress=progress,
         valid=valid,
+        valid_loss=valid_loss,
         updates=updates,
         params=sum(int(p.replace(",", "")) for p in PARAMS.findall(text)),
         wall=float(wall.group(1)) if wall else None,

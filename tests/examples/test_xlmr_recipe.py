@@ -177,8 +177,10 @@ def test_the_temperature_rises_from_epoch_to_epoch(recipe):
     run_dir, out = recipe
     assert "temperature 1, 5 over the first epochs" in out
     first, second = log(run_dir, "train_mnmt.t1.log"), log(run_dir, "train_mnmt.t2.log")
-    assert "--sampling-temperature 1 " in first and "--max-epoch 1 " in first
-    assert "--sampling-temperature 5 " in second and "--max-epoch" not in second
+    words = [text.splitlines()[0].split() for text in (first, second)]  # the logged command lines
+    options = [dict(zip(w, w[1:])) for w in words]  # each word and the one after it
+    assert (options[0]["--sampling-temperature"], options[0]["--max-epoch"]) == ("1", "1")
+    assert options[1]["--sampling-temperature"] == "5" and "--max-epoch" not in options[1]
     assert re.search(r"Loaded checkpoint \S+/mnmt/checkpoint_last\.pt \(epoch 2 @ [1-9]\d* updates\)", second)
     r1, r5 = ratios(first), ratios(second)
     share = TRAIN_LINES["gu"] / TRAIN_LINES["de"]
