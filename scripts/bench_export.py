@@ -393,7 +393,7 @@ def build_paper_checkpoint(options, data, path):
     task = tasks.setup_task(args)
     model = task.build_model(args)
     if getattr(model.decoder, "slp_router", None) is not None:  # the routing map, fixed as at the stage switch
-        model.decoder.slp_router.fix_map_to(torch.tensor(PAPER_MAP))
+        model.decoder.slp_router.fix_map(torch.tensor(PAPER_MAP))
     cfg = convert_namespace_to_omegaconf(args)
     trainer = Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
     trainer.consolidate_optimizer()  # what fairseq-train does before it saves (sets the optimizer's state)

@@ -114,7 +114,7 @@ def gate_of(checkpoint):
         probs = model.gate_probs().numpy()
     # a checkpoint from stage all holds the map fixed after stage 1 (the routing map); its gate is
     # frozen, but the language embeddings it reads kept training, so the argmax may have moved since
-    langs, mapping = list(model.high_resource_langs), model.routing_map()
+    langs, mapping = list(model.high_langs), model.map_by_language()
     return probs.tolist(), langs, [mapping[lang] for lang in langs], model.slp_router.map_is_fixed
 
 

@@ -192,7 +192,7 @@ def describe(loaded, targets, models, quantization, checkpoint, version) -> dict
         "encoder_langtok": encoder_langtok,
         "decoder_langtok": decoder_langtok,
         "language_tokens": tokens,
-        "routing_map": {k: int(v) for k, v in model.routing_map().items()} if pooled else {},
+        "routing_map": {k: int(v) for k, v in model.map_by_language().items()} if pooled else {},
         "targets": targets,
         "models": models,
         "routes": pooled,

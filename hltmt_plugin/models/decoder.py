@@ -35,7 +35,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         dictionary,
         embed_tokens,
         slp_cfg,
-        high: List[str],
+        high_langs: List[str],
         seed: int = 1,
         no_encoder_attn: bool = False,
         layouts: Optional[Layouts] = None,
@@ -51,7 +51,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
                 "--decoder-embed-dim is not supported by the SLP"
             )
         self.slp = self.slp_router = self.slp_output_norm = None
-        if not high:  # no --high-resource-langs: no pool, fairseq's own decoder top
+        if not high_langs:  # no --high-resource-langs: no pool, fairseq's own decoder top
             return
         self.slp = SelectiveLanguagePool(
             self.output_embed_dim,
@@ -63,7 +63,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
             normalize_before=normalize_before,
         )
         self.slp_router = LanguageRouter(
-            self.output_embed_dim, slp_cfg.slp_pool_size, high, hard_prob=slp_cfg.slp_hard_prob, seed=seed
+            self.output_embed_dim, slp_cfg.slp_pool_size, high_langs, hard_prob=slp_cfg.slp_hard_prob, seed=seed
         )
         # Pre-norm: the decoder's final layer norm moves above the SLP, so the output
         # projection still sees normalised features.
@@ -82,7 +82,7 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         if self.slp is None:
             return
         self.slp_router.set_languages(languages.langs)
-        rows = [languages.token_index(lang, self.dictionary) for lang in self.slp_router.high]
+        rows = [languages.token_index(lang, self.dictionary) for lang in self.slp_router.high_langs]
         self.register_buffer("high_tokens", torch.tensor(rows, dtype=torch.long), persistent=False)
 
     def high_lang_embeddings(self) -> Tensor:
@@ -101,15 +101,15 @@ class HltmtTransformerDecoder(SearchPlans, TransformerDecoderBase):
         return self.slp_router(record[:, TGT], self.gate_input(), self.rows)
 
     # the routing map and the gate, by language name (the model's surface reads these)
-    def routing_map(self) -> Dict[str, int]:
-        return {} if self.slp is None else self.slp_router.routing_map(self.gate_input())
+    def map_by_language(self) -> Dict[str, int]:
+        return {} if self.slp is None else self.slp_router.map_by_language(self.gate_input())
 
     def gate_probs(self) -> Tensor:
         return self.slp_router.gate_probs(self.high_lang_embeddings())
 
-    def fix_routing_map(self) -> Dict[str, int]:
-        self.slp_router.fix_map(self.high_lang_embeddings())
-        return self.routing_map()
+    def fix_map(self) -> Dict[str, int]:
+        self.slp_router.fix_map(self.slp_router.map_ids(self.gate_input()))
+        return self.map_by_language()
 
     def invertible_input(self, x: Tensor) -> Tensor:  # T x B x C: the first layer's input
         return self.invertible_adapters(x, self.rows, dim=1)

@@ -118,7 +118,7 @@ class HltmtTransformerModel(TransformerModel):
                 "fairseq's own and every direction trains from the start"
             )
         elif slp.slp_language_specific:
-            model.slp_router.fix_map_to(torch.arange(len(high)))
+            model.slp_router.fix_map(torch.arange(len(high)))
         if high:
             logger.info(
                 f"HLT-MT: pool of {slp.slp_pool_size} modules for {','.join(high)}; universal "
@@ -143,7 +143,7 @@ class HltmtTransformerModel(TransformerModel):
             tgt_dict,
             embed_tokens,
             slp,
-            high=slp.high_langs,
+            high_langs=slp.high_langs,
             seed=getattr(args, "seed", 1),
             no_encoder_attn=getattr(args, "no_cross_attention", False),
             layouts=build_layouts(args),
@@ -191,9 +191,9 @@ class HltmtTransformerModel(TransformerModel):
                 f"architecture, language list or version?): {details[:600]}"
             ) from None
         if self.slp is not None and self.slp_router.map_is_fixed:
-            universal = [lang for lang in self.encoder.languages.langs if lang not in self.high_resource_langs]
+            universal = [lang for lang in self.encoder.languages.langs if lang not in self.high_langs]
             logger.info(
-                f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.routing_map())}"
+                f"HLT-MT routing map (fixed, from the checkpoint): {map_text(self.map_by_language())}"
                 f"; universal layer: {','.join(universal) or '(none)'}"
             )
         return result
@@ -209,14 +209,14 @@ class HltmtTransformerModel(TransformerModel):
         return self.decoder.slp_router
 
     @property
-    def high_resource_langs(self) -> List[str]:
-        """The languages of the pool (``--high-resource-langs``, in the gate's order); empty without a pool."""
-        return [] if self.slp is None else list(self.slp_router.high)
+    def high_langs(self) -> List[str]:
+        """The languages of the pool (``--high-resource-langs``, in the map's order); empty without a pool."""
+        return [] if self.slp is None else list(self.slp_router.high_langs)
 
-    def routing_map(self) -> Dict[str, int]:
+    def map_by_language(self) -> Dict[str, int]:
         """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now
         (empty without a pool)."""
-        return self.decoder.routing_map()
+        return self.decoder.map_by_language()
 
     def gate_probs(self) -> Tensor:
         """``P`` (H x T), the gate's distribution over the pool for each high-resource language."""
@@ -225,7 +225,7 @@ class HltmtTransformerModel(TransformerModel):
     def slp_route(self, tgt: str) -> str:
         """The pool module that serves target language ``tgt`` (``m<k>`` by the routing map), or
         ``universal`` (a model with a pool)."""
-        return module_label(self.routing_map().get(tgt, self.slp.pool_size), self.slp.pool_size)
+        return module_label(self.map_by_language().get(tgt, self.slp.pool_size), self.slp.pool_size)
 
     def route_of(self, src: str, tgt: str) -> Dict[str, object]:
         """Which modules serve a sentence ``src -> tgt``: ``{"slp": "m<k>" | "universal",
@@ -259,9 +259,10 @@ class HltmtTransformerModel(TransformerModel):
         languages = self.encoder.languages
         return {name: (p, languages.token_index(lang, d)) for name, (p, d) in self.language_token_tables().items()}
 
-    def fix_routing_map(self) -> Dict[str, int]:
-        """Fix ``g(l) = argmax p_l`` from the current gate (stage all) and freeze the gate."""
-        return self.decoder.fix_routing_map()
+    def fix_map(self) -> Dict[str, int]:
+        """Fix ``g(l) = argmax p_l`` from the current gate (stage all; a fixed map stays) and
+        freeze the gate; the map by language name."""
+        return self.decoder.fix_map()
 
 
 def plugin_model(model) -> Optional[HltmtTransformerModel]:

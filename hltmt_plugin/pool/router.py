@@ -16,8 +16,15 @@ Called with a batch's target languages and the gate's input, it returns the batc
 (:class:`~hltmt_plugin.pool.modules.SelectiveLanguagePool`) carries it out. It calls
 nothing back: the caller hands it what it reads.
 
-Every older form of its state (keys under ``slp.``, the map as indices, the language names on
-the decoder) is read in one place, :func:`upgrade_router_state`.
+The routing map in its forms: ``routing_map``, the stored one-hot rows (one per high-resource
+language); :meth:`LanguageRouter.map_ids`, the module of each language as indices (the fixed
+map, or the gate's argmax while it learns); :meth:`LanguageRouter.map_by_language`, the same by
+language name; :meth:`LanguageRouter.fix_map`, the one way it is fixed. The high-resource
+languages are the list ``high_langs``; their names are saved as ``high_lang_names``.
+
+Every older form of its state (keys under ``slp.``, the map as indices or under its older
+name, the language names on the decoder or under their older name) is read in one place,
+:func:`upgrade_router_state`.
 """
 
 from typing import Dict, Optional, Sequence
@@ -30,12 +37,14 @@ from torch import Tensor, nn
 from hltmt_plugin import records
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import names_of, names_tensor
-from hltmt_plugin.pool.keys import GATE_STEPS, LANG_NAMES, MAP, ROUTER
+from hltmt_plugin.pool.keys import GATE, GATE_STEPS, LANG_NAMES, MAP, POOL, ROUTER, ROUTER_MAP
 from hltmt_plugin.pool.modules import RoutingDecision, module_label
 from hltmt_plugin.routing import RoutePlan
 
 HARD, SOFT = "hard", "soft"
 PLAN = "slp"  # the name of a hard step's plan among a pass's plans (PassRows)
+# the router's entries as older versions saved them (read by upgrade_router_state only)
+OLD_MAP, OLD_MAP_IDS, OLD_LANG_NAMES = "fixed_map_onehot", "fixed_map", "high_langs"
 
 
 class LanguageRouter(nn.Module):
@@ -44,27 +53,28 @@ class LanguageRouter(nn.Module):
     Args:
         dim: model dimension d (the gate's input: a language token's embedding row).
         pool_size: T.
-        high: the high-resource languages, in the order of the gate's rows and the map's.
+        high_langs: the high-resource languages, in the order of the map's rows.
         hard_prob: probability of a hard update while the gate is learning.
         seed: with the update number, decides each update's hard/soft draw, so every worker
             (and a resumed run) makes the same draw.
 
-    State (saved with the weights): ``gate`` (W_g), ``fixed_map_onehot`` (the routing map
+    State (saved with the weights): ``gate`` (W_g), ``routing_map`` (the routing map
     ``g(l)``: one row per high-resource language, one-hot over T + 1 columns, a 1 at the
     language's pool module or at column T while the gate learns; averaging or mixing
     checkpoints keeps a row one-hot only where they all agree, and any other mix is refused
     on load), ``gate_steps`` (training passes the gate has seen while learning: stage all
-    refuses a model whose gate never learned) and ``high_langs`` (the map's languages by name).
+    refuses a model whose gate never learned) and ``high_lang_names`` (the map's languages by
+    name, as bytes).
     """
 
-    def __init__(self, dim: int, pool_size: int, high: Sequence[str], hard_prob: float = 0.5, seed: int = 1):
+    def __init__(self, dim: int, pool_size: int, high_langs: Sequence[str], hard_prob: float = 0.5, seed: int = 1):
         super().__init__()
         self.pool_size, self.hard_prob, self.seed = pool_size, hard_prob, seed
-        self.high = list(high)
+        self.high_langs = list(high_langs)
         self.gate = nn.Linear(dim, pool_size)
-        self.register_buffer(MAP, encode_map(torch.full((len(self.high),), -1, dtype=torch.long), pool_size))
+        self.register_buffer(MAP, encode_map(torch.full((len(self.high_langs),), -1, dtype=torch.long), pool_size))
         self.register_buffer(GATE_STEPS, torch.zeros((), dtype=torch.long))
-        self.register_buffer(LANG_NAMES, names_tensor(self.high))
+        self.register_buffer(LANG_NAMES, names_tensor(self.high_langs))
         self.register_buffer("high_of_lang", torch.empty(0, dtype=torch.long), persistent=False)
         self._map_fixed = False  # the map's state kept on the host (no device synchronisation per step)
         self.mode = HARD
@@ -74,7 +84,7 @@ class LanguageRouter(nn.Module):
         """``--langs`` (a row's target language is an index into it): ``high_of_lang`` maps each
         to its index among the high-resource languages, -1 for the universal module's."""
         self.high_of_lang = torch.tensor(
-            [self.high.index(lang) if lang in self.high else -1 for lang in langs],
+            [self.high_langs.index(lang) if lang in self.high_langs else -1 for lang in langs],
             dtype=torch.long,
             device=self.gate.weight.device,
         )
@@ -83,12 +93,8 @@ class LanguageRouter(nn.Module):
     @property
     def map_is_fixed(self) -> bool:
         """Whether ``g(l)`` is fixed; read on the host, refreshed by the map's only writers
-        (:meth:`fix_map_to` and loading a checkpoint)."""
+        (:meth:`fix_map` and loading a checkpoint)."""
         return self._map_fixed
-
-    def fixed_map(self) -> Tensor:
-        """``g(l)`` as module indices (-1 while the gate learns), read from the stored map."""
-        return decode_map(self.fixed_map_onehot, self.pool_size)
 
     def gate_probs(self, lang_embeddings: Tensor) -> Tensor:
         """``P`` (H x T): the gate's distribution over the pool for each high-resource language,
@@ -97,31 +103,24 @@ class LanguageRouter(nn.Module):
             logits = F.linear(lang_embeddings.float(), self.gate.weight.float(), self.gate.bias.float())
         return F.softmax(logits, dim=-1)
 
-    def current_map(self, lang_embeddings: Optional[Tensor]) -> Tensor:
-        """``g(l)`` for every high-resource language: the fixed map, or the argmax of the gate
-        (``lang_embeddings``: the gate's input, not read once the map is fixed)."""
+    def map_ids(self, lang_embeddings: Optional[Tensor] = None) -> Tensor:
+        """``g(l)`` for every high-resource language as module indices: the fixed map, or the
+        argmax of the gate (``lang_embeddings``: the gate's input, not read once the map is fixed)."""
         if self.map_is_fixed:
-            return self.fixed_map()
+            return decode_map(self.routing_map, self.pool_size)
         with torch.no_grad():
             return self.gate_probs(lang_embeddings).argmax(dim=-1)
 
-    def routing_map(self, lang_embeddings: Optional[Tensor]) -> Dict[str, int]:
+    def map_by_language(self, lang_embeddings: Optional[Tensor] = None) -> Dict[str, int]:
         """``g(l)`` by language name: the fixed map, or the gate's argmax now."""
-        return dict(zip(self.high, self.current_map(lang_embeddings).tolist()))
+        return dict(zip(self.high_langs, self.map_ids(lang_embeddings).tolist()))
 
-    def fix_map(self, lang_embeddings: Tensor) -> None:
-        """Fix ``g(l) = argmax p_l`` from the current gate (unless fixed already) and stop the
-        gate from training (the stage switch)."""
-        if not self.map_is_fixed:
-            with torch.no_grad():
-                self.fix_map_to(self.gate_probs(lang_embeddings).argmax(dim=-1))
-        self.gate.requires_grad_(False)
-
-    def fix_map_to(self, mapping: Tensor) -> None:
-        """Fix a given map (the gate's argmax at the stage switch, or the identity: one module
-        per language, LS-MNMT) and stop the gate from training."""
-        check_fixed_map(mapping, self.pool_size, len(self.high))
-        self.fixed_map_onehot.copy_(encode_map(mapping.to(self.fixed_map_onehot.device), self.pool_size))
+    def fix_map(self, ids: Tensor) -> None:
+        """Fix the map to ``ids`` (each high-resource language's pool module: the gate's argmax
+        at the stage switch, see :meth:`map_ids`, or the identity: one module per language,
+        LS-MNMT) and stop the gate from training."""
+        check_map_ids(ids, self.pool_size, len(self.high_langs))
+        self.routing_map.copy_(encode_map(ids.to(self.routing_map.device), self.pool_size))
         self._map_fixed = True
         self.gate.requires_grad_(False)
 
@@ -143,7 +142,7 @@ class LanguageRouter(nn.Module):
         ``--langs``): ``g(l)`` for a high-resource language, the universal module ``T`` otherwise."""
         high_idx = self.high_of_lang.index_select(0, tgt)
         universal = torch.full_like(high_idx, self.pool_size)
-        mapped = self.current_map(lang_embeddings).index_select(0, high_idx.clamp(min=0))
+        mapped = self.map_ids(lang_embeddings).index_select(0, high_idx.clamp(min=0))
         return torch.where(high_idx < 0, universal, mapped)
 
     def forward(self, tgt: Tensor, lang_embeddings: Optional[Tensor], plans=None) -> RoutingDecision:
@@ -174,24 +173,24 @@ class LanguageRouter(nn.Module):
         prefix = f"{name}." if name else ""
         upgrade_router_state(state_dict, name.rsplit(ROUTER, 1)[0])  # the decoder's prefix: "decoder."
         saved = state_dict.get(prefix + LANG_NAMES)
-        state_dict[prefix + LANG_NAMES] = self.high_langs.clone()
-        if saved is None or names_of(saved) == self.high:  # (None: a checkpoint from before the names were saved)
+        state_dict[prefix + LANG_NAMES] = self.high_lang_names.clone()
+        if saved is None or names_of(saved) == self.high_langs:  # (None: a checkpoint from before the names were saved)
             return
         saved = names_of(saved)
-        if sorted(saved) != sorted(self.high):
+        if sorted(saved) != sorted(self.high_langs):
             raise HltmtInputError(
                 f"the checkpoint's pool serves --high-resource-langs {','.join(saved)} and these options name "
-                f"{','.join(self.high)}: pass the training run's --high-resource-langs"
+                f"{','.join(self.high_langs)}: pass the training run's --high-resource-langs"
             )
         if prefix + MAP in state_dict:
-            order = torch.tensor([saved.index(x) for x in self.high])
+            order = torch.tensor([saved.index(x) for x in self.high_langs])
             state_dict[prefix + MAP] = state_dict[prefix + MAP].index_select(0, order)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         if prefix + MAP in state_dict:  # the stored map must be one a training stage wrote
-            check_map_onehot(state_dict[prefix + MAP], self.pool_size, self.high, prefix + MAP)
+            check_map_onehot(state_dict[prefix + MAP], self.pool_size, self.high_langs, prefix + MAP)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._map_fixed = bool((self.fixed_map() >= 0).all())
+        self._map_fixed = bool((decode_map(self.routing_map, self.pool_size) >= 0).all())
 
 
 def upgrade_router_state(state_dict, prefix: str) -> None:
@@ -199,32 +198,37 @@ def upgrade_router_state(state_dict, prefix: str) -> None:
     is the decoder's (``"decoder."``).
 
     - the router's tensors stored on the pool (``slp.gate.*``, ``slp.fixed_map_onehot``,
-      ``slp.gate_steps``) and the map's language names on the decoder (``high_langs``) move
-      under ``slp_router.``;
+      ``slp.gate_steps``, ``slp.fixed_map``) and the map's language names on the decoder
+      (``high_langs``) move under ``slp_router.``;
+    - the routing map's one-hot rows saved as ``fixed_map_onehot`` become ``routing_map``, the
+      language names saved as ``high_langs`` become ``high_lang_names``;
     - a map stored as module indices (``fixed_map``, -1 while the gate learns) becomes the
       one-hot rows; a checkpoint holding both forms must hold one map.
     """
     new = prefix + ROUTER + "."
-    moves = {prefix + "high_langs": new + "high_langs"}
-    for old in ("gate.weight", "gate.bias", MAP, "gate_steps", "fixed_map"):
-        moves[prefix + "slp." + old] = new + old
+    moves = {prefix + OLD_LANG_NAMES: new + LANG_NAMES, prefix + POOL + "." + OLD_MAP: new + MAP}
+    for old in (GATE + ".weight", GATE + ".bias", GATE_STEPS, OLD_MAP_IDS):
+        moves[prefix + POOL + "." + old] = new + old
+    moves.update({new + OLD_MAP: new + MAP, new + OLD_LANG_NAMES: new + LANG_NAMES})
     for old, renamed in moves.items():
         if old in state_dict and renamed not in state_dict:
             state_dict[renamed] = state_dict.pop(old)
     check_router_state(state_dict, new)
-    legacy = state_dict.pop(new + "fixed_map", None)
+    legacy = state_dict.pop(new + OLD_MAP_IDS, None)
     if legacy is None:
         return
-    if new + MAP not in state_dict and new + "gate.weight" not in state_dict:
-        raise HltmtInputError(f"the checkpoint holds a routing map ({new}fixed_map) without the gate it belongs to")
+    if new + MAP not in state_dict and new + GATE + ".weight" not in state_dict:
+        raise HltmtInputError(
+            f"the checkpoint holds a routing map (as module indices) without the gate it belongs to ({new}{GATE}.weight)"
+        )
     pool_size = (
-        state_dict[new + MAP].shape[-1] - 1 if new + MAP in state_dict else state_dict[new + "gate.weight"].shape[0]
+        state_dict[new + MAP].shape[-1] - 1 if new + MAP in state_dict else state_dict[new + GATE + ".weight"].shape[0]
     )
-    check_fixed_map(legacy, pool_size, legacy.numel())
+    check_map_ids(legacy, pool_size, legacy.numel())
     onehot = encode_map(legacy, pool_size)
     if new + MAP in state_dict and not torch.equal(state_dict[new + MAP], onehot):
         raise HltmtInputError(
-            f"the checkpoint holds two routing maps that differ ({prefix}slp.fixed_map {legacy.tolist()} and "
+            f"the checkpoint holds two routing maps that differ (as module indices {legacy.tolist()} and as "
             f"{new + MAP}): it was not written by fairseq-train"
         )
     state_dict[new + MAP] = onehot
@@ -236,21 +240,23 @@ _TENSOR = records.Instance(Tensor, "a tensor")
 def check_router_state(state_dict, prefix: str) -> None:
     """The router's stored entries (under ``prefix``, ``"decoder.slp_router."``) are tensors of
     the forms a training run writes: the gate a matrix and a vector, the map a matrix (one-hot)
-    or a vector (indices), the language names a vector of bytes; one HltmtInputError line otherwise."""
-    dims = {"gate.weight": 2, "gate.bias": 1, MAP: 2, "fixed_map": 1, GATE_STEPS: None, LANG_NAMES: 1}
+    or a vector (indices, an older form), the language names a vector of bytes; one
+    HltmtInputError line otherwise."""
+    dims = {GATE + ".weight": 2, GATE + ".bias": 1, MAP: 2, OLD_MAP_IDS: 1, GATE_STEPS: None, LANG_NAMES: 1}
     for name, dim in dims.items():
         value = state_dict.get(prefix + name)
         if value is None:
             continue
-        records.check(value, _TENSOR, f"the checkpoint's {prefix + name}")
+        what = f"routing map as module indices ({prefix + MAP})" if name == OLD_MAP_IDS else prefix + name
+        records.check(value, _TENSOR, f"the checkpoint's {what}")
         if (dim is not None and value.dim() != dim) or value.is_complex():
             raise HltmtInputError(
-                f"the checkpoint's {prefix + name} is {tuple(value.shape)} of {value.dtype}, not the router state "
+                f"the checkpoint's {what} is {tuple(value.shape)} of {value.dtype}, not the router state "
                 "a training run writes"
             )
     names = state_dict.get(prefix + LANG_NAMES)
     if names is not None and (names.is_floating_point() or any(not 0 <= v < 256 for v in names.tolist())):
-        raise HltmtInputError(f"the checkpoint's {prefix}high_langs is not a list of language names (UTF-8 bytes)")
+        raise HltmtInputError(f"the checkpoint's {prefix}{LANG_NAMES} is not a list of language names (UTF-8 bytes)")
 
 
 def map_text(mapping: Dict[str, int]) -> str:
@@ -258,31 +264,32 @@ def map_text(mapping: Dict[str, int]) -> str:
     return ", ".join(f"{lang}->{module_label(k)}" for lang, k in mapping.items())
 
 
-def check_fixed_map(mapping: Tensor, pool_size: int, num_high: int) -> None:
-    """A routing map is ``num_high`` integers, all in ``[0, T)`` (fixed) or all -1 (open)."""
-    if mapping.dtype != torch.long or mapping.shape != (num_high,):
+def check_map_ids(ids: Tensor, pool_size: int, num_high: int) -> None:
+    """A routing map as module indices is ``num_high`` integers, all in ``[0, T)`` (fixed) or all
+    -1 (open)."""
+    if ids.dtype != torch.long or ids.shape != (num_high,):
         raise HltmtInputError(
-            f"the checkpoint's routing map (decoder.slp.fixed_map) must hold {num_high} integers, "
-            f"got {tuple(mapping.shape)} of {mapping.dtype}"
+            f"the checkpoint's routing map ({ROUTER_MAP}) must hold {num_high} integers, "
+            f"got {tuple(ids.shape)} of {ids.dtype}"
         )
-    values = mapping.tolist()
+    values = ids.tolist()
     if not (all(v == -1 for v in values) or all(0 <= v < pool_size for v in values)):
         raise HltmtInputError(
-            f"the checkpoint's routing map (decoder.slp.fixed_map) {values} is out of range: each "
+            f"the checkpoint's routing map ({ROUTER_MAP}) {values} is out of range: each "
             f"high-resource language needs a pool module in 0..{pool_size - 1} (or -1 while the "
             "gate learns)"
         )
 
 
-def encode_map(mapping: Tensor, pool_size: int) -> Tensor:
+def encode_map(ids: Tensor, pool_size: int) -> Tensor:
     """Module indices (-1: open) -> the stored one-hot rows (column ``pool_size``: open)."""
-    return F.one_hot(torch.where(mapping < 0, torch.full_like(mapping, pool_size), mapping), pool_size + 1)
+    return F.one_hot(torch.where(ids < 0, torch.full_like(ids, pool_size), ids), pool_size + 1)
 
 
 def decode_map(onehot: Tensor, pool_size: int) -> Tensor:
     """The stored one-hot rows -> module indices (-1: open)."""
-    mapping = onehot.argmax(dim=-1)
-    return torch.where(mapping == pool_size, torch.full_like(mapping, -1), mapping)
+    ids = onehot.argmax(dim=-1)
+    return torch.where(ids == pool_size, torch.full_like(ids, -1), ids)
 
 
 def check_map_onehot(onehot: Tensor, pool_size: int, high: Sequence[str], name: str) -> None:

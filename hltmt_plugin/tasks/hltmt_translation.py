@@ -101,10 +101,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             )
 
     def updates_done(self) -> int:
+        """fairseq's own update count (the ``num_updates`` of its progress lines): the model's,
+        which follows a trainer that restarted its count from the first training data on
+        (:meth:`StageSchedule.follow_restarted_count`)."""
         model = pool_model(self.model)
-        if model is None:
-            return 0
-        return self.stages.updates_done(model) if self.stages is not None else model.slp_router.num_updates
+        return 0 if model is None else model.slp_router.num_updates
 
     def current_stage(self) -> str:
         return self.stages.stage(self.updates_done()) if self.stages is not None else ALL
@@ -212,6 +213,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             check_split(self.args, split, self.lang_pairs)
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         self.stages.warn_dropped_pairs()
+        self.stages.follow_restarted_count(pool_model(self.model))  # before the run's first stage decision
         stage = self.current_stage()
         pairs = self.stages.pairs(stage)
         check_split(self.args, split, pairs)

@@ -89,14 +89,14 @@ class StageSchedule:
                 "--sampling-method RoundRobin does not allow: use temperature or uniform "
                 "sampling, or two runs (--hlt-stage high, then --hlt-stage all)"
             )
-        self.high = SlpConfig.from_namespace(args).high_langs
-        keep = set(self.high) | set(split_list(args.pivot_langs))
+        self.high_langs = SlpConfig.from_namespace(args).high_langs
+        keep = set(self.high_langs) | set(split_list(args.pivot_langs))
         self.high_pairs = [p for p in lang_pairs if set(p.split("-")) <= keep]
         self.all_pairs = list(lang_pairs)
         if not self.high_pairs and self.uses_high():
             raise HltmtConfigError(
                 f"stage high has no direction to train: no pair of --lang-pairs has only high-resource "
-                f"({','.join(self.high)}) or pivot ({args.pivot_langs}) languages"
+                f"({','.join(self.high_langs)}) or pivot ({args.pivot_langs}) languages"
             )
         self.dropped_warned = False
 
@@ -130,25 +130,24 @@ class StageSchedule:
             f"HLT-MT stage high trains {','.join(self.high_pairs)} only; {','.join(dropped)} of --lang-pairs {when}"
         )
 
-    def updates_done(self, model) -> int:
-        """fairseq's own update count (the ``num_updates`` of its progress lines).
-
-        The model's count is what fairseq's trainer gave it: the checkpoint's count on load,
-        then the trainer's count at every step. Where the trainer restarts at 0 the model's
-        count is set to 0 the first time it is read (after the checkpoint load, before the
-        first update), so that stage decisions, the stage line and the epoch cut count as
-        fairseq counts: ``--high-stage-updates`` and ``--max-update`` alike."""
+    def follow_restarted_count(self, model) -> None:
+        """Once, before the run's first stage decision (the task calls it as the training data
+        is first loaded: after the checkpoint load, before the first update): where fairseq's
+        trainer restarts its update count at 0, set the model's count to 0 too, so that stage
+        decisions, the stage line and the epoch cut count as fairseq counts:
+        ``--high-stage-updates`` and ``--max-update`` alike. The model's count is what fairseq's
+        trainer gave it: the checkpoint's count on load, then the trainer's count at every step."""
+        if self.count_checked:
+            return
+        self.count_checked = True
         router = model.slp_router
-        if not self.count_checked:
-            self.count_checked = True
-            if self.count_restarts and router.num_updates:
-                logger.info(
-                    f"HLT-MT: the checkpoint was saved after {router.num_updates} updates; fairseq's update "
-                    f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
-                    f"(--high-stage-updates counts from here)"
-                )
-                model.set_num_updates(0)  # the router's count, through fairseq's own hand-off
-        return router.num_updates
+        if self.count_restarts and router.num_updates:
+            logger.info(
+                f"HLT-MT: the checkpoint was saved after {router.num_updates} updates; fairseq's update "
+                f"count restarts at 0 ({self.count_restarts}), and so do the stages' "
+                f"(--high-stage-updates counts from here)"
+            )
+            model.set_num_updates(0)  # the router's count, through fairseq's own hand-off
 
     def uses_high(self) -> bool:
         return self.args.high_stage_updates > 0 or self.args.hlt_stage in (None, HIGH)
@@ -175,7 +174,7 @@ class StageSchedule:
         check_trains_in_run(
             model,
             [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
-            self.high,
+            self.high_langs,
             self.args,
             self.args.high_stage_updates,
         )
@@ -190,7 +189,7 @@ class StageSchedule:
                     "--high-stage-updates N"
                 )
             newly = not router.map_is_fixed
-            mapping = model.fix_routing_map()
+            mapping = model.fix_map()
             logger.info(
                 f"HLT-MT stage all (epoch {epoch}, update {updates_done}): routing map "
                 f"{'fixed from the final stage-high gate' if newly else '(fixed)'}: {map_text(mapping)}"
@@ -211,7 +210,7 @@ class StageSchedule:
                 )
             logger.info(
                 f"HLT-MT stage high (epoch {epoch}, update {updates_done}): training "
-                f"{','.join(self.high_pairs)}; the gate learns (current map: {map_text(model.routing_map())})"
+                f"{','.join(self.high_pairs)}; the gate learns (current map: {map_text(model.map_by_language())})"
             )
 
 

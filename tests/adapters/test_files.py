@@ -162,7 +162,7 @@ def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, 
     _, imported = load(str(merged))
     assert imported.encoder.adapter_layout.adapter_langs == ["en", "de", "fr", "gu", "hi"]
     wanted = trained_hi.state_dict()
-    assert all(torch.equal(v, wanted[k]) for k, v in imported.state_dict().items() if "fixed_map" not in k)
+    assert all(torch.equal(v, wanted[k]) for k, v in imported.state_dict().items() if "routing_map" not in k)
     sample = mixed_sample(task, NEW * 3 + OLD, seed=2)
     torch.testing.assert_close(outputs(imported, sample), outputs(trained_hi, sample), rtol=0, atol=1e-5)
 

@@ -146,7 +146,7 @@ def test_beam_search_makes_each_routing_plan_once_per_search(data_bin, monkeypat
     hypos = generate(task, model, sample, beam=4)
     assert len(hypos) == 4
     en, de = task.langs.index("en"), task.langs.index("de")
-    assert sorted(made) == sorted([[en] * 4, [de] * 16, [model.routing_map()["de"]] * 16])
+    assert sorted(made) == sorted([[en] * 4, [de] * 16, [model.map_by_language()["de"]] * 16])
 
 
 @pytest.mark.parametrize("direction", ["en-gu", "gu-en"])

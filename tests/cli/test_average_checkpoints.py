@@ -78,7 +78,7 @@ def test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map(d
     for key in ("decoder.slp.universal.fc1.weight", "encoder.embed_tokens.weight"):
         torch.testing.assert_close(avg[key], ((a[key].double() + b[key].double()) / 2).float(), rtol=0, atol=1e-7)
         assert not torch.equal(a[key], b[key])
-    assert torch.equal(avg["decoder.slp_router.fixed_map_onehot"], a["decoder.slp_router.fixed_map_onehot"])
+    assert torch.equal(avg["decoder.slp_router.routing_map"], a["decoder.slp_router.routing_map"])
     decoded = run([cli("fairseq-generate"), data_bin, *DECODE, "--path", str(out), "--gen-subset", "test"])
     assert decoded.returncode == 0, decoded.stderr[-3000:]
     printed = re.search(r"HLT-MT routing map \(fixed, from the checkpoint\): (de->m\d, fr->m\d)", decoded.stderr)
@@ -100,11 +100,23 @@ def older_form(path, out):
     """``path`` as an earlier version wrote it: the router's tensors on the pool, the map as indices."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     model = state["model"]
+    older = {"high_lang_names": "decoder.high_langs", "routing_map": "decoder.slp.fixed_map_onehot"}
     for key in [k for k in model if k.startswith("decoder.slp_router.")]:
         name = key[len("decoder.slp_router.") :]
-        model["decoder.high_langs" if name == "high_langs" else "decoder.slp." + name] = model.pop(key)
+        model[older.get(name, "decoder.slp." + name)] = model.pop(key)
     onehot = model.pop("decoder.slp.fixed_map_onehot")
     model["decoder.slp.fixed_map"] = torch.where(onehot[:, -1] > 0, -1, onehot.argmax(dim=-1))
+    torch.save(state, out)
+    return out
+
+
+def previous_names(path, out):
+    """``path`` with the routing map and the map's language names under the router's previous
+    names (decoder.slp_router.fixed_map_onehot, decoder.slp_router.high_langs)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model = state["model"]
+    model["decoder.slp_router.fixed_map_onehot"] = model.pop("decoder.slp_router.routing_map")
+    model["decoder.slp_router.high_langs"] = model.pop("decoder.slp_router.high_lang_names")
     torch.save(state, out)
     return out
 
@@ -115,11 +127,20 @@ def test_a_checkpoint_in_an_older_form_averages_with_one_of_today(two_stages, tm
     done = average_cmd("--inputs", old, two_stages / "checkpoint_2_8.pt", "--output", out)
     assert done.returncode == 0, done.stderr[-3000:]
     avg, b = weights(out), weights(two_stages / "checkpoint_2_8.pt")
-    assert torch.equal(avg["decoder.slp_router.fixed_map_onehot"], b["decoder.slp_router.fixed_map_onehot"])
+    assert torch.equal(avg["decoder.slp_router.routing_map"], b["decoder.slp_router.routing_map"])
     assert not any(k.startswith(("decoder.slp.gate", "decoder.slp.fixed_map")) for k in avg)
     stage_high = older_form(two_stages / "checkpoint_1_4.pt", tmp_path / "old1.pt")
     mixed = average_cmd("--inputs", two_stages / "checkpoint_2_6.pt", stage_high, "--output", out)
-    assert "their routing maps (decoder.slp_router.fixed_map_onehot) differ" in one_error(mixed)
+    assert "their routing maps (decoder.slp_router.routing_map) differ" in one_error(mixed)
+    previous = previous_names(two_stages / "checkpoint_2_6.pt", tmp_path / "previous.pt")
+    done = average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", previous, "--output", out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    avg, a = weights(out), weights(two_stages / "checkpoint_2_6.pt")
+    assert sorted(avg) == sorted(b) and torch.equal(
+        avg["decoder.slp_router.routing_map"], b["decoder.slp_router.routing_map"]
+    )
+    key = "decoder.slp.universal.fc1.weight"
+    torch.testing.assert_close(avg[key], ((a[key].double() + b[key].double()) / 2).float(), rtol=0, atol=1e-7)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +148,7 @@ def test_a_checkpoint_in_an_older_form_averages_with_one_of_today(two_stages, tm
     [
         (
             ("checkpoint_1_4.pt", "checkpoint_2_6.pt"),
-            r"their routing maps \(decoder\.slp_router\.fixed_map_onehot\) differ "
+            r"their routing maps \(decoder\.slp_router\.routing_map\) differ "
             r"\(.*\): checkpoints from both sides of the stage switch",
         ),
         (
@@ -162,7 +183,7 @@ def test_a_map_averaged_across_the_stage_switch_by_other_tools_is_refused_on_loa
     torch.save(states[0], path)
     line = one_error(run([cli("fairseq-generate"), data_bin, *DECODE, "--path", str(path), "--gen-subset", "test"]))
     assert re.fullmatch(
-        r"hltmt_plugin: error: the checkpoint's routing map \(decoder\.slp_router\.fixed_map_onehot\) is no map "
+        r"hltmt_plugin: error: the checkpoint's routing map \(decoder\.slp_router\.routing_map\) is no map "
         r"a training stage wrote: the row of (de|fr) is \[\d, \d, \d\], not a single 1 .*were "
         r"checkpoints with different maps averaged \(e\.g\. from both sides of the stage switch\)\?.*",
         line,

@@ -54,7 +54,7 @@ def test_plain_text_streams_from_stdin_and_json_carries_scores_and_routing(hltmt
     from hltmt_plugin.hub import HltmtTranslator
 
     texts, refs = sentences("en", "de", K), reference(data_bin, hltmt, "en", "de")
-    mapping = HltmtTranslator.load(hltmt, device="cpu").model.routing_map()
+    mapping = HltmtTranslator.load(hltmt, device="cpu").model.map_by_language()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.Popen(
         [SCRIPT, *decode_options(hltmt), "--src", "en", "--tgt", "de", "--json", "--buffer-size", "1"],

@@ -23,7 +23,7 @@ def test_a_trained_checkpoint_loads_with_weights_only(trained):
     ckpt, _ = trained
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
     assert (
-        "decoder.slp_router.fixed_map_onehot" in state["model"] and "decoder.slp_router.gate.weight" in state["model"]
+        "decoder.slp_router.routing_map" in state["model"] and "decoder.slp_router.gate.weight" in state["model"]
     )
     loaded = checkpoint_utils.load_checkpoint_to_cpu(ckpt)
     assert loaded["cfg"]["model"].arch == "hltmt_transformer_tiny"

@@ -89,7 +89,7 @@ def test_logs_per_language_loss_and_routing_shares(built):
     crit = criterion(task, 1.0)
     with torch.no_grad():
         loss, size, log = crit(model, sample)
-    route = model.routing_map()
+    route = model.map_by_language()
     expected_rows = {"universal": 2}
     for d in ("de", "de", "fr"):
         expected_rows[f"m{route[d]}"] = expected_rows.get(f"m{route[d]}", 0) + 1

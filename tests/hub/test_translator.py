@@ -63,7 +63,7 @@ def interactive_reference(data_bin, ckpt, src, tgt, pairs=PAIRS):
 
 
 def expected_slp(model, tgt):
-    mapping = model.routing_map()
+    mapping = model.map_by_language()
     return f"m{mapping[tgt]}" if tgt in mapping else "universal"
 
 
@@ -360,7 +360,7 @@ def test_ls_mnmt_with_adapters_and_an_imported_language(ls_mnmt, ls_mnmt_hi, dat
     assert "source language hi" in kept[1].error and kept[2].error is None and kept[2].text is not None
 
     mt = HltmtTranslator.load(ls_mnmt_hi, device="cpu")
-    assert mt.model.routing_map() == {"de": 0, "fr": 1}  # LS-MNMT: one module per language
+    assert mt.model.map_by_language() == {"de": 0, "fr": 1}  # LS-MNMT: one module per language
     directions = [("en", "hi"), ("gu", "en"), ("en", "fr")]
     refs = {d: reference(data_bin, ls_mnmt_hi, *d)[:N] for d in directions}
     assert mt.direction("en", "hi") == "zero-shot" and mt.direction("gu", "en") == "trained"  # hi: imported

@@ -110,7 +110,7 @@ def test_no_pool_is_fairseqs_own_decoder_top(data_bin):
     """Adapters alone: besides the adapters, the model's weights are a plain transformer's."""
     model = build_model(data_bin, "--shared-adapters")
     pooled = build_model(data_bin, "--shared-adapters", *POOL)
-    assert model.slp is None and model.routing_map() == {}
+    assert model.slp is None and model.map_by_language() == {}
     assert "slp" not in model.route_of("en", "de") and "adapters" in model.route_of("en", "de")
     assert pooled.route_of("en", "gu")["slp"] == "universal"
     ours = {k for k in model.state_dict() if "adapter" not in k}

@@ -178,7 +178,7 @@ def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path, how):
     state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 6
     assert int(state["model"]["decoder.slp_router.gate_steps"]) > 0  # the gate learned in stage high
-    assert state["model"]["decoder.slp_router.fixed_map_onehot"][:, -1].sum() == 0  # and the map is fixed
+    assert state["model"]["decoder.slp_router.routing_map"][:, -1].sum() == 0  # and the map is fixed
 
 
 @pytest.mark.parametrize(

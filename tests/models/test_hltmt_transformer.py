@@ -20,8 +20,8 @@ def row_directions(sample):
 
 def expected_module(model, direction):
     tgt = direction.split("-")[1]
-    if tgt in model.high_resource_langs:
-        return model.routing_map()[tgt]
+    if tgt in model.high_langs:
+        return model.map_by_language()[tgt]
     return model.slp.pool_size  # the universal layer
 
 
@@ -69,8 +69,8 @@ def test_soft_step_is_the_weighted_sum_for_high_rows_and_universal_for_low(built
     pre = features_before_slp(model, sample)
     for b, direction in enumerate(row_directions(sample)):
         tgt = direction.split("-")[1]
-        if tgt in model.high_resource_langs:
-            p = probs[model.high_resource_langs.index(tgt)]
+        if tgt in model.high_langs:
+            p = probs[model.high_langs.index(tgt)]
             expected = sum(p[t] * model.slp.pool[t](pre[b]) for t in range(2))
         else:
             expected = model.slp.universal(pre[b])
@@ -93,7 +93,7 @@ def test_gradient_reaches_exactly_the_selected_module_in_hard_steps(built):
     model.slp_router.mode = HARD
     sample = make_sample(task, ["en-de", "en-gu", "de-en"])
     grads(model)(**sample["net_input"])[0].sum().backward()
-    chosen = model.routing_map()["de"]
+    chosen = model.map_by_language()["de"]
     for t, module in enumerate(model.slp.pool):
         assert has_grad(module) == (t == chosen), t
     assert has_grad(model.slp.universal)
@@ -246,14 +246,14 @@ def test_ls_mnmt_gives_each_language_its_own_module_without_a_gate(data_bin):
         "--hlt-stage",
         "all",
     )
-    assert model.routing_map() == {"en": 0, "de": 1, "fr": 2, "gu": 3, "hi": 4}
+    assert model.map_by_language() == {"en": 0, "de": 1, "fr": 2, "gu": 3, "hi": 4}
     assert not any(p.requires_grad for p in model.slp_router.gate.parameters())
     task.begin_epoch(1, model)  # stage all accepts the fixed map without a stage-1 gate
     model.train()
     model.slp_router.mode = SOFT  # a fixed map routes hard whatever the draw
     sample = make_sample(task, DIRECTIONS)
     _, extra = model(**sample["net_input"])
-    expected = [model.routing_map()[d.split("-")[1]] for d in row_directions(sample)]
+    expected = [model.map_by_language()[d.split("-")[1]] for d in row_directions(sample)]
     assert extra["slp_module"].tolist() == expected and extra["slp_gate"] is None
     with pytest.raises(HltmtConfigError, match="set --slp-pool-size 5"):
         build(data_bin, "--high-resource-langs", "en,de,fr,gu,hi", "--slp-pool-size", "3", "--slp-language-specific")

@@ -45,7 +45,7 @@ def counting_host_reads():
 def training_step_reads(task, model, sample):
     criterion = HltmtCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)
     model.train()
-    model.slp_router.fix_map_to(torch.tensor([0, 1]))
+    model.slp_router.fix_map(torch.tensor([0, 1]))
     model.slp_router.mode = HARD
     criterion(model, sample)[0].backward()  # the first training batch is checked on the host, once
     task.idle_gradients.note(model)

@@ -110,8 +110,8 @@ def test_fixed_map_overrides_the_gate_and_stops_soft_steps():
     pool, router = slp(emb)
     pool.train(), router.train()
     assert not router.map_is_fixed
-    router.fix_map(emb)
-    fixed = router.fixed_map()
+    router.fix_map(router.map_ids(emb))
+    fixed = router.map_ids()
     assert torch.equal(fixed, router.gate_probs(emb).argmax(-1)) and router.map_is_fixed
     with torch.no_grad():
         router.gate.weight.normal_()  # the gate moves; the fixed map must not

@@ -8,7 +8,7 @@ import torch
 
 from conftest import decode_as
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter, disparity, upgrade_router_state
+from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter, decode_map, disparity, upgrade_router_state
 from hltmt_plugin.routing import RoutePlan
 
 
@@ -46,7 +46,7 @@ def test_a_hard_decision_is_a_plan_of_each_rows_module():
     assert isinstance(decision.plan, RoutePlan) and decision.plan.ids.tolist() == expected
     assert decision.module_ids.tolist() == expected
     assert decision.weights is None and decision.gate_probs is None
-    r.fix_map_to(torch.tensor([2, 2, 0, 1]))  # a fixed map decides instead of the gate
+    r.fix_map(torch.tensor([2, 2, 0, 1]))  # a fixed map decides instead of the gate
     assert decide(r, tgt(high_idx)).plan.ids.tolist() == [2, 3, 1, 2, 3, 0]
 
 
@@ -108,7 +108,7 @@ def test_gate_steps_count_the_training_decisions_while_the_gate_learns():
     decide(r, torch.tensor([0, 4]))
     assert int(r.gate_steps) == 3
     r.train()
-    r.fix_map(r.emb)
+    r.fix_map(r.map_ids(r.emb))
     decide(r, torch.tensor([0, 4]))
     assert int(r.gate_steps) == 3
 
@@ -157,63 +157,75 @@ def test_the_gate_and_the_disparity_stay_float32_under_mixed_precision():
 # ---- the routing map
 def test_fixing_the_map_freezes_the_gate_and_the_map_stays_when_the_gate_moves():
     r = router()
-    assert not r.map_is_fixed and r.routing_map(r.emb) == dict(zip(HIGH, r.gate_probs(r.emb).argmax(-1).tolist()))
-    r.fix_map(r.emb)
-    fixed = r.fixed_map().clone()
+    argmax = r.gate_probs(r.emb).argmax(-1)
+    assert not r.map_is_fixed and r.map_by_language(r.emb) == dict(zip(HIGH, argmax.tolist()))
+    assert torch.equal(r.map_ids(r.emb), argmax) and decode_map(r.routing_map, 3).tolist() == [-1] * 4
+    r.fix_map(r.map_ids(r.emb))
+    fixed = r.map_ids().clone()
+    assert torch.equal(fixed, argmax) and torch.equal(decode_map(r.routing_map, 3), fixed)
     assert r.map_is_fixed and not any(p.requires_grad for p in r.gate.parameters())
     with torch.no_grad():
         r.gate.weight.normal_()
-    assert torch.equal(r.current_map(None), fixed) and r.routing_map(None) == dict(zip(HIGH, fixed.tolist()))
-    r.fix_map(r.emb)
-    assert torch.equal(r.fixed_map(), fixed)  # fixed once
+    assert torch.equal(r.map_ids(r.emb), fixed) and r.map_by_language() == dict(zip(HIGH, fixed.tolist()))
     with pytest.raises(HltmtInputError, match=r"\[0, 3, 0, 0\] is out of range"):
-        router().fix_map_to(torch.tensor([0, 3, 0, 0]))
+        router().fix_map(torch.tensor([0, 3, 0, 0]))
 
 
 def test_the_router_is_a_module_with_its_state_under_its_own_names():
     """decoder.slp_router.*: the map, the gate's step count, the map's languages, the gate."""
     r = router()
-    assert list(r.state_dict()) == ["fixed_map_onehot", "gate_steps", "high_langs", "gate.weight", "gate.bias"]
+    assert list(r.state_dict()) == ["routing_map", "gate_steps", "high_lang_names", "gate.weight", "gate.bias"]
     assert [n for n, _ in r.named_parameters()] == ["gate.weight", "gate.bias"]
 
 
 def test_the_router_moves_with_the_model():
     r = router()
     r.to("meta")  # a move makes new buffers (as .cuda() does)
-    assert r.gate.weight.is_meta and r.fixed_map_onehot.is_meta and r.gate_steps.is_meta
-    assert r.high_of_lang.is_meta and r.fixed_map().is_meta
+    assert r.gate.weight.is_meta and r.routing_map.is_meta and r.gate_steps.is_meta
+    assert r.high_of_lang.is_meta and r.high_lang_names.is_meta
 
 
 def test_every_older_form_of_the_state_is_read_in_one_place():
     """The router's tensors on the pool (decoder.slp.gate.*, ...), the map as indices, the
-    map's language names on the decoder: all become this version's keys and form."""
+    map's language names on the decoder, the map's and the names' older names under
+    decoder.slp_router: all become this version's keys and form."""
     r = router()
-    r.fix_map_to(torch.tensor([2, 0, 1, 1]))
+    r.fix_map(torch.tensor([2, 0, 1, 1]))
     new = {f"decoder.slp_router.{k}": v for k, v in r.state_dict().items()}
     old = {
         "decoder.slp.gate.weight": r.gate.weight.detach(),
         "decoder.slp.gate.bias": r.gate.bias.detach(),
         "decoder.slp.gate_steps": r.gate_steps,
         "decoder.slp.fixed_map": torch.tensor([2, 0, 1, 1]),
-        "decoder.high_langs": r.high_langs,
+        "decoder.high_langs": r.high_lang_names,
         "decoder.slp.pool.0.fc1.weight": torch.zeros(1),  # the pool's own keys stay
     }
     upgrade_router_state(old, "decoder.")
     assert sorted(old) == sorted([*new, "decoder.slp.pool.0.fc1.weight"])
     assert all(torch.equal(old[k], v) for k, v in new.items())
+    renamed = {"decoder.slp_router.routing_map": "fixed_map_onehot", "decoder.slp_router.high_lang_names": "high_langs"}
+    previous = {(f"decoder.slp_router.{renamed[k]}" if k in renamed else k): v for k, v in new.items()}
+    assert "decoder.slp_router.fixed_map_onehot" in previous
+    upgrade_router_state(previous, "decoder.")
+    assert sorted(previous) == sorted(new) and all(torch.equal(previous[k], v) for k, v in new.items())
     both = {**new, "decoder.slp_router.fixed_map": torch.tensor([0, 0, 1, 1])}
-    with pytest.raises(HltmtInputError, match="holds two routing maps that differ"):
+    with pytest.raises(HltmtInputError, match="holds two routing maps that differ") as refused:
         upgrade_router_state(both, "decoder.")
+    assert "fixed_map" not in str(refused.value)
 
 
 @pytest.mark.parametrize(
     "entry, value, why",
     [
-        ("fixed_map_onehot", [[0, 1]], "fixed_map_onehot must be a tensor, got a list"),
-        ("fixed_map", 3, "fixed_map must be a tensor, got a whole number"),
-        ("fixed_map", torch.zeros(2, 2, dtype=torch.long), r"fixed_map is \(2, 2\) of torch.int64"),
-        ("high_langs", "h0,h1", "high_langs must be a tensor, got a string"),
-        ("high_langs", torch.tensor([1000, 3]), "high_langs is not a list of language names"),
+        ("routing_map", [[0, 1]], r"decoder\.slp_router\.routing_map must be a tensor, got a list"),
+        ("fixed_map", 3, r"routing map as module indices \(decoder\.slp_router\.routing_map\) must be a tensor"),
+        (
+            "fixed_map",
+            torch.zeros(2, 2, dtype=torch.long),
+            r"routing map as module indices \(decoder\.slp_router\.routing_map\) is \(2, 2\) of torch.int64",
+        ),
+        ("high_lang_names", "h0,h1", "high_lang_names must be a tensor, got a string"),
+        ("high_lang_names", torch.tensor([1000, 3]), "high_lang_names is not a list of language names"),
         ("gate.weight", {"w": 1}, "gate.weight must be a tensor, got a map"),
     ],
 )
@@ -231,7 +243,7 @@ def test_a_stored_router_entry_of_another_kind_is_one_line(entry, value, why):
 def with_map(mapping, T=3):
     r = router(T=T, H=len(mapping))
     if any(v >= 0 for v in mapping):
-        r.fix_map_to(torch.tensor(mapping))
+        r.fix_map(torch.tensor(mapping))
     return r.state_dict()
 
 
@@ -259,7 +271,7 @@ def test_an_average_of_checkpoints_with_different_maps_is_refused_on_load(maps, 
     state = averaged([with_map(m) for m in maps], integer_division)
     with pytest.raises(
         HltmtInputError,
-        match=r"routing map \(fixed_map_onehot\) is no map a training stage wrote: "
+        match=r"routing map \(routing_map\) is no map a training stage wrote: "
         r"the row of h\d is \[[0-9., ]+\], not a single 1",
     ):
         router().load_state_dict(state)
@@ -270,27 +282,29 @@ def test_an_average_of_checkpoints_with_different_maps_is_refused_on_load(maps, 
 def test_an_average_of_checkpoints_with_one_map_keeps_it(mapping, integer_division):
     r = router()
     r.load_state_dict(averaged([with_map(mapping)] * 3, integer_division))
-    assert r.fixed_map().tolist() == mapping and r.map_is_fixed == (mapping[0] >= 0)
+    assert decode_map(r.routing_map, 3).tolist() == mapping and r.map_is_fixed == (mapping[0] >= 0)
 
 
 def test_a_map_fixed_for_some_languages_only_is_refused():
     state = with_map([0, 1, 2, 0])
-    state["fixed_map_onehot"][1] = torch.tensor([0, 0, 0, 1])
+    state["routing_map"][1] = torch.tensor([0, 0, 0, 1])
     with pytest.raises(HltmtInputError, match=r"fixes h0,h2,h3 and leaves h1 open: a stage fixes every language"):
         router().load_state_dict(state)
 
 
 def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
     state = with_map([2, 0, 1, 1])
-    del state["fixed_map_onehot"]
+    del state["routing_map"]
     for mapping, fixed in (([2, 0, 1, 1], True), ([-1, -1, -1, -1], False)):
         r = router()
         older = {f"slp_router.{k}": v for k, v in {**state, "fixed_map": torch.tensor(mapping)}.items()}
         upgrade_router_state(older, "")
         r.load_state_dict({k[len("slp_router.") :]: v for k, v in older.items()})
-        assert r.fixed_map().tolist() == mapping and r.map_is_fixed == fixed
-        assert "fixed_map" not in r.state_dict() and r.state_dict()["fixed_map_onehot"].shape == (4, 4)
-    with pytest.raises(HltmtInputError, match=r"fixed_map\) \[0, 5, 0, 0\] is out of range"):
+        assert decode_map(r.routing_map, 3).tolist() == mapping and r.map_is_fixed == fixed
+        assert "fixed_map" not in r.state_dict() and r.state_dict()["routing_map"].shape == (4, 4)
+    with pytest.raises(
+        HltmtInputError, match=r"routing map \(decoder\.slp_router\.routing_map\) \[0, 5, 0, 0\] is out"
+    ):
         upgrade_router_state({"slp_router.fixed_map": torch.tensor([0, 5, 0, 0]), **older}, "")
 
 
@@ -303,11 +317,12 @@ def with_fixed_map(trained, tmp_path, mapping):
     (the map's names on the decoder), the map as module indices."""
     state = torch.load(trained[0], map_location="cpu", weights_only=True)
     model = state["model"]
+    older = {"high_lang_names": "decoder.high_langs", "routing_map": None}  # (the map: as indices below)
     for key in [k for k in model if k.startswith("decoder.slp_router.")]:
-        name = key[len("decoder.slp_router.") :]
-        model["decoder.high_langs" if name == "high_langs" else "decoder.slp." + name] = model.pop(key)
+        name, value = key[len("decoder.slp_router.") :], model.pop(key)
+        if older.get(name, "") is not None:
+            model[older.get(name, "decoder.slp." + name)] = value
     model["decoder.slp.fixed_map"] = mapping
-    del model["decoder.slp.fixed_map_onehot"]
     path = tmp_path / "fixed.pt"
     torch.save(state, path)
     return path
@@ -332,5 +347,7 @@ def test_a_routing_map_out_of_range_is_refused_on_load(data_bin, trained, tmp_pa
     for bad in (torch.tensor([0, 2]), torch.tensor([0.0, 1.0]), torch.tensor([-1, 0])):
         done = decode_as(data_bin, with_fixed_map(trained, tmp_path, bad))
         assert done.returncode != 0, bad
-        assert "hltmt_plugin: error: the checkpoint's routing map (decoder.slp.fixed_map)" in done.stderr, done.stderr
+        assert "hltmt_plugin: error: the checkpoint's routing map (decoder.slp_router.routing_map)" in done.stderr, (
+            done.stderr
+        )
         assert "Traceback" not in done.stderr

@@ -107,7 +107,7 @@ def test_modules_no_worker_used_keep_no_gradient(data_bin):
         if param.grad is None:
             param.grad = torch.zeros_like(param)
     task.idle_gradients.drop(model)
-    chosen = model.routing_map()["de"]
+    chosen = model.map_by_language()["de"]
     for t, module in enumerate(model.slp.pool):
         assert all((p.grad is None) == (t != chosen) for p in module.parameters())
     assert all(p.grad is not None for p in model.slp.universal.parameters())
@@ -133,7 +133,7 @@ def test_the_idle_gradient_rule_holds_under_fairseqs_fp16_optimizers(data_bin, p
     task = tasks.setup_task(args)
     torch.manual_seed(0)
     model = task.build_model(args)
-    model.slp_router.fix_map_to(torch.tensor([0, 1]))
+    model.slp_router.fix_map(torch.tensor([0, 1]))
     params = [p for p in model.parameters() if p.requires_grad]
     wrapper = optim.MemoryEfficientFP16Optimizer if "--memory-efficient-fp16" in precision else optim.FP16Optimizer
     optimizer = wrapper.build_optimizer(cfg, params)

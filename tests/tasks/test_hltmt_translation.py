@@ -81,9 +81,9 @@ def test_stage_all_refuses_a_model_whose_gate_never_learned(data_bin):
 def test_stage_all_fixes_the_map_from_the_gate_and_freezes_the_gate(data_bin):
     _, task, model = build(data_bin, "--hlt-stage", "all")
     model.slp_router.gate_steps.add_(1)  # as if stage high had trained it
-    before = model.routing_map()
+    before = model.map_by_language()
     task.begin_epoch(1, model)
-    assert model.slp_router.map_is_fixed and model.routing_map() == before
+    assert model.slp_router.map_is_fixed and model.map_by_language() == before
     assert not any(p.requires_grad for p in model.slp_router.gate.parameters())
 
 

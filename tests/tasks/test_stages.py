@@ -67,7 +67,7 @@ def train(data_bin, save, *extra):
 
 def state(path):
     model = torch.load(path, map_location="cpu", weights_only=True)["model"]
-    onehot = model["decoder.slp_router.fixed_map_onehot"]  # the stored map, as module indices (-1: open)
+    onehot = model["decoder.slp_router.routing_map"]  # the stored map, as module indices (-1: open)
     model["fixed_map"] = decode_map(onehot, onehot.shape[1] - 1)
     return model
 
