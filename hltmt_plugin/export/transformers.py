@@ -47,9 +47,9 @@ from hltmt_plugin.export import model_card
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
 from hltmt_plugin.hub import loading, manifest
+from hltmt_plugin.hub.contract import import_transformers
 from hltmt_plugin.models.hltmt_transformer import pool_model
 
-INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
 ACTIVATIONS = {
     "relu": "relu",
     "gelu": "gelu",
@@ -60,18 +60,6 @@ ACTIVATIONS = {
     "linear": "linear",
 }
 CLASSES = {"post": ("marian", "MarianMTModel"), "pre": ("m2m_100", "M2M100ForConditionalGeneration")}
-TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm", "tokenizer_config.json")
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
-
-
-def import_transformers():
-    """The transformers module, or one line saying how to install it."""
-    try:
-        import safetensors.torch  # noqa: F401
-        import transformers
-    except ImportError:
-        raise HltmtConfigError(f"transformers is not installed: {INSTALL}") from None
-    return transformers
 
 
 def language_code(lang: str) -> str:
@@ -94,7 +82,7 @@ def export(
     """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest.
     ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default; ``metrics``: the
     model card's (``scores`` {direction: BLEU}, ``signature``: sacreBLEU's), when they were recorded."""
-    transformers = import_transformers()
+    transformers = import_transformers(writes=True)
     from hltmt_plugin.hub import arguments
 
     beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)

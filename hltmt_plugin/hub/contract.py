@@ -1,5 +1,6 @@
 """What every engine of the translator shares: the checkpoint's (:mod:`hltmt_plugin.hub.translator`)
-and an export folder's (:mod:`hltmt_plugin.hub.ct2_engine`). Imports neither torch nor fairseq.
+and an export folder's (:mod:`hltmt_plugin.hub.ct2_engine`, :mod:`hltmt_plugin.hub.hf_engine`).
+Imports neither torch nor fairseq.
 
 - :func:`admit`: a sentence's refusals before it is tokenized, in the one order both engines
   report them: not text, an unknown language, a direction the model cannot serve (or zero-shot
@@ -9,10 +10,14 @@ and an export folder's (:mod:`hltmt_plugin.hub.ct2_engine`). Imports neither tor
   with its line number;
 - :func:`outcome`: what ``translate_batch`` returns (texts or :class:`Translation` objects;
   :class:`TranslationErrors` naming the failed lines with ``errors="raise"``);
-- :func:`import_ctranslate2`: CTranslate2, or one line saying how to install it;
+- :func:`import_ctranslate2`, :func:`import_transformers`: the engines' libraries, or one line
+  saying how to install them;
+- :class:`Translator`: the contract itself, kept by every translator: ``translate`` and
+  ``translate_batch`` (their arguments checked, each sentence admitted, tokenized and measured,
+  the outcome), ``direction``;
 - :class:`ExportedTranslator`: an export folder served with that contract, whatever the engine
   (:mod:`hltmt_plugin.hub.ct2_engine`, :mod:`hltmt_plugin.hub.hf_engine`): its languages and
-  directions, a call's preparation, batches and outcome.
+  directions, a call's tokens, batches by the model that serves them.
 """
 
 import os
@@ -24,6 +29,7 @@ from hltmt_plugin.hub import arguments
 from hltmt_plugin.hub.results import Translation, TranslationErrors
 
 INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
+TRANSFORMERS_INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
 
 
 def import_ctranslate2(what: str = ""):
@@ -34,6 +40,19 @@ def import_ctranslate2(what: str = ""):
     except ImportError:
         raise HltmtConfigError(f"{what}CTranslate2 is not installed: {INSTALL}") from None
     return ctranslate2
+
+
+def import_transformers(what: str = "", writes: bool = False):
+    """The ``transformers`` module (with ``writes`` also safetensors' torch functions, which
+    write an export's weights), or :class:`HltmtConfigError` saying how to install them
+    (``what``: why they are needed, put first)."""
+    try:
+        if writes:
+            import safetensors.torch  # noqa: F401
+        import transformers
+    except ImportError:
+        raise HltmtConfigError(f"{what}transformers is not installed: {TRANSFORMERS_INSTALL}") from None
+    return transformers
 
 
 def check_languages(langs: Sequence[str], src, tgt) -> None:
@@ -131,7 +150,125 @@ def batches(rows, max_tokens: int, max_sentences: Optional[int]):
         yield batch
 
 
-class ExportedTranslator:
+class Translator:
+    """The translator's contract, kept by the checkpoint's translator
+    (:class:`~hltmt_plugin.hub.translator.HltmtTranslator`) and an export folder's
+    (:class:`ExportedTranslator`): the same calls, arguments, refusals and outcome.
+
+    A translator has ``langs``, ``directions`` (:class:`~hltmt_plugin.directions.TrainedDirections`,
+    or None: every direction trained), ``dictionary``, ``max_source_positions``,
+    ``max_target_positions``, ``max_tokens`` and ``max_sentences``. It says how a direction is
+    routed (:meth:`routing`, refusing an unknown language), tokenizes a call's admitted texts
+    (:meth:`_tokens`: each text's ids with end of sentence), keeps what it needs of a sentence
+    that fits (:meth:`_prepared`) and translates the prepared sentences of a call
+    (:meth:`_translate_prepared`), filling each result's text, tokens and score."""
+
+    langs: List[str]
+    directions: Optional[TrainedDirections]
+
+    def routing(self, src: str, tgt: str) -> Dict[str, object]:
+        raise NotImplementedError
+
+    def direction(self, src: str, tgt: str) -> str:
+        """Whether the model serves ``src -> tgt`` as a direction it was trained on
+        (``"trained"``), only when asked (``"zero-shot"``) or not at all (``"refused"``); see
+        :mod:`hltmt_plugin.directions`. An unknown language is an error."""
+        self.routing(src, tgt)
+        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
+
+    def _tokens(self, texts: List[str]):
+        """Each text's ids with end of sentence, in order."""
+        raise NotImplementedError
+
+    def _prepared(self, index: int, src: str, tgt: str, tokens):
+        """What :meth:`_translate_prepared` needs of the item ``index``, admitted and of a length that fits."""
+        raise NotImplementedError
+
+    def _translate_prepared(
+        self, prepared: list, results: List[Translation], search, max_tokens, max_sentences, progress
+    ):
+        raise NotImplementedError
+
+    def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
+        """A :class:`Translation` per item (with its error if it cannot be translated: the
+        refusals of this module), and what :meth:`_prepared` keeps of the items that can."""
+        results, admitted = admit_items(
+            items,
+            first_line,
+            lambda src, tgt, text: admit(text, src, tgt, self.routing, self.directions, zero_shot),
+        )
+        prepared = []
+        for (index, src, tgt, _), tokens in zip(admitted, self._tokens([text for *_, text in admitted])):
+            try:
+                check_length(len(tokens), self.max_source_positions)
+            except HltmtInputError as error:
+                refuse(results[index], error)
+                continue
+            prepared.append(self._prepared(index, src, tgt, tokens))
+        return results, prepared
+
+    # ---- translation -------------------------------------------------------------------
+    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
+        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
+        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
+
+    def translate_batch(
+        self,
+        items: Sequence[Tuple[str, str, str]],
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len: int = 200,
+        details: bool = False,
+        errors: str = "raise",
+        max_tokens: Optional[int] = None,
+        max_sentences: Optional[int] = None,
+        first_line: int = 1,
+        progress: Optional[Callable[[int], None]] = None,
+        zero_shot: bool = False,
+    ) -> list:
+        """Translate ``(src, tgt, text)`` items of any directions together, in input order.
+
+        Args:
+            beam: beam size; lenpen: length penalty; max_len: the most tokens of a translation
+                (fairseq's ``--max-len-b`` with ``--max-len-a 0``).
+            details: return :class:`Translation` objects (text, score, routing, error) instead
+                of strings.
+            errors: ``"raise"``: if any sentence fails, raise :class:`TranslationErrors` (one
+                line naming the failed lines; the others are translated and in ``.results``);
+                ``"keep"``: return them as ``None`` (or a Translation with ``error``).
+            first_line: the line number of the first item, for messages.
+            progress: called with the number of sentences finished after each batch.
+            zero_shot: also translate the directions the model was not trained on whose
+                languages it saw in others (:mod:`hltmt_plugin.directions`; each result's
+                ``zero_shot`` says which); without it they fail like any bad sentence.
+
+        Every argument is checked first, as the command line checks its options
+        (:mod:`hltmt_plugin.hub.arguments`): a bad one is one :class:`HltmtConfigError` or
+        :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
+        holding a NUL character or a lone surrogate fails alone, like an empty one.
+        """
+        items, search, max_tokens, max_sentences = arguments.translate_batch(
+            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
+        )
+        beam, lenpen, max_len = search
+        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
+        results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
+        failed_early = len(items) - len(prepared)
+        if progress is not None and failed_early:
+            progress(failed_early)
+        if prepared:
+            self._translate_prepared(
+                prepared,
+                results,
+                (beam, lenpen, max_len),
+                max_tokens or self.max_tokens,
+                max_sentences or self.max_sentences,
+                progress,
+            )
+        return outcome(results, details, errors)
+
+
+class ExportedTranslator(Translator):
     """What the engines of an export folder share (CTranslate2's, transformers'): the folder's
     languages and directions, the refusals, the call's preparation (every line tokenized in one
     call), its batches by the model that serves them, the progress and the outcome.
@@ -189,11 +326,6 @@ class ExportedTranslator:
         check_languages(self.langs, src, tgt)
         return {"slp": self.record["targets"][tgt]} if self.record["routes"] and self.record["routing_map"] else {}
 
-    def direction(self, src: str, tgt: str) -> str:
-        """``"trained"``, ``"zero-shot"`` or ``"refused"`` (:mod:`hltmt_plugin.directions`)."""
-        self.routing(src, tgt)
-        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
-
     def encode(self, texts: Sequence[str]) -> List[List[int]]:
         """The ids of each text's pieces with end of sentence (as the checkpoint's translator
         binarizes them), the texts tokenized in one call."""
@@ -215,58 +347,20 @@ class ExportedTranslator:
     def _run(self, key, batch, results: List[Translation], search) -> None:
         raise NotImplementedError
 
-    def _prepare_items(self, items, first_line: int, zero_shot: bool) -> Tuple[List[Translation], list]:
-        """A :class:`Translation` per item (with its error if it cannot be translated), and
-        ``(index, source)`` of the items that can."""
-        results, admitted = admit_items(
-            items,
-            first_line,
-            lambda src, tgt, text: admit(text, src, tgt, self.routing, self.directions, zero_shot),
-        )
-        prepared = []
-        for (index, src, tgt, _), ids in zip(admitted, self.encode([text for *_, text in admitted])):
-            try:
-                check_length(len(ids), self.max_source_positions)
-            except HltmtInputError as error:
-                refuse(results[index], error)
-                continue
-            prepared.append((index, self.source(src, tgt, ids)))
-        return results, prepared
-
     # ---- translation -------------------------------------------------------------------
-    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
-        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
-        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
+    def _tokens(self, texts: List[str]) -> List[List[int]]:
+        return self.encode(texts)  # the call's lines tokenized in one call
 
-    def translate_batch(
-        self,
-        items,
-        beam: int = 5,
-        lenpen: float = 1.0,
-        max_len: int = 200,
-        details: bool = False,
-        errors: str = "raise",
-        max_tokens: Optional[int] = None,
-        max_sentences: Optional[int] = None,
-        first_line: int = 1,
-        progress: Optional[Callable[[int], None]] = None,
-        zero_shot: bool = False,
-    ) -> list:
-        """As :meth:`HltmtTranslator.translate_batch`: ``(src, tgt, text)`` items of any
-        directions, results in input order, each failed sentence reported with its line."""
-        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
-        )
-        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
-        results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
-        if progress is not None and len(items) - len(prepared):
-            progress(len(items) - len(prepared))
+    def _prepared(self, index: int, src: str, tgt: str, tokens: List[int]):
+        return index, self.source(src, tgt, tokens)
+
+    def _translate_prepared(self, prepared, results: List[Translation], search, max_tokens, max_sentences, progress):
+        """The ``(index, source)`` rows by the model that serves them, in batches."""
         by_key: Dict[object, list] = {}
         for index, source in prepared:
             by_key.setdefault(self.batch_key(results[index].tgt), []).append((index, source))
         for key, rows in sorted(by_key.items()):
-            for batch in batches(rows, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
-                self._run(key, batch, results, (beam, lenpen, max_len))
+            for batch in batches(rows, max_tokens, max_sentences):
+                self._run(key, batch, results, search)
                 if progress is not None:
                     progress(len(batch))
-        return outcome(results, details, errors)

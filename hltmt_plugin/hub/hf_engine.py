@@ -23,19 +23,6 @@ from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
-INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
-
-
-def import_transformers():
-    """``transformers``, or one line saying how to install it."""
-    try:
-        import transformers
-    except ImportError:
-        raise HltmtConfigError(
-            f"this is an export to transformers and transformers is not installed: {INSTALL}"
-        ) from None
-    return transformers
-
 
 class HfTranslator(contract.ExportedTranslator):
     """An export folder's transformers models, serving any of its directions, mixed in one call."""
@@ -77,7 +64,7 @@ class HfTranslator(contract.ExportedTranslator):
         folder, max_tokens, max_sentences, record = cls.load_arguments(
             folder, spm, data, max_tokens, max_sentences, record
         )
-        transformers = import_transformers()
+        transformers = contract.import_transformers("this is an export to transformers and ")
         import torch
 
         if threads:

@@ -42,12 +42,12 @@ token budget is a batch of its own.
 
 import logging
 import math
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 import hltmt_plugin
-from hltmt_plugin.directions import TRAINED, TrainedDirections, marks_target
+from hltmt_plugin.directions import TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.manifest import is_export
@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # torch and fairseq are imported once a checkpoint is loaded:
 logger = logging.getLogger(__name__)
 
 
-class HltmtTranslator:
+class HltmtTranslator(contract.Translator):
     """A loaded multilingual checkpoint that translates any of its directions, mixed in one call."""
 
     def __init__(
@@ -192,13 +192,6 @@ class HltmtTranslator:
             raise found
         return dict(found)
 
-    def direction(self, src: str, tgt: str) -> str:
-        """Whether the model serves ``src -> tgt`` as a direction it was trained on
-        (``"trained"``), only when asked (``"zero-shot"``) or not at all (``"refused"``); see
-        :mod:`hltmt_plugin.directions`. An unknown language is an error."""
-        self.routing(src, tgt)
-        return self.directions.kind(src, tgt) if self.directions is not None else TRAINED
-
     def encode(self, text: str) -> "torch.Tensor":
         """The binarized pieces of ``text`` with end of sentence (as the test sets are)."""
         return self.dictionary.encode_line(self.bpe.encode(text), add_if_not_exist=False, append_eos=True).long()
@@ -281,82 +274,20 @@ class HltmtTranslator:
         return self._generators[key]
 
     # ---- translation -------------------------------------------------------------------
-    def translate(self, texts: Sequence[str], src: str, tgt: str, **kwargs):
-        """Translate ``texts`` from ``src`` into ``tgt``; same options as :meth:`translate_batch`."""
-        return self.translate_batch(arguments.one_direction(texts, src, tgt), **kwargs)
+    def _tokens(self, texts: List[str]) -> Iterable["torch.Tensor"]:
+        return (self.encode(text) for text in texts)
 
-    def translate_batch(
-        self,
-        items: Sequence[Tuple[str, str, str]],
-        beam: int = 5,
-        lenpen: float = 1.0,
-        max_len: int = 200,
-        details: bool = False,
-        errors: str = "raise",
-        max_tokens: Optional[int] = None,
-        max_sentences: Optional[int] = None,
-        first_line: int = 1,
-        progress: Optional[Callable[[int], None]] = None,
-        zero_shot: bool = False,
-    ) -> list:
-        """Translate ``(src, tgt, text)`` items of any directions together, in input order.
+    def _prepared(self, index: int, src: str, tgt: str, tokens: "torch.Tensor"):
+        return index, src, tgt, tokens
 
-        Args:
-            beam: beam size; lenpen: length penalty; max_len: the most tokens of a translation
-                (fairseq's ``--max-len-b`` with ``--max-len-a 0``).
-            details: return :class:`Translation` objects (text, score, routing, error) instead
-                of strings.
-            errors: ``"raise"``: if any sentence fails, raise :class:`TranslationErrors` (one
-                line naming the failed lines; the others are translated and in ``.results``);
-                ``"keep"``: return them as ``None`` (or a Translation with ``error``).
-            first_line: the line number of the first item, for messages.
-            progress: called with the number of sentences finished after each batch.
-            zero_shot: also translate the directions the model was not trained on whose
-                languages it saw in others (:mod:`hltmt_plugin.directions`; each result's
-                ``zero_shot`` says which); without it they fail like any bad sentence.
-
-        Every argument is checked first, as the command line checks its options
-        (:mod:`hltmt_plugin.hub.arguments`): a bad one is one :class:`HltmtConfigError` or
-        :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
-        holding a NUL character or a lone surrogate fails alone, like an empty one.
-        """
-        items, (beam, lenpen, max_len), max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
-        )
-        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
-        zero_shot = arguments.flag("zero_shot", zero_shot)
-        results, prepared = self._prepare_items(items, first_line, zero_shot)
-        failed_early = len(items) - len(prepared)
-        if progress is not None and failed_early:
-            progress(failed_early)
-        if prepared:
-            generator = self.generator(beam, lenpen, max_len)
-            entries = self._datasets(prepared)
-            for sample in self._batches(entries, max_tokens or self.max_tokens, max_sentences or self.max_sentences):
-                self._run(generator, sample, results, entries)
-                if progress is not None:
-                    progress(len(sample["id"]))
-        return contract.outcome(results, details, errors)
-
-    def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
-        """A :class:`Translation` per item (with its error if it cannot be translated: the
-        refusals of :mod:`hltmt_plugin.hub.contract`), and ``(index, src, tgt, tokens)`` of the
-        items that can."""
-        results, admitted = contract.admit_items(
-            items,
-            first_line,
-            lambda src, tgt, text: contract.admit(text, src, tgt, self.routing, self.directions, zero_shot),
-        )
-        prepared = []
-        for index, src, tgt, text in admitted:
-            tokens = self.encode(text)
-            try:
-                contract.check_length(tokens.numel(), self.max_source_positions)
-            except HltmtInputError as error:
-                contract.refuse(results[index], error)
-                continue
-            prepared.append((index, src, tgt, tokens))
-        return results, prepared
+    def _translate_prepared(self, prepared, results: List[Translation], search, max_tokens, max_sentences, progress):
+        """Beam search on the ``(index, src, tgt, tokens)`` rows, batched as the task batches them."""
+        generator = self.generator(*search)
+        entries = self._datasets(prepared)
+        for sample in self._batches(entries, max_tokens, max_sentences):
+            self._run(generator, sample, results, entries)
+            if progress is not None:
+                progress(len(sample["id"]))
 
     def _run(self, generator, sample, results: List[Translation], entries) -> None:
         """Beam search on one batch; if the model refuses the batch, each sentence alone, so

@@ -1,5 +1,6 @@
 """hltmt_plugin.hub.contract: what both engines share: a sentence's refusals in one order, the
-per-line errors of a call, its result, and CTranslate2's import."""
+per-line errors of a call, its result, the engines' imports, and the contract every translator
+keeps (one translate_batch)."""
 
 import sys
 
@@ -73,3 +74,34 @@ def test_without_ctranslate2_the_error_says_how_to_install_it(monkeypatch):
         HltmtConfigError, match='^this is an exported model and CTranslate2 is not installed: pip install "ctr'
     ):
         contract.import_ctranslate2("this is an exported model and ")
+
+
+def test_without_transformers_the_error_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(
+        HltmtConfigError, match="^this is an export to transformers and transformers is not installed: pip"
+    ):
+        contract.import_transformers("this is an export to transformers and ")  # serving an export
+    with pytest.raises(
+        HltmtConfigError, match='^transformers is not installed: pip install "transformers>=5.25,<6" sa'
+    ):
+        contract.import_transformers(writes=True)  # exporting
+
+
+def test_an_export_to_transformers_needs_safetensors_too(monkeypatch):
+    monkeypatch.setitem(sys.modules, "safetensors.torch", None)
+    with pytest.raises(
+        HltmtConfigError, match=r"^transformers is not installed: .*\(or pip install -e \"\.\[transformers\]\"\)$"
+    ):
+        contract.import_transformers(writes=True)
+
+
+def test_every_translator_keeps_one_contract():
+    from hltmt_plugin.hub.ct2_engine import Ct2Translator
+    from hltmt_plugin.hub.hf_engine import HfTranslator
+    from hltmt_plugin.hub.translator import HltmtTranslator
+
+    shared = ("translate", "translate_batch", "direction", "_prepare_items")
+    for engine in (HltmtTranslator, Ct2Translator, HfTranslator):
+        assert issubclass(engine, contract.Translator)
+        assert all(getattr(engine, name) is getattr(contract.Translator, name) for name in shared), engine
