@@ -53,7 +53,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -65,16 +64,15 @@ from typing import List
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
-from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402
+from hltmt_plugin.cli.launch import stop_ranks  # noqa: E402
 from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS  # noqa: E402
 from hltmt_plugin.experiments import steps  # noqa: E402
 from hltmt_plugin.experiments.recipe import (  # noqa: E402
-    PLUGIN_TASK,
     Comparison,
     Hyper,
     directions,
     high_among,
+    prepare_command,
     read_train_log,
 )
 from hltmt_plugin.experiments.steps import (  # noqa: E402
@@ -82,11 +80,18 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     NGPU_HELP,
     PRECISION_FLAGS,
     PRECISION_HELP,
-    experiment_cli,
+    OptionError,
+    StepFailed,
+    decode,
+    decode_jobs,
     gpu_flags,
+    log_tail,
     nproc,
     print_command,
     reader_gone,
+    report_command,
+    resolve_device,
+    run_quiet,
 )
 
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
@@ -113,7 +118,7 @@ class RunSize(Hyper):
     validations: int  # validations per run (the curve's points)
     budget_s: int  # default --budget-s
     decode_reserve_s: int  # kept free for decoding and the report when sizing N
-    max_len: tuple = (1.5, 10)  # generation length cap a * source length + b
+    gen_len: tuple = (1.5, 10)  # generation length cap a * source length + b
     notes: str = ""
 
 
@@ -138,7 +143,7 @@ SIZES = {
         validations=3,
         budget_s=900,
         decode_reserve_s=0,
-        max_len=(0, 16),
+        gen_len=(0, 16),
         notes="smallest size: shows that the run works end to end, nothing about quality (outputs capped at 16 tokens)",
     ),
     # the GPU run: all of DebMT-10, d 256 4+3 layers (hltmt_transformer_small and the plain
@@ -185,10 +190,6 @@ SIZES = {
 }
 
 
-class RunFailed(Exception):
-    pass
-
-
 class Tee:
     """Console output also written (flushed line by line) to the output folder's gpu_run.log."""
 
@@ -209,27 +210,6 @@ def say(t0, msg):
     steps.say(msg, who="gpu_run", since=t0)
 
 
-def kill_group(proc):
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def tail(path, n=20):
-    try:
-        lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
-    except OSError:
-        return f"(no log at {path})"
-    return "\n".join(line[:300] for line in lines[-n:])
-
-
 def progress(path):
     """[(num_updates, {field: value})] of the fairseq progress lines in a training log."""
     return [(int(fields["num_updates"]), fields) for fields in read_train_log(path).progress]
@@ -242,7 +222,7 @@ class GpuRun:
         self.langs = args.langs.split(",") if args.langs else self.size.langs
         self.high = high_among(self.langs, args.high.split(",") if args.high else self.size.high)
         if not self.high:
-            raise RunFailed("no high-resource language among --langs: HLT-MT needs at least one")
+            raise StepFailed("no high-resource language among --langs: HLT-MT needs at least one")
         self.directions = directions(self.langs)
         self.work = work_dir(args)
         self.out = os.path.abspath(args.out)
@@ -253,30 +233,9 @@ class GpuRun:
         self.procs = []
         self.fell_back = False
         self.dry_run = args.dry_run
-        self.cuda = self.use_gpu()
-        self.precision = args.precision if args.precision != "auto" else ("amp" if self.cuda else "fp32")
-        if self.precision == "fp16" and not self.cuda:
-            raise RunFailed("--precision fp16 needs a GPU")
-        if args.ngpu > 1 and not self.cuda:
-            raise RunFailed(f"--ngpu {args.ngpu} needs a GPU")
+        device, self.precision, _ = resolve_device(args, dry_run=args.dry_run)
+        self.cuda = device == "cuda"
         self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=not self.cuda)
-
-    def use_gpu(self):
-        """Whether the run trains on the GPU: --gpu (taken as given by a dry run), --cpu, else
-        whether torch sees one."""
-        args = self.args
-        if args.gpu and args.cpu:
-            raise RunFailed("--gpu and --cpu exclude each other")
-        if args.gpu and args.dry_run:
-            return True  # a dry run takes --gpu as given
-        if args.cpu:
-            return False
-        import torch
-
-        cuda = torch.cuda.is_available()
-        if args.gpu and not cuda:
-            raise RunFailed("--gpu: torch sees no CUDA device (torch.cuda.is_available() is False)")
-        return cuda
 
     # ---- bookkeeping --------------------------------------------------------------------
     def elapsed(self):
@@ -303,23 +262,17 @@ class GpuRun:
     # ---- 1. data ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        cmd = [
-            *plugin_cli("prepare_data"),
-            "--raw",
+        cores = ["--workers", str(nproc()), "--threads", str(nproc())]
+        cmd = prepare_command(
             self.args.raw,
-            "--out",
             os.path.join(self.work, "data"),
-            "--langs",
-            ",".join(self.langs),
-            "--vocab-size",
-            str(s.vocab),
-            "--workers",
-            str(nproc()),
-            "--threads",
-            str(nproc()),
-        ]
-        for opt, n in (("--max-train", s.max_train), ("--max-valid", s.max_valid), ("--max-test", s.max_test)):
-            cmd += [opt, str(n)] if n else []
+            self.langs,
+            vocab=s.vocab,
+            options=cores,
+            max_train=s.max_train,
+            max_valid=s.max_valid,
+            max_test=s.max_test,
+        )
         if self.dry_run:
             print_command(cmd)
             return
@@ -335,10 +288,10 @@ class GpuRun:
         if done.returncode != 0:
             lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
             error = next((line for line in reversed(lines) if "error:" in line), None)
-            raise RunFailed(
+            raise StepFailed(
                 f"data preparation failed: {error}"
                 if error
-                else f"data preparation failed (exit {done.returncode}):\n{tail(log)}"
+                else f"data preparation failed (exit {done.returncode}):\n{log_tail(log)}"
             )
         with open(stamp, "w") as f:
             f.write(want)
@@ -391,8 +344,7 @@ class GpuRun:
         return proc
 
     def stop_all(self):
-        for proc in self.procs:
-            kill_group(proc)
+        stop_ranks(self.procs)
         self.procs = []
 
     # ---- 2. calibration -----------------------------------------------------------------
@@ -433,11 +385,11 @@ class GpuRun:
                     if self.precision != "fp32" and not self.fell_back:
                         self.fall_back_to_fp32(sys_, log)
                         return None
-                    raise RunFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{tail(log)}")
+                    raise StepFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{log_tail(log)}")
             if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
                 return lines, first_seen
             if time.time() > deadline:
-                raise RunFailed(
+                raise StepFailed(
                     "calibration: no steady progress within "
                     f"{deadline - launched:.0f}s: "
                     + ", ".join(f"{k} {len(v)} progress lines" for k, v in lines.items())
@@ -446,7 +398,7 @@ class GpuRun:
     def fall_back_to_fp32(self, system, log):
         """A mixed-precision failure must not cost the device run: say why and switch all three
         systems to fp32 (the same precision for all)."""
-        last = tail(log, 1).strip()
+        last = log_tail(log, 1).strip()
         self.fact("precision fallback", f"{self.precision} failed for {system} ({last[:200]}); all systems run in fp32")
         say(self.t0, f"warning: {system} failed in {self.precision} ({last[:200]}); calibrating again in fp32")
         self.precision, self.fell_back = "fp32", True
@@ -509,7 +461,7 @@ class GpuRun:
                 time.sleep(1.0)
                 for system, (proc, log) in runs.items():
                     if proc.poll() not in (None, 0):
-                        raise RunFailed(f"training {system} failed (exit {proc.returncode}):\n{tail(log)}")
+                        raise StepFailed(f"training {system} failed (exit {proc.returncode}):\n{log_tail(log)}")
                 if time.time() - last_report >= self.args.status_every:
                     last_report = time.time()
                     say(
@@ -520,12 +472,12 @@ class GpuRun:
                         ),
                     )
                 if time.time() > deadline:
-                    raise RunFailed(f"training ran past its window ({self.train_window:.0f}s + 180s): stopped")
+                    raise StepFailed(f"training ran past its window ({self.train_window:.0f}s + 180s): stopped")
         finally:
             self.stop_all()
         for system, (proc, log) in runs.items():
             if proc.returncode != 0:
-                raise RunFailed(f"training {system} failed (exit {proc.returncode}):\n{tail(log)}")
+                raise StepFailed(f"training {system} failed (exit {proc.returncode}):\n{log_tail(log)}")
             self.read_train_log(system, log, updates)
 
     def read_train_log(self, system, path, updates):
@@ -555,40 +507,27 @@ class GpuRun:
     def decode_plan(self):
         """The decoding jobs (label, checkpoint, src, tgt, output), fairseq-generate's common
         options, and the number of worker processes."""
-        jobs = []
-        for system in SYSTEMS:
-            ckpt = os.path.join(self.work, "models", system, "checkpoint_last.pt")
-            out_dir = os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
-            for d in self.directions:
-                src, tgt = d.split("-")
-                jobs.append((f"decode {system} {d}", ckpt, src, tgt, os.path.join(out_dir, f"{d}.gen")))
+        checkpoints = {system: os.path.join(self.work, "models", system, "checkpoint_last.pt") for system in SYSTEMS}
+        jobs = decode_jobs(checkpoints, self.directions, self.decode_dir, "decode {system} {direction}", redo=True)
         workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
         workers = max(1, min(workers, len(jobs)))
-        common = [
-            self.data,
-            *self.comparison.task_args(PLUGIN_TASK),
-            "--gen-subset",
-            "test",
-            "--beam",
-            "5",
-            "--max-tokens",
-            "24000" if self.cuda else "8000",
-            "--max-len-a",
-            str(self.size.max_len[0]),
-            "--max-len-b",
-            str(self.size.max_len[1]),
-            "--remove-bpe",
-            "sentencepiece",
-            *(["--fp16"] if self.cuda and self.precision != "fp32" else []),
-        ]
+        common = self.comparison.generate_args(
+            max_tokens=24000 if self.cuda else 8000,
+            gen_len=self.size.gen_len,
+            fp16=self.cuda and self.precision != "fp32",
+        )
         return jobs, common, workers
 
-    def decode(self):
+    def decode_dir(self, system):
+        return os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
+
+    def decode(self, dry_run=False):
         jobs, common, workers = self.decode_plan()
+        if dry_run:
+            plan = ("4. decode", self.decode_dir("SYSTEM") + "/SRC-TGT.gen")
+            return decode(jobs, common, self.data, workers, "", dry_run=True, plan=plan)
         for system in SYSTEMS:
-            out_dir = os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
-            shutil.rmtree(out_dir, ignore_errors=True)
-            os.makedirs(out_dir)
+            shutil.rmtree(self.decode_dir(system), ignore_errors=True)
         env = dict(
             os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers))
         )
@@ -598,10 +537,10 @@ class GpuRun:
             + (", fp16" if "--fp16" in common else ", fp32"),
         )
         try:
-            decode_all(jobs, common, self.data, workers, os.path.join(self.logs, "decode"), env=env, echo=None)
-        except DecodeFailed as error:
+            decode(jobs, common, self.data, workers, os.path.join(self.logs, "decode"), env=env, echo=None)
+        except StepFailed as error:
             if "--fp16" not in common:
-                raise RunFailed(str(error))
+                raise
             todo = [j for j in jobs if not os.path.exists(j[4])]
             say(
                 self.t0,
@@ -612,50 +551,26 @@ class GpuRun:
                 "decoding fallback", f"fp16 decoding failed; {len(todo)} of {len(jobs)} directions decoded in fp32"
             )
             common.remove("--fp16")
-            try:
-                decode_all(todo, common, self.data, workers, os.path.join(self.logs, "decode_fp32"), env=env, echo=None)
-            except DecodeFailed as error2:
-                raise RunFailed(str(error2))
+            decode(todo, common, self.data, workers, os.path.join(self.logs, "decode_fp32"), env=env, echo=None)
 
     # ---- 5. report ----------------------------------------------------------------------
     def report_cmd(self):
         seed = self.args.seed
-        cmd = [
-            *experiment_cli("report"),
-            "--decode-dir",
+        return report_command(
             os.path.join(self.work, "decode"),
-            "--out",
             os.path.join(self.work, "report"),
-            "--high",
-            ",".join(self.high),
-            "--baseline",
-            "mnmt",
-            "--system",
-            "hltmt",
-            "--title",
-            f"DebMT-10 GPU run (`{self.args.size}`)",
-            "--gate-checkpoint",
-            os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
-            "--machine",
-            self.info["facts"]["machine"],
-            "--run-info",
-            os.path.join(self.work, "run.json"),
-        ]
-        for system in SYSTEMS:
-            cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed{seed}.log"]
-        if self.size.notes:
-            cmd += ["--note", f"Size `{self.args.size}`: {self.size.notes}."]
-        return cmd
+            high=self.high,
+            title=f"DebMT-10 GPU run (`{self.args.size}`)",
+            gate_checkpoint=os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
+            options=["--machine", self.info["facts"]["machine"], "--run-info", os.path.join(self.work, "run.json")],
+            valid_logs=[f"{system}={self.logs}/train_{system}.seed{seed}.log" for system in SYSTEMS],
+            note=f"Size `{self.args.size}`: {self.size.notes}." if self.size.notes else None,
+        )
 
     def report(self):
-        cmd = self.report_cmd()
-        log = os.path.join(self.logs, "report.log")
-        with open(log, "w") as f:
-            done = subprocess.run(
-                cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore")
-            )
-        if done.returncode != 0:
-            raise RunFailed(f"report failed (exit {done.returncode}):\n{tail(log)}")
+        run_quiet(
+            self.report_cmd(), os.path.join(self.logs, "report.log"), env=dict(os.environ, PYTHONWARNINGS="ignore")
+        )
 
     # ---- the whole run ------------------------------------------------------------------
     def describe(self):
@@ -706,14 +621,7 @@ class GpuRun:
         print(f"# 3. train: the three at once, {updates} updates each")
         for system in SYSTEMS:
             print_command(self.train_cmd(system, updates, os.path.join(self.work, "models", system), False))
-        jobs, common, workers = self.decode_plan()
-        print(
-            f"# 4. decode: {len(jobs)} directions over {workers} worker processes, each running these "
-            f"fairseq-generate lines in one Python; output to {self.work}/decode/SYSTEM/seed{self.args.seed}/"
-            "SRC-TGT.gen"
-        )
-        for _, ckpt, src, tgt, _ in jobs:
-            print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
+        self.decode(dry_run=True)
         print("# 5. report")
         print_command(self.report_cmd())
 
@@ -839,7 +747,7 @@ def dry_run(args, t0):
     """--dry-run: the plan printed, nothing run or written; the exit code."""
     try:
         GpuRun(args, t0).print_plan()
-    except RunFailed as error:
+    except (StepFailed, OptionError) as error:
         print(f"gpu_run: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -858,7 +766,7 @@ def full_run(args, t0):
         run = GpuRun(args, t0)
         run.run()
         ok = True
-    except RunFailed as error:
+    except (StepFailed, OptionError) as error:
         print(f"gpu_run: error: {error}", flush=True)
     except KeyboardInterrupt:
         print("gpu_run: error: interrupted", flush=True)

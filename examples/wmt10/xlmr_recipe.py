@@ -54,16 +54,14 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
-from hltmt_plugin.cli import fairseq_cli, plugin_cli  # noqa: E402
-from hltmt_plugin.cli.decode import DecodeFailed, decode_all  # noqa: E402  (many directions per process)
 from hltmt_plugin.corpora import WMT10_HIGH as HIGH_LIST, WMT10_LANGS as LANGS_LIST  # noqa: E402
 from hltmt_plugin.experiments.recipe import (  # noqa: E402
-    PLUGIN_TASK,
     Comparison,
     Hyper,
     directions,
     high_among,
     pool_size,
+    prepare_command,
 )
 from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
@@ -71,10 +69,12 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     PRECISION_FLAGS,
     PRECISION_HELP,
     StepFailed,
-    experiment_cli,
+    decode,
+    decode_jobs,
     gpu_flags,
     print_command,
     reader_gone,
+    report_command,
     run_logged,
     run_steps,
     say,
@@ -212,26 +212,22 @@ class Recipe:
     # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         a = self.args
-        cmd = [
-            *plugin_cli("prepare_data"),
-            "--raw",
-            a.raw,
-            "--out",
-            os.path.join(self.run_dir, "data"),
-            "--langs",
-            ",".join(self.langs),
+        xlmr = [
             "--spm-model",
             os.path.join(self.xlmr, "sentencepiece.bpe.model"),
             "--dict",
             os.path.join(self.xlmr, "dict.txt"),
         ]
-        for option, value in (
-            ("--max-train", a.max_train),
-            ("--max-train-lang", a.max_train_lang),
-            ("--max-valid", a.max_valid),
-            ("--max-test", a.max_test),
-        ):
-            cmd += [option, str(value)] if value else []
+        cmd = prepare_command(
+            a.raw,
+            os.path.join(self.run_dir, "data"),
+            self.langs,
+            options=xlmr,
+            max_train=a.max_train,
+            max_train_lang=a.max_train_lang,
+            max_valid=a.max_valid,
+            max_test=a.max_test,
+        )
         self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def init_mnmt(self):
@@ -294,76 +290,36 @@ class Recipe:
 
     def decode(self):
         """Every direction of every system with fairseq-generate's own main, many directions per
-        process (hltmt_plugin/cli/decode.py); a direction whose .gen exists is not decoded again. The
-        MNMT checkpoint decodes under hltmt_translation too: fairseq 0.12's own task drops a last
-        test batch smaller than --required-batch-size-multiple (fairseq issue 5036), this one keeps it."""
-        jobs = []
-        for system in self.systems:
-            out_dir = os.path.join(self.run_dir, "decode", system, f"seed{self.args.seed}")
-            ckpt = os.path.join(self.save_dir(system), "checkpoint_last.pt")
-            for direction in self.directions:
-                out = os.path.join(out_dir, f"{direction}.gen")
-                if not os.path.exists(out):
-                    jobs.append((f"{system} {direction}", ckpt, *direction.split("-"), out))
-        common = [
-            self.data,
-            *self.comparison.task_args(PLUGIN_TASK),
-            "--gen-subset",
-            "test",
-            "--beam",
-            "5",
-            "--max-tokens",
-            str(self.args.decode_max_tokens),
-            "--max-len-a",
-            f"{self.args.max_len_a:g}",
-            "--max-len-b",
-            str(self.args.max_len_b),
-            "--remove-bpe",
-            "sentencepiece",
-            *(["--fp16"] if self.args.gpu and self.precision != "fp32" else []),
-        ]
-        if self.dry_run:
-            print(
-                f"# decode: {len(jobs)} directions over {self.args.decode_workers} worker processes, each running "
-                f"these fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/"
-                f"seed{self.args.seed}/SRC-TGT.gen"
-            )
-            for _, ckpt, src, tgt, _ in jobs:
-                print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
-            return
-        for *_, out in jobs:
-            os.makedirs(os.path.dirname(out), exist_ok=True)
-        try:
-            decode_all(jobs, common, self.data, self.args.decode_workers, os.path.join(self.logs, "decode"))
-        except DecodeFailed as error:
-            raise StepFailed(str(error)) from None
+        process (hltmt_plugin/cli/decode.py); a direction whose .gen exists is not decoded again."""
+        a = self.args
+        folder = os.path.join(self.run_dir, "decode", "{}", f"seed{a.seed}")
+        checkpoints = {system: os.path.join(self.save_dir(system), "checkpoint_last.pt") for system in self.systems}
+        jobs = decode_jobs(checkpoints, self.directions, folder.format)
+        common = self.comparison.generate_args(
+            max_tokens=a.decode_max_tokens,
+            gen_len=(a.max_len_a, a.max_len_b),
+            fp16=a.gpu and self.precision != "fp32",
+        )
+        plan = ("decode", folder.format("SYSTEM") + "/SRC-TGT.gen")
+        logs = os.path.join(self.logs, "decode")
+        decode(jobs, common, self.data, a.decode_workers, logs, dry_run=self.dry_run, plan=plan)
 
     def report(self):
-        cmd = [
-            *experiment_cli("report"),
-            "--decode-dir",
+        cmd = report_command(
             os.path.join(self.run_dir, "decode"),
-            "--out",
             os.path.join(self.run_dir, "report"),
-            "--high",
-            ",".join(self.high),
-            "--baseline",
-            "mnmt" if "mnmt" in self.systems else self.systems[0],
-            "--system",
-            "hltmt",
-            "--title",
-            self.args.title,
-        ]
-        if "hltmt" in self.systems:
-            cmd += ["--gate-checkpoint", os.path.join(self.save_dir("hltmt"), "checkpoint_last.pt")]
-        for system in self.systems:
-            cmd += ["--valid-log", f"{system}={self.logs}/train_{system}.seed*.log"]
-        if not self.args.gpu:
-            cmd += [
-                "--note",
-                "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
-                "not the quality of the method.",
-            ]
+            high=self.high,
+            title=self.args.title,
+            baseline="mnmt" if "mnmt" in self.systems else self.systems[0],
+            gate_checkpoint=(
+                os.path.join(self.save_dir("hltmt"), "checkpoint_last.pt") if "hltmt" in self.systems else None
+            ),
+            valid_logs=[f"{system}={self.logs}/train_{system}.seed*.log" for system in self.systems],
+            note=None
+            if self.args.gpu
+            else "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
+            "not the quality of the method.",
+        )
         self.execute(cmd, os.path.join(self.logs, "report.log"))
         if not self.dry_run:
             print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())

@@ -54,21 +54,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from hltmt_plugin.cli import DEBMT10, add_version, fairseq_cli, plugin_cli, register
-from hltmt_plugin.cli.decode import DecodeFailed, decode_all
+from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
-from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, high_among
+from hltmt_plugin.experiments.recipe import Comparison, Hyper, directions, high_among, prepare_command
 from hltmt_plugin.experiments.steps import (
     NGPU_HELP,
     PRECISION_HELP,
     OptionError,
     StepFailed,
-    experiment_cli,
+    decode,
+    decode_jobs,
     is_done,
     mark_done,
     nproc,
     print_command,
     reader_gone,
+    report_command,
     resolve_device,
     run_logged,
     run_steps,
@@ -218,21 +219,16 @@ class Job:
     # ---- steps ------------------------------------------------------------------------
     def prepare(self):
         s = self.size
-        cmd = [
-            *plugin_cli("prepare_data"),
-            "--raw",
+        cmd = prepare_command(
             self.args.raw,
-            "--out",
             os.path.join(self.run_dir, "data"),
-            "--langs",
-            ",".join(self.langs),
-            "--vocab-size",
-            str(s.vocab),
-        ]
-        cmd += ["--segment-words", ",".join(map(str, s.segment_words))] if s.segment_words else []
-        cmd += ["--max-train", str(s.max_train)] if s.max_train else []
-        cmd += ["--max-test", str(s.max_test)] if s.max_test else []
-        cmd += ["--max-valid", str(s.max_valid)] if s.max_valid else []
+            self.langs,
+            vocab=s.vocab,
+            segment_words=s.segment_words,
+            max_train=s.max_train,
+            max_valid=s.max_valid,
+            max_test=s.max_test,
+        )
         self.execute(cmd, os.path.join(self.logs, "prepare.log"))
 
     def train_mnmt(self, seed):
@@ -315,81 +311,46 @@ class Job:
     def decode(self, seed):
         """Every direction of every system, beam 5, over --decode-workers concurrent processes
         (each decodes its directions one after another in one Python; fp16 on a GPU)."""
-        jobs = [(system, d) for system in self.systems for d in self.directions]
-        todo = []
-        for i, (system, direction) in enumerate(jobs, 1):
-            out_dir = os.path.join(self.run_dir, "decode", system, f"seed{seed}")
-            target = os.path.join(out_dir, f"{direction}.gen")
-            if os.path.exists(target):
-                continue
-            src, tgt = direction.split("-")
-            ckpt = os.path.join(self.save_dir(system, seed), "checkpoint_last.pt")
-            todo.append((f"decode seed {seed} [{i}/{len(jobs)}] {system} {direction}", ckpt, src, tgt, target))
+        folder = os.path.join(self.run_dir, "decode", "{}", f"seed{seed}")
+        checkpoints = {
+            system: os.path.join(self.save_dir(system, seed), "checkpoint_last.pt") for system in self.systems
+        }
+        label = f"decode seed {seed} [{{n}}/{{total}}] {{system}} {{direction}}"
+        todo = decode_jobs(checkpoints, self.directions, folder.format, label)
         workers = self.args.decode_workers or (min(8, nproc()) if self.device == "cuda" else nproc())
         workers = max(1, min(workers, len(todo) or 1))
         if not self.dry_run:
-            say(f"decode seed {seed}: {len(todo)} of {len(jobs)} directions to go, {workers} worker(s)")
+            total = len(self.systems) * len(self.directions)
+            say(f"decode seed {seed}: {len(todo)} of {total} directions to go, {workers} worker(s)")
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
-        common = [
-            self.data,
-            *self.comparison.task_args(PLUGIN_TASK),
-            "--gen-subset",
-            "test",
-            "--beam",
-            "5",
-            "--max-tokens",
-            "20000" if self.device == "cuda" else "8000",
-            "--max-len-a",
-            str(self.size.gen_len[0]),
-            "--max-len-b",
-            str(self.size.gen_len[1]),
-            "--remove-bpe",
-            "sentencepiece",
-            *(["--fp16"] if self.device == "cuda" and self.precision != "fp32" else []),
-        ]
-        if self.dry_run:
-            print(
-                f"# decode seed {seed}: {len(todo)} directions over {workers} worker processes, each running these "
-                f"fairseq-generate lines in one Python; output to {self.run_dir}/decode/SYSTEM/seed{seed}/SRC-TGT.gen"
-            )
-            for _, ckpt, src, tgt, _ in todo:
-                print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
-            return
-        for *_, target in todo:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-        try:
-            decode_all(todo, common, self.data, workers, os.path.join(self.logs, f"decode_seed{seed}"), env=env)
-        except DecodeFailed as error:
-            raise StepFailed(str(error))
+        common = self.comparison.generate_args(
+            max_tokens=20000 if self.device == "cuda" else 8000,
+            gen_len=self.size.gen_len,
+            fp16=self.device == "cuda" and self.precision != "fp32",
+        )
+        plan = (f"decode seed {seed}", folder.format("SYSTEM") + "/SRC-TGT.gen")
+        log_dir = os.path.join(self.logs, f"decode_seed{seed}")
+        decode(todo, common, self.data, workers, log_dir, dry_run=self.dry_run, plan=plan, env=env)
 
     def report(self):
         one_run = self.args.hltmt_schedule == "one-run"
-        cmd = [
-            *experiment_cli("report"),
-            "--decode-dir",
+        logs = {
+            "mnmt": "train_mnmt",
+            "hltmt": "train_hltmt" if one_run else "train_hltmt_all",
+            "lsmnmt": "train_lsmnmt",
+        }
+        cmd = report_command(
             os.path.join(self.run_dir, "decode"),
-            "--out",
             os.path.join(self.run_dir, "report"),
-            "--high",
-            ",".join(self.high),
-            "--baseline",
-            "mnmt",
-            "--system",
-            "hltmt",
-            "--title",
-            f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
-            "--gate-checkpoint",
-            os.path.join(self.save_dir("hltmt", self.seeds[0], "" if one_run else "-high"), "checkpoint_last.pt"),
-            "--valid-log",
-            f"mnmt={self.logs}/train_mnmt.seed*.log",
-            "--valid-log",
-            f"hltmt={self.logs}/train_hltmt{'' if one_run else '_all'}.seed*.log",
-        ]
-        if self.args.ls_mnmt:
-            cmd += ["--valid-log", f"lsmnmt={self.logs}/train_lsmnmt.seed*.log"]
-        if self.device == "cpu":
-            cmd += ["--note", self.cpu_note()]
+            high=self.high,
+            title=f"DebMT-10 `{self.args.size}`" if self.args.raw == DEBMT10 else self.args.title,
+            gate_checkpoint=os.path.join(
+                self.save_dir("hltmt", self.seeds[0], "" if one_run else "-high"), "checkpoint_last.pt"
+            ),
+            valid_logs=[f"{system}={self.logs}/{logs[system]}.seed*.log" for system in self.systems],
+            note=self.cpu_note() if self.device == "cpu" else None,
+        )
         self.execute(cmd, os.path.join(self.logs, "report.log"))
         if not self.dry_run:
             print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())

@@ -1,9 +1,11 @@
 """The experiment recipe, written once: the systems compared, the hyper-parameters they share,
-the fairseq-train command line of each, the pool-size rule, scoring and the training log.
+the data's preparation, the fairseq-train command line of each, the decoding of every direction,
+the pool-size rule, scoring and the training log.
 
 Every driver that trains the comparison (``hltmt-main-job``, ``hltmt-study``,
-scripts/gpu_run.py, the benches, examples/wmt10/xlmr_recipe.py) builds its fairseq-train lines
-here; it adds only what is its own (where checkpoints go, how often it validates, its device).
+scripts/gpu_run.py, the benches, examples/wmt10/xlmr_recipe.py) builds its hltmt-prepare-data,
+fairseq-train and fairseq-generate lines here; it adds only what is its own (where checkpoints
+go, how often it validates, its device).
 
 The systems (the same data, batch, learning-rate schedule and seed for all):
 
@@ -22,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from hltmt_plugin.cli import PLUGIN, fairseq_cli
+from hltmt_plugin.cli import PLUGIN, fairseq_cli, plugin_cli
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 BASELINE_TASK = "translation_multi_simple_epoch"  # fairseq's own multilingual task
@@ -43,6 +45,36 @@ def high_among(langs: Sequence[str], high: Sequence[str]) -> List[str]:
 def directions(langs: Sequence[str], to_english: bool = True) -> List[str]:
     """En->X for each of ``langs``, then X->En (unless ``to_english`` is false)."""
     return [f"en-{x}" for x in langs] + ([f"{x}-en" for x in langs] if to_english else [])
+
+
+def prepare_command(
+    raw: str,
+    out: str,
+    langs: Sequence[str],
+    *,
+    vocab: int = 0,
+    options: Sequence[str] = (),
+    segment_words: Sequence[int] = (),
+    max_train: int = 0,
+    max_train_lang: Optional[str] = None,
+    max_valid: int = 0,
+    max_test: int = 0,
+) -> List[str]:
+    """The hltmt-prepare-data line that prepares the comparison's data: the raw pairs of
+    ``langs`` from ``raw`` into ``out`` (a joint sentencepiece model of ``vocab`` pieces, or
+    the model and dictionary that ``options`` name), then the segment and line limits (0: all)."""
+    cmd = [*plugin_cli("prepare_data"), "--raw", raw, "--out", out, "--langs", ",".join(langs)]
+    cmd += ["--vocab-size", str(vocab)] if vocab else []
+    cmd += [*options]
+    cmd += ["--segment-words", ",".join(map(str, segment_words))] if segment_words else []
+    for option, value in (
+        ("--max-train", max_train),
+        ("--max-train-lang", max_train_lang),
+        ("--max-valid", max_valid),
+        ("--max-test", max_test),
+    ):
+        cmd += [option, str(value)] if value else []
+    return cmd
 
 
 @dataclass(kw_only=True)
@@ -85,6 +117,39 @@ class Comparison:
             "--encoder-langtok",
             "tgt",
             *(["--cpu"] if self.cpu else []),
+        ]
+
+    def generate_args(
+        self,
+        *,
+        subset: str = "test",
+        max_tokens: int = 8000,
+        gen_len: Sequence[float] = (1.5, 10),
+        fp16: bool = False,
+        beam: int = 5,
+    ) -> List[str]:
+        """fairseq-generate's options for decoding a direction of any system (the checkpoint
+        and the direction come after): ``subset`` with beam ``beam``, at most ``gen_len`` =
+        (a, b) tokens, a * source length + b, the sentencepiece pieces joined back into text,
+        fp16 when asked. Every model decodes under hltmt_translation, fairseq's plain
+        transformer too: fairseq 0.12's translation_multi_simple_epoch drops the last partial
+        batch of a test set (fairseq issue 5036)."""
+        return [
+            self.data,
+            *self.task_args(PLUGIN_TASK),
+            "--gen-subset",
+            subset,
+            "--beam",
+            str(beam),
+            "--max-tokens",
+            str(max_tokens),
+            "--max-len-a",
+            f"{gen_len[0]:g}",
+            "--max-len-b",
+            str(gen_len[1]),
+            "--remove-bpe",
+            "sentencepiece",
+            *(["--fp16"] if fp16 else []),
         ]
 
     def high_pairs(self) -> List[str]:

@@ -1,8 +1,9 @@
 """What the experiment drivers (``hltmt-main-job``, ``hltmt-study``) and the experiment scripts
 beside the package (scripts/gpu_run.py, examples/wmt10/xlmr_recipe.py) share: steps that run in
 order and are marked done (a rerun resumes after the last completed one), a command run with its
-output streamed to the console and a log, the training precision and GPU flags of fairseq-train,
-and the errors that end a run in one line."""
+output streamed to the console and a log (or to the log alone), the training precision and GPU
+flags of fairseq-train, the decoding of every direction of every system over worker processes,
+the hltmt-report line, and the errors that end a run in one line."""
 
 import os
 import platform
@@ -10,10 +11,11 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import List
+from typing import Callable, Dict, List, Optional, Sequence
 
 from hltmt_plugin.atomic_files import write_text
-from hltmt_plugin.cli import CHECKOUT
+from hltmt_plugin.cli import CHECKOUT, fairseq_cli
+from hltmt_plugin.cli.decode import DecodeFailed, decode_all
 from hltmt_plugin.cli.launch import NOISE, QUIET_WARNINGS  # fairseq's own start-up noise, as hltmt-launch keeps it out
 from hltmt_plugin.errors import HltmtConfigError, HltmtError
 
@@ -161,8 +163,110 @@ def run_logged(cmd, log_path, prefix="", env=None):
             sys.stdout.flush()
         code = proc.wait()
     if code != 0:
-        tail = [line[:300] for line in open(log_path, encoding="utf-8").read().splitlines()[-25:]]
-        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
+        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, 25)}")
+
+
+def run_quiet(cmd, log_path, env=None, tail=15):
+    """Run ``cmd`` with its output appended to ``log_path`` only (``env``: its environment,
+    default this one's); a failure raises StepFailed with the log's last ``tail`` lines."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=CHECKOUT, env=env).returncode
+    if code != 0:
+        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, tail)}")
+
+
+def log_tail(path, n=20):
+    """The last ``n`` lines of the log ``path`` (each cut at 300 characters)."""
+    try:
+        lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(line[:300] for line in lines[-n:])
+
+
+def decode_jobs(
+    checkpoints: Dict[str, str],
+    directions: Sequence[str],
+    folder: Callable[[str], str],
+    label: str = "{system} {direction}",
+    redo: bool = False,
+) -> list:
+    """The decoding jobs (label, checkpoint, source, target, output) of every direction of
+    every system (``checkpoints``: {system: its checkpoint}) into ``folder(system)``/SRC-TGT.gen,
+    those whose output is there left out unless ``redo``; ``label`` is formatted with the
+    system, the direction, ``n`` (the job's place) and ``total``."""
+    every = [(system, ckpt, d) for system, ckpt in checkpoints.items() for d in directions]
+    jobs = []
+    for n, (system, ckpt, direction) in enumerate(every, 1):
+        out = os.path.join(folder(system), f"{direction}.gen")
+        if redo or not os.path.exists(out):
+            text = label.format(system=system, direction=direction, n=n, total=len(every))
+            jobs.append((text, ckpt, *direction.split("-", 1), out))
+    return jobs
+
+
+def decode(jobs, common, data, workers, log_dir, *, dry_run=False, plan=None, env=None, echo=sys.stdout):
+    """Every decoding job (:func:`decode_jobs`) by fairseq-generate's own main with the options
+    ``common``, over ``workers`` processes that each decode their directions in one Python
+    (hltmt_plugin/cli/decode.py); a failure is one StepFailed. ``dry_run``: each job's
+    fairseq-generate line is printed instead, after the note ``plan`` = (heading, where the
+    outputs go) when given."""
+    if dry_run:
+        if plan:
+            print(
+                f"# {plan[0]}: {len(jobs)} directions over {workers} worker processes, each running these "
+                f"fairseq-generate lines in one Python; output to {plan[1]}"
+            )
+        for _, ckpt, src, tgt, _ in jobs:
+            print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
+        return
+    for *_, out in jobs:
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+    try:
+        decode_all(jobs, common, data, workers, log_dir, env=env, echo=echo)
+    except DecodeFailed as error:
+        raise StepFailed(str(error)) from None
+
+
+def report_command(
+    decode_dir: str,
+    out: str,
+    *,
+    high: Sequence[str],
+    title: str,
+    baseline: str = "mnmt",
+    gate_checkpoint: Optional[str] = None,
+    valid_logs: Sequence[str] = (),
+    note: Optional[str] = None,
+    options: Sequence[str] = (),
+) -> List[str]:
+    """The hltmt-report line of a run: the decoded outputs of ``decode_dir`` (one folder per
+    system) scored and drawn into ``out``, HLT-MT against ``baseline``; the gate of
+    ``gate_checkpoint``, the validation curves of ``valid_logs`` (SYSTEM=LOG-PATTERN each), a
+    ``note`` and the driver's own ``options``."""
+    cmd = [
+        *experiment_cli("report"),
+        "--decode-dir",
+        decode_dir,
+        "--out",
+        out,
+        "--high",
+        ",".join(high),
+        "--baseline",
+        baseline,
+        "--system",
+        "hltmt",
+        "--title",
+        title,
+        *(["--gate-checkpoint", gate_checkpoint] if gate_checkpoint else []),
+        *options,
+    ]
+    for valid_log in valid_logs:
+        cmd += ["--valid-log", valid_log]
+    return cmd + (["--note", note] if note else [])
 
 
 def experiment_cli(command: str) -> List[str]:

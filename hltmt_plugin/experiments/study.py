@@ -33,7 +33,6 @@ import functools
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -41,22 +40,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
-from hltmt_plugin.cli import CHECKOUT, DEBMT10, add_version, fairseq_cli, plugin_cli, register
-from hltmt_plugin.cli.decode import DecodeFailed, decode_all
+from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
 from hltmt_plugin.experiments import steps
 from hltmt_plugin.experiments.recipe import (
-    PLUGIN_TASK,
     POOL_SIZE,
     Comparison,
     Hyper,
     directions,
     high_among,
     pool_size,
+    prepare_command,
     read_train_log,
     score,
 )
-from hltmt_plugin.experiments.steps import StepFailed, print_command
+from hltmt_plugin.experiments.steps import StepFailed, decode, decode_jobs, print_command
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import short_pair
 from hltmt_plugin.errors import HltmtError, HltmtInputError
@@ -246,39 +244,9 @@ class Study:
     def decode_to(self, folder, ckpt, system, subset):
         """Every direction of ``subset`` by ``ckpt`` into ``folder``/<pair>.gen, one
         fairseq-generate after another in one process, at one thread."""
-        s = self.s
-        todo = [
-            (f"{system} {pair}", ckpt, "en", pair[3:], os.path.join(folder, f"{pair}.gen"))
-            for pair in self.pairs
-            if not os.path.exists(os.path.join(folder, f"{pair}.gen"))
-        ]
-        # every model decodes under hltmt_translation (fairseq's plain transformer too): fairseq 0.12's
-        # translation_multi_simple_epoch drops the last partial batch of a test set (fairseq issue 5036)
-        common = [
-            self.data,
-            *self.comparison.task_args(PLUGIN_TASK),
-            "--gen-subset",
-            subset,
-            "--beam",
-            str(s.beam),
-            "--max-tokens",
-            "8000",
-            "--max-len-a",
-            str(s.gen_len[0]),
-            "--max-len-b",
-            str(s.gen_len[1]),
-            "--remove-bpe",
-            "sentencepiece",
-        ]
-        if self.dry_run:
-            for _, ckpt, src, tgt, _ in todo:
-                print_command([*fairseq_cli("generate"), *common, "--path", ckpt, "-s", src, "-t", tgt])
-            return
-        os.makedirs(folder, exist_ok=True)
-        try:
-            decode_all(todo, common, self.data, 1, folder + ".logs", env=one_thread_env(), echo=None)
-        except DecodeFailed as error:
-            raise StepFailed(str(error))
+        todo = decode_jobs({system: ckpt}, self.pairs, lambda _: folder)
+        common = self.comparison.generate_args(subset=subset, gen_len=self.s.gen_len, beam=self.s.beam)
+        decode(todo, common, self.data, 1, folder + ".logs", dry_run=self.dry_run, env=one_thread_env(), echo=None)
 
     def score(self, system, seed, train_seconds):
         """Hypotheses and references as text, sacreBLEU's BLEU and chrF per direction, the
@@ -419,30 +387,13 @@ def write_gate(checkpoint, path):
 def run_quiet(cmd, log_path):
     """Run ``cmd`` at one thread, its output to ``log_path`` only; a failure raises StepFailed
     with the log's tail."""
-    os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=CHECKOUT, env=one_thread_env()).returncode
-    if code != 0:
-        tail = [line[:300] for line in open(log_path, encoding="utf-8", errors="replace").read().splitlines()[-15:]]
-        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n" + "\n".join(tail))
+    steps.run_quiet(cmd, log_path, env=one_thread_env())
 
 
 def prepare(study: Study):
     """select + hltmt-prepare-data (joint sentencepiece, binarized), once."""
     raw, data = os.path.join(study.run_dir, "raw"), os.path.join(study.run_dir, "data")
-    cmd = [
-        *plugin_cli("prepare_data"),
-        "--raw",
-        raw,
-        "--out",
-        data,
-        "--langs",
-        ",".join(study.langs),
-        "--vocab-size",
-        str(study.s.vocab),
-    ]
+    cmd = prepare_command(raw, data, study.langs, vocab=study.s.vocab)
     if study.dry_run:
         print(
             f"# select: segments of at most {study.s.max_en_words} English and {study.s.max_xx_words} target "

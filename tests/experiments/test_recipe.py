@@ -163,3 +163,32 @@ def test_every_whole_validation_is_read(tmp_path):
     )
     points = recipe.read_train_log(str(log)).valid
     assert [(p["loss"], p["num_updates"]) for p in points] == [("5.5", "100"), ("4.5", "200")]
+
+
+def test_the_data_is_prepared_by_one_hltmt_prepare_data_line():
+    from hltmt_plugin.cli.prepare_data import build_parser
+
+    cmd = recipe.prepare_command("raw", "out", ["de", "gu"], vocab=600, segment_words=(12, 16), max_test=8)
+    assert cmd[1:3] == ["-m", "hltmt_plugin.cli.prepare_data"]
+    args = build_parser().parse_args(cmd[3:])
+    assert (args.raw, args.out, args.langs, args.vocab_size, args.max_test) == ("raw", "out", "de,gu", 600, 8)
+    assert "--segment-words" in cmd and "--max-train" not in cmd and "--max-valid" not in cmd
+    xlmr = recipe.prepare_command("raw", "out", ["de"], options=["--spm-model", "s.model", "--dict", "d.txt"])
+    assert "--vocab-size" not in xlmr and xlmr[-4:] == ["--spm-model", "s.model", "--dict", "d.txt"]
+
+
+def test_every_direction_decodes_under_the_plugins_task(tmp_path):
+    from fairseq import options
+
+    from hltmt_plugin.cli import register
+
+    register()
+    common = comparison(tmp_path).generate_args(max_tokens=20000, gen_len=(0, 16), fp16=True)
+    args = options.parse_args_and_arch(
+        options.get_generation_parser(), [*common, "--path", "m.pt", "-s", "en", "-t", "de"]
+    )
+    assert (args.task, args.gen_subset, args.beam, args.max_tokens) == (recipe.PLUGIN_TASK, "test", 5, 20000)
+    assert (args.max_len_a, args.max_len_b, args.post_process, args.fp16) == (0, 16, "sentencepiece", True)
+    valid = comparison(tmp_path).generate_args(subset="valid", beam=4)
+    assert valid[valid.index("--max-len-a") + 1] == "1.5" and "--fp16" not in valid
+    assert valid[valid.index("--gen-subset") + 1] == "valid" and valid[valid.index("--beam") + 1] == "4"

@@ -84,3 +84,68 @@ def test_commands_are_printed_as_a_shell_reads_them_and_drivers_run_by_this_pyth
     assert steps.experiment_cli("report") == [sys.executable, "-m", "hltmt_plugin.experiments.report"]
     assert os.path.isfile(os.path.join(os.path.dirname(steps.__file__), "report.py"))
     assert steps.detect_machine().count("cores usable") == 1
+
+
+def test_a_quiet_command_logs_alone_and_a_failure_names_the_logs_tail(tmp_path, capsys):
+    log = str(tmp_path / "logs" / "q.log")
+    steps.run_quiet([sys.executable, "-c", "print('hello')"], log)
+    assert capsys.readouterr().out == "" and open(log).read().splitlines()[1:] == ["hello"]
+    with pytest.raises(steps.StepFailed) as error:
+        steps.run_quiet([sys.executable, "-c", "print('last words'); raise SystemExit(3)"], log, tail=1)
+    assert str(error.value) == f"command failed (exit 3); last lines of {log}:\nlast words"
+    assert steps.log_tail(str(tmp_path / "none.log")) == f"(no log at {tmp_path / 'none.log'})"
+
+
+def test_decoding_jobs_leave_out_what_is_decoded_and_a_dry_run_prints_each_line(tmp_path, capsys):
+    (tmp_path / "hltmt").mkdir()
+    (tmp_path / "hltmt" / "en-de.gen").write_text("done\n")
+    checkpoints = {"mnmt": "m.pt", "hltmt": "h.pt"}
+    folder = lambda system: str(tmp_path / system)  # noqa: E731
+    jobs = steps.decode_jobs(checkpoints, ["en-de", "de-en"], folder, "[{n}/{total}] {system} {direction}")
+    assert [job[:4] for job in jobs] == [
+        ("[1/4] mnmt en-de", "m.pt", "en", "de"),
+        ("[2/4] mnmt de-en", "m.pt", "de", "en"),
+        ("[4/4] hltmt de-en", "h.pt", "de", "en"),
+    ]
+    assert jobs[2][4] == str(tmp_path / "hltmt" / "de-en.gen")
+    assert len(steps.decode_jobs(checkpoints, ["en-de", "de-en"], folder, redo=True)) == 4
+    steps.decode(jobs, ["DATA", "--beam", "5"], "DATA", 2, "", dry_run=True, plan=("decode", "OUT/SRC-TGT.gen"))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "# decode: 3 directions over 2 worker processes, each running these fairseq-generate lines in one "
+        "Python; output to OUT/SRC-TGT.gen"
+    )
+    assert out[3].endswith("-m fairseq_cli.generate DATA --beam 5 --path h.pt -s de -t en") and len(out) == 4
+    assert not (tmp_path / "mnmt").exists()  # a dry run writes nothing
+
+
+def test_the_report_line_is_hltmt_reports():
+    from hltmt_plugin.experiments.report import build_parser
+
+    cmd = steps.report_command(
+        "dec",
+        "rep",
+        high=["fr", "de"],
+        title="T",
+        gate_checkpoint="h.pt",
+        valid_logs=["mnmt=a.log", "hltmt=b.log"],
+        note="N",
+        options=["--machine", "M"],
+    )
+    assert cmd[:3] == steps.experiment_cli("report")
+    args = build_parser().parse_args(cmd[3:])
+    assert (args.decode_dir, args.out, args.high, args.baseline, args.system, args.title) == (
+        "dec",
+        "rep",
+        "fr,de",
+        "mnmt",
+        "hltmt",
+        "T",
+    )
+    assert (args.gate_checkpoint, args.valid_log, args.note, args.machine) == (
+        "h.pt",
+        ["mnmt=a.log", "hltmt=b.log"],
+        "N",
+        "M",
+    )
+    assert "--gate-checkpoint" not in steps.report_command("dec", "rep", high=["fr"], title="T", baseline="lsmnmt")

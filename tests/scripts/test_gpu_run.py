@@ -202,7 +202,7 @@ def test_sizing_fits_the_budget():
             "auto",
             1,
         )
-        gpu, ngpu, dry_run = False, 1, False
+        gpu, ngpu, dry_run, bf16 = False, 1, False, False
 
     r = gpu_run.GpuRun(Args, t0=0)
     r.t0 = time.time() - 60  # prepare took a minute
