@@ -90,6 +90,9 @@ FEATURE_OPTIONS = (
     "skill_layers",
     "skill_matrix",
 )
+# model options naming languages that a model built from them reads in any order: the pool's router
+# reorders a checkpoint's routing map to the order given (pool.router.LanguageRouter.upgrade_state_dict_named)
+ANY_ORDER = ("high_resource_langs",)
 
 
 _NAME = records.Text(min_len=1, max_len=200)
@@ -253,6 +256,15 @@ def _short(value, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _same_option(name: str, was, now, in_order: bool) -> bool:
+    """Whether a model option has the same meaning in both records: the languages of an
+    :data:`ANY_ORDER` option in any order (unless ``in_order``), every other option as it is."""
+    if in_order or name not in ANY_ORDER or not isinstance(was, str) or not isinstance(now, str):
+        return was == now
+    languages = lambda value: sorted(x.strip() for x in value.split(",") if x.strip())  # noqa: E731
+    return languages(was) == languages(now)
+
+
 def _dict_mismatches(was: dict, now: dict) -> List[str]:
     differ = sorted(n for n in was if n in now and was[n] != now[n])
     return [f"dictionaries: {', '.join(differ)} differ in content"] if differ else []
@@ -264,10 +276,13 @@ def mismatches(
     fields: Sequence[str] = ("dictionaries", "vocabulary", "languages", "marking", "model", "spm"),
     model_options: Optional[Sequence[str]] = None,
     labels=("checkpoint", "given"),
+    in_order: bool = False,
 ) -> List[str]:
     """Each difference between the records ``checkpoint`` and ``given`` as ``FIELD: checkpoint X,
     given Y`` (``labels`` name the two sides), over ``fields`` that both hold (``model_options``:
-    only these model options)."""
+    only these model options). ``--high-resource-langs`` is compared as a model built from the
+    options reads it, the same languages in any order (:data:`ANY_ORDER`); with ``in_order``,
+    as written (stored states compared with each other, which no model reorders)."""
     a, b = labels
     out: List[str] = []
     for field in fields:
@@ -287,7 +302,7 @@ def mismatches(
             out += [
                 f"{n if field == 'marking' else '--' + n.replace('_', '-')}: {a} {_short(was[n])}, {b} {_short(now[n])}"
                 for n in names
-                if was[n] != now[n]
+                if not (_same_option(n, was[n], now[n], in_order) if field == "model" else was[n] == now[n])
             ]
         elif field == "spm" and was != now:
             out.append(f"sentencepiece model: {a} {str(was)[:12]}, {b} {str(now)[:12]} (sha256)")

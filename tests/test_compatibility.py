@@ -126,6 +126,20 @@ def test_only_the_fields_and_options_both_records_hold_are_compared():
     ]
 
 
+def test_the_high_resource_languages_compare_in_any_order_as_the_router_reads_them():
+    reordered = changed(model={**RECORD["model"], "high_resource_langs": "fr, de"})
+    assert mismatches(RECORD, reordered) == []  # a resume: the router reorders the map's rows by name
+    assert mismatches(RECORD, reordered, in_order=True) == ["--high-resource-langs: checkpoint de,fr, given fr, de"]
+    other = changed(model={**RECORD["model"], "high_resource_langs": "de,gu"})
+    assert mismatches(RECORD, other) == ["--high-resource-langs: checkpoint de,fr, given de,gu"]
+    fewer = changed(model={**RECORD["model"], "high_resource_langs": "de"})
+    with pytest.raises(
+        HltmtConfigError,
+        match=r"^the checkpoint x.pt does not fit: --high-resource-langs: checkpoint de,fr, given de: fix$",
+    ):
+        check(RECORD, fewer, "the checkpoint x.pt", "fix")
+
+
 def test_a_long_value_is_cut_in_the_difference():
     given = changed(languages=[f"l{i}" for i in range(40)])
     [line] = mismatches(RECORD, given)

@@ -1,5 +1,6 @@
 """The compatibility record on the task's routes (hltmt_plugin/tasks/checkpoint_checks.py) beyond
-the route-by-hazard table of tests/test_hazards.py: a resume with another criterion, a beam
+the route-by-hazard table of tests/test_hazards.py: a resume with another criterion, a resume
+with the high-resource languages in another order (goes on) or other ones (refused), a beam
 larger than the vocabulary, a sentencepiece model of other pieces, and the record a new
 checkpoint stores."""
 
@@ -7,7 +8,7 @@ import shutil
 
 import torch
 
-from conftest import DECODE_EN_DE, LIKE_TRAINED, assert_one_error_line, cli, run, spm_of, train_args
+from conftest import DECODE_EN_DE, LIKE_TRAINED, assert_one_error_line, cli, run, spm_of, train_args, updates
 
 
 def test_a_new_checkpoint_stores_the_record_of_its_data(data_bin, trained):
@@ -32,6 +33,31 @@ def test_resuming_with_another_criterion_is_one_line(data_bin, trained, tmp_path
     done = run([cli("fairseq-train"), *args])
     assert_one_error_line(
         done, "does not fit: criterion: checkpoint LabelSmoothedCrossEntropyCriterion, given CrossEntropyCriterion"
+    )
+
+
+def test_resuming_with_the_high_resource_languages_in_another_order_goes_on_and_other_languages_are_one_line(
+    data_bin, trained, tmp_path
+):
+    """The router reads the checkpoint's map by language name: a resume given the same languages
+    in another order trains on; other languages are refused before fairseq reads the checkpoint."""
+    save = tmp_path / "save"
+    save.mkdir()
+    shutil.copyfile(trained[0], save / "checkpoint_last.pt")
+    args = train_args(data_bin, *LIKE_TRAINED, "--save-dir", str(save), "--max-update", "31")
+    high = args.index("--high-resource-langs") + 1
+    assert args[high] == "de,fr"
+    args[high] = "fr,de"
+    done = run([cli("fairseq-train"), *args])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert updates(done.stdout + done.stderr) == [31]
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(trained[0], other / "checkpoint_last.pt")
+    args[args.index(str(save))] = str(other)
+    args[high] = "de,gu"
+    assert_one_error_line(
+        run([cli("fairseq-train"), *args]), "does not fit: --high-resource-langs: checkpoint de,fr, given de,gu"
     )
 
 
