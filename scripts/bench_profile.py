@@ -16,7 +16,7 @@ import sys
 import time
 
 from bench_systems import BENCH, BenchError, fairseq_train_cmd
-from timing import child_env, span, stamp
+from timing import child_env, markdown_table, span, stamp
 
 # (phase, module, owner, attribute) of the methods timed as phases of a training step, an
 # attribute None for a module-level function (owner is then its name); indented phases are
@@ -254,11 +254,11 @@ def profile_pair_child(spec_path):
 
 
 def _function_stats(path):
-    """Own time and calls of each Python function of a cProfile dump, by (file, line, name)."""
+    """Calls and own time of each Python function of a cProfile dump, by "file:line name"."""
     import pstats
 
     return {
-        (os.path.basename(file), line, func): (nc, tt)
+        f"{os.path.basename(file)}:{line} {func}": (nc, tt)
         for (file, line, func), (_cc, nc, tt, _ct, _callers) in pstats.Stats(path).stats.items()
     }
 
@@ -308,12 +308,7 @@ def _phase_table(got, size, n):
         f"{got['words'] / got['cpu']['baseline']:,.0f}, HLT-MT {got['words'] / got['cpu']['hltmt']:,.0f}, time "
         f"ratio {total['hltmt'] / total['baseline']:.3f})\n"
     )
-    print(
-        "| phase | calls per update (baseline / HLT-MT) | baseline | HLT-MT | HLT-MT - baseline | share of the "
-        "difference |"
-    )
-    print("|---|---|---|---|---|---|")
-    phases = []
+    phases, lines = [], []
     for key in order:
         b, h = (records.get(name, {}).get(key, [0, 0.0]) for name in ("baseline", "hltmt"))
         if not b[0] and not h[0]:
@@ -327,76 +322,64 @@ def _phase_table(got, size, n):
                 "calls": [b[0] / n, h[0] / n],
             }
         )
-        print(
-            f"| {key} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.1f} ms | {h[1] / n * 1000:.1f} ms | "
-            f"{d * 1000:+.1f} ms | {f'{100 * d / diff:.0f}%' if diff > 0 else ''} |"
+        lines.append(
+            [
+                key,
+                f"{b[0] / n:.0f} / {h[0] / n:.0f}",
+                f"{b[1] / n * 1000:.1f} ms",
+                f"{h[1] / n * 1000:.1f} ms",
+                f"{d * 1000:+.1f} ms",
+                f"{100 * d / diff:.0f}%" if diff > 0 else "",
+            ]
         )
+    header = ["phase", "calls per update (baseline / HLT-MT)", "baseline", "HLT-MT", "HLT-MT - baseline"]
+    print(markdown_table([*header, "share of the difference"], lines))
     return phases, total
+
+
+def _differences(what, stats, n, top):
+    """Print the ``top`` of ``what`` (functions or operators) whose own time per update differs
+    most between the systems (``stats``: {system: {name: (calls, seconds)}}); their figures."""
+    zero = (0, 0.0)
+    names = sorted(
+        set(stats["baseline"]) | set(stats["hltmt"]),
+        key=lambda k: stats["hltmt"].get(k, zero)[1] - stats["baseline"].get(k, zero)[1],
+        reverse=True,
+    )
+    figures, lines = [], []
+    for k in names[:top]:
+        (bc, bs), (hc, hs) = stats["baseline"].get(k, zero), stats["hltmt"].get(k, zero)
+        figures.append({what: k, "baseline_ms": bs / n * 1000, "hltmt_ms": hs / n * 1000, "calls": [bc / n, hc / n]})
+        lines.append(
+            [k, f"{bc / n:.0f} / {hc / n:.0f}", f"{bs / n * 1000:.2f} ms", f"{hs / n * 1000:.2f} ms"]
+            + [f"{(hs - bs) / n * 1000:+.2f} ms"]
+        )
+    label = "function (file:line name)" if what == "function" else what
+    print(markdown_table([label, "calls per update (baseline / HLT-MT)", "baseline", "HLT-MT", "difference"], lines))
+    return figures
 
 
 def _function_table(out, n, top):
     """Print the ``top`` Python functions whose own time per update differs most (cProfile
     dumps ``out.NAME.prof``); their figures."""
-    stats = {name: _function_stats(f"{out}.{name}.prof") for name in ("baseline", "hltmt")}
-    keys = set(stats["baseline"]) | set(stats["hltmt"])
-    zero = (0, 0.0)
-    diffs = sorted(keys, key=lambda k: stats["hltmt"].get(k, zero)[1] - stats["baseline"].get(k, zero)[1], reverse=True)
     print(
         "\nPython functions whose own time per update differs most (cProfile, which slows Python calls: "
         "compare the two columns, not with the phases):\n"
     )
-    print("| function (file:line name) | calls per update (baseline / HLT-MT) | baseline | HLT-MT | difference |")
-    print("|---|---|---|---|---|")
-    functions = []
-    for k in diffs[:top]:
-        b, h = stats["baseline"].get(k, zero), stats["hltmt"].get(k, zero)
-        functions.append(
-            {
-                "function": f"{k[0]}:{k[1]} {k[2]}",
-                "baseline_ms": b[1] / n * 1000,
-                "hltmt_ms": h[1] / n * 1000,
-                "calls": [b[0] / n, h[0] / n],
-            }
-        )
-        print(
-            f"| {k[0]}:{k[1]} {k[2]} | {b[0] / n:.0f} / {h[0] / n:.0f} | {b[1] / n * 1000:.2f} ms | "
-            f"{h[1] / n * 1000:.2f} ms | {(h[1] - b[1]) / n * 1000:+.2f} ms |"
-        )
-    return functions
+    stats = {name: _function_stats(f"{out}.{name}.prof") for name in ("baseline", "hltmt")}
+    return _differences("function", stats, n, top)
 
 
 def _operator_table(ops, n, top):
     """Print the operators' total self time per update and the ``top`` operators whose time
     differs most (torch.profiler); (their figures, the totals in ms)."""
-    zero_op = {"self_us": 0.0, "count": 0}
     tb, th = (sum(v["self_us"] for v in ops[name].values()) / n / 1000 for name in ("baseline", "hltmt"))
-    names = sorted(
-        set(ops["baseline"]) | set(ops["hltmt"]),
-        key=lambda o: ops["hltmt"].get(o, zero_op)["self_us"] - ops["baseline"].get(o, zero_op)["self_us"],
-        reverse=True,
-    )
     print(
         f"\nOperators (torch.profiler, self time per update): baseline {tb:.1f} ms, HLT-MT {th:.1f} ms "
         f"({th / tb:.3f}x); those whose time differs most:\n"
     )
-    print("| operator | calls per update (baseline / HLT-MT) | baseline | HLT-MT | difference |")
-    print("|---|---|---|---|---|")
-    operators = []
-    for o in names[:top]:
-        b, h = ops["baseline"].get(o, zero_op), ops["hltmt"].get(o, zero_op)
-        operators.append(
-            {
-                "operator": o,
-                "baseline_ms": b["self_us"] / n / 1000,
-                "hltmt_ms": h["self_us"] / n / 1000,
-                "calls": [b["count"] / n, h["count"] / n],
-            }
-        )
-        print(
-            f"| {o} | {b['count'] / n:.0f} / {h['count'] / n:.0f} | {b['self_us'] / n / 1000:.2f} ms | "
-            f"{h['self_us'] / n / 1000:.2f} ms | {(h['self_us'] - b['self_us']) / n / 1000:+.2f} ms |"
-        )
-    return operators, {"baseline": tb, "hltmt": th}
+    stats = {name: {o: (v["count"], v["self_us"] / 1e6) for o, v in ops[name].items()} for name in ops}
+    return _differences("operator", stats, n, top), {"baseline": tb, "hltmt": th}
 
 
 def profile_fairseq_train(args):

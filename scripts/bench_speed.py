@@ -13,7 +13,7 @@ import torch
 
 from bench_systems import BENCH, DTYPES, batches, build, comparison, flops, for_model, train_step_fn
 from hltmt_plugin.experiments.recipe import PLUGIN_TASK
-from timing import Clock, alternating, median
+from timing import Clock, alternating, markdown_table, median
 
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
 RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)", "size": "size: system / baseline"}
@@ -303,18 +303,16 @@ def table_rows(names, got):
 
 def print_table(rows):
     """Print the rows as a Markdown table; the figures of the rows that have both numbers."""
-    print("\n| measure | system | baseline | system | ratio | the ratio is | predicted |")
-    print("|---|---|---|---|---|---|---|")
-    figures = []
+    figures, lines = [], []
     for measure, name, base, ours, kind, pred in rows:
         if base is None or ours is None:
-            print(f"| {measure} | {name} | {base} | {ours} | | | |")
+            lines.append([measure, name, base, ours, "", "", ""])
             continue
         ratio = base / ours if kind == "speed" else ours / base
         digits = 0 if measure == "parameters" else 1
-        print(
-            f"| {measure} | {name} | {base:,.{digits}f} | {ours:,.{digits}f} | {ratio:.3f} | {RATIO_IS[kind]} | "
-            f"{'' if pred is None else f'{pred:.3f}'} |"
+        lines.append(
+            [measure, name, f"{base:,.{digits}f}", f"{ours:,.{digits}f}", f"{ratio:.3f}", RATIO_IS[kind]]
+            + ["" if pred is None else f"{pred:.3f}"]
         )
         figures.append(
             {
@@ -327,6 +325,8 @@ def print_table(rows):
                 "predicted": pred,
             }
         )
+    header = ["measure", "system", "baseline", "system", "ratio", "the ratio is", "predicted"]
+    print("\n" + markdown_table(header, lines))
     print(
         "\n(speed rows: the ratio is a time ratio, > 1 when the system is slower; size rows: > 1 when the "
         "system is larger. 'predicted' is the system's arithmetic over the baseline's on the same work.)"

@@ -32,7 +32,7 @@ from bench_systems import (
     train_step_fn,
 )
 from hltmt_plugin.experiments.recipe import parse_train_log
-from timing import add_spans, child_env, median, run_fairseq, span
+from timing import add_spans, child_env, markdown_table, median, run_fairseq, span
 
 
 def parse_train_options(args):
@@ -208,23 +208,37 @@ def _train_rows(args, names, sizes, runs, pairs):
 
 def _print_train_table(rows):
     """Print the rows as a Markdown table, with what its ratios mean."""
-    print(
-        "\n| size | system | fairseq-train runs: words/s of the JSON log, baseline / system | time ratio | per "
-        "round | the same runs: words per CPU-second of the updates | time ratio | per round | fairseq's "
-        "Trainer.train_step, both in one process, updates alternating: time ratio (CPU; two halves) | predicted "
-        "(arithmetic) | same batches |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for row in rows:
-        pair = row["one_process"]
-        print(
-            f"| {row['size']} | {row['system']} | {row['baseline_wps']:,.0f} / {row['wps']:,.0f} | "
-            f"{row['ratio']:.3f} | {', '.join(f'{x:.3f}' for x in row['rounds'])} | "
-            f"{row['baseline_cpu_wps']:,.0f} / {row['cpu_wps']:,.0f} | {row['cpu_ratio']:.3f} | "
-            f"{', '.join(f'{x:.3f}' for x in row['cpu_rounds'])} | "
-            + (f"**{pair['cpu_ratio']:.3f}** ({', '.join(f'{x:.3f}' for x in pair['halves'])})" if pair else "")
-            + f" | {row['predicted']:.3f} | {'yes' if row['same_batches'] else 'NO'} |"
-        )
+    header = [
+        "size",
+        "system",
+        "fairseq-train runs: words/s of the JSON log, baseline / system",
+        "time ratio",
+        "per round",
+        "the same runs: words per CPU-second of the updates",
+        "time ratio",
+        "per round",
+        "fairseq's Trainer.train_step, both in one process, updates alternating: time ratio (CPU; two halves)",
+        "predicted (arithmetic)",
+        "same batches",
+    ]
+    ratios = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    lines = [
+        [
+            row["size"],
+            row["system"],
+            f"{row['baseline_wps']:,.0f} / {row['wps']:,.0f}",
+            f"{row['ratio']:.3f}",
+            ratios(row["rounds"]),
+            f"{row['baseline_cpu_wps']:,.0f} / {row['cpu_wps']:,.0f}",
+            f"{row['cpu_ratio']:.3f}",
+            ratios(row["cpu_rounds"]),
+            f"**{pair['cpu_ratio']:.3f}** ({ratios(pair['halves'])})" if (pair := row["one_process"]) else "",
+            f"{row['predicted']:.3f}",
+            "yes" if row["same_batches"] else "NO",
+        ]
+        for row in rows
+    ]
+    print("\n" + markdown_table(header, lines))
     print(
         "\n(time ratio = baseline words/s / system words/s: > 1 when HLT-MT is slower. The JSON log's words/s "
         "is fairseq's wall-clock figure; the CPU figure counts the process's CPU time in the updates. Separate "

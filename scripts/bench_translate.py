@@ -42,7 +42,7 @@ import time
 from hltmt_plugin.cli import PLUGIN
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
 from hltmt_plugin.experiments import recipe
-from timing import child_env, median, run_measured
+from timing import child_env, markdown_table, median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
@@ -397,18 +397,14 @@ def ratios_of(table):
 
 def report_lines(table, ratios, same, n):
     """The Markdown table of the modes, the ratios and the identical hypotheses, as printed."""
-    lines = [
-        "| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
-        "|---|---|---|---|---|---|",
-    ]
+    cells = []
     for mode in MODES:
         row = table[mode]
         tr = f"{row['translate_sent_per_s']:.1f}" if row["translate_sent_per_s"] else "-"
         mem = f"{row['peak_rss_mib']:.0f}" + (f" (sum {row['peak_rss_sum_mib']:.0f})" if row["processes"] > 1 else "")
-        lines.append(
-            f"| {mode} | {row['processes']} | {tr} | {row['end_to_end_sent_per_s']:.1f} | {row['wall_s']:.1f} | {mem} |"
-        )
-    lines.append("")
+        cells.append([mode, row["processes"], tr, f"{row['end_to_end_sent_per_s']:.1f}", f"{row['wall_s']:.1f}", mem])
+    header = ["mode", "processes", "sentences/s translating", "sentences/s end to end", "wall s", "peak RSS MiB"]
+    lines = [*markdown_table(header, cells).split("\n"), ""]
     lines += [f"- {name}: **{value:.2f}**" for name, value in ratios.items()]
     lines.append(
         f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "

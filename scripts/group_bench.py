@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 
 from hltmt_plugin.adapters.modules import ADAPTER_IDS, AdapterStack  # noqa: E402
 from hltmt_plugin.routing import PassRows, RoutePlan  # noqa: E402
-from timing import Clock, per_call  # noqa: E402
+from timing import Clock, markdown_row, markdown_table, per_call  # noqa: E402
 
 
 def grouped_site(stack: AdapterStack, h, r, plan: RoutePlan):
@@ -142,7 +142,7 @@ def table_row(g, ms, base, has_grouped):
         if has_grouped
         else ["(no grouped_mm)", "", ""]
     )
-    return f"| {g} | " + " | ".join(cells) + " |"
+    return markdown_row([g, *cells])
 
 
 def main(argv=None):
@@ -160,10 +160,8 @@ def main(argv=None):
         + ("1 thread, CPU ms" if args.device == "cpu" else "wall ms")
         + " per forward+backward"
     )
-    print(
-        "| languages in the batch | shipped (per-group matmuls) | x G=1 | grouped_mm | x G=1 | grouped_mm / shipped |"
-    )
-    print("|---|---|---|---|---|---|")
+    header = ["languages in the batch", "shipped (per-group matmuls)", "x G=1", "grouped_mm", "x G=1"]
+    print(markdown_table([*header, "grouped_mm / shipped"], []))
     # this process's CPU time on a CPU (robust to other processes' load), wall time between
     # synchronisations on a GPU
     clock = Clock("cpu" if args.device == "cpu" else "wall", args.device)

@@ -7,6 +7,7 @@ not inflate them; each measure runs one thread); the JSON keeps the wall time to
 import statistics
 
 from scale_children import GEN_DIRECTION, GEN_SYSTEMS
+from timing import markdown_table
 
 CPU = "CPU s"
 
@@ -169,10 +170,7 @@ def reference_k(results):
 def markdown(rows, results):
     ks = [r["k"] for r in results]
     ref = reference_k(results)
-    lines = [
-        "| measure | system | unit | " + " | ".join(f"K={k}" for k in ks) + " |",
-        "|---|---|---|" + "---|" * len(ks),
-    ]
+    lines = []
     for measure, system, unit, values in rows:
         cells = []
         for k in ks:
@@ -187,8 +185,8 @@ def markdown(rows, results):
                 else:
                     cell += f" ({ratio:.2f}x)"
             cells.append(cell)
-        lines.append(f"| {measure} | {system} | {unit} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append([measure, system, unit, *cells])
+    return markdown_table(["measure", "system", "unit", *(f"K={k}" for k in ks)], lines)
 
 
 COLOURS = {"mnmt": "#4c72b0", "hltmt": "#dd8452", "hltmt+adapters": "#55a868", "hltmt+skills": "#c44e52", "": "#8172b3"}

@@ -14,7 +14,8 @@ docs/benchmarks.md means the same thing whichever script wrote it.
 - :func:`child_env`: the environment of every measured child process (its threads);
 - :func:`timed`, :func:`run_fairseq`: fairseq-train or fairseq-generate itself in this
   process, its steps (each update, task set-up, model build, data, checkpoints) stamped;
-- :func:`median`: the median of the values that were measured (``None`` left out).
+- :func:`median`: the median of the values that were measured (``None`` left out);
+- :func:`markdown_table`, :func:`markdown_row`: the Markdown tables the benchmarks print.
 """
 
 import os
@@ -197,3 +198,13 @@ def median(values: Iterable[Optional[float]]) -> Optional[float]:
     """The median of the values that are not ``None``; ``None`` when there are none."""
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
+
+
+def markdown_row(cells: Iterable[object]) -> str:
+    """One line of a Markdown table: its cells between bars."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Iterable[object]]) -> str:
+    """A Markdown table: the ``header`` line, its rule, then one line per row of cells."""
+    return "\n".join([markdown_row(header), "|" + "---|" * len(header), *map(markdown_row, rows)])

@@ -122,3 +122,14 @@ def test_timed_stamps_every_call_and_runs_after_outside_the_span():
     assert seen == [0.02, 0.0] and len(record["work"]) == 2
     spans = [timing.span(a, b) for a, b in record["work"]]
     assert 0.02 <= spans[0]["cpu"] < 0.05 and spans[1]["cpu"] < 0.03  # after's 0.05 s left out
+
+
+def test_a_markdown_table_is_its_header_a_rule_and_a_line_per_row():
+    assert timing.markdown_row(["a", 1, None, ""]) == "| a | 1 | None |  |"
+    assert timing.markdown_table(["x", "y"], [[1, "2"], ["", "b"]]).split("\n") == [
+        "| x | y |",
+        "|---|---|",
+        "| 1 | 2 |",
+        "|  | b |",
+    ]
+    assert timing.markdown_table(["only"], []) == "| only |\n|---|"
