@@ -72,10 +72,10 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     decode,
     decode_jobs,
     gpu_flags,
-    print_command,
     reader_gone,
     report_command,
     run_logged,
+    run_report,
     run_steps,
     say,
 )
@@ -128,10 +128,7 @@ class Recipe:
 
     def execute(self, cmd, log_path):
         """Run one command of a step (or print it, with --dry-run)."""
-        if self.dry_run:
-            print_command(cmd)
-        else:
-            run_logged(cmd, log_path)
+        run_logged(cmd, log_path, dry_run=self.dry_run)
 
     # ---- fairseq command lines ----------------------------------------------------------
     def shape(self):
@@ -320,9 +317,7 @@ class Recipe:
             else "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
             "not the quality of the method.",
         )
-        self.execute(cmd, os.path.join(self.logs, "report.log"))
-        if not self.dry_run:
-            print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
+        run_report(cmd, os.path.join(self.logs, "report.log"), self.dry_run)
 
     def steps(self):
         a = self.args

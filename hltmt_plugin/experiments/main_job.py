@@ -72,6 +72,7 @@ from hltmt_plugin.experiments.steps import (
     report_command,
     resolve_device,
     run_logged,
+    run_report,
     run_steps,
     say,
 )
@@ -192,10 +193,7 @@ class Job:
 
     def execute(self, cmd, log_path, prefix="", env=None):
         """Run one command of a step (or print it, with --dry-run)."""
-        if self.dry_run:
-            print_command(cmd)
-        else:
-            run_logged(cmd, log_path, prefix, env)
+        run_logged(cmd, log_path, prefix, env, dry_run=self.dry_run)
 
     # ---- fairseq command lines (the recipe's) ----------------------------------------------
     def train_command(self, system, seed, updates, save, *options, **system_options):
@@ -351,9 +349,7 @@ class Job:
             valid_logs=[f"{system}={self.logs}/{logs[system]}.seed*.log" for system in self.systems],
             note=self.cpu_note() if self.device == "cpu" else None,
         )
-        self.execute(cmd, os.path.join(self.logs, "report.log"))
-        if not self.dry_run:
-            print(open(os.path.join(self.run_dir, "report", "results.md"), encoding="utf-8").read())
+        run_report(cmd, os.path.join(self.logs, "report.log"), self.dry_run)
 
     def cpu_note(self):
         s = self.size

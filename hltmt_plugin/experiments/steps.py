@@ -145,9 +145,12 @@ def run_steps(steps, run_dir, dry_run=False):
     say(f"finished in {time.time() - t_start:.0f}s: {os.path.join(run_dir, 'report', 'results.md')}")
 
 
-def run_logged(cmd, log_path, prefix="", env=None):
+def run_logged(cmd, log_path, prefix="", env=None, dry_run=False):
     """Run cmd, streaming its output to the console (each line after ``prefix``) and to
-    ``log_path``; ``env``: its environment (default: this one's)."""
+    ``log_path``; ``env``: its environment (default: this one's). ``dry_run``: the command is
+    printed instead (:func:`print_command`)."""
+    if dry_run:
+        return print_command(cmd)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     env = dict(env or os.environ)
     if not env.get("PYTHONWARNINGS"):  # fairseq's hydra / pin_memory / torch.cuda.amp warnings, not ours
@@ -229,6 +232,14 @@ def decode(jobs, common, data, workers, log_dir, *, dry_run=False, plan=None, en
         decode_all(jobs, common, data, workers, log_dir, env=env, echo=echo)
     except DecodeFailed as error:
         raise StepFailed(str(error)) from None
+
+
+def run_report(cmd, log_path, dry_run=False):
+    """Run the hltmt-report line ``cmd`` (:func:`report_command`) with its output logged, then
+    print the results.md it wrote (``dry_run``: print the line instead)."""
+    run_logged(cmd, log_path, dry_run=dry_run)
+    if not dry_run:
+        print(open(os.path.join(cmd[cmd.index("--out") + 1], "results.md"), encoding="utf-8").read())
 
 
 def report_command(

@@ -149,3 +149,13 @@ def test_the_report_line_is_hltmt_reports():
         "M",
     )
     assert "--gate-checkpoint" not in steps.report_command("dec", "rep", high=["fr"], title="T", baseline="lsmnmt")
+
+
+def test_a_report_prints_its_results_and_a_dry_run_its_line(tmp_path, capsys):
+    out = str(tmp_path / "report")
+    write = "import os, sys; os.makedirs(sys.argv[2]); open(sys.argv[2] + '/results.md', 'w').write('# R')"
+    cmd = [sys.executable, "-c", write, "--out", out]
+    steps.run_report(cmd, str(tmp_path / "logs" / "report.log"), dry_run=True)
+    assert capsys.readouterr().out.startswith(sys.executable) and not os.path.exists(out)
+    steps.run_report(cmd, str(tmp_path / "logs" / "report.log"))
+    assert capsys.readouterr().out == "# R\n" and os.path.isfile(os.path.join(out, "results.md"))
