@@ -125,26 +125,16 @@ def prepare_model(args):
     data = os.path.join(work, "data")
     if not os.path.isdir(os.path.join(data, "bin")):
         log(f"preparing DebMT-10 ({len(args.langs)} languages, {args.max_train} training lines per pair)")
-        check_call(
-            [
-                sys.executable,
-                "-m",
-                "hltmt_plugin.cli.prepare_data",
-                "--out",
-                data,
-                "--langs",
-                ",".join(args.langs),
-                "--max-train",
-                str(args.max_train),
-                "--max-valid",
-                "50",
-                "--max-test",
-                str(args.per_direction),
-                "--vocab-size",
-                str(args.vocab_size),
-            ],
-            os.path.join(work, "prepare.log"),
+        cmd = recipe.prepare_command(
+            DEBMT10,
+            data,
+            args.langs,
+            vocab=args.vocab_size,
+            max_train=args.max_train,
+            max_valid=50,
+            max_test=args.per_direction,
         )
+        check_call(cmd, os.path.join(work, "prepare.log"))
     save = os.path.join(work, "model")
     ckpt = os.path.join(save, "checkpoint_last.pt")
     if not os.path.isfile(ckpt):

@@ -53,12 +53,11 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,7 +93,6 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     run_quiet,
 )
 
-PLUGIN = os.path.join(ROOT, "hltmt_plugin")
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 SYSTEMS = ["mnmt", "hltmt", "lsmnmt"]
 MAX_OUT_FILES = 8
@@ -103,21 +101,23 @@ MAX_OUT_FILES = 8
 @dataclass
 class RunSize(Hyper):
     """A size of the GPU run: the recipe's hyper-parameters (:class:`Hyper`; the warm-up is an
-    eighth of the updates), its data, and how the budget sizes the number of updates."""
+    eighth of the updates), its data, and how the budget sizes the number of updates (the
+    defaults: all of DebMT-10, large batches, a 420-second budget)."""
 
-    langs: List[str]
-    high: List[str]
-    max_train: int  # lines per pair, 0: all
-    max_valid: int  # 0: all
-    max_test: int  # 0: all
-    vocab: int
-    min_updates: int
-    max_updates: int
-    log_interval: int  # progress lines every this many updates
-    calib_lines: int  # progress lines of each system the calibration waits for
-    validations: int  # validations per run (the curve's points)
-    budget_s: int  # default --budget-s
-    decode_reserve_s: int  # kept free for decoding and the report when sizing N
+    langs: List[str] = field(default_factory=lambda: list(LANGS))
+    high: List[str] = field(default_factory=lambda: list(HIGH))
+    max_train: int = 0  # lines per pair, 0: all
+    max_valid: int = 0  # 0: all
+    max_test: int = 0  # 0: all
+    vocab: int = 16000
+    max_tokens: int = 32768
+    min_updates: int = 200
+    max_updates: int = 200000
+    log_interval: int = 20  # progress lines every this many updates
+    calib_lines: int = 4  # progress lines of each system the calibration waits for
+    validations: int = 8  # validations per run (the curve's points)
+    budget_s: int = 420  # default --budget-s
+    decode_reserve_s: int = 90  # kept free for decoding and the report when sizing N
     gen_len: tuple = (1.5, 10)  # generation length cap a * source length + b
     notes: str = ""
 
@@ -132,8 +132,6 @@ SIZES = {
         max_valid=30,
         max_test=8,
         vocab=600,
-        hltmt_arch="hltmt_transformer_tiny",
-        baseline_arch="transformer_hltmt_tiny",
         max_tokens=2048,
         lr=3e-3,
         min_updates=6,
@@ -148,45 +146,9 @@ SIZES = {
     ),
     # the GPU run: all of DebMT-10, d 256 4+3 layers (hltmt_transformer_small and the plain
     # transformer of the same sizes), 16k vocabulary, large batches
-    "small": RunSize(
-        langs=LANGS,
-        high=HIGH,
-        max_train=0,
-        max_valid=0,
-        max_test=0,
-        vocab=16000,
-        hltmt_arch="hltmt_transformer_small",
-        baseline_arch="transformer_hltmt_small",
-        max_tokens=32768,
-        lr=2e-3,
-        min_updates=200,
-        max_updates=200000,
-        log_interval=20,
-        calib_lines=4,
-        validations=8,
-        budget_s=420,
-        decode_reserve_s=90,
-    ),
+    "small": RunSize(hltmt_arch="hltmt_transformer_small", baseline_arch="transformer_hltmt_small", lr=2e-3),
     # transformer-base (d 512, 6+6 layers): fewer updates in the same time
-    "base": RunSize(
-        langs=LANGS,
-        high=HIGH,
-        max_train=0,
-        max_valid=0,
-        max_test=0,
-        vocab=16000,
-        hltmt_arch="hltmt_transformer",
-        baseline_arch="transformer",
-        max_tokens=32768,
-        lr=1e-3,
-        min_updates=200,
-        max_updates=200000,
-        log_interval=20,
-        calib_lines=4,
-        validations=8,
-        budget_s=420,
-        decode_reserve_s=110,
-    ),
+    "base": RunSize(hltmt_arch="hltmt_transformer", baseline_arch="transformer", lr=1e-3, decode_reserve_s=110),
 }
 
 
@@ -208,11 +170,6 @@ class Tee:
 
 def say(t0, msg):
     steps.say(msg, who="gpu_run", since=t0)
-
-
-def progress(path):
-    """[(num_updates, {field: value})] of the fairseq progress lines in a training log."""
-    return [(int(fields["num_updates"]), fields) for fields in read_train_log(path).progress]
 
 
 class GpuRun:
@@ -369,16 +326,16 @@ class GpuRun:
 
     def await_progress(self, runs, launched):
         """Every half second, the calibration logs read until each system has logged
-        calib_lines + 1 progress lines: ({system: progress lines}, {system: when its first line
+        calib_lines + 1 progress lines: ({system: its TrainLog}, {system: when its first line
         appeared}); None when a system failed in mixed precision (then the precision is fp32)."""
         s = self.size
         first_seen = {}
         deadline = launched + max(120.0, 0.4 * self.budget)
         while True:
             time.sleep(0.5)
-            lines = {sys_: progress(log) for sys_, (_, log) in runs.items()}
+            lines = {sys_: read_train_log(log) for sys_, (_, log) in runs.items()}
             for sys_, pl in lines.items():
-                if pl and sys_ not in first_seen:
+                if pl.progress and sys_ not in first_seen:
                     first_seen[sys_] = time.time()
             for sys_, (proc, log) in runs.items():
                 if proc.poll() is not None:
@@ -386,13 +343,13 @@ class GpuRun:
                         self.fall_back_to_fp32(sys_, log)
                         return None
                     raise StepFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{log_tail(log)}")
-            if all(len(pl) >= s.calib_lines + 1 for pl in lines.values()):
+            if all(len(pl.progress) >= s.calib_lines + 1 for pl in lines.values()):
                 return lines, first_seen
             if time.time() > deadline:
                 raise StepFailed(
                     "calibration: no steady progress within "
                     f"{deadline - launched:.0f}s: "
-                    + ", ".join(f"{k} {len(v)} progress lines" for k, v in lines.items())
+                    + ", ".join(f"{k} {len(v.progress)} progress lines" for k, v in lines.items())
                 )
 
     def fall_back_to_fp32(self, system, log):
@@ -407,14 +364,12 @@ class GpuRun:
         """Each system's median updates/s and tokens/s over its steady progress lines (recorded in
         run.json), and the start-up time: (the slowest system's updates/s, start-up seconds)."""
         rates, startup = {}, 0.0
-        for system, pl in lines.items():
-            steady = pl[1:] or pl
-            ups = statistics.median(fields.get("ups", 0.0) for _, fields in steady)
-            wps = statistics.median(fields.get("wps", 0.0) for _, fields in steady)
+        for system, log in lines.items():
+            ups, wps = log.steady("ups"), log.steady("wps")
             rates[system] = ups
             self.info["systems"][system]["calibration updates/s (3 at once)"] = round(ups, 2)
             self.info["systems"][system]["calibration tokens/s (3 at once)"] = round(wps)
-            first_interval = pl[0][0] / ups if ups > 0 else 0.0
+            first_interval = log.progress[0]["num_updates"] / ups if ups > 0 else 0.0
             startup = max(startup, first_seen[system] - launched - first_interval)
         self.info["facts"]["calibration"] = (
             "the three systems trained together until each logged "
@@ -468,7 +423,8 @@ class GpuRun:
                         self.t0,
                         "train: "
                         + ", ".join(
-                            f"{k} {(progress(log) or [(0, {})])[-1][0]}/{updates}" for k, (_, log) in runs.items()
+                            f"{k} {int((read_train_log(log).progress or [{'num_updates': 0}])[-1]['num_updates'])}/{updates}"
+                            for k, (_, log) in runs.items()
                         ),
                     )
                 if time.time() > deadline:
@@ -484,15 +440,13 @@ class GpuRun:
         log = read_train_log(path)
         row = self.info["systems"][system]
         done_updates = log.updates
-        steady = log.progress[1:] or log.progress
+        steady = log.progress != []
         row.update(
             {
                 "parameters": f"{log.params:,}" if log.params else "?",
                 "updates": done_updates,
-                "tokens/s (training, 3 at once)": round(statistics.median(f.get("wps", 0) for f in steady))
-                if steady
-                else "?",
-                "updates/s": round(statistics.median(f.get("ups", 0) for f in steady), 2) if steady else "?",
+                "tokens/s (training, 3 at once)": round(log.steady("wps")) if steady else "?",
+                "updates/s": round(log.steady("ups"), 2) if steady else "?",
                 "training wall (s)": log.wall if log.wall is not None else "?",
             }
         )

@@ -29,12 +29,7 @@ from scale_corpus import ScaleError, high_and_pool
 from timing import rss_mib, run_fairseq, span, stamp
 
 SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
-BENCH_NAME = {
-    "mnmt": "baseline",
-    "hltmt": "hltmt",
-    "hltmt+adapters": "hltmt+adapters",
-    "hltmt+skills": "hltmt+skills",
-}  # scripts/bench.py's names
+BENCH_NAME = {system: "baseline" if system == "mnmt" else system for system in SYSTEMS}  # scripts/bench.py's names
 GEN_SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters"]
 GEN_DIRECTION = ("en", "fr")
 

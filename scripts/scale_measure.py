@@ -10,9 +10,9 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 
+from hltmt_plugin.experiments.recipe import prepare_command
 from scale_children import GEN_DIRECTION, GEN_SYSTEMS, generate_args, run_measure, training_args
 from scale_corpus import ROOT, ScaleError, write_corpus
 from timing import add_spans, child_env, span
@@ -132,21 +132,7 @@ def time_prepare_script(raw, out, langs, vocab, timeout):
     arrive; CPU time of the whole (it and any processes it starts)."""
     import resource
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "hltmt_plugin.cli.prepare_data",
-        "--raw",
-        raw,
-        "--out",
-        out,
-        "--langs",
-        ",".join(langs),
-        "--vocab-size",
-        str(vocab),
-        "--workers",
-        "1",
-    ]
+    cmd = prepare_command(raw, out, langs, vocab=vocab, options=["--workers", "1"])
     env = child_env(1)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()

@@ -21,6 +21,7 @@ The systems (the same data, batch, learning-rate schedule and seed for all):
 
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
@@ -341,6 +342,12 @@ class TrainLog:
     updates: int
     params: int
     wall: Optional[float]
+
+    def steady(self, field: str) -> Optional[float]:
+        """The median of ``field`` (e.g. ``ups``, ``wps``) over the progress lines after the
+        first (which holds the start-up), or over the one line there is; None without any."""
+        lines = self.progress[1:] or self.progress
+        return statistics.median(fields.get(field, 0.0) for fields in lines) if lines else None
 
 
 def parse_train_log(text: str) -> TrainLog:

@@ -223,7 +223,7 @@ class Study:
             updates = str(self.s.high_updates if name == "train-high" else self.s.updates)
             done = os.path.join(self.save_dir(system, seed) + ("-high" if name == "train-high" else ""), ".finished")
             if not os.path.exists(done) or open(done).read() != updates:
-                run_quiet(cmd, self.log_path(system, seed, name))
+                steps.run_quiet(cmd, self.log_path(system, seed, name), env=one_thread_env())
                 write_text(done, updates)
         if self.dry_run:
             return self.decode(system, seed)
@@ -384,12 +384,6 @@ def write_gate(checkpoint, path):
     )
 
 
-def run_quiet(cmd, log_path):
-    """Run ``cmd`` at one thread, its output to ``log_path`` only; a failure raises StepFailed
-    with the log's tail."""
-    steps.run_quiet(cmd, log_path, env=one_thread_env())
-
-
 def prepare(study: Study):
     """select + hltmt-prepare-data (joint sentencepiece, binarized), once."""
     raw, data = os.path.join(study.run_dir, "raw"), os.path.join(study.run_dir, "data")
@@ -415,7 +409,7 @@ def prepare(study: Study):
         return
     kept = select(study.args.raw, raw, study.langs, study.s, study.args.max_train)
     say("selected: " + ", ".join(f"{split} {sum(n.values())} pairs" for split, n in kept.items()))
-    run_quiet(cmd, os.path.join(study.run_dir, "logs", "prepare.log"))
+    steps.run_quiet(cmd, os.path.join(study.run_dir, "logs", "prepare.log"), env=one_thread_env())
     write_lines(os.path.join(study.results, "data.json"), [json.dumps(kept, indent=1)])
     write_text(marker, json.dumps(made, sort_keys=True) + "\n")
 

@@ -152,6 +152,9 @@ def test_train_log_json_format():
     )
     log = recipe.parse_train_log(text)
     assert [p["num_updates"] for p in log.progress] == [10.0, 20.0] and log.progress[1]["wps"] == 1700.0
+    assert log.steady("wps") == 1700.0 and log.steady("ups") == 0.0  # the first line holds the start-up
+    one = recipe.parse_train_log(text.splitlines()[0])
+    assert one.steady("wps") == 1500.0 and recipe.parse_train_log("").steady("wps") is None
 
 
 def test_every_whole_validation_is_read(tmp_path):
