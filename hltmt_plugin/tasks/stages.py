@@ -136,8 +136,9 @@ class StageSchedule:
         trainer restarts its update count at 0, set the model's count to 0 too, so that stage
         decisions, the stage line and the epoch cut count as fairseq counts:
         ``--high-stage-updates`` and ``--max-update`` alike. The model's count is what fairseq's
-        trainer gave it: the checkpoint's count on load, then the trainer's count at every step."""
-        if self.count_checked:
+        trainer gave it: the checkpoint's count on load, then the trainer's count at every step.
+        Data loaded before any model is built (``model`` None) waits for the model's first load."""
+        if self.count_checked or model is None:
             return
         self.count_checked = True
         router = model.slp_router
