@@ -41,4 +41,5 @@ lint: setup
 	.venv/bin/ruff check .
 
 format: setup
+	.venv/bin/ruff check --select I --fix .
 	.venv/bin/ruff format .

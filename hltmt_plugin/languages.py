@@ -29,9 +29,8 @@ The path of a target language: ``__xx__`` in ``src_tokens`` (or ``tgt_lang_id``)
 from typing import Dict, List, Optional, Sequence
 
 import torch
-from torch import Tensor, nn
-
 from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+from torch import Tensor, nn
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 

@@ -30,10 +30,10 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 from hltmt_plugin.config import OptionGroup
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import check_known, split_list
-from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 from hltmt_plugin.pool.keys import GATE_PARAMETERS, POOL_MODULES, UNIVERSAL_MODULE
 
 logger = logging.getLogger(__name__)

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
-from torch import Tensor
-
 from fairseq.data import Dictionary
+from torch import Tensor
 
 from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.config import OptionGroup

@@ -64,7 +64,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from hltmt_plugin.cli.launch import stop_ranks  # noqa: E402
-from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS  # noqa: E402
+from hltmt_plugin.corpora import (  # noqa: E402
+    DEBMT10_HIGH as HIGH,
+    DEBMT10_LANGS as LANGS,
+)
 from hltmt_plugin.experiments import steps  # noqa: E402
 from hltmt_plugin.experiments.recipe import (  # noqa: E402
     Comparison,

@@ -38,8 +38,9 @@ def child_prepare(spec):
     """The preparation of hltmt-prepare-data in one interpreter: the same reading,
     sentencepiece model, encoding, and fairseq_cli.preprocess.main once per pair."""
     t = {"start": stamp()}
-    import hltmt_plugin.cli.prepare_data as pd
     import fairseq_cli.preprocess  # noqa: F401 (imports timed here, not in the binarization)
+
+    import hltmt_plugin.cli.prepare_data as pd
 
     t["imports"] = stamp()
     langs, raw, out = spec["langs"], spec["raw"], spec["out"]
@@ -301,9 +302,8 @@ def import_everything():
     import fairseq_cli.train  # noqa: F401
     import sentencepiece  # noqa: F401
 
-    import hltmt_plugin  # noqa: F401
-
     import bench_speed  # noqa: F401
+    import hltmt_plugin  # noqa: F401
     import hltmt_plugin.cli.prepare_data  # noqa: F401
 
     return span(t, stamp())

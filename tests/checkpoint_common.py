@@ -6,9 +6,8 @@ import argparse
 
 import torch
 
-from conftest import LANGS, PAIRS, PLUGIN
-
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
+from conftest import LANGS, PAIRS, PLUGIN
 
 # each helper fairseq evaluates a stored option with -> (record, section, option)
 KINDS = {

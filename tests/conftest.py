@@ -2,8 +2,8 @@
 an HLT-MT task + model parsed through fairseq's real option parser; the command lines and
 checks several test files share."""
 
-import hashlib
 import errno
+import hashlib
 import os
 import re
 import resource

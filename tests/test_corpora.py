@@ -32,4 +32,3 @@ def test_wmt10_lists_ten_languages_and_the_papers_split():
     # the README: the paper's split has lv high and tr low, DebMT-10's the other way round
     assert set(corpora.WMT10_HIGH) ^ set(corpora.DEBMT10_HIGH) == {"lv", "tr"}
     assert "lv is\nhigh-resource and tr low-resource" in open(README, encoding="utf-8").read()
-

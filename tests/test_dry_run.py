@@ -109,9 +109,9 @@ def check_training(options, dicts, world=None, precision=None):
     """Parse fairseq-train options with fairseq's parser and run the checks the plugin makes
     before any data is read (and with ``world``, check the device and precision options);
     return the parsed arguments."""
-    import hltmt_plugin  # noqa: F401
     from fairseq import options as fairseq_options, tasks
 
+    import hltmt_plugin  # noqa: F401
     from hltmt_plugin.models.hltmt_transformer import validate
     from hltmt_plugin.pool.config import SlpConfig
     from hltmt_plugin.tasks.distributed import check_ddp_backend, check_precision

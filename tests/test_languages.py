@@ -15,9 +15,8 @@ import pytest
 import torch
 
 from conftest import LANGS, PAIRS, PLUGIN, assert_clear, build, cli, decode_as, generate_args, perturbed, run, spm_of
-from hub_common import BEAM, MAX_LEN, assert_same, parse_hypotheses, sentences
-
 from hltmt_plugin.errors import HltmtConfigError
+from hub_common import BEAM, MAX_LEN, assert_same, parse_hypotheses, sentences
 
 
 # ---- the language list of the checkpoint

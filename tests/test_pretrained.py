@@ -4,7 +4,6 @@ import os
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.data import Dictionary
 

@@ -31,8 +31,9 @@ def main(argv=None):
         help="entries of each dictionary (before the task adds the language tokens)",
     )
     args = p.parse_args(argv)
-    import hltmt_plugin  # noqa: F401  (registers the task and models)
     from fairseq import options, tasks
+
+    import hltmt_plugin  # noqa: F401  (registers the task and models)
 
     seen = set()
     with tempfile.TemporaryDirectory() as data:

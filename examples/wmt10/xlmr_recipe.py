@@ -54,7 +54,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)  # run by path from a checkout: the plugin beside it
-from hltmt_plugin.corpora import WMT10_HIGH as HIGH_LIST, WMT10_LANGS as LANGS_LIST  # noqa: E402
+from hltmt_plugin.corpora import (  # noqa: E402
+    WMT10_HIGH as HIGH_LIST,
+    WMT10_LANGS as LANGS_LIST,
+)
 from hltmt_plugin.experiments.recipe import (  # noqa: E402
     Comparison,
     Hyper,

@@ -22,9 +22,9 @@ from torch import Tensor
 from hltmt_plugin import records
 from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
+from hltmt_plugin.atomic_files import save_torch
 from hltmt_plugin.compat.safe_loading import load_plugin_file
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.atomic_files import save_torch
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,8 @@ exactly fairseq's layer.
 
 from typing import Callable, Optional
 
-from torch import Tensor, nn
-
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from torch import Tensor, nn
 
 from hltmt_plugin.adapters.config import ENCODER_ATTN, FFN, PFEIFFER, SELF_ATTN
 from hltmt_plugin.routing import PassRows

@@ -26,8 +26,6 @@ from typing import Dict, Iterator, Optional, Sequence
 
 import numpy as np
 import torch.nn.functional as F
-from torch import Tensor, nn
-
 from fairseq.criterions.masked_lm import MaskedLmConfig, MaskedLmLoss
 from fairseq.data import (
     AppendTokenDataset,
@@ -42,10 +40,11 @@ from fairseq.data import (
     RawLabelDataset,
     data_utils,
 )
+from torch import Tensor, nn
 
+from hltmt_plugin.adapters.files import language_parameters
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import ROWS
-from hltmt_plugin.adapters.files import language_parameters
 
 MASK = "<mask>"
 

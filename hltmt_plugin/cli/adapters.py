@@ -77,8 +77,8 @@ def export(args):
 
 def import_(args):
     from hltmt_plugin.adapters.files import import_language
-    from hltmt_plugin.compat.safe_loading import load_state
     from hltmt_plugin.atomic_files import save_torch
+    from hltmt_plugin.compat.safe_loading import load_state
 
     # --out may be --path (the checkpoint is replaced whole, atomically), never the adapter file
     refuse_inputs("import --out", args.out, {"the --adapters file": args.adapters}, args.data)

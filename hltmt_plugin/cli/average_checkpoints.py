@@ -27,10 +27,10 @@ import os
 import re
 import sys
 
-from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.atomic_files import check_output
-from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.compatibility import mismatches, record_of_state
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.pool.keys import DECODER, ROUTER_GATE_STEPS, ROUTER_MAP
 
 

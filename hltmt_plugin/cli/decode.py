@@ -26,8 +26,8 @@ import threading
 import time
 import traceback
 
-from hltmt_plugin.cli import CHECKOUT, plugin_cli, register
 from hltmt_plugin.atomic_files import replace_file
+from hltmt_plugin.cli import CHECKOUT, plugin_cli, register
 from hltmt_plugin.errors import HltmtError
 
 

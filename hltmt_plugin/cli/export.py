@@ -28,7 +28,6 @@ PROG = "hltmt-export"
 def build_parser():
     from hltmt_plugin.cli import add_version
     from hltmt_plugin.hub.manifest import QUANTIZATIONS
-
     from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FOLDER, ArgumentParser, path_option
 
     p = ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

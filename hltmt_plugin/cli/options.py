@@ -142,7 +142,7 @@ def help_text(action) -> str:
 
 def architectures() -> List[Tuple[str, str, str]]:
     """(architecture, model, description) of every architecture the plugin registers."""
-    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_CONFIG_REGISTRY
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 
     rows = []
     for arch, fn in ARCH_CONFIG_REGISTRY.items():

@@ -31,10 +31,10 @@ import shutil
 import sys
 import time
 
-from hltmt_plugin.cli import DEBMT10, add_version, register
-from hltmt_plugin.data_fingerprint import write_fingerprint
 from hltmt_plugin.atomic_files import check_folder_output, inside, write_folder
+from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import WMT10_LANGS
+from hltmt_plugin.data_fingerprint import write_fingerprint
 from hltmt_plugin.errors import HltmtError, HltmtInputError
 
 SPLITS = ["train", "valid", "test"]
@@ -251,8 +251,8 @@ def binarize(spm_dir, bin_dir, lang, workers):
     (``fairseq_cli.preprocess.main``, as ``fairseq-preprocess`` runs it) in this process: a
     process per pair cost ~5 s of start-up each, which grew to most of the preparation at 100+
     languages (docs/benchmarks.md, "Scale in languages")."""
-    from fairseq import options
     import fairseq_cli.preprocess as preprocess
+    from fairseq import options
 
     dictionary = os.path.join(spm_dir, "dict.txt")
     args = options.get_preprocessing_parser().parse_args(

@@ -119,8 +119,8 @@ def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=Non
 
 
 def run(args):
-    from hltmt_plugin.adapters.mlm import mlm_dataset
     from hltmt_plugin.adapters.files import add_language, export_language
+    from hltmt_plugin.adapters.mlm import mlm_dataset
 
     if args.steps < 1 or args.batch_size < 1 or args.log_interval < 1:
         raise HltmtInputError("--steps, --batch-size and --log-interval must be positive")

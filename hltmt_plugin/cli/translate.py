@@ -48,12 +48,18 @@ import sys
 import time
 
 from hltmt_plugin.cli import add_version
-from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs, stream_problem
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
+from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs, stream_problem
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.paths import READ_FILE, READ_FOLDER, READ_PATH, READ_STREAM, WRITE_STREAM, path_option
-from hltmt_plugin.paths import ArgumentParser as PathsParser
-
+from hltmt_plugin.paths import (
+    READ_FILE,
+    READ_FOLDER,
+    READ_PATH,
+    READ_STREAM,
+    WRITE_STREAM,
+    ArgumentParser as PathsParser,
+    path_option,
+)
 
 PROG = "hltmt-translate"
 

@@ -19,8 +19,8 @@ import os
 
 import torch
 
-from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.atomic_files import TORCH_TEMP, os_error_behind, torch_writer, write_atomically
+from hltmt_plugin.errors import HltmtInputError
 
 MB = 1 << 20
 

@@ -21,7 +21,6 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-
 from fairseq import metrics, utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (

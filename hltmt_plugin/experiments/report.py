@@ -39,6 +39,7 @@ from collections import defaultdict
 from hltmt_plugin import records
 from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.experiments.recipe import VALID_KEYS, read_train_log, score
 from hltmt_plugin.experiments.runs import (
     FLAT_DROP,
     convergence,
@@ -47,7 +48,6 @@ from hltmt_plugin.experiments.runs import (
     read_gen,
     save_figure,
 )
-from hltmt_plugin.experiments.recipe import VALID_KEYS, read_train_log, score
 from hltmt_plugin.experiments.steps import detect_machine
 
 # the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU

@@ -40,8 +40,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
+from hltmt_plugin import records
+from hltmt_plugin.atomic_files import save_torch, write_text
 from hltmt_plugin.cli import DEBMT10, add_version, register
+from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.cli.prepare_data import short_pair
 from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
+from hltmt_plugin.errors import HltmtError, HltmtInputError
 from hltmt_plugin.experiments import steps
 from hltmt_plugin.experiments.recipe import (
     POOL_SIZE,
@@ -54,13 +59,8 @@ from hltmt_plugin.experiments.recipe import (
     read_train_log,
     score,
 )
-from hltmt_plugin.experiments.steps import StepFailed, decode, decode_jobs, print_command
-from hltmt_plugin.cli.output import AtomicOutput
-from hltmt_plugin.cli.prepare_data import short_pair
-from hltmt_plugin.errors import HltmtError, HltmtInputError
 from hltmt_plugin.experiments.runs import gate_of, read_gen, read_scores
-from hltmt_plugin import records
-from hltmt_plugin.atomic_files import save_torch, write_text
+from hltmt_plugin.experiments.steps import StepFailed, decode, decode_jobs, print_command
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 # seed 1 of every system first (a first comparison, and the models a user can try), then seeds

@@ -42,9 +42,9 @@ import shutil
 import time
 from typing import Dict, Optional
 
+from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import model_card
-from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
 from hltmt_plugin.hub import loading, manifest
 from hltmt_plugin.hub.contract import import_transformers

@@ -10,7 +10,6 @@ import os
 from argparse import Namespace
 from typing import TYPE_CHECKING, Optional
 
-
 import hltmt_plugin
 from hltmt_plugin.compatibility import record_of_options, spm_coverage
 from hltmt_plugin.data_fingerprint import sha256_file

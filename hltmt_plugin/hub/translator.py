@@ -50,8 +50,7 @@ import hltmt_plugin
 from hltmt_plugin.directions import TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, contract
-from hltmt_plugin.hub.manifest import is_export
-from hltmt_plugin.hub.manifest import read as read_manifest
+from hltmt_plugin.hub.manifest import is_export, read as read_manifest
 from hltmt_plugin.hub.results import Translation
 
 if TYPE_CHECKING:  # torch and fairseq are imported once a checkpoint is loaded: an export folder needs neither

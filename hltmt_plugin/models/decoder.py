@@ -11,10 +11,9 @@ import logging
 from typing import Dict, List, Optional
 
 import torch
-from torch import Tensor
-
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
+from torch import Tensor
 
 from hltmt_plugin.adapters.feature import fill_missing_weights
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError

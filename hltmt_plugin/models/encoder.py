@@ -4,10 +4,9 @@ hands it on in ``encoder_out``."""
 
 from typing import Dict, List, Optional
 
-from torch import Tensor
-
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerEncoderBase
+from torch import Tensor
 
 from hltmt_plugin.adapters.feature import fill_missing_weights
 from hltmt_plugin.languages import ROWS, reorder_rows

@@ -11,12 +11,11 @@ import logging
 from typing import Dict, List, Optional
 
 import torch
-from torch import Tensor
-
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.tasks import TASK_REGISTRY
+from torch import Tensor
 
 from hltmt_plugin.adapters import feature as adapter_feature
 from hltmt_plugin.adapters.config import AdapterConfig, layout_adapters

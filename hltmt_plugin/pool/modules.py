@@ -12,10 +12,9 @@ out through :func:`hltmt_plugin.routing.route`. Module ids: ``0..T-1`` are the p
 from dataclasses import dataclass
 from typing import Optional
 
-from torch import Tensor, nn
-
 from fairseq import utils
 from fairseq.modules import FairseqDropout, LayerNorm
+from torch import Tensor, nn
 
 from hltmt_plugin.routing import RoutePlan, mix, route
 

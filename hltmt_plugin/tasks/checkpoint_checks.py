@@ -18,8 +18,8 @@ from fairseq import utils
 
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
 from hltmt_plugin.compatibility import (
-    SHAPE_OPTIONS,
     RECORD_KEY,
+    SHAPE_OPTIONS,
     build_record,
     check,
     record_of_options,

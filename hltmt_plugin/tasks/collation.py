@@ -14,7 +14,6 @@ batch's (length-sorted) order. Other tasks in the process are untouched.
 """
 
 import torch
-
 from fairseq.data.language_pair_dataset import LanguagePairDataset
 
 KEYS = ("src_lang_id", "tgt_lang_id")

@@ -18,8 +18,8 @@ from argparse import Namespace
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
-from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.config import check_finite
+from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
 from hltmt_plugin.pool.config import SlpConfig

@@ -40,8 +40,8 @@ from hltmt_plugin.peft import (
 from hltmt_plugin.pool.config import SlpConfig
 from hltmt_plugin.pool.modules import module_label
 from hltmt_plugin.pool.router import map_text
-from hltmt_plugin.tasks.collation import with_row_ids
 from hltmt_plugin.tasks import temperature
+from hltmt_plugin.tasks.collation import with_row_ids
 
 logger = logging.getLogger(__name__)
 

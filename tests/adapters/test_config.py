@@ -5,10 +5,9 @@ one source language decoded without language ids."""
 import pytest
 import torch
 
-from conftest import MADX, HIGH, LANGS, PAIRS, PLUGIN, build, cli, make_sample, randomize_adapters, run
+from conftest import HIGH, LANGS, MADX, PAIRS, PLUGIN, build, cli, make_sample, randomize_adapters, run
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import ROWS, SRC
-
 
 SMALL_BASE = [
     "--arch",

@@ -5,7 +5,6 @@ without a source language, and a model without adapters left as it was."""
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
 
 from adapters_common import Capture, madx_model

@@ -11,13 +11,12 @@ import subprocess
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
 
 from adapters_common import BASE_PAIRS, train
 from conftest import LANGS, MADX, PLUGIN, ROOT, build, cli, file_size_limit, mixed_sample, run
-from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
+from hltmt_plugin.errors import HltmtInputError
 
 OLD = ["en-de", "de-en", "en-gu", "gu-en", "en-fr"]
 NEW = ["en-hi", "hi-en"]

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from conftest import LANGS, PLUGIN, ROOT, build, cli, run
+from hltmt_plugin.adapters.files import add_language, export_language, read_language_file
 from hltmt_plugin.adapters.mlm import EncoderMLM, encoder_language_parameters, mask_index, mlm_criterion, mlm_dataset
 from hltmt_plugin.adapters.report import adapter_kind, adapter_language
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.adapters.files import add_language, export_language, read_language_file
 
 SCRIPT = cli("hltmt-train-language-adapter")
 GU_TEXT = os.path.join(ROOT, "data", "debmt10", "train.en-gu.gu")

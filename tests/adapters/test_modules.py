@@ -9,8 +9,8 @@ from torch import nn
 
 from adapters_common import madx_model
 from conftest import DIRECTIONS, MADX, build, generate, mixed_sample, randomize_adapters
-from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.adapters import Bottleneck, InvertibleAdapter, bottleneck_parameters
+from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.routing import route
 
 

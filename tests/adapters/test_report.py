@@ -6,9 +6,9 @@ from adapters_common import madx_model
 from hltmt_plugin.adapters import (
     adapter_kind,
     adapter_language,
-    is_adapter_parameter,
     bottleneck_parameters,
     format_parameter_report,
+    is_adapter_parameter,
     parameter_report,
 )
 

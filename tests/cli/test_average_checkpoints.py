@@ -10,10 +10,9 @@ import re
 import pytest
 import torch
 
+import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 from checkpoint_common import DECODE, craft
 from conftest import cli, run, train_args
-
-import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 
 AVERAGE_RUN = [
     "--criterion",

@@ -15,7 +15,6 @@ import shutil
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 

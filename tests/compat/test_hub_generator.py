@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from fairseq import options, tasks
 from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask

@@ -13,9 +13,8 @@ import os
 import re
 import sys
 
-import pytest
-
 import fairseq
+import pytest
 from fairseq import utils
 
 import hltmt_plugin  # noqa: F401  (installs the literal evaluator)

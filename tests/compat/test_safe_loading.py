@@ -10,7 +10,6 @@ import pickle
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (installs the allowlist and the loader wrapper)
@@ -22,9 +21,7 @@ from hltmt_plugin.errors import HltmtInputError
 def test_a_trained_checkpoint_loads_with_weights_only(trained):
     ckpt, _ = trained
     state = torch.load(ckpt, map_location="cpu", weights_only=True)
-    assert (
-        "decoder.slp_router.routing_map" in state["model"] and "decoder.slp_router.gate.weight" in state["model"]
-    )
+    assert "decoder.slp_router.routing_map" in state["model"] and "decoder.slp_router.gate.weight" in state["model"]
     loaded = checkpoint_utils.load_checkpoint_to_cpu(ckpt)
     assert loaded["cfg"]["model"].arch == "hltmt_transformer_tiny"
 

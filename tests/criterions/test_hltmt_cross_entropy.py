@@ -3,10 +3,8 @@
 import copy
 import math
 
-
 import pytest
 import torch
-
 from fairseq import metrics
 
 from conftest import build, make_sample

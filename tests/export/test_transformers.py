@@ -119,9 +119,8 @@ def identical(a, b):
 
 
 def test_the_search_settings_are_fairseqs():
-    from fairseq.data import Dictionary
-
     import transformers
+    from fairseq.data import Dictionary
 
     d = Dictionary()
     translator = SimpleNamespace(dictionary=d)

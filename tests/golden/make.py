@@ -23,7 +23,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from golden_common import DIRECTIONS, generate_cmd, forward_scores, platform_record_path, record  # noqa: E402
+from golden_common import DIRECTIONS, forward_scores, generate_cmd, platform_record_path, record  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
 

@@ -9,8 +9,8 @@ pytest.importorskip("ctranslate2")
 
 from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
 from hltmt_plugin.export.ctranslate2 import export  # noqa: E402
-from hltmt_plugin.hub.ct2_engine import check_machine, engine_options  # noqa: E402
 from hltmt_plugin.hub import HltmtTranslator, TranslationErrors  # noqa: E402
+from hltmt_plugin.hub.ct2_engine import check_machine, engine_options  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -22,21 +22,20 @@ import pytest
 import torch
 
 from conftest import LANGS, PAIRS, PLUGIN, cli, perturbed, run, spm_of
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
 from hub_common import (
     BEAM,
     DIRECTIONS,
     MAX_LEN,
-    N,
     STUDY_MODEL,
+    N,
     assert_same,
     parse_hypotheses,
     reference,
     sentences,
     task_args,
 )
-
-from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,7 +3,6 @@ arch's sizes and the SLP options' defaults, as fairseq's own parser gives them; 
 on the command line wins over the arch's default."""
 
 import pytest
-
 from fairseq import options
 from fairseq.models import ARCH_MODEL_REGISTRY
 

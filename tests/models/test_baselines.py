@@ -4,7 +4,6 @@ and ``transformer_hltmt_small`` build fairseq's own ``transformer`` with the siz
 language-specific decoder top: the same weights, of the same shapes, but the pool's."""
 
 import pytest
-
 from fairseq import options, tasks
 from fairseq.models.transformer import TransformerModel
 

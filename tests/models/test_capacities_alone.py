@@ -4,11 +4,9 @@ fairseq-generate. Without --high-resource-langs there is no pool: the decoder to
 fairseq's own and every direction trains from the start."""
 
 import pytest
-
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
-
 from tests.conftest import LANGS, PAIRS, PLUGIN, cli, run
 
 BASE = [

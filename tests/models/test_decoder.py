@@ -7,7 +7,6 @@ import copy
 
 import pytest
 import torch
-
 from fairseq import options, tasks
 from fairseq.models.transformer import TransformerModel
 

@@ -5,11 +5,9 @@ update against the dense model's on the same batch."""
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
-
 from tests.conftest import LANGS, MADX, PAIRS, PLUGIN, build, cli, make_sample, run, with_lang_ids
 
 DIRECTIONS = ["en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"] * 4

@@ -4,7 +4,6 @@ fairseq's parent task, through fairseq-generate)."""
 
 import pytest
 import torch
-
 from fairseq.models.transformer import TransformerDecoderBase
 
 from conftest import assert_beam_equals_forward, assert_one_error_line, build, decode, generate, hypotheses, make_sample

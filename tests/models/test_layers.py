@@ -3,7 +3,6 @@ own where no feature touches the layer, else the subclass that holds exactly the
 options give it."""
 
 import pytest
-
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from conftest import build

@@ -9,7 +9,6 @@ from hltmt_plugin.pool.modules import LanguageModule, RoutingDecision, Selective
 from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter
 from hltmt_plugin.routing import RoutePlan
 
-
 HIGH = ["h0", "h1", "h2", "h3"]
 LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4
 

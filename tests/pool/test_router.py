@@ -11,7 +11,6 @@ from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter, decode_map, disparity, upgrade_router_state
 from hltmt_plugin.routing import RoutePlan
 
-
 HIGH = ["h0", "h1", "h2", "h3"]
 LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4
 
@@ -51,8 +50,8 @@ def test_a_hard_decision_is_a_plan_of_each_rows_module():
 
 
 def test_the_router_decides_once_a_hard_step_keeps_its_plan_in_the_pass_and_a_soft_step_makes_none():
-    from hltmt_plugin.routing import PassRows
     from hltmt_plugin.pool.router import PLAN
+    from hltmt_plugin.routing import PassRows
 
     r = router()
     r.train()

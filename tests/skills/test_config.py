@@ -8,7 +8,6 @@ import os
 
 import pytest
 
-
 from conftest import build
 from hltmt_plugin.errors import HltmtConfigError, HltmtError, HltmtInputError
 from hltmt_plugin.skills import default_matrix

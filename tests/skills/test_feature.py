@@ -5,9 +5,7 @@ skills with the pool and adapters on a trained dense checkpoint."""
 import re
 
 import pytest
-
 import torch
-
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)

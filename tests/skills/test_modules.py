@@ -5,7 +5,6 @@ absent from training combines existing skills, one absent from the matrix is an 
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)

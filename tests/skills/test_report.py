@@ -2,7 +2,6 @@
 
 import pytest
 
-
 from hltmt_plugin.skills import format_skill_report, is_skill_parameter, skill_report
 from hltmt_plugin.skills.report import skill_of
 from skills_common import skilled_model

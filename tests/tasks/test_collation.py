@@ -3,7 +3,6 @@
 task only: hltmt_plugin.tasks.collation)."""
 
 import torch
-
 from fairseq.data import ConcatDataset
 from fairseq.data.language_pair_dataset import LanguagePairDataset
 
