@@ -216,36 +216,9 @@ class Comparison:
             criterion or "hltmt_cross_entropy",
         ]
 
-    def train_command(
-        self,
-        system: str,
-        hyper: Hyper,
-        *,
-        seed: int,
-        updates: int,
-        save_dir: str,
-        log_interval: int = 50,
-        options: Sequence[str] = (),
-        **system_options,
-    ) -> List[str]:
-        """One fairseq-train line: the system (:meth:`system_args`), the shared optimiser and
-        schedule (Adam 0.9/0.98, inverse_sqrt, label smoothing and dropout 0.1, temperature
-        sampling), ``updates`` updates from ``seed``, checkpoints in ``save_dir`` (the last
-        and the best only), simple progress lines every ``log_interval`` updates, then the
-        driver's own ``options`` (validation, checkpointing, device)."""
-        return [
-            *fairseq_cli("train"),
-            *self.train_args(
-                system,
-                hyper,
-                seed=seed,
-                updates=updates,
-                save_dir=save_dir,
-                log_interval=log_interval,
-                options=options,
-                **system_options,
-            ),
-        ]
+    def train_command(self, system: str, hyper: Hyper, **options) -> List[str]:
+        """One fairseq-train line: the program, then :meth:`train_args`."""
+        return [*fairseq_cli("train"), *self.train_args(system, hyper, **options)]
 
     def train_args(
         self,
@@ -259,8 +232,13 @@ class Comparison:
         options: Sequence[str] = (),
         **system_options,
     ) -> List[str]:
-        """:meth:`train_command`'s options, after the program: what fairseq's training parser
-        (or ``fairseq_cli.train``'s ``cli_main`` in this process) reads."""
+        """fairseq-train's options (after the program: what fairseq's training parser, or
+        ``fairseq_cli.train``'s ``cli_main`` in this process, reads): the system
+        (:meth:`system_args`), the shared optimiser and schedule (Adam 0.9/0.98, inverse_sqrt,
+        label smoothing and dropout 0.1, temperature sampling), ``updates`` updates from
+        ``seed``, checkpoints in ``save_dir`` (the last and the best only), simple progress lines
+        every ``log_interval`` updates, then the driver's own ``options`` (validation,
+        checkpointing, device)."""
         return [
             self.data,
             *self.system_args(system, hyper, **system_options),
