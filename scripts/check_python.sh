@@ -61,8 +61,11 @@ check() {  # check VERSION: fresh environment, install, import, --help, translat
   # fairseq builds against torch, numpy and cython: put them in the environment and build without an
   # isolated one, so that a Python without a fairseq wheel compiles it once against this torch
   "${pip[@]}" cython "numpy>=1.21.3" || return 1
-  # the wheel a user gets from `pip install .` (not editable): it carries the licence and the version
-  "$env/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$work/wheel$v" "$work/src" || return 1
+  # the wheel a user gets from `pip install .` (not editable): it carries the licence and the version;
+  # built from a copy of its own (setuptools writes build/ and *.egg-info into the source, and the
+  # versions build at once)
+  cp -a "$work/src" "$work/src$v" || return 1
+  "$env/bin/python" -m pip wheel -q --no-deps --no-build-isolation -w "$work/wheel$v" "$work/src$v" || return 1
   "$env/bin/python" - "$work/wheel$v" "$VERSION" <<'PY' || return 1
 import glob, sys, zipfile
 (wheel,) = glob.glob(f"{sys.argv[1]}/hltmt_plugin-*.whl")
