@@ -83,19 +83,17 @@ def parse_args(argv=None):
     return args
 
 
-SEGMENT_WORDS = (12, 16)  # the study's short segments: at most 12 English and 16 target words
-
-
 def select_items(directions, per_direction):
     """[(src, tgt, text, reference)]: the first ``per_direction`` short test segments of each
     direction (hltmt-prepare-data's --segment-words 12,16)."""
     from hltmt_plugin.cli.prepare_data import load_pair
+    from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS
 
     items = []
     for direction in directions:
         src, tgt = direction.split("-")
         other = tgt if src == "en" else src
-        en, xx = load_pair(RAW, "test", other, per_direction, SEGMENT_WORDS)
+        en, xx = load_pair(RAW, "test", other, per_direction, SHORT_SEGMENTS)
         pairs = zip(en, xx) if src == "en" else zip(xx, en)
         items += [(src, tgt, a.strip(), b.strip()) for a, b in pairs]
     return items

@@ -56,7 +56,7 @@ from typing import Dict, List
 
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
-from hltmt_plugin.experiments.recipe import Comparison, Hyper, directions, high_among, prepare_command
+from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS, Comparison, Hyper, directions, high_among, prepare_command
 from hltmt_plugin.experiments.steps import (
     NGPU_HELP,
     PRECISION_HELP,
@@ -126,7 +126,7 @@ SIZES: Dict[str, Size] = {
         vocab=8000,
         high_updates=600,
         all_updates=800,
-        segment_words=(12, 16),
+        segment_words=SHORT_SEGMENTS,
         to_english=False,
         train_jobs=2,
         valid_interval=200,

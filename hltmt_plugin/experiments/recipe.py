@@ -31,6 +31,9 @@ SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 BASELINE_TASK = "translation_multi_simple_epoch"  # fairseq's own multilingual task
 PLUGIN_TASK = "hltmt_translation"
 POOL_SIZE = 3  # the HLT-MT paper's T (six high-resource languages, three modules)
+# the segment pairs a tiny model learns within hours on a CPU: at most 12 English and 16 target
+# words, in every split (hltmt-prepare-data --segment-words; the quality study's selection)
+SHORT_SEGMENTS = (12, 16)
 
 
 def pool_size(high: Sequence[str], most: int = POOL_SIZE) -> int:

@@ -8,7 +8,7 @@
 
 One-to-many En->X over DebMT-10's ten target languages, on the segments a tiny model can
 learn within hours on a CPU: at most 12 English and 16 target words, in every split (the
-valid and test sets are cut the same way; ``select``). One joint sentencepiece model, the
+valid and test sets are cut the same way: ``hltmt-prepare-data --segment-words 12,16``). One joint sentencepiece model, the
 tiny model size (d 128, 2+2 layers) for every system, the same data, batch, learning-rate
 schedule and number of updates for all. The systems:
 
@@ -44,12 +44,13 @@ from hltmt_plugin import records
 from hltmt_plugin.atomic_files import save_torch, write_text
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
-from hltmt_plugin.cli.prepare_data import short_pair
+from hltmt_plugin.cli.prepare_data import SPLITS, load_pair
 from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
 from hltmt_plugin.errors import HltmtError, HltmtInputError
 from hltmt_plugin.experiments import steps
 from hltmt_plugin.experiments.recipe import (
     POOL_SIZE,
+    SHORT_SEGMENTS,
     Comparison,
     Hyper,
     directions,
@@ -73,8 +74,8 @@ class Setting(Hyper):
     """What every system of the study shares: the recipe's hyper-parameters (:class:`Hyper`),
     the segments it keeps, the number of updates and decoding."""
 
-    max_en_words: int = 12  # a segment pair is kept when its English has at most this many words ...
-    max_xx_words: int = 16  # ... and its target at most this many
+    max_en_words: int = SHORT_SEGMENTS[0]  # a segment pair is kept when its English has at most this many words ...
+    max_xx_words: int = SHORT_SEGMENTS[1]  # ... and its target at most this many
     vocab: int = 8000  # joint sentencepiece vocabulary
     pool_size: int = POOL_SIZE  # at most T, HLT-MT's modules
     updates: int = 5000  # every system
@@ -85,44 +86,6 @@ class Setting(Hyper):
 
 
 say = functools.partial(steps.say, who="study")
-
-
-def same_length(a: str, b: str) -> None:
-    """Both sides of a pair hold as many lines (else line N would not translate line N)."""
-    counts = []
-    for path in (a, b):
-        if not os.path.isfile(path):
-            raise StepFailed(f"{path} is missing")
-        with open(path, "rb") as f:
-            counts.append(sum(1 for _ in f))
-    if counts[0] != counts[1]:
-        raise StepFailed(
-            f"{a} holds {counts[0]} lines and {b} {counts[1]}: the two sides of a pair must match line by line"
-        )
-
-
-def select(raw: str, out: str, langs: List[str], setting: Setting, max_train: int = 0) -> dict:
-    """Write the study's subset of ``raw`` (every split, every pair) to ``out``: the pairs whose
-    English has at most ``max_en_words`` words and whose target at most ``max_xx_words``.
-    Returns {split: {lang: kept pairs}}."""
-    os.makedirs(out, exist_ok=True)
-    kept = {}
-    for split in ("train", "valid", "test"):
-        for lang in langs:
-            prefix = os.path.join(raw, f"{split}.en-{lang}")
-            same_length(f"{prefix}.en", f"{prefix}.{lang}")
-            with open(f"{prefix}.en", encoding="utf-8") as f_en, open(f"{prefix}.{lang}", encoding="utf-8") as f_xx:
-                pairs = [
-                    (en, xx)
-                    for en, xx in zip(f_en, f_xx)
-                    if short_pair(en, xx, setting.max_en_words, setting.max_xx_words)
-                ]
-            if split == "train" and max_train:
-                pairs = pairs[:max_train]
-            for side, index in (("en", 0), (lang, 1)):
-                write_lines(os.path.join(out, f"{split}.en-{lang}.{side}"), [p[index].rstrip("\n") for p in pairs])
-            kept.setdefault(split, {})[lang] = len(pairs)
-    return kept
 
 
 class Study:
@@ -138,6 +101,19 @@ class Study:
         self.pairs = directions(self.langs, to_english=False)
         self.comparison = Comparison(self.data, self.langs, self.pairs, self.high, cpu=True)
         self.dry_run = args.dry_run
+        self.segment_words = (setting.max_en_words, setting.max_xx_words)
+        self._segments = {}
+
+    def segments(self, split: str, lang: str) -> Tuple[List[str], List[str]]:
+        """The English and ``lang`` sides of the study's segment pairs of ``split`` (valid or
+        test): hltmt-prepare-data's own selection (:func:`~hltmt_plugin.cli.prepare_data.load_pair`,
+        ``--segment-words``) of ``--raw``, the text the prepared data was encoded from."""
+        if (split, lang) not in self._segments:
+            try:
+                self._segments[split, lang] = load_pair(self.args.raw, split, lang, None, self.segment_words)
+            except HltmtError as error:
+                raise StepFailed(str(error)) from None
+        return self._segments[split, lang]
 
     # ---- fairseq command lines (the recipe's) ----------------------------------------------
     def train_commands(self, system, seed):
@@ -256,15 +232,12 @@ class Study:
         scores = {}
         for pair in self.pairs:
             hyps, _ = read_gen(os.path.join(self.decode_dir(system, seed), f"{pair}.gen"))
-            refs = read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.{pair[3:]}"))  # not the pieces' text
+            sources, refs = self.segments("test", pair[3:])  # the text, not the pieces'
             if len(hyps) != len(refs):
                 raise StepFailed(f"{system}:{seed} {pair}: {len(hyps)} hypotheses for {len(refs)} references")
             write_lines(os.path.join(out, f"{pair}.hyp"), hyps)
             write_reference(os.path.join(self.results, "refs", f"{pair}.ref"), refs)
-            write_reference(
-                os.path.join(self.results, "refs", f"{pair}.en"),
-                read_raw(os.path.join(self.run_dir, "raw", f"test.{pair}.en")),
-            )
+            write_reference(os.path.join(self.results, "refs", f"{pair}.en"), sources)
             scores[pair] = {**{k: round(v, 2) for k, v in score(hyps, refs).items()}, "sentences": len(refs)}
         for name, _ in self.train_commands(system, seed):
             log = self.log_path(system, seed, name)
@@ -316,7 +289,7 @@ def calibrate(study: Study, runs, every: int):
             study.decode_to(gen, os.path.join(folder, ckpt), system, "valid")
             for pair in study.pairs:
                 hyps, _ = read_gen(os.path.join(gen, f"{pair}.gen"))
-                refs = read_raw(os.path.join(study.run_dir, "raw", f"valid.{pair}.{pair[3:]}"))
+                _, refs = study.segments("valid", pair[3:])
                 rows.append([system, str(seed), str(updates), pair, f"{score(hyps, refs)['bleu']:.2f}"])
             say(f"calibration: {system}:{seed} at {updates} updates decoded (validation split)")
             write_lines(path, ["system,seed,updates,direction,valid_bleu"] + [",".join(r) for r in rows])
@@ -362,11 +335,6 @@ def write_lines(path, lines):
         f.writelines(line + "\n" for line in lines)
 
 
-def read_raw(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
-
-
 def write_reference(path, refs):
     """The references of one direction: written once, the same for every run after that."""
     if os.path.exists(path):
@@ -385,14 +353,18 @@ def write_gate(checkpoint, path):
 
 
 def prepare(study: Study):
-    """select + hltmt-prepare-data (joint sentencepiece, binarized), once."""
-    raw, data = os.path.join(study.run_dir, "raw"), os.path.join(study.run_dir, "data")
-    cmd = prepare_command(raw, data, study.langs, vocab=study.s.vocab)
+    """hltmt-prepare-data of the study's segment pairs (``--segment-words``: joint
+    sentencepiece, binarized), once; the pairs kept per split and language in data.json."""
+    data = os.path.join(study.run_dir, "data")
+    cmd = prepare_command(
+        study.args.raw,
+        data,
+        study.langs,
+        vocab=study.s.vocab,
+        segment_words=study.segment_words,
+        max_train=study.args.max_train,
+    )
     if study.dry_run:
-        print(
-            f"# select: segments of at most {study.s.max_en_words} English and {study.s.max_xx_words} target "
-            f"words from {study.args.raw} into {raw}"
-        )
         print_command(cmd)
         return
     marker = os.path.join(study.run_dir, ".done-prepare")
@@ -407,11 +379,17 @@ def prepare(study: Study):
     if os.path.exists(marker):
         check_prepared(marker, made)
         return
-    kept = select(study.args.raw, raw, study.langs, study.s, study.args.max_train)
-    say("selected: " + ", ".join(f"{split} {sum(n.values())} pairs" for split, n in kept.items()))
     steps.run_quiet(cmd, os.path.join(study.run_dir, "logs", "prepare.log"), env=one_thread_env())
+    kept = {split: {lang: count_lines(data, split, lang) for lang in study.langs} for split in SPLITS}
+    say("selected: " + ", ".join(f"{split} {sum(n.values())} pairs" for split, n in kept.items()))
     write_lines(os.path.join(study.results, "data.json"), [json.dumps(kept, indent=1)])
     write_text(marker, json.dumps(made, sort_keys=True) + "\n")
+
+
+def count_lines(data: str, split: str, lang: str) -> int:
+    """The segment pairs hltmt-prepare-data kept of en-``lang`` in ``split`` (its encoded text's lines)."""
+    with open(os.path.join(data, "spm", f"{split}.en-{lang}.en"), "rb") as f:
+        return sum(1 for _ in f)
 
 
 def check_prepared(marker: str, made: dict) -> None:
