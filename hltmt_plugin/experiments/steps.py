@@ -7,6 +7,7 @@ the hltmt-report line, and the errors that end a run in one line."""
 
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -27,6 +28,9 @@ def nproc():
 class OptionError(HltmtConfigError):
     """Options of a driver that cannot work together (exit status 2)."""
 
+
+# A plugin command refusing its input says so in one line: "hltmt-prepare-data: error: ...".
+OWN_ERROR = re.compile(r"hltmt-[a-z-]+: error: ")
 
 # Training precision on a GPU -> fairseq-train's flags. The idle-gradient rule (a module that no
 # worker used in an update stays out of the optimizer step) holds for all three: --amp keeps
@@ -166,7 +170,7 @@ def run_logged(cmd, log_path, prefix="", env=None, dry_run=False):
             sys.stdout.flush()
         code = proc.wait()
     if code != 0:
-        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, 25)}")
+        raise command_failed(code, log_path, 25)
 
 
 def run_quiet(cmd, log_path, env=None, tail=15):
@@ -178,7 +182,20 @@ def run_quiet(cmd, log_path, env=None, tail=15):
         log.flush()
         code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=CHECKOUT, env=env).returncode
     if code != 0:
-        raise StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, tail)}")
+        raise command_failed(code, log_path, tail)
+
+
+def command_failed(code, log_path, tail) -> StepFailed:
+    """A failed command's one StepFailed: the plugin command's own error line when it refused
+    (``hltmt-...: error: ...``, the problem named once), else the last ``tail`` lines of its log."""
+    try:
+        lines = open(log_path, encoding="utf-8", errors="replace").read().splitlines()
+    except OSError:
+        lines = []
+    own = [line for line in lines[-tail:] if OWN_ERROR.match(line)]
+    if own:
+        return StepFailed(f"{own[-1]} (exit {code}; its log: {log_path})")
+    return StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, tail)}")
 
 
 def log_tail(path, n=20):

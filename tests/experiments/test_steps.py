@@ -159,3 +159,16 @@ def test_a_report_prints_its_results_and_a_dry_run_its_line(tmp_path, capsys):
     assert capsys.readouterr().out.startswith(sys.executable) and not os.path.exists(out)
     steps.run_report(cmd, str(tmp_path / "logs" / "report.log"))
     assert capsys.readouterr().out == "# R\n" and os.path.isfile(os.path.join(out, "results.md"))
+
+
+def test_a_plugin_command_that_refuses_its_input_fails_the_step_with_its_own_line(tmp_path):
+    log = str(tmp_path / "logs" / "p.log")
+    refuse = (
+        "print('working'); print('hltmt-prepare-data: error: a.en has 2 lines but a.de has 1'); raise SystemExit(2)"
+    )
+    for run in (steps.run_logged, steps.run_quiet):
+        with pytest.raises(steps.StepFailed) as error:
+            run([sys.executable, "-c", refuse], log)
+        assert (
+            str(error.value) == f"hltmt-prepare-data: error: a.en has 2 lines but a.de has 1 (exit 2; its log: {log})"
+        )

@@ -230,14 +230,19 @@ def test_a_run_folder_prepared_otherwise_is_refused(tmp_path):
         check_prepared(str(marker), {"vocab": 4000, "langs": ["de", "gu"]})
 
 
-def test_the_two_sides_of_a_pair_must_have_as_many_lines(tmp_path):
-    from hltmt_plugin.experiments.steps import StepFailed
-    from hltmt_plugin.experiments.study import same_length
-
-    (tmp_path / "a.en").write_text("one\ntwo\n")
-    (tmp_path / "a.de").write_text("eins\n")
-    with pytest.raises(StepFailed, match="holds 2 lines and .* 1"):
-        same_length(str(tmp_path / "a.en"), str(tmp_path / "a.de"))
+def test_a_pair_whose_sides_do_not_match_line_by_line_is_one_line(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("de", "gu"):
+            for side in ("en", lang):
+                name = f"{split}.en-{lang}.{side}"
+                shutil.copy(os.path.join(ROOT, "data", "debmt10", name), raw / name)
+    lines = open(raw / "test.en-gu.gu", encoding="utf-8").readlines()
+    (raw / "test.en-gu.gu").write_text("".join(lines[:-1]), encoding="utf-8")
+    done = study(tmp_path, "--raw", str(raw))
+    assert_one_error_line(done, "test.en-gu.gu", "misaligned")
+    assert not os.path.exists(tmp_path / "results" / "results.csv")
 
 
 def test_a_corrupt_result_record_in_report_only_is_one_line(tmp_path):
