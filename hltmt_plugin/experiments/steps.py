@@ -188,21 +188,26 @@ def run_quiet(cmd, log_path, env=None, tail=15):
 def command_failed(code, log_path, tail) -> StepFailed:
     """A failed command's one StepFailed: the plugin command's own error line when it refused
     (``hltmt-...: error: ...``, the problem named once), else the last ``tail`` lines of its log."""
-    try:
-        lines = open(log_path, encoding="utf-8", errors="replace").read().splitlines()
-    except OSError:
-        lines = []
-    own = [line for line in lines[-tail:] if OWN_ERROR.match(line)]
+    lines = read_log(log_path)
+    own = [line for line in (lines or [])[-tail:] if OWN_ERROR.match(line)]
     if own:
         return StepFailed(f"{own[-1]} (exit {code}; its log: {log_path})")
-    return StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, tail)}")
+    return StepFailed(f"command failed (exit {code}); last lines of {log_path}:\n{log_tail(log_path, tail, lines)}")
 
 
-def log_tail(path, n=20):
-    """The last ``n`` lines of the log ``path`` (each cut at 300 characters)."""
+def read_log(path) -> Optional[List[str]]:
+    """The lines of the log ``path``, None when there is none."""
     try:
-        lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
+        return open(path, encoding="utf-8", errors="replace").read().splitlines()
     except OSError:
+        return None
+
+
+def log_tail(path, n=20, lines=None):
+    """The last ``n`` lines of the log ``path`` (each cut at 300 characters; ``lines``: the log
+    already read)."""
+    lines = read_log(path) if lines is None else lines
+    if lines is None:
         return f"(no log at {path})"
     return "\n".join(line[:300] for line in lines[-n:])
 

@@ -8,8 +8,8 @@
 
 One-to-many En->X over DebMT-10's ten target languages, on the segments a tiny model can
 learn within hours on a CPU: at most 12 English and 16 target words, in every split (the
-valid and test sets are cut the same way: ``hltmt-prepare-data --segment-words 12,16``). One joint sentencepiece model, the
-tiny model size (d 128, 2+2 layers) for every system, the same data, batch, learning-rate
+valid and test sets are cut the same way: ``hltmt-prepare-data --segment-words 12,16``). One
+joint sentencepiece model, the tiny model size (d 128, 2+2 layers) for every system, the same data, batch, learning-rate
 schedule and number of updates for all. The systems:
 
 - ``mnmt``: fairseq's plain ``transformer`` of the same size, every direction from the start;
