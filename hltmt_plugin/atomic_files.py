@@ -43,6 +43,7 @@ import tempfile
 import threading
 from typing import Callable, Dict, Optional, Set
 
+from hltmt_plugin import records
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 PARTIAL = ".partial"  # the temporary file of a text / bytes output: .NAME.XXXXXXXX.partial
@@ -335,6 +336,16 @@ def save_torch(obj, path: str, what: Optional[str] = None) -> None:
     _write_whole(path, torch_writer(obj), TORCH_TEMP, what)
 
 
+def copy_file(source: str, path: str, what: Optional[str] = None) -> None:
+    """The bytes of the file ``source`` as the file ``path``, as :func:`write_bytes` (the new file
+    gets ``path``'s mode, not ``source``'s)."""
+
+    def write(tmp):
+        shutil.copyfile(source, tmp)
+
+    _write_whole(path, write, PARTIAL, what)
+
+
 def replace_file(new: str, final: str, mode: Optional[int] = None, owner=None) -> None:
     """Put the complete file ``new`` (in ``final``'s folder) in place of ``final``: flushed to
     disk (given ``mode`` and, where allowed, ``owner`` = (uid, gid)), renamed over it, the rename
@@ -368,6 +379,14 @@ def inside(path: str, folder: str) -> bool:
 MARKER = ".hltmt-output.json"  # in every folder write_folder writes: which command wrote it, and its files
 _MARKER_FORMAT = "hltmt-output"
 _MARKER_MAX = 1 << 20  # bytes; a marker lists file names only
+# the marker as it is read back (records.py): the fields write_folder writes, no other
+MARKER_RECORD = records.Record(
+    {
+        "format": records.Text(choices=[_MARKER_FORMAT]),
+        "written_by": records.Text(min_len=1),
+        "files": records.ListOf(str),
+    }
+)
 _TEMP_RE = r"\.hltmt-(\d+)-[a-z0-9_]+\.(partial|old)"
 
 
@@ -406,8 +425,9 @@ def _files_under(folder: str) -> Set[str]:
 
 
 def read_marker(folder: str) -> Optional[dict]:
-    """The marker of ``folder`` (``{"written_by": KIND, "files": [...]}``), None when it has none or
-    an unreadable one. Never follows a link and never opens a FIFO or a device (lstat first)."""
+    """The marker of ``folder`` (``{"written_by": KIND, "files": [...]}``, read through
+    :data:`MARKER_RECORD`), None when it has none or an unreadable one. Never follows a link and
+    never opens a FIFO or a device (lstat first)."""
     path = os.path.join(folder, MARKER)
     try:
         st = os.lstat(path)
@@ -415,18 +435,10 @@ def read_marker(folder: str) -> Optional[dict]:
             return None
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
         with os.fdopen(fd, "rb") as f:
-            record = json.loads(f.read(_MARKER_MAX).decode("utf-8"))
-    except (OSError, ValueError):
+            text = f.read(_MARKER_MAX).decode("utf-8")
+        return records.check(records.parse_json(text, path), MARKER_RECORD, path)
+    except (OSError, ValueError, HltmtInputError):
         return None
-    if (
-        not isinstance(record, dict)
-        or record.get("format") != _MARKER_FORMAT
-        or not isinstance(record.get("written_by"), str)
-        or not isinstance(record.get("files"), list)
-        or not all(isinstance(name, str) for name in record["files"])
-    ):
-        return None
-    return record
 
 
 def _check_replaceable(target: str, shown: str, kind: str, force: bool) -> None:
@@ -649,6 +661,35 @@ def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
             shutil.rmtree(work, ignore_errors=True)
             _LIVE_FOLDERS.discard(work)
     return result
+
+
+def fresh_folder(path: str, kind: str) -> str:
+    """``path`` made anew as an empty folder with a marker of ``kind`` (a folder that a run fills
+    file by file as it goes: a training run's checkpoints, decoded outputs): an existing ``path``
+    is removed first only when it is an empty folder or one that ``kind`` made (its marker says
+    so); anything else is one :class:`FolderRefused` line, and nothing is removed."""
+    target = _resolved(path)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise FolderRefused(f"cannot write {path}: {error.strerror or error}") from None
+    if mode is not None:
+        what = _kind_of(mode)
+        if what is not None:
+            raise FolderRefused(f"{path} is {what}, not a folder: remove it or name another folder")
+        marker = read_marker(target)
+        if os.listdir(target) and (marker is None or marker["written_by"] != kind):
+            raise FolderRefused(f"{path} exists and {kind} did not make it: it is never removed; name another folder")
+    try:
+        if mode is not None:
+            shutil.rmtree(target)
+        os.makedirs(target)
+        _write_marker(target, kind, [])
+    except OSError as error:
+        raise FolderRefused(f"cannot write {path}: {error.strerror or error}") from None
+    return path
 
 
 def scratch_folder(prefix: str) -> str:

@@ -323,3 +323,54 @@ def test_an_earlier_output_moved_aside_by_a_killed_writer_is_put_back(tmp_path):
     with pytest.raises(files.FolderRefused, match=r"exists \(written by w\)"):
         files.write_folder(out, fill_two, kind="w")
     assert sorted(os.listdir(tmp_path)) == ["out"] and files.read_marker(out)["written_by"] == "w"
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        {"format": "hltmt-output", "written_by": "writer-a"},  # a field missing
+        {"format": "hltmt-output", "written_by": "writer-a", "files": ["a.txt", 3]},
+        {"format": "hltmt-output", "written_by": "", "files": []},
+        {"format": "other", "written_by": "writer-a", "files": []},
+        {"format": "hltmt-output", "written_by": "writer-a", "files": [], "more": 1},
+        [],
+    ],
+)
+def test_a_folder_marker_is_read_through_its_record_and_a_wrong_one_is_no_marker(tmp_path, marker):
+    import json
+
+    out = tmp_path / "out"
+    files.write_folder(str(out), fill_two, kind="writer-a")
+    (out / files.MARKER).write_text(json.dumps(marker))
+    assert files.read_marker(str(out)) is None
+    with pytest.raises(files.FolderRefused, match="writer-a did not write it"):
+        files.write_folder(str(out), fill_two, kind="writer-a", force=True)
+
+
+def test_a_copied_file_is_written_whole_and_a_missing_source_is_one_line(tmp_path):
+    (tmp_path / "src").write_bytes(b"abc")
+    files.copy_file(str(tmp_path / "src"), str(tmp_path / "sub" / "dst"))
+    assert (tmp_path / "sub" / "dst").read_bytes() == b"abc"
+    with pytest.raises(HltmtInputError, match=r"could not write .*dst \(No such file or directory\): it is unchanged"):
+        files.copy_file(str(tmp_path / "missing"), str(tmp_path / "sub" / "dst"))
+    assert sorted(os.listdir(tmp_path / "sub")) == ["dst"] and (tmp_path / "sub" / "dst").read_bytes() == b"abc"
+
+
+def test_a_fresh_folder_removes_only_an_empty_folder_or_one_its_kind_made(tmp_path):
+    run = str(tmp_path / "run")
+    files.fresh_folder(run, "a run")
+    (tmp_path / "run" / "checkpoint.pt").write_bytes(b"x")
+    files.fresh_folder(run, "a run")
+    assert os.listdir(run) == [files.MARKER]
+    with pytest.raises(files.FolderRefused, match="exists and another run did not make it: it is never removed"):
+        files.fresh_folder(run, "another run")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the user's")
+    with pytest.raises(files.FolderRefused, match="never removed"):
+        files.fresh_folder(str(tmp_path / "mine"), "a run")
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(files.FolderRefused, match="is a file, not a folder"):
+        files.fresh_folder(str(tmp_path / "a-file"), "a run")
+    (tmp_path / "empty").mkdir()
+    files.fresh_folder(str(tmp_path / "empty"), "a run")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's" and (tmp_path / "a-file").read_text() == "x"

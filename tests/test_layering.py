@@ -14,7 +14,8 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
     ["errors", "corpora"],  # corpora: the languages of the corpora the commands know by name
-    ["atomic_files", "records"],  # every file written whole or not at all; every record read through one schema
+    ["records"],  # every record read through one schema
+    ["atomic_files"],  # every file written whole or not at all (its folder marker read as a record)
     ["paths"],  # every path option declared (what a file is: atomic_files)
     ["config", "compat", "data_fingerprint"],
     ["routing"],  # the one routing primitive and a pass's rows (PassRows)

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
 from hltmt_plugin import records
-from hltmt_plugin.atomic_files import save_torch, write_text
+from hltmt_plugin.atomic_files import copy_file, save_torch, write_text
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import SPLITS, load_pair
@@ -299,8 +299,6 @@ def export_model(checkpoint, data, out, name):
     """``checkpoint``'s weights in half precision, with its stored options and no optimizer
     state, as ``out/name.pt``, beside the data's dictionaries and sentencepiece model (once):
     what hltmt-translate, the Python API and fairseq-generate need, a few MB."""
-    import shutil
-
     from hltmt_plugin.compat.safe_loading import load_state
 
     state = load_state(checkpoint)
@@ -315,8 +313,8 @@ def export_model(checkpoint, data, out, name):
     os.makedirs(out, exist_ok=True)
     for name_ in sorted(os.listdir(data)):
         if name_.startswith("dict.") or name_ == "dict_fingerprint.json":
-            shutil.copyfile(os.path.join(data, name_), os.path.join(out, name_))
-    shutil.copyfile(os.path.join(os.path.dirname(data), "spm", "spm.model"), os.path.join(out, "spm.model"))
+            copy_file(os.path.join(data, name_), os.path.join(out, name_))
+    copy_file(os.path.join(os.path.dirname(data), "spm", "spm.model"), os.path.join(out, "spm.model"))
     target = os.path.join(out, f"{name}.pt")
     save_torch(slim, target)
     return target
@@ -392,16 +390,29 @@ def count_lines(data: str, split: str, lang: str) -> int:
         return sum(1 for _ in f)
 
 
+# the run folder's .done-prepare: the options its data was prepared with (prepare writes every field)
+PREPARED = records.Record(
+    {
+        "raw": records.Text(min_len=1),
+        "langs": records.ListOf(records.Text(min_len=1, max_len=20), min_len=1, max_len=1000),
+        "vocab": records.Int(low=1),
+        "max_train": records.Int(low=0),
+        "max_en_words": records.Int(low=1),
+        "max_xx_words": records.Int(low=1),
+    }
+)
+
+
 def check_prepared(marker: str, made: dict) -> None:
     """A run folder's data was prepared with these options (a folder prepared otherwise would be
     trained on silently, and its report would name the new options)."""
     try:
-        was = records.read_json(marker, records.MapOf(records.ANYTHING, min_len=1, max_len=100), "preparation record")
+        was = records.read_json(marker, PREPARED, "preparation record")
     except HltmtInputError as error:
         raise StepFailed(
             f"{error}: give another --run-dir, or remove the run folder's data to prepare it again"
         ) from None
-    differ = [f"{k}: prepared {was[k]}, asked {made[k]}" for k in sorted(made) if k in was and was[k] != made[k]]
+    differ = [f"{k}: prepared {was[k]}, asked {made[k]}" for k in sorted(made) if was.get(k) != made[k]]
     if differ:
         raise StepFailed(
             f"the run folder {os.path.dirname(marker)} holds data prepared otherwise ({'; '.join(differ)}): "

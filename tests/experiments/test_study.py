@@ -5,6 +5,7 @@ seed-1 models translate from their own folder; a stopped study continues where i
 import csv
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -223,11 +224,34 @@ def test_a_run_folder_prepared_otherwise_is_refused(tmp_path):
     from hltmt_plugin.experiments.steps import StepFailed
     from hltmt_plugin.experiments.study import check_prepared
 
+    made = {"raw": "raw", "langs": ["de", "gu"], "vocab": 8000, "max_train": 0, "max_en_words": 9, "max_xx_words": 9}
     marker = tmp_path / ".done-prepare"
-    marker.write_text(json.dumps({"vocab": 8000, "langs": ["de", "gu"]}))
-    check_prepared(str(marker), {"vocab": 8000, "langs": ["de", "gu"]})
+    marker.write_text(json.dumps(made))
+    check_prepared(str(marker), made)
     with pytest.raises(StepFailed, match=r"prepared otherwise \(vocab: prepared 8000, asked 4000\)"):
-        check_prepared(str(marker), {"vocab": 4000, "langs": ["de", "gu"]})
+        check_prepared(str(marker), {**made, "vocab": 4000})
+
+
+@pytest.mark.parametrize(
+    "change, phrase",
+    [
+        (lambda r: r.pop("vocab"), "lacks 'vocab': a partial record"),
+        (lambda r: r.update(vocab="8000"), "field 'vocab' must be a whole number"),
+        (lambda r: r.update(langs=[]), "field 'langs' must hold at least 1 entries"),
+        (lambda r: r.update(seed=1), "holds an unknown field 'seed'"),
+    ],
+)
+def test_a_preparation_record_missing_or_wrong_in_a_field_is_one_line(tmp_path, change, phrase):
+    from hltmt_plugin.experiments.steps import StepFailed
+    from hltmt_plugin.experiments.study import check_prepared
+
+    made = {"raw": "raw", "langs": ["de", "gu"], "vocab": 8000, "max_train": 0, "max_en_words": 9, "max_xx_words": 9}
+    record = dict(made)
+    change(record)
+    marker = tmp_path / ".done-prepare"
+    marker.write_text(json.dumps(record))
+    with pytest.raises(StepFailed, match="preparation record .*" + re.escape(phrase)):
+        check_prepared(str(marker), made)
 
 
 def test_a_pair_whose_sides_do_not_match_line_by_line_is_one_line(tmp_path):
