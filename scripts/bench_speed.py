@@ -12,7 +12,9 @@ import sys
 import torch
 
 from bench_systems import BENCH, DTYPES, batches, build, comparison, flops, for_model, train_step_fn
+from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.experiments.recipe import PLUGIN_TASK
+from hltmt_plugin.experiments.runs import save_figure
 from timing import Clock, alternating, markdown_table, median
 
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
@@ -350,21 +352,17 @@ def speed_main(args, names):
             f"{args.clock} clock, generation batches of {args.gen_batch_size or 'up to 4,000 tokens'}",
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "device": args.device,
-                    "threads": torch.get_num_threads(),
-                    "clock": args.clock,
-                    "load": os.getloadavg()[0],
-                    "torch": torch.__version__,
-                    "rows": figures,
-                    "train_rounds": rates,
-                    "gen_rounds": {f"{n} {d}": v for (n, d), v in got["gen"].items()},
-                },
-                f,
-                indent=1,
-            )
+        record = {
+            "device": args.device,
+            "threads": torch.get_num_threads(),
+            "clock": args.clock,
+            "load": os.getloadavg()[0],
+            "torch": torch.__version__,
+            "rows": figures,
+            "train_rounds": rates,
+            "gen_rounds": {f"{n} {d}": v for (n, d), v in got["gen"].items()},
+        }
+        write_text(args.json, json.dumps(record, indent=1), "--json")
     return 0
 
 
@@ -403,5 +401,5 @@ def plot(figures, path, title):
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120, option="--png")
     plt.close(fig)

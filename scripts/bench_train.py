@@ -31,7 +31,10 @@ from bench_systems import (
     high_pairs,
     train_step_fn,
 )
+from hltmt_plugin import records as records
+from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.experiments.recipe import parse_train_log
+from hltmt_plugin.experiments.runs import save_figure
 from timing import add_spans, child_env, markdown_table, median, run_fairseq, span
 
 
@@ -64,16 +67,30 @@ def parse_train_options(args):
     args.train_sizes, args.train_updates = ",".join(sizes), updates
 
 
+# what run_fairseq_train hands its child process (--profile-child), and what the child hands back
+PROFILE_SPEC = records.Record(
+    {
+        "tool": str,
+        "warmup": records.Int(low=0),
+        "updates": records.Int(low=1),
+        "out": records.Text(min_len=1),
+        "argv": records.ListOf(str),
+    }
+)
+PROFILE_RESULT = records.Record(
+    {"wall": records.Number(low=0), "cpu": records.Number(low=0), "words": records.Int(low=0)}
+)
+
+
 def profile_child(spec_path):
     """fairseq-train itself (:func:`timing.run_fairseq`), the wall and CPU time and the target
     words of its updates after ``spec["warmup"]`` of them; the result goes to spec["out"]."""
-    with open(spec_path) as f:
-        spec = json.load(f)
+    spec = records.read_json(spec_path, PROFILE_SPEC, "profile spec")
     record = run_fairseq("fairseq-train", spec["argv"])
     window = slice(spec["warmup"], spec["warmup"] + spec["updates"])
     spent = add_spans(*(span(a, b) for a, b in record["train_step"][window]))
-    with open(spec["out"], "w") as f:
-        json.dump({"wall": spent["wall"], "cpu": spent["cpu"], "words": sum(record["step_tokens"][window])}, f)
+    words = sum(record["step_tokens"][window])
+    write_text(spec["out"], json.dumps({"wall": spent["wall"], "cpu": spent["cpu"], "words": words}))
     return 0
 
 
@@ -85,37 +102,33 @@ def run_fairseq_train(args, system, size, updates):
     warm = args.train_log_interval
     with tempfile.TemporaryDirectory() as save:
         spec_path, out = os.path.join(save, "spec.json"), os.path.join(save, "out.json")
-        with open(spec_path, "w") as f:
-            json.dump(
-                {
-                    "tool": "none",
-                    "warmup": warm,
-                    "updates": updates - warm,
-                    "out": out,
-                    "argv": fairseq_train_cmd(args, system, size, save, updates),
-                },
-                f,
-            )
+        spec = {
+            "tool": "none",
+            "warmup": warm,
+            "updates": updates - warm,
+            "out": out,
+            "argv": fairseq_train_cmd(args, system, size, save, updates),
+        }
+        write_text(spec_path, json.dumps(spec))
         done = subprocess.run(
             [sys.executable, BENCH, "--profile-child", spec_path], capture_output=True, text=True, env=child_env()
         )
         if done.returncode != 0:
             raise BenchError(f"fairseq-train of {system} ({size}) failed:\n{(done.stdout + done.stderr)[-3000:]}")
-        with open(out) as f:
-            timed = json.load(f)
-    records = parse_train_log(done.stdout + done.stderr).progress
-    if len(records) < 2:
+        timed = records.read_json(out, PROFILE_RESULT, "profile result")
+    intervals = parse_train_log(done.stdout + done.stderr).progress
+    if len(intervals) < 2:
         raise BenchError(
-            f"fairseq-train of {system} ({size}) logged {len(records)} interval(s): raise "
+            f"fairseq-train of {system} ({size}) logged {len(intervals)} interval(s): raise "
             f"--train-updates above 2 x --train-log-interval"
         )
-    later = records[1:]
+    later = intervals[1:]
     return {
         "wps": median(r["wps"] for r in later),
-        "wps_intervals": [r["wps"] for r in records],
+        "wps_intervals": [r["wps"] for r in intervals],
         "cpu_wps": timed["words"] / timed["cpu"],
         "step_wall_wps": timed["words"] / timed["wall"],
-        "batches": [(r["wpb"], r["bsz"]) for r in records],
+        "batches": [(r["wpb"], r["bsz"]) for r in intervals],
     }
 
 
@@ -285,8 +298,7 @@ def fairseq_train_main(args):
     if args.png:
         plot_train(out["fairseq_train"]["rows"], args.png)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_text(args.json, json.dumps(out, indent=1), "--json")
     return 0
 
 
@@ -345,5 +357,5 @@ def plot_train(rows, path):
     ax.set_title("fairseq-train itself: the whole training step", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2)  # below: the bars fill the axes
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120, option="--png")
     plt.close(fig)

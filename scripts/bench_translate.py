@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 
+from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.cli import PLUGIN
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
 from hltmt_plugin.experiments import recipe
@@ -404,26 +405,22 @@ def report_lines(table, ratios, same, n):
 
 
 def write_json(path, args, n, table, ratios, same, runs):
-    with open(path, "w") as f:
-        json.dump(
-            {
-                "sentences": n,
-                "per_direction": args.per_direction,
-                "directions": len(directions(args.langs)),
-                "beam": args.beam,
-                "max_len": args.max_len,
-                "max_tokens": args.max_tokens,
-                "threads": args.threads,
-                "rounds": args.rounds,
-                "checkpoint": args.checkpoint,
-                "modes": table,
-                "ratios": ratios,
-                "identical": same,
-                "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]] for m in MODES},
-            },
-            f,
-            indent=1,
-        )
+    record = {
+        "sentences": n,
+        "per_direction": args.per_direction,
+        "directions": len(directions(args.langs)),
+        "beam": args.beam,
+        "max_len": args.max_len,
+        "max_tokens": args.max_tokens,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "checkpoint": args.checkpoint,
+        "modes": table,
+        "ratios": ratios,
+        "identical": same,
+        "rounds_raw": {m: [{k: v for k, v in r.items() if k != "outputs"} for r in runs[m]] for m in MODES},
+    }
+    write_text(path, json.dumps(record, indent=1), "--json")
 
 
 # ---------------------------------------------------------------------------------------
@@ -476,8 +473,7 @@ def main(argv=None):
     os.makedirs(work, exist_ok=True)
     items = select_items(args.raw, args.langs, args.per_direction)
     items_path = os.path.join(work, "items.json")
-    with open(items_path, "w", encoding="utf-8") as f:
-        json.dump(items, f, ensure_ascii=False)
+    write_text(items_path, json.dumps(items, ensure_ascii=False))
     log(
         f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
         f"beam {args.beam}, max length {args.max_len}, {args.max_tokens} tokens per batch, {args.threads} thread(s), "

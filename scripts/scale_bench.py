@@ -48,6 +48,7 @@ import subprocess
 import sys
 import time
 
+from hltmt_plugin.atomic_files import write_text
 from scale_children import SYSTEMS, import_everything
 from scale_corpus import ROOT, ScaleError, check_fits
 from scale_measure import log, measure_k
@@ -194,19 +195,11 @@ def report(args, argv, results, t_all, torch_version):
             f"1 thread per process; ratio to K={reference_k(results)}",
         )
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "meta": meta,
-                    "results": results,
-                    "rows": [
-                        {"measure": m, "system": s, "unit": u, "values": {str(k): v for k, v in vals.items()}}
-                        for m, s, u, vals in rows
-                    ],
-                },
-                f,
-                indent=1,
-            )
+        rows_out = [
+            {"measure": m, "system": s, "unit": u, "values": {str(k): v for k, v in vals.items()}}
+            for m, s, u, vals in rows
+        ]
+        write_text(args.json, json.dumps({"meta": meta, "results": results, "rows": rows_out}, indent=1), "--json")
 
 
 def main(argv=None):

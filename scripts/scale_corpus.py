@@ -7,6 +7,7 @@ files, its own language token and its own lines (no line is shared with another 
 
 import os
 
+from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.corpora import DEBMT10_LANGS
 from hltmt_plugin.experiments.recipe import pool_size
 
@@ -65,8 +66,9 @@ def write_corpus(k, lines, eval_lines, raw):
                 )
             for lang, s in members:
                 for side, out_side in (("en", "en"), (real, lang)):
-                    with open(os.path.join(raw, f"{split}.en-{lang}.{out_side}"), "w", encoding="utf-8") as f:
-                        f.writelines(texts[side][s * n : (s + 1) * n])
+                    write_text(
+                        os.path.join(raw, f"{split}.en-{lang}.{out_side}"), "".join(texts[side][s * n : (s + 1) * n])
+                    )
     return langs
 
 

@@ -6,6 +6,7 @@ not inflate them; each measure runs one thread); the JSON keeps the wall time to
 
 import statistics
 
+from hltmt_plugin.experiments.runs import save_figure
 from scale_children import GEN_DIRECTION, GEN_SYSTEMS
 from timing import markdown_table
 
@@ -254,7 +255,7 @@ def plot(rows, results, path, title):
         draw_panel(ax, name, measures, mode, rows, ks, ref)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_figure(fig, path, dpi=100, option="--png")
     plt.close(fig)
 
 

@@ -8,8 +8,9 @@ unchanged (references must stay as released).
 
 import argparse
 import os
-import shutil
 import sys
+
+from hltmt_plugin.atomic_files import AtomicFile, copy_file
 
 
 def main(argv=None):
@@ -33,16 +34,17 @@ def main(argv=None):
         out = [os.path.join(args.out, f"{split}.en-{lang}.{s}") for s in ("en", lang)]
         if split != "train":
             for a, b in zip((src, tgt), out):
-                shutil.copy(a, b)
+                copy_file(a, b)
             continue
         norm_en, norm_xx = MosesPunctNormalizer(lang="en"), MosesPunctNormalizer(lang=lang)
         seen, kept, total = set(), 0, 0
         with (
             open(src, encoding="utf-8") as fe,
             open(tgt, encoding="utf-8") as fx,
-            open(out[0] + ".partial", "w", encoding="utf-8") as oe,
-            open(out[1] + ".partial", "w", encoding="utf-8") as ox,
+            AtomicFile(out[0]) as whole_en,
+            AtomicFile(out[1]) as whole_xx,
         ):
+            oe, ox = whole_en.open(), whole_xx.open()
             for e, x in zip(fe, fx):
                 total += 1
                 e, x = norm_en.normalize(e.strip()), norm_xx.normalize(x.strip())
@@ -55,8 +57,6 @@ def main(argv=None):
                 oe.write(e + "\n")
                 ox.write(x + "\n")
                 kept += 1
-        for a in out:
-            os.replace(a + ".partial", a)
         print(f"[clean] train en-{lang}: kept {kept} of {total} pairs", flush=True)
     return 0
 

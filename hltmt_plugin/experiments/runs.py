@@ -93,10 +93,11 @@ def convergence(curve):
     return ("flat" if drop < FLAT_DROP else "falling"), text
 
 
-def save_figure(fig, path):
-    """The figure as a PNG, written whole or not at all (see :class:`AtomicOutput`)."""
-    with AtomicOutput(path, "--out", binary=True) as f:
-        fig.savefig(f, format="png", dpi=110)
+def save_figure(fig, path, dpi=110, option="--out"):
+    """The figure as a PNG, written whole or not at all (see :class:`AtomicOutput`; ``option``
+    names ``path`` in its error)."""
+    with AtomicOutput(path, option, binary=True) as f:
+        fig.savefig(f, format="png", dpi=dpi)
 
 
 def gate_of(checkpoint):
