@@ -458,11 +458,11 @@ def measure_memory(args, folder):
 
 def write_items(args, items):
     """The sentences as JSON (the API's workers) and as SRC<TAB>TGT<TAB>TEXT lines (the command)."""
+    from hltmt_plugin.atomic_files import write_text
+
     path = os.path.join(args.work, "items.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(items, f, ensure_ascii=False)
-    with open(path[: -len(".json")] + ".tsv", "w", encoding="utf-8") as f:
-        f.writelines(f"{src}\t{tgt}\t{text}\n" for src, tgt, text, _ in items)
+    write_text(path, json.dumps(items, ensure_ascii=False))
+    write_text(path[: -len(".json")] + ".tsv", "".join(f"{src}\t{tgt}\t{text}\n" for src, tgt, text, _ in items))
     return path
 
 
@@ -505,9 +505,9 @@ def main(argv=None):
         "memory": memory,
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
     }
-    out = args.out or os.path.join(args.work, "result.json")
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
+    from hltmt_plugin.atomic_files import write_text
+
+    write_text(args.out or os.path.join(args.work, "result.json"), json.dumps(result, indent=1), "--out")
     print(json.dumps({k: result[k] for k in ("quality", "sizes", "max_logprob_diff")}, indent=1))
     return 0
 

@@ -52,7 +52,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -63,6 +62,13 @@ from typing import List
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from hltmt_plugin.atomic_files import (  # noqa: E402
+    AtomicFile,
+    FolderRefused,
+    copy_file,
+    fresh_folder,
+    write_text,
+)
 from hltmt_plugin.cli.launch import stop_ranks  # noqa: E402
 from hltmt_plugin.corpora import (  # noqa: E402
     DEBMT10_HIGH as HIGH,
@@ -205,9 +211,14 @@ class GpuRun:
         self.info["facts"][key] = value
 
     def save_info(self):
-        os.makedirs(self.work, exist_ok=True)
-        with open(os.path.join(self.work, "run.json"), "w", encoding="utf-8") as f:
-            json.dump(self.info, f, indent=1)
+        write_text(os.path.join(self.work, "run.json"), json.dumps(self.info, indent=1))
+
+    def fresh(self, path):
+        """``path`` made anew, empty: removed only when this script made it (atomic_files.fresh_folder)."""
+        try:
+            return fresh_folder(path, "gpu_run")
+        except FolderRefused as error:
+            raise StepFailed(f"{error} (or give another --work)") from None
 
     def phase(self, name, fn, *a):
         say(self.t0, f"{name} ...")
@@ -253,8 +264,7 @@ class GpuRun:
                 if error
                 else f"data preparation failed (exit {done.returncode}):\n{log_tail(log)}"
             )
-        with open(stamp, "w") as f:
-            f.write(want)
+        write_text(stamp, want)
 
     # ---- fairseq-train command lines -----------------------------------------------------
     def train_cmd(self, system, updates, save, calibrate):
@@ -407,8 +417,7 @@ class GpuRun:
     def train(self, updates):
         runs = {}
         for system in SYSTEMS:
-            save = os.path.join(self.work, "models", system)
-            shutil.rmtree(save, ignore_errors=True)
+            save = self.fresh(os.path.join(self.work, "models", system))
             log = os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log")
             runs[system] = (self.launch(system, self.train_cmd(system, updates, save, calibrate=False), log), log)
         launched = time.time()
@@ -484,7 +493,7 @@ class GpuRun:
             plan = ("4. decode", self.decode_dir("SYSTEM") + "/SRC-TGT.gen")
             return decode(jobs, common, self.data, workers, "", dry_run=True, plan=plan)
         for system in SYSTEMS:
-            shutil.rmtree(self.decode_dir(system), ignore_errors=True)
+            self.fresh(self.decode_dir(system))
         env = dict(
             os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers))
         )
@@ -617,27 +626,33 @@ def collect(run):
     copied = []
     for name in wanted:
         if os.path.exists(os.path.join(report, name)):
-            shutil.copy(os.path.join(report, name), os.path.join(out, name))
+            copy_file(os.path.join(report, name), os.path.join(out, name))
             copied.append(name)
     run.save_info()
-    shutil.copy(os.path.join(work, "run.json"), os.path.join(out, "run.json"))
+    copy_file(os.path.join(work, "run.json"), os.path.join(out, "run.json"))
     tar_path = os.path.join(out, "logs.tar.gz")
-    with tarfile.open(tar_path, "w:gz") as tar:
-        if os.path.isdir(run.logs):
-            tar.add(run.logs, arcname="logs")
-        decode = os.path.join(work, "decode")
-        if os.path.isdir(decode):
-            for dirpath, _, files in os.walk(decode):
-                for name in sorted(files):
-                    if name.endswith(".gen"):
-                        path = os.path.join(dirpath, name)
-                        tar.add(path, arcname=os.path.join("decode", os.path.relpath(path, decode)))
+    logs = [(run.logs, "logs")] if os.path.isdir(run.logs) else []
+    decoded = []
+    decode = os.path.join(work, "decode")
+    for dirpath, _, files in sorted(os.walk(decode)):
+        for name in sorted(files):
+            if name.endswith(".gen"):
+                path = os.path.join(dirpath, name)
+                decoded.append((path, os.path.join("decode", os.path.relpath(path, decode))))
+    write_tarball(tar_path, logs + decoded)
     if os.path.getsize(tar_path) > 15 * 2**20:  # over 15 MiB: the logs alone, without the decoded test sets
-        with tarfile.open(tar_path, "w:gz") as tar:
-            tar.add(run.logs, arcname="logs")
+        write_tarball(tar_path, logs)
     ours = copied + ["run.json", "logs.tar.gz", "gpu_run.log"]
     assert len(ours) <= MAX_OUT_FILES, ours
     return ours
+
+
+def write_tarball(path, members):
+    """``members`` ((a file or folder, its name in the archive)) as the gzip tarball ``path``,
+    written whole or not at all."""
+    with AtomicFile(path) as out, tarfile.open(fileobj=out.open(binary=True), mode="w:gz") as tar:
+        for source, name in members:
+            tar.add(source, arcname=name)
 
 
 def build_parser():
