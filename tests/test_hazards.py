@@ -392,35 +392,73 @@ def path_options():
     return found
 
 
-# an option whose name says it names a file or folder (what an undeclared path option looks like)
-PATH_WORDS = re.compile(
+# what an undeclared path option looks like, read from its action (its name is one sign of four):
+# a name, a metavar, a help text or a type that says the value names a file or folder
+PATH_NAMES = re.compile(
     r"(path|file|dir|folder|out|input|data|spm|checkpoint|model|raw|dict|jobs|text|results|matrix|adapters|log|json|"
-    r"work|save|bundle|manifest|pretrained)",
+    r"work|save|bundle|manifest|pretrained|dest|archive)",
+)
+PATH_METAVARS = re.compile(r"(FILE|DIR|PATH|FOLDER|OUT|CKPT|CHECKPOINT|MODEL|SPM|JSON|LOG|TSV|TXT)")
+PATH_HELP = re.compile(
+    r"\b(files?|folders?|director(y|ies)|paths?|checkpoints?|written|writes?|saved?|read from|[\w-]+\.(pt|txt|json|tsv|log))\b",
+    re.I,
 )
 
 
+def _path_type(kind) -> bool:
+    """A type that makes a path of the value (os.path.abspath, pathlib.Path, argparse.FileType)."""
+    import argparse
+    import pathlib
+
+    return (
+        isinstance(kind, argparse.FileType)
+        or (isinstance(kind, type) and issubclass(kind, pathlib.PurePath))
+        or getattr(kind, "__module__", "") in ("posixpath", "ntpath", "os.path")
+    )
+
+
+def path_signs(name: str, metavar, help_text, kind) -> list:
+    """Which of the four signs say that an option's value names a file or folder."""
+    metavars = metavar if isinstance(metavar, tuple) else (metavar,)
+    signs = [
+        ("name", bool(PATH_NAMES.search(name))),
+        ("metavar", any(isinstance(m, str) and PATH_METAVARS.search(m) for m in metavars)),
+        ("help", bool(isinstance(help_text, str) and PATH_HELP.search(help_text.replace("%(default)s", "")))),
+        ("type", _path_type(kind)),
+    ]
+    return [sign for sign, seen in signs if seen]
+
+
 def looks_like_a_path(action) -> bool:
+    """Whether an argparse action takes a value that names a file or folder (by its action: its
+    name, metavar, help and type), so that it must be declared with paths.path_option."""
     import argparse
 
     if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
         return False
     if action.choices is not None or action.type in (int, float) or action.nargs == 0:
         return False
-    return bool(PATH_WORDS.search(" ".join(action.option_strings) or action.dest))
+    name = " ".join(action.option_strings) or action.dest
+    return bool(path_signs(name, action.metavar, action.help, action.type))
 
 
 def plugin_fairseq_fields():
-    """``(group, field)`` of every dataclass option the plugin adds to fairseq's commands."""
+    """``(group, field)`` of every dataclass option the plugin adds to fairseq's commands: every
+    FairseqDataclass the plugin defines, found once the plugin is registered."""
     import dataclasses
 
-    from hltmt_plugin.adapters.config import AdapterConfig
-    from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyConfig
-    from hltmt_plugin.peft import PeftConfig
-    from hltmt_plugin.pool.config import SlpConfig
-    from hltmt_plugin.pretrained import PretrainedConfig
-    from hltmt_plugin.skills.config import SkillConfig
+    from fairseq.dataclass import FairseqDataclass
 
-    groups = (SlpConfig, PretrainedConfig, AdapterConfig, SkillConfig, PeftConfig, HltmtCrossEntropyConfig)
+    import hltmt_plugin
+
+    hltmt_plugin.register()
+    found, todo = [], [FairseqDataclass]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__module__.startswith("hltmt_plugin."):
+            found.append(cls)
+    groups = sorted(set(found), key=lambda g: (g.__module__, g.__name__))
     return [(g.__name__, f) for g in groups for f in dataclasses.fields(g)]
 
 
@@ -439,8 +477,10 @@ def test_every_installed_command_builds_its_parser_and_declares_every_path_optio
             if not paths.path_kind(a) and looks_like_a_path(a)
         ]
     for group, field in plugin_fairseq_fields():
-        if paths.field_kind(field) is None and field.type in (str, Optional[str]) and PATH_WORDS.search(field.name):
-            if not field.name.endswith(("_langs", "_layers", "_type", "_dim", "_only")):
+        if paths.field_kind(field) is None and field.type in (str, Optional[str]):
+            if path_signs(field.name, None, field.metadata.get("help"), None) and not field.name.endswith(
+                ("_langs", "_layers", "_type", "_dim", "_only")
+            ):
                 undeclared.append(f"{group}.{field.name}")
     assert not undeclared, f"path options not declared (hltmt_plugin/paths.py): {undeclared}"
 
@@ -453,6 +493,32 @@ def test_an_option_that_names_a_file_is_found_undeclared_by_the_check():
         assert looks_like_a_path(p.add_argument(*flags))
     for flags, kw in ((["--langs"], {}), (["--beam"], {"type": int}), (["--json"], {"action": "store_true"})):
         assert not looks_like_a_path(p.add_argument(*flags, **kw))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"metavar": "FILE"},
+        {"help": "where the translations go (a file)"},
+        {"help": "the averaged model is written here"},
+        {"type": os.path.abspath},
+        {},  # its name
+    ],
+)
+def test_an_option_named_otherwise_that_takes_a_file_is_found_by_its_action(kw):
+    """``--destination`` taking a file, shown by its metavar, its help, its type or its name."""
+    import argparse
+
+    from hltmt_plugin import paths
+
+    parser = paths.ArgumentParser(prog="planted")
+    parser.add_argument("--src", help="source language")
+    parser.add_argument("--to" if kw else "--destination", **kw)
+    undeclared = [
+        paths.option_name(a) for _, a in paths.declared(parser) if not paths.path_kind(a) and looks_like_a_path(a)
+    ]
+    assert undeclared == ["--to" if kw else "--destination"], kw
+    assert not looks_like_a_path(argparse.ArgumentParser().add_argument("--to", help="target language"))
 
 
 def _special(kind_of, tmp):

@@ -466,8 +466,12 @@ def build_parser():
         "validation and their validation curve (repeatable)",
     )
     p.add_argument("--machine", default=None, help="the machine, in words (default: detected here)")
-    p.add_argument(
-        "--run-info", default=None, help="JSON of the run (scripts/gpu_run.py's run.json): sizes, updates, tokens/s"
+    path_option(
+        p,
+        "--run-info",
+        kind=READ_FILE,
+        default=None,
+        help="JSON of the run (scripts/gpu_run.py's run.json): sizes, updates, tokens/s",
     )
     return p
 
