@@ -14,7 +14,9 @@ temporary file). A destination that is not a regular file or a new name (a devic
 socket, a ``/dev/std*`` or ``/proc/*/fd`` path that names another file) is refused before
 anything is written (:func:`check_destination`): renaming over it would put a regular file in
 place of the device or pipe, and a reader waiting on it would wait forever. SIGTERM, like an
-exception or Ctrl-C, removes every temporary file a write had open before the process ends.
+exception or Ctrl-C, removes every temporary file a write had open before the process ends;
+what a SIGKILL leaves (a temporary file whose lock no live writer holds) is removed by the
+next write of the same file.
 
 - :func:`write_text`, :func:`write_bytes`, :func:`save_torch`: a whole file in one call; a
   failure is one :class:`HltmtInputError` naming the file and whether it is unchanged;
@@ -179,15 +181,63 @@ def _final_owner(target: str):
     return st.st_uid, st.st_gid
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
 def _final_mode(target: str) -> int:
     """The mode ``open`` would leave ``target`` with: its own, or a new file's."""
     try:
         return os.stat(target).st_mode & 0o7777
     except OSError:
         pass
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o666 & ~_umask()
+
+
+def _temporary_of(target: str, suffix: str):
+    """A new temporary file beside ``target`` (``.NAME.XXXXXXXX`` + ``suffix``), open and locked
+    (``flock``, released by the system when the process ends, also by SIGKILL): (fd, path). The
+    temporaries of ``target`` with that suffix that no live writer holds (a writer killed by
+    SIGKILL, a power cut) are removed first."""
+    folder, name = os.path.dirname(target), os.path.basename(target)
+    _clear_stale_files(folder, name, suffix)
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=suffix, dir=folder)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a sweeper looks at it
+        try:
+            if os.path.samestat(os.fstat(fd), os.lstat(tmp)):  # not removed as stale before it was locked
+                return fd, tmp
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _clear_stale_files(folder: str, name: str, suffix: str) -> None:
+    """Remove the temporary files of the destination ``name`` in ``folder`` (with ``suffix``) whose
+    lock is free: their writer ended without removing them. A file this process cannot open
+    (another user's), a link or anything but a regular file is left alone."""
+    pattern = re.compile(re.escape(f".{name}.") + r"[a-z0-9_]{8}" + re.escape(suffix))
+    try:
+        entries = [entry for entry in os.listdir(folder) if pattern.fullmatch(entry)]
+    except OSError:
+        return
+    for entry in entries:
+        path = os.path.join(folder, entry)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        except OSError:
+            continue
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a live writer's
+                if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                    os.remove(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 class AtomicFile:
@@ -207,9 +257,8 @@ class AtomicFile:
         check_destination(path)
         self.target = os.path.realpath(path)  # a symbolic link keeps pointing at the new file
         _watch_sigterm()
-        self._fd, self.tmp = tempfile.mkstemp(
-            prefix=f".{os.path.basename(self.target)}.", suffix=suffix, dir=os.path.dirname(self.target)
-        )
+        self._fd, self.tmp = _temporary_of(self.target, suffix)
+        self._hold = os.dup(self._fd)  # keeps the lock until the rename, after the file is closed
         _LIVE.add(self.tmp)
         self.file = None
         self.finished = False
@@ -241,6 +290,12 @@ class AtomicFile:
             raise
         self.finished = True
         _LIVE.discard(self.tmp)
+        self._release()
+
+    def _release(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            os.close(hold)
 
     def discard(self) -> None:
         """Remove the temporary file (unless committed): the destination stays as it was."""
@@ -253,6 +308,7 @@ class AtomicFile:
             pass
         _remove_quietly(self.tmp)
         _LIVE.discard(self.tmp)
+        self._release()
 
     def __enter__(self):
         return self
@@ -560,6 +616,18 @@ def _write_marker(work: str, kind: str, files) -> None:
         f.write("\n")
 
 
+def _umask_modes(work: str) -> None:
+    """Every file and folder under ``work`` given the mode the umask gives a new one (``0o666`` /
+    ``0o777`` less the umask), whoever wrote it: a library that writes its files ``0o600`` (or a
+    copy that kept its source's mode) does not decide the output's. Links are left as they are."""
+    umask = _umask()
+    for root, dirs, names in os.walk(work):
+        for name, mode in [(d, 0o777) for d in dirs] + [(n, 0o666) for n in names]:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, mode & ~umask)
+
+
 def replace_folder(work: str, target: str) -> None:
     """The complete folder ``work`` renamed to ``target``; an existing ``target`` is moved aside
     first (put back should the rename fail) and removed after."""
@@ -611,8 +679,9 @@ def write_folder(
     is an earlier output of ``kind`` and ``force`` is not given; another process is writing
     ``out`` (a lock); the place cannot be written. An empty folder is replaced. A failure or
     an interrupt of ``fill`` (exception, Ctrl-C, SIGTERM) removes the temporary folder and leaves
-    ``out`` as it was; what a SIGKILL leaves is removed by the next writer of ``out``. New
-    folders get the mode the umask gives (not ``0o700``)."""
+    ``out`` as it was; what a SIGKILL leaves is removed by the next writer of ``out``. Every
+    file and folder of the output gets the mode the umask gives (not ``0o700`` or ``0o600``,
+    whatever wrote it)."""
     shown = f"{option} {out}"
     target = _resolved(out)
     _check_inputs(target, shown, inputs)
@@ -652,6 +721,7 @@ def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
     _LIVE_FOLDERS.add(work)
     try:
         result = fill(work)
+        _umask_modes(work)
         _write_marker(work, kind, _files_under(work) - {MARKER})
         replace_folder(work, target)
     except OSError as error:

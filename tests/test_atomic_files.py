@@ -144,6 +144,44 @@ def test_sigterm_during_a_write_leaves_no_temporary_file(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"] and out.read_text() == "old\n"
 
 
+HOLDER = (
+    "import sys, time; from hltmt_plugin.atomic_files import AtomicFile\n"
+    "f = AtomicFile(sys.argv[1]); f.open().write('new'); print('ready', flush=True); time.sleep(60)"
+)
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write_of_that_file_only(tmp_path):
+    """SIGKILL leaves the temporary file; the next write of the same file removes it, and only it:
+    a live writer's (it holds its lock), another file's and another suffix's stay."""
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.txt"
+    out.write_text("old\n")
+    killed = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    assert killed.stdout.readline().strip() == "ready"
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=30) == -signal.SIGKILL
+    (left,) = [p.name for p in tmp_path.iterdir() if p.name != "out.txt"]
+    assert left.startswith(".out.txt.") and left.endswith(".partial")
+    live = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout.readline().strip() == "ready"
+        (held,) = [p.name for p in tmp_path.iterdir() if p.name not in ("out.txt", left)]
+        others = [".out.txt.x.abcdefgh.partial", ".other.txt.abcdefgh.partial", ".out.txt.abcdefgh.tmp"]
+        for name in others:
+            (tmp_path / name).write_text("not this write's")
+        files.write_text(str(out), "new\n")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.txt", held, *others])
+        assert out.read_text() == "new\n"
+    finally:
+        live.kill()
+        live.wait(timeout=30)
+    files.write_text(str(out), "newer\n")  # its writer gone, the other writer's temporary file is stale too
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.txt", *others])
+
+
 @pytest.mark.parametrize(
     "make, said",
     [
@@ -374,3 +412,35 @@ def test_a_fresh_folder_removes_only_an_empty_folder_or_one_its_kind_made(tmp_pa
     (tmp_path / "empty").mkdir()
     files.fresh_folder(str(tmp_path / "empty"), "a run")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "the user's" and (tmp_path / "a-file").read_text() == "x"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_file_and_folder_of_a_folder_output_gets_the_umasks_mode(tmp_path, umask):
+    """Whoever wrote them (a library writing 0o600, a private folder), the output's files and
+    folders get the mode the umask gives a new one."""
+
+    def fill(work):
+        fd = os.open(os.path.join(work, "model.safetensors"), os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
+        os.mkdir(os.path.join(work, "models"), 0o700)
+        (open(os.path.join(work, "models", "config.json"), "w")).write("{}")
+        os.chmod(os.path.join(work, "models", "config.json"), 0o755)
+
+    old = os.umask(umask)
+    try:
+        files.write_folder(str(tmp_path / "out"), fill, kind="w")
+    finally:
+        os.umask(old)
+    modes = {
+        os.path.relpath(os.path.join(root, name), tmp_path): os.stat(os.path.join(root, name)).st_mode & 0o777
+        for root, dirs, names in os.walk(tmp_path)
+        for name in dirs + names
+    }
+    folder, file = 0o777 & ~umask, 0o666 & ~umask
+    assert modes == {
+        "out": folder,
+        "out/models": folder,
+        "out/model.safetensors": file,
+        "out/models/config.json": file,
+        f"out/{files.MARKER}": file,
+    }

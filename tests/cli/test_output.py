@@ -138,6 +138,36 @@ def test_an_existing_output_is_replaced_only_when_complete(hltmt, tmp_path):
     assert len(out.read_text(encoding="utf-8").split("\n")) == 4 and sorted(os.listdir(tmp_path)) == ["out.txt"]
 
 
+def test_what_a_killed_hltmt_translate_leaves_is_removed_by_the_next_run_to_that_output(tmp_path):
+    """SIGKILL (no handler runs) leaves the output's temporary file; the next run writing the same
+    output removes it (its writer's lock is free) and leaves the output alone."""
+    model = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "mnmt.pt")
+    out = tmp_path / "out.txt"
+    out.write_text("the user's earlier translations\n", encoding="utf-8")
+    line = [cli("hltmt-translate"), "--checkpoint", model, "--src", "en", "--tgt", "de", "--beam", "1"]
+    line += ["--max-len", "5", "--buffer-size", "1", "--device", "cpu", "-o", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen(line, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=env)
+    try:
+        proc.stdin.write("The file is open.\n")
+        proc.stdin.flush()
+        deadline = time.time() + 300
+        partial = []
+        while not partial:  # the first line is written, to the temporary file beside the output
+            assert proc.poll() is None and time.time() < deadline
+            partial = [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial") and p.stat().st_size > 0]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        proc.kill()
+    assert sorted(os.listdir(tmp_path)) == sorted(["out.txt", *partial]) and partial[0].startswith(".out.txt.")
+    assert out.read_text(encoding="utf-8") == "the user's earlier translations\n"
+    done = translate(*line[1:], input="Good morning.\n")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["out.txt"] and len(out.read_text(encoding="utf-8").splitlines()) == 1
+
+
 def test_outputs_and_inputs_are_judged_by_what_they_are_not_by_their_names(hltmt, tmp_path):
     common = [cli("hltmt-translate"), "--checkpoint", hltmt, "--src", "en", "--tgt", "de", "--device", "cpu"]
     common += ["--beam", "2", "--max-len", "10"]
