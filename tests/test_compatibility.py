@@ -9,19 +9,23 @@ from argparse import Namespace
 import pytest
 
 from hltmt_plugin.compatibility import (
+    NO_RECORD,
     OLD_DICTS,
     OLD_VOCAB,
     RECORD_KEY,
+    VERSION_KEY,
     build_record,
     check,
     language_marking,
     mismatches,
     model_fields,
+    no_record,
     record_of_options,
     record_of_state,
     spm_coverage,
     stored_options,
     vocabulary_fingerprint,
+    written_by_plugin,
 )
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
@@ -115,11 +119,29 @@ def test_each_field_that_differs_is_one_difference_naming_both_values(given, lin
     assert mismatches(RECORD, given) == [line]
 
 
-def test_only_the_fields_and_options_both_records_hold_are_compared():
+def test_the_fields_asked_for_are_compared_and_a_required_one_that_one_record_lacks_is_a_difference():
     assert mismatches(RECORD, dict(RECORD)) == []
-    assert mismatches(RECORD, {"languages": ["en"]}, fields=("model", "spm")) == []  # languages not asked for
-    partial = {k: v for k, v in RECORD.items() if k not in ("spm", "dictionaries")}
+    assert mismatches(RECORD, {"languages": ["en"]}, fields=("languages", "spm")) == [
+        "languages: checkpoint en,de,fr, given en"
+    ]  # spm is not required: a data folder without a sentencepiece model of hltmt-prepare-data's
+    assert mismatches(RECORD, {"languages": ["en"]}, fields=("model", "vocabulary")) == [
+        "model: none in the given record",
+        "vocabulary: none in the given record",
+    ]
+    assert mismatches({"model": RECORD["model"]}, RECORD, fields=("dictionaries",)) == [
+        "dictionaries: none in the checkpoint record"
+    ]
+    assert mismatches({}, {}, fields=("dictionaries", "vocabulary")) == []  # neither holds it: nothing to compare
+    partial = {k: v for k, v in RECORD.items() if k != "spm"}
+    # a model option or a marking only one side holds (a record of an older version) is not compared
     assert mismatches(RECORD, {**partial, "model": {"encoder_layers": 2, "decoder_layers": 9}}) == []
+
+
+def test_a_dictionary_the_checkpoint_recorded_and_the_given_data_folder_lacks_is_a_difference():
+    given = changed(dictionaries={"dict.en.txt": "a1", "dict.xx.txt": "c1"})  # one more: a language added
+    assert mismatches(RECORD, given) == [
+        "dictionaries: dict.de.txt in the checkpoint's record, not in the given's data"
+    ]
     given = changed(model={**RECORD["model"], "encoder_layers": 3, "high_resource_langs": "de"})
     assert mismatches(RECORD, given, model_options=("encoder_layers",), labels=("was", "is")) == [
         "--encoder-layers: was 2, is 3"
@@ -167,8 +189,13 @@ def test_options_without_a_record_give_the_record_they_imply_with_the_older_fing
     assert record_of_options(vars(old)) == record  # the options as a dict (a checkpoint's cfg.model)
 
 
+def complete(opts):
+    """The record of ``opts`` as the plugin's task stores it (every required field)."""
+    return {**build_record(opts, symbols=["<s>", "x", "__en__"]), "dictionaries": {"dict.en.txt": "a1" * 32}}
+
+
 def test_the_stored_record_wins_and_edited_options_are_refused():
-    written = build_record(options())
+    written = complete(options())
     stored = options(**{RECORD_KEY: written})
     assert record_of_options(stored) == written
     overridden = options(dropout=0.3, **{RECORD_KEY: written})  # an option of no weight's meaning
@@ -187,7 +214,9 @@ def test_stored_options_are_read_from_cfg_model_or_legacy_args():
     assert stored_options({"cfg": {"model": {"encoder_layers": 4}}}).encoder_layers == 4
     assert stored_options({"args": model}) is model
     assert vars(stored_options({})) == {}
-    assert record_of_state({"cfg": {"model": model}})["model"]["encoder_layers"] == 2
+    stock = options(arch="transformer_hltmt_tiny", data="trained/bin")  # fairseq's transformer: no record
+    record = record_of_state({"cfg": {"model": stock, "task": Namespace(_name="translation_multi_simple_epoch")}})
+    assert record["model"]["encoder_layers"] == 2 and record[NO_RECORD] == {"trained_on": "trained/bin"}
 
 
 def test_spm_coverage_is_the_share_of_the_dictionarys_pieces_the_model_makes():
@@ -213,7 +242,17 @@ VALID = {**RECORD, "dictionaries": {"dict.en.txt": "a1" * 32}, "vocabulary": {"s
     "stored, why",
     [
         ({}, "compatibility record is empty: a partial record"),
-        ({"marking": {}, "model": {"arch": "x"}}, "field 'marking' must hold"),
+        ({**VALID, "marking": {}}, "field 'marking' must hold"),
+        ({**VALID, "marking": {"--encoder-langtok": None}}, "field 'marking.--encoder-langtok' must be a string"),
+        ({**VALID, "dictionaries": None}, "field 'dictionaries' must be a map, got null"),
+        ({**VALID, "dictionaries": {}}, "field 'dictionaries' must hold at least 1"),
+        ({**VALID, "dictionaries": {"../x": "a1" * 32}}, "is not of the expected form"),
+        ({**VALID, "model": {"arch": None}}, "field 'model.arch' must be a string, got null"),
+        ({**VALID, "model": {"arch": "x", "what": 1}}, "holds an unknown field 'what'"),
+        ({**VALID, "model": {"arch": "x", "encoder_layers": {"a": 1}}}, "field 'model.encoder_layers' must be"),
+        ({k: v for k, v in VALID.items() if k != "languages"}, "lacks 'languages'"),
+        ({k: v for k, v in VALID.items() if k != "vocabulary"}, "lacks 'vocabulary'"),
+        (None, "compatibility record must be a map, got null"),
         ({"marking": {"--encoder-langtok": "tgt"}}, "lacks 'model'"),
         ({**VALID, "vocabulary": 5}, "field 'vocabulary' must be a map, got a whole number"),
         ({**VALID, "model": "x"}, "field 'model' must be a map, got a string"),
@@ -240,7 +279,7 @@ def test_older_records_of_wrong_types_are_one_line():
 
 
 def test_a_swapped_architecture_name_is_an_edit_of_the_stored_options():
-    written = build_record(options())
+    written = complete(options())
     for swapped in ({"arch": "transformer_hltmt_tiny"}, {"_name": "transformer_hltmt_tiny"}):
         with pytest.raises(HltmtInputError, match="--arch: written hltmt_transformer_tiny, now transformer_hltmt_tiny"):
             record_of_options(options(**swapped, **{RECORD_KEY: written}))
@@ -253,3 +292,90 @@ def test_the_record_names_the_plugin_version_that_wrote_it_and_never_compares_it
     record = build_record(options())
     assert record["plugin_version"] == hltmt_plugin.__version__
     assert mismatches(record, {**record, "plugin_version": "0.0.1"}) == []
+
+
+# ---- closed unless proven open: a record complete or refused; only fairseq's own checkpoints have none
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"task": "hltmt_translation", "arch": "transformer_hltmt_tiny"},  # the plugin's task
+        {},  # an architecture of the plugin's model (hltmt_transformer_tiny)
+        {"arch": "transformer", VERSION_KEY: "0.2.0"},  # the plugin's version beside a removed record
+        {"arch": "transformer", RECORD_KEY: None},  # a record set to null
+    ],
+)
+def test_a_checkpoint_of_the_plugin_without_its_record_is_one_line(edit):
+    opts = options(**edit)
+    assert written_by_plugin(opts)
+    with pytest.raises(HltmtInputError) as refused:
+        record_of_options(opts, edits=False)
+    message = str(refused.value)
+    assert message.startswith("the checkpoint's compatibility record") and "\n" not in message
+    assert ("is missing" in message) or ("must be a map, got null" in message)
+
+
+def test_a_plugin_checkpoint_is_known_by_its_stored_task_too():
+    stock = options(arch="transformer_hltmt_tiny")
+    assert not written_by_plugin(stock) and no_record(record_of_options(stock))
+    assert written_by_plugin(stock, task="hltmt_translation")
+    with pytest.raises(HltmtInputError, match="is missing"):
+        record_of_state({"cfg": {"model": stock, "task": {"_name": "hltmt_translation"}}})
+
+
+def test_an_older_record_of_the_plugin_is_complete_or_one_line():
+    with pytest.raises(HltmtInputError, match=r"older compatibility record \(hltmt_plugin < 0.2\) lacks 'vocabulary'"):
+        record_of_options(options(**{OLD_DICTS: {"dict.en.txt": "a1" * 32}}))
+    with pytest.raises(HltmtInputError, match="lacks 'languages'"):
+        record_of_options(
+            options(
+                langs=None, **{OLD_DICTS: {"dict.en.txt": "a1" * 32}, OLD_VOCAB: {"symbols": 5, "sha256": "b" * 64}}
+            )
+        )
+
+
+def stock_options():
+    return options(arch="transformer_hltmt_tiny", task="translation_multi_simple_epoch", data="/trained/bin")
+
+
+def test_a_checkpoint_without_a_record_is_served_with_one_warning_naming_both_data_folders(tmp_path, capsys):
+    from hltmt_plugin.data_fingerprint import write_fingerprint
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "dict.en.txt").write_text("a 1\nb 1\n", encoding="utf-8")
+    record = record_of_options(stock_options())
+    assert no_record(record) and "dictionaries" not in record and "vocabulary" not in record
+    given = complete(options(arch="transformer_hltmt_tiny"))
+    check(record, given, "checkpoint m.pt", "fix", data=str(folder))  # the fields its options give agree
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("hltmt_plugin: warning: checkpoint m.pt carries no compatibility record")
+    assert f"trained on the data folder /trained/bin, given {folder}" in line
+    assert "it has no dict_fingerprint.json, so nothing shows" in line
+    write_fingerprint(str(folder))
+    check(record, given, "checkpoint m.pt", "fix", data=str(folder))
+    assert capsys.readouterr().err.count("its dictionaries agree with its dict_fingerprint.json") == 1
+    with pytest.raises(HltmtConfigError, match="languages: checkpoint en,de,fr, given en"):
+        check(record, {**given, "languages": ["en"]}, "checkpoint m.pt", "fix", data=str(folder))
+    assert capsys.readouterr().err == ""  # refused: no warning before the error line
+
+
+def test_a_checkpoint_without_a_record_is_refused_where_the_data_folders_fingerprint_says_it_changed(tmp_path, capsys):
+    from hltmt_plugin.data_fingerprint import write_fingerprint
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "dict.en.txt").write_text("a 1\nb 1\n", encoding="utf-8")
+    write_fingerprint(str(folder))
+    (folder / "dict.en.txt").write_text("b 1\na 1\n", encoding="utf-8")  # two rows swapped after binarizing
+    with pytest.raises(HltmtInputError) as refused:
+        check(record_of_options(stock_options()), complete(options()), "checkpoint m.pt", "fix", data=str(folder))
+    message = str(refused.value)
+    assert message.startswith("checkpoint m.pt carries no compatibility record") and "\n" not in message
+    assert "trained on /trained/bin" in message and "dict.en.txt changed since the data was binarized" in message
+    assert capsys.readouterr().err == ""
+
+
+def test_a_checkpoint_with_a_record_is_compared_on_every_required_field():
+    record = complete(options())
+    with pytest.raises(HltmtConfigError, match="vocabulary: none in the given record"):
+        check(record, {k: v for k, v in record.items() if k != "vocabulary"}, "the checkpoint", "fix")

@@ -57,7 +57,7 @@ def install() -> None:
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from hltmt_plugin.compat import atomic_copy, hub_generator, safe_eval, safe_loading
+    from hltmt_plugin.compat import atomic_copy, checkpoint_record, hub_generator, safe_eval, safe_loading
 
     if not hasattr(torch.serialization, "add_safe_globals"):
         raise HltmtError(
@@ -68,6 +68,7 @@ def install() -> None:
     if _version(fairseq.__version__)[:2] == (0, 12):
         safe_eval.install()
         atomic_copy.install(PathManager, checkpoint_utils)
+        checkpoint_record.install(checkpoint_utils)
         from fairseq.hub_utils import GeneratorHubInterface
         from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 

@@ -11,7 +11,7 @@ from argparse import Namespace
 from typing import TYPE_CHECKING, Optional
 
 import hltmt_plugin
-from hltmt_plugin.compatibility import record_of_options, spm_coverage
+from hltmt_plugin.compatibility import check, record_of_options, record_of_state, spm_coverage
 from hltmt_plugin.data_fingerprint import sha256_file
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
@@ -73,12 +73,14 @@ def load_model(path: str, data: Optional[str] = None, *, state=None, must_exist=
     :class:`HltmtInputError` line naming ``--data``, else fairseq's own error."""
     from fairseq import checkpoint_utils
 
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
+
     if must_exist and not os.path.isfile(path):
         raise HltmtInputError(f"checkpoint {path} does not exist")
+    if state is None:  # read by the plugin's loader: fairseq's own is left as it is in a program
+        state = load_checkpoint(path, {"data": data} if data else None)
     try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [path], arg_overrides={"data": data} if data else None, state=state
-        )
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], state=state)
     except FileNotFoundError as error:
         if not explain_missing:
             raise
@@ -90,15 +92,18 @@ def load_model(path: str, data: Optional[str] = None, *, state=None, must_exist=
 
 
 def _read_checkpoint(path: str, data: Optional[str]):
-    """The checkpoint's state with its stored options, checked and with ``data`` set."""
-    from fairseq import checkpoint_utils
+    """The checkpoint's state with its stored options, checked and with ``data`` set, its data
+    folder and its compatibility record (read before ``data`` is set: a checkpoint without one
+    names the folder it was trained on)."""
     from fairseq.dataclass.utils import overwrite_args_by_name
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
 
     if not os.path.isfile(path):
         raise HltmtInputError(f"checkpoint {path} does not exist")
     try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        state = load_checkpoint(path)
     except (KeyError, AttributeError, TypeError, ValueError) as error:
         if isinstance(error, HltmtInputError):
             raise
@@ -107,6 +112,7 @@ def _read_checkpoint(path: str, data: Optional[str]):
             f"{str(error).strip().splitlines()[0] if str(error).strip() else ''})"
         ) from None
     # (a state without weights or options was refused by the loader: compat.safe_loading.check_fairseq_state)
+    record = record_of_state(state)  # complete, or refused in one line; none only where written without the plugin
     cfg = state["cfg"]
     task_name = _stored(cfg, "task", "_name") or _stored(cfg, "task", "task")
     arch = _stored(cfg, "model", "arch") or _stored(cfg, "model", "_name")
@@ -145,7 +151,7 @@ def _read_checkpoint(path: str, data: Optional[str]):
     if state.get("args") is not None:  # a legacy checkpoint: fairseq rebuilds cfg from these
         for key, value in overrides.items():
             setattr(state["args"], key, value)
-    return state, folder
+    return state, folder, record
 
 
 def check_spm(spm_path: str, symbols, model_options) -> None:
@@ -172,6 +178,22 @@ def check_spm(spm_path: str, symbols, model_options) -> None:
             f"only {share:.0%} of the dictionary's pieces (the rest would be read as <unk>): give "
             "the sentencepiece model of the training data"
         )
+
+
+def check_record_of(path: str, record, task) -> None:
+    """The record of the checkpoint ``path`` against the data folder, dictionary, languages and
+    language-token options of ``task`` (fairseq's own multilingual task, which compares nothing):
+    the comparison the plugin's task makes (:func:`hltmt_plugin.tasks.checkpoint_checks.check_record`)."""
+    from hltmt_plugin.tasks.checkpoint_checks import DECODE_FIX, data_folder, given_record
+
+    check(
+        record,
+        given_record(task, task.args),
+        f"checkpoint {path}",
+        DECODE_FIX,
+        data=data_folder(task),
+        fields=("dictionaries", "vocabulary", "languages", "marking"),
+    )
 
 
 class LoadedCheckpoint:
@@ -213,9 +235,11 @@ def load_for_translation(checkpoint, spm: Optional[str] = None, data: Optional[s
     if not isinstance(checkpoint, (str, os.PathLike)):
         raise HltmtConfigError(f"checkpoint must be a path, got {type(checkpoint).__name__}")
     checkpoint = os.fspath(checkpoint)
-    state, folder = _read_checkpoint(checkpoint, data)
+    state, folder, record = _read_checkpoint(checkpoint, data)
     spm_path = _find_spm(spm, folder, checkpoint, _stored(state["cfg"], "bpe", "sentencepiece_model"))
     model, cfg, task = load_model(checkpoint, state=state, explain_missing=False)
+    if _stored(cfg, "task", "_name") != TASK_NAME:  # (the plugin's task compares it as it builds the model)
+        check_record_of(checkpoint, record, task)
     check_spm(spm_path, task.source_dictionary.symbols, cfg.model)
     model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
     return LoadedCheckpoint(checkpoint, model, cfg, task, spm_path), folder

@@ -4,6 +4,9 @@
   the record of what it is built on in its options (so in every checkpoint); a model built from a checkpoint
   (fairseq-generate, -interactive, -validate, fairseq's hub, ``hltmt-translate``, the Python API)
   is checked against the data, dictionary, languages and language-token options given now.
+- :func:`stamp_checkpoint` (every checkpoint fairseq-train writes while the plugin is loaded,
+  ``compat/checkpoint_record.py``): a model built by another task (fairseq's own
+  ``translation_multi_simple_epoch``: the MNMT baseline) stores the same record.
 - :func:`check_checkpoint_to_load` (the task's set-up, in fairseq-train): the checkpoint that
   fairseq-train is about to load (``checkpoint_last.pt`` of ``--save-dir``, ``--restore-file``,
   ``--finetune-from-model``) against the run's options, before fairseq reads it, so that a
@@ -12,14 +15,19 @@
   needs the same criterion and optimizer (fairseq's "Criterion does not match").
 """
 
+import contextlib
 import os
+from argparse import Namespace
 
 from fairseq import utils
 
+from hltmt_plugin import records
+from hltmt_plugin.compat import checkpoint_record
 from hltmt_plugin.compat.safe_loading import check_fairseq_state, load_state
 from hltmt_plugin.compatibility import (
     RECORD_KEY,
     SHAPE_OPTIONS,
+    VERSION_KEY,
     build_record,
     check,
     record_of_options,
@@ -35,15 +43,32 @@ DECODE_FIX = (
 )
 
 
-def given_record(task, options):
+def data_folder(task) -> str:
+    """The (first) data folder of ``task``'s options."""
+    options = getattr(task, "args", None) or getattr(task, "cfg", None)
+    return utils.split_paths(str(getattr(options, "data", "") or ""))[0]
+
+
+def task_languages(task):
+    """The languages of ``task``: a multilingual task's ``--langs`` in order, a bilingual task's
+    source and target; None when it names none."""
+    langs = getattr(task, "langs", None)
+    if langs:
+        return list(langs)
+    options = getattr(task, "cfg", None) or getattr(task, "args", None)
+    pair = [getattr(options, n, None) for n in ("source_lang", "target_lang")]
+    return pair if all(isinstance(x, str) and x for x in pair) else None
+
+
+def given_record(task, options, languages=None):
     """The record of a model built from ``options`` by ``task`` (its data, dictionary, languages)."""
-    folder = utils.split_paths(task.args.data)[0]
+    folder = data_folder(task)
     spm = os.path.join(os.path.dirname(os.path.abspath(folder)), "spm", "spm.model")  # hltmt-prepare-data's
     return build_record(
         options,
         data=folder if os.path.isdir(folder) else None,
         symbols=list(task.source_dictionary.symbols),
-        languages=task.langs,
+        languages=languages if languages is not None else task.langs,
         spm=spm if os.path.isfile(spm) else None,
     )
 
@@ -91,6 +116,7 @@ def check_record(model_args, task) -> None:
         given_record(task, task.args),
         "the checkpoint",
         DECODE_FIX,
+        data=data_folder(task),
         fields=("dictionaries", "vocabulary", "languages", "marking"),
     )
     record_of_options(model_args)  # then the options against the record (edited in the file, or overridden)
@@ -98,8 +124,32 @@ def check_record(model_args, task) -> None:
 
 
 def stamp_record(model_args, task) -> None:
-    """A new model (built, so that its options are final): its record stored in its options."""
+    """A new model (built, so that its options are final): its record stored in its options, and
+    the plugin's version beside it (a checkpoint whose record is removed still says who wrote it)."""
     setattr(model_args, RECORD_KEY, given_record(task, model_args))
+    setattr(model_args, VERSION_KEY, records.plugin_version())
+
+
+def stamp_checkpoint(trainer) -> None:
+    """The record stored in the model options of the checkpoint ``trainer`` is about to write,
+    where its task did not store one (fairseq's own tasks): the record the plugin's task stores,
+    made from the trainer's task (its data folder, dictionary and languages). A task that names
+    no languages or has no data folder and dictionary (not a translation task) gets none."""
+    options, task = getattr(trainer.cfg, "model", None), trainer.task
+    if options is None or getattr(options, RECORD_KEY, None) is not None:
+        return
+    languages = task_languages(task)
+    if languages is None or getattr(task, "source_dictionary", None) is None or not os.path.isdir(data_folder(task)):
+        return
+    from omegaconf import open_dict
+
+    record = given_record(task, options, languages)
+    with open_dict(options) if not isinstance(options, Namespace) else contextlib.nullcontext():
+        setattr(options, RECORD_KEY, record)
+        setattr(options, VERSION_KEY, records.plugin_version())
+
+
+checkpoint_record.stamp_with(stamp_checkpoint)
 
 
 RESUME, RESTORE, FINETUNE = "resume", "restore", "finetune"
@@ -141,6 +191,7 @@ def check_checkpoint_to_load(args, task) -> None:
         given_record(task, args),
         f"checkpoint {path}",
         fix,
+        data=data_folder(task),
         model_options=None if how == RESUME else list(SHAPE_OPTIONS),
     )
     if how != FINETUNE and not getattr(args, "reset_optimizer", False):

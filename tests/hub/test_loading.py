@@ -3,11 +3,13 @@
 gate): the checkpoint's own weights and options, the data folder a user names, and its one-line
 errors; load_for_translation: a checkpoint loaded for the translator and the exports."""
 
+import os
 import shutil
 
 import pytest
 import torch
 
+from conftest import ROOT, assert_one_error_line, cli, run
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub.loading import LoadedCheckpoint, load_for_translation, load_model
 
@@ -89,3 +91,65 @@ def test_what_is_not_a_checkpoint_path_is_one_line(tmp_path):
         load_for_translation(3)
     with pytest.raises(HltmtInputError, match=f"^checkpoint {tmp_path} does not exist$"):
         load_for_translation(tmp_path)  # a folder (an export folder is the translator's to serve)
+
+
+# ---- a checkpoint written without the plugin (the committed mnmt.pt: fairseq's transformer under
+# translation_multi_simple_epoch): no record, so its data folder's own fingerprint decides
+MODELS = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
+MNMT = os.path.join(MODELS, "mnmt.pt")
+
+
+def data_copy(tmp_path, swap: bool):
+    """The committed models' data folder (dictionaries, fingerprint, sentencepiece model), copied;
+    with ``swap``, two rows of every dictionary swapped after binarization."""
+    folder = tmp_path / ("swapped" if swap else "intact")
+    folder.mkdir()
+    for name in os.listdir(MODELS):
+        if name.startswith("dict") or name == "spm.model":
+            shutil.copyfile(os.path.join(MODELS, name), folder / name)
+    if swap:
+        for name in os.listdir(folder):
+            if name.startswith("dict.") and name.endswith(".txt"):
+                lines = (folder / name).read_text(encoding="utf-8").splitlines(keepends=True)
+                lines[10], lines[11] = lines[11], lines[10]
+                (folder / name).write_text("".join(lines), encoding="utf-8")
+    return str(folder)
+
+
+def translate_mnmt(data):
+    return run(
+        [cli("hltmt-translate"), "--checkpoint", MNMT, "--data", data, "--src", "en", "--tgt", "fr", "--beam", "1"],
+        input="Open the file.\nSave the file.\n",
+    )
+
+
+def test_the_committed_mnmt_checkpoint_on_other_dictionaries_of_the_same_size_is_one_line(tmp_path):
+    swapped = data_copy(tmp_path, swap=True)
+    with pytest.raises(HltmtInputError) as refused:
+        load_for_translation(MNMT, data=swapped)
+    message = str(refused.value)
+    assert message.startswith(f"checkpoint {MNMT} carries no compatibility record") and "\n" not in message
+    assert "(written without hltmt_plugin; trained on " in message  # the folder the study stored
+    assert f"the data folder {swapped} changed since it was binarized" in message
+    assert "dict.cs.txt changed since the data was binarized" in message
+    done = translate_mnmt(swapped)
+    assert_one_error_line(done, "carries no compatibility record", "changed since it was binarized")
+    assert done.stdout == "" and "warning" not in done.stderr
+
+
+def test_the_committed_mnmt_checkpoint_on_its_own_dictionaries_is_one_warning_and_translations(tmp_path):
+    intact = data_copy(tmp_path, swap=False)
+    done = translate_mnmt(intact)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len([line for line in done.stdout.splitlines() if line.strip()]) == 2
+    [warning] = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(f"hltmt_plugin: warning: checkpoint {MNMT} carries no compatibility record")
+    assert f", given {intact}; its dictionaries agree with its dict_fingerprint.json" in warning
+    assert "trained on the data folder " in warning
+    os.remove(os.path.join(intact, "dict_fingerprint.json"))
+    done = translate_mnmt(intact)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [warning] = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert (
+        "it has no dict_fingerprint.json, so nothing shows its dictionaries are the ones the model learned" in warning
+    )

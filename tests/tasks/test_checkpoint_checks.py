@@ -1,21 +1,24 @@
 """The compatibility record on the task's routes (hltmt_plugin/tasks/checkpoint_checks.py) beyond
 the route-by-hazard table of tests/test_hazards.py: a resume with another criterion, a resume
 with the high-resource languages in another order (goes on) or other ones (refused), a beam
-larger than the vocabulary, a sentencepiece model of other pieces, and the record a new
-checkpoint stores."""
+larger than the vocabulary, a sentencepiece model of other pieces, the record a new
+checkpoint stores, and a checkpoint of the plugin whose record was removed."""
 
 import shutil
 
+import pytest
 import torch
 
 from conftest import DECODE_EN_DE, LIKE_TRAINED, assert_one_error_line, cli, run, spm_of, train_args, updates
+from hltmt_plugin.compat.safe_loading import load_state
+from hltmt_plugin.errors import HltmtInputError
 
 
 def test_a_new_checkpoint_stores_the_record_of_its_data(data_bin, trained):
     from hltmt_plugin.compatibility import RECORD_KEY
     from hltmt_plugin.data_fingerprint import dictionary_fingerprint
 
-    options = torch.load(trained[0], map_location="cpu", weights_only=True)["cfg"]["model"]
+    options = load_state(trained[0])["cfg"]["model"]
     record = getattr(options, RECORD_KEY)
     assert record["dictionaries"] == dictionary_fingerprint(data_bin)
     assert record["languages"] == ["en", "de", "fr", "gu", "hi"]
@@ -94,7 +97,7 @@ def _edited(path, out, edit):
     """A copy of checkpoint ``path`` at ``out`` whose stored model options ``edit`` changed."""
     import hltmt_plugin  # noqa: F401  (the weights-only allowlist of fairseq checkpoints)
 
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_state(path)
     edit(state["cfg"]["model"])
     torch.save(state, out)
     return str(out)
@@ -129,3 +132,31 @@ def test_an_architecture_name_swapped_for_another_of_the_same_shapes_is_one_line
     both = _edited(trained[0], tmp_path / "both.pt", lambda m: swap(m, record=True))
     done = run([cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", both])
     assert_one_error_line(done, "use --high-resource-langs (de,fr), which only hltmt_transformer models have")
+
+
+@pytest.mark.parametrize("how", ["deleted", "null"])
+def test_a_plugin_checkpoint_whose_record_was_removed_is_one_line_in_process_and_by_every_command(
+    how, data_bin, trained, tmp_path
+):
+    """Not read as a checkpoint of fairseq's own (whose options alone would be compared): the
+    plugin wrote it, so its record must be there."""
+    from hltmt_plugin.compatibility import RECORD_KEY, VERSION_KEY
+    from hltmt_plugin.hub.loading import load_for_translation
+
+    def remove(model):
+        delattr(model, VERSION_KEY)  # (no witness left but the task and the architecture)
+        if how == "deleted":
+            delattr(model, RECORD_KEY)
+        else:
+            setattr(model, RECORD_KEY, None)
+
+    path = _edited(trained[0], tmp_path / f"{how}.pt", remove)
+    why = "record is missing" if how == "deleted" else "record must be a map, got null"
+    with pytest.raises(HltmtInputError, match=why):
+        load_for_translation(path)
+    translate = [cli("hltmt-translate"), "--checkpoint", path, "--src", "en", "--tgt", "de"]
+    generate = [cli("fairseq-generate"), data_bin, *DECODE_EN_DE, "--path", path]
+    average = [cli("hltmt-average-checkpoints"), "--inputs", trained[0], path, "--output", str(tmp_path / "a.pt")]
+    for done in (run(translate, input="Hello.\n"), run(generate), run(average)):
+        assert_one_error_line(done, "the checkpoint's compatibility record", why)
+    assert "warning" not in run(translate, input="Hello.\n").stderr
