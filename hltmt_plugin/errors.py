@@ -1,9 +1,11 @@
 """Errors a user can fix, reported as one clear line instead of a traceback.
 
 Code anywhere in the plugin raises :class:`HltmtError` (or a subclass) with a message that
-names the problem and the option that fixes it. In a command-line run (fairseq-train,
-fairseq-generate, ...) the hook installed at import prints ``hltmt_plugin: error: <message>``
-and Python exits with status 1 as for any uncaught exception. Two more kinds end in one line:
+names the problem and the option that fixes it. In a command's process (fairseq-train,
+fairseq-generate, ... with ``--user-dir``, and the plugin's own commands: decided by
+``hltmt_plugin.command_process``) the hook :func:`install_excepthook` prints
+``hltmt_plugin: error: <message>`` and Python exits with status 1 as for any uncaught exception;
+a program that imports the plugin keeps its own hook and Python's report. Two more kinds end in one line:
 Ctrl-C (``interrupted``; Python then ends the process as SIGINT does) and a write that the
 system refuses where no file is named, which is the standard output (``/dev/full``, a closed
 pipe, a file-size limit: ``cannot write standard output (No space left on device)``); any

@@ -88,14 +88,19 @@ def test_any_other_exception_keeps_pythons_report(code, last):
     assert "hltmt_plugin:" not in done.stderr
 
 
-def test_importing_the_plugin_installs_the_hook():
-    done = subprocess.run(
-        [sys.executable, "-c", "import hltmt_plugin.errors as e\nraise e.HltmtConfigError('one line')"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def console_script(folder, code):
+    """A plugin command's console script (as pip writes it) running ``code`` first."""
+    script = folder / "console-script"
+    script.write_text(f"import sys\nfrom hltmt_plugin.cli.options import main\n{code}\n")
+    return str(script)
+
+
+def test_a_plugin_command_has_the_hook_from_its_start_and_a_program_keeps_pythons_report(tmp_path):
+    code = "import hltmt_plugin.errors as e\nraise e.HltmtConfigError('one line')"
+    done = subprocess.run([sys.executable, console_script(tmp_path, code)], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (1, "hltmt_plugin: error: one line\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "Traceback (most recent call last)" in done.stderr and done.stderr.endswith("HltmtConfigError: one line\n")
 
 
 def test_the_plugins_errors_are_value_errors_in_python_code():
@@ -116,9 +121,9 @@ def test_a_named_file_the_system_refuses_and_a_failed_fairseq_import_are_one_lin
     blocker = tmp_path / "fairseq"  # a fairseq that cannot be imported, first on the path
     blocker.mkdir()
     (blocker / "__init__.py").write_text("raise ImportError('broken build', name='fairseq.libbleu')\n")
-    code = "import sys; sys.argv = ['hltmt-x']; import hltmt_plugin; hltmt_plugin.register()"
+    code = console_script(tmp_path, "import hltmt_plugin; hltmt_plugin.register()")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, code], capture_output=True, text=True, env=env)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "this needs torch and fairseq, and importing them failed (ImportError: broken build)" in lines[0]

@@ -1,38 +1,48 @@
-"""Safe checkpoint loading (torch >= 2.4).
+"""Safe checkpoint loading (torch >= 2.5): the plugin's one loader of torch files.
 
 torch >= 2.6 unpickles with ``weights_only=True`` by default: tensors, plain containers and
 an allowlist of types. fairseq 0.12 checkpoints also hold ``argparse.Namespace``, so stock
 fairseq cannot read its own checkpoints under torch >= 2.6; and fairseq's main branch (after
 fairseq issue 5610) passes ``weights_only=False``, which would unpickle anything.
 
-So the plugin (a) adds the one type fairseq checkpoints hold to torch's allowlist, (b) gives
-fairseq's ``checkpoint_utils`` module a ``torch`` whose ``load`` is always weights-only,
-whatever fairseq passes (every other attribute is torch's own), and (c) wraps
-``checkpoint_utils.load_checkpoint_to_cpu`` so that a missing, truncated or refused file is
-one clear error. A file the user trusts can still be read with full pickle by naming it in
-``HLTMT_TRUSTED_CHECKPOINTS`` (a path list); that is logged as a warning with the reason.
+So every file the plugin reads with torch is read here, weights-only, with the one type fairseq
+checkpoints hold allowed for the length of that load only (:func:`allowlisted`: torch's own
+allowlist is as it was after): checkpoints (:func:`load_state`, and :func:`load_checkpoint`,
+fairseq's ``load_checkpoint_to_cpu`` done by this loader, which the hub hands to fairseq in a
+program that imports the plugin), the plugin's adapter files (:func:`load_plugin_file`). A
+missing, truncated or refused file is one clear error. A file the user trusts can still be read
+with full pickle by naming it in ``HLTMT_TRUSTED_CHECKPOINTS`` (a path list); that is logged as
+a warning with the reason.
 
-Every file the plugin reads with torch is read here: checkpoints (:func:`load_state`, and
-fairseq's own loading) and the plugin's adapter files (:func:`load_plugin_file`).
+In a command's process (fairseq's or the plugin's: ``hltmt_plugin.command_process``)
+:func:`install` also gives fairseq's ``checkpoint_utils`` module a ``torch`` whose ``load`` is
+this loader, whatever fairseq passes (every other attribute is torch's own), and wraps its
+``load_checkpoint_to_cpu`` so that a missing, truncated or refused file is one clear error.
+``tests/compat/test_safe_loading.py`` reads every Python file of the package, the scripts and
+the examples and fails on any other call of ``torch.load``.
 """
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
 import pickle
 import re
+import threading
 import zipfile
 
 import torch
 
 from hltmt_plugin.compat.safe_eval import check_stored_options
-from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 logger = logging.getLogger(__name__)
 
 SAFE_GLOBALS = [argparse.Namespace]  # the non-container types that fairseq / HLT-MT checkpoints hold
 TRUST_ENV = "HLTMT_TRUSTED_CHECKPOINTS"
+TORCH_FLOOR = "2.5"  # torch.serialization.safe_globals: an allowlist for one load
+_ONE_LOAD = threading.Lock()  # the plugin's loads one at a time, so that each restores what it found
 
 
 def _trusted(path) -> bool:
@@ -49,9 +59,24 @@ def _refused_global(error: Exception) -> str:
     return found.group(1) if found else str(error).splitlines()[0]
 
 
+@contextlib.contextmanager
+def allowlisted():
+    """torch's weights-only allowlist with :data:`SAFE_GLOBALS` added, for one load: what the
+    process had before is restored after (the importing program's torch is left as it was)."""
+    safe_globals = getattr(torch.serialization, "safe_globals", None)
+    if safe_globals is None:
+        raise HltmtConfigError(
+            f"hltmt_plugin needs torch >= {TORCH_FLOOR} (safe checkpoint loading with an allowlist); "
+            f"this is torch {torch.__version__}"
+        )
+    with _ONE_LOAD, safe_globals(SAFE_GLOBALS):
+        yield
+
+
 def _unpickle(f, args, kwargs, weights_only: bool):
     """The plugin's one call of ``torch.load``."""
-    return torch.load(f, *args, **{**kwargs, "weights_only": weights_only})
+    with allowlisted():
+        return torch.load(f, *args, **{**kwargs, "weights_only": weights_only})
 
 
 def weights_only_load(f, *args, **kwargs):
@@ -66,11 +91,18 @@ def weights_only_load(f, *args, **kwargs):
     except pickle.UnpicklingError as error:
         if "weights_only" not in str(error) and "Weights only" not in str(error):
             raise HltmtInputError(f"checkpoint {path} is not a readable checkpoint: {error}") from None
-        raise HltmtInputError(
-            f"refused to load checkpoint {path}: it holds {_refused_global(error)}, which is outside the "
-            "allowlist of types that fairseq checkpoints hold, and unpickling it could run "
-            f"code. If you trust the file, list its path in {TRUST_ENV}."
-        ) from None
+        raise refused("checkpoint", path, error, f" If you trust the file, list its path in {TRUST_ENV}.") from None
+
+
+def refused(kind: str, path, error: Exception, advice: str = "") -> HltmtInputError:
+    """The one line of a file whose unpickling the weights-only loader refused (a type outside
+    the allowlist, which could run code): the file, the type, nothing run; torch's own advice
+    (``weights_only=False``) is not repeated."""
+    return HltmtInputError(
+        f"refused to load {kind} {path}: it holds {_refused_global(error)}, which is outside the "
+        "allowlist of types that fairseq checkpoints hold, and unpickling it could run "
+        f"code (nothing was run).{advice}"
+    )
 
 
 def check_fairseq_state(path: str, state) -> None:
@@ -157,17 +189,43 @@ def load_state(path: str) -> dict:
     return guarded(path, lambda: weights_only_load(path, map_location="cpu"))
 
 
+def load_checkpoint(path: str, arg_overrides=None) -> dict:
+    """What fairseq's ``checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)`` returns
+    (the stored options as fairseq's config with ``arg_overrides`` set, the state upgraded to
+    fairseq's current form), read by this loader: the state to hand to fairseq's
+    ``load_model_ensemble_and_task(..., state=...)`` wherever fairseq's own loader is left as
+    fairseq has it (a program that imports the plugin)."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import overwrite_args_by_name
+    from omegaconf import OmegaConf
+
+    state = guarded(path, lambda: fairseq_checkpoint_load(path, map_location="cpu"))
+    if state.get("args") is not None and arg_overrides is not None:
+        for name, value in arg_overrides.items():
+            setattr(state["args"], name, value)
+    if state.get("cfg") is not None:
+        state["cfg"] = OmegaConf.create(state["cfg"], flags={"allow_objects": True})
+        if arg_overrides is not None:
+            overwrite_args_by_name(state["cfg"], arg_overrides)
+    return checkpoint_utils._upgrade_state_dict(state)
+
+
 def load_plugin_file(path: str):
     """A file the plugin writes for itself (a language's adapter file), on the CPU: weights-only
-    always (``HLTMT_TRUSTED_CHECKPOINTS`` names checkpoints, not these); what torch raises for a
-    file it refuses or cannot read is raised, for the caller to name the file."""
-    return _unpickle(path, (), {"map_location": "cpu"}, weights_only=True)
+    always (``HLTMT_TRUSTED_CHECKPOINTS`` names checkpoints, not these); a file whose unpickling
+    could run code is :func:`refused` in the line every route gives, what else torch raises for a
+    file it cannot read is raised, for the caller to name the file."""
+    try:
+        return _unpickle(path, (), {"map_location": "cpu"}, weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights_only" not in str(error) and "Weights only" not in str(error):
+            raise
+        raise refused("adapter file", path, error) from None
 
 
 def install(checkpoint_utils) -> None:
-    """Allowlist fairseq's types, give ``checkpoint_utils`` the weights-only ``torch`` and wrap
-    its loader (idempotent)."""
-    torch.serialization.add_safe_globals(SAFE_GLOBALS)
+    """Give ``checkpoint_utils`` the weights-only ``torch`` and wrap its loader (idempotent; a
+    command's process only)."""
     if not isinstance(checkpoint_utils.torch, _WeightsOnlyTorch):
         checkpoint_utils.torch = _WeightsOnlyTorch()
     load = checkpoint_utils.load_checkpoint_to_cpu

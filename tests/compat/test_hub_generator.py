@@ -10,12 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from fairseq import options, tasks
+from fairseq import checkpoint_utils, options, tasks
 from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from conftest import LANGS, PAIRS, PLUGIN, cli, perturbed, run, spm_of
-from hltmt_plugin.compat import hub_generator
+from hltmt_plugin.compat import hub_generator, safe_loading
 from hltmt_plugin.errors import HltmtConfigError
 from hub_common import BEAM, MAX_LEN, parse_hypotheses, sentences
 
@@ -46,7 +46,7 @@ def test_the_language_tokens_to_strip_are_the_decoder_langtoks_unless_kept(data_
 
 
 @pytest.mark.parametrize("keep", [False, True])
-def test_the_hubs_string_strips_the_target_language_token_unless_the_task_keeps_it(data_bin, keep):
+def test_the_hubs_string_strips_the_target_language_token_unless_the_task_keeps_it(data_bin, keep, patched):
     task = multilingual_task(data_bin, *SRC_CONVENTION, *(["--keep-inference-langtok"] if keep else []))
     d = task.target_dictionary
     words = [d.nspecial + 10, d.nspecial + 11]
@@ -55,15 +55,29 @@ def test_the_hubs_string_strips_the_target_language_token_unless_the_task_keeps_
     assert text == " ".join(["__de__"] * keep + [d[w] for w in words])
 
 
-def test_a_prefix_function_is_refused_in_one_line_and_none_is_taken(data_bin):
+def test_a_prefix_function_is_refused_in_one_line_and_none_is_taken(data_bin, patched):
     task = multilingual_task(data_bin, *SRC_CONVENTION)
     with pytest.raises(HltmtConfigError, match="prefix_allowed_tokens_fn is not supported"):
         task.build_generator([], None, prefix_allowed_tokens_fn=lambda batch, tokens: [])
 
 
-def test_the_patches_are_installed_once():
+@pytest.fixture
+def patched(monkeypatch):
+    """fairseq's task and hub as a command's process has them (this test process is a program:
+    put back as fairseq has them after the test)."""
+    monkeypatch.setattr(
+        TranslationMultiSimpleEpochTask, "build_generator", TranslationMultiSimpleEpochTask.build_generator
+    )
+    monkeypatch.setattr(GeneratorHubInterface, "string", GeneratorHubInterface.string)
+    for name in ("torch", "load_checkpoint_to_cpu"):  # fairseq's hub reads its checkpoint as a command does
+        monkeypatch.setattr(checkpoint_utils, name, getattr(checkpoint_utils, name))
+    hub_generator.install(TranslationMultiSimpleEpochTask, GeneratorHubInterface)
+    safe_loading.install(checkpoint_utils)
+
+
+def test_the_patches_are_installed_once(patched):
     build, string = TranslationMultiSimpleEpochTask.build_generator, GeneratorHubInterface.string
-    assert build.hltmt_patched and string.hltmt_patched  # installed when the plugin is imported
+    assert build.hltmt_patched and string.hltmt_patched
     hub_generator.install(TranslationMultiSimpleEpochTask, GeneratorHubInterface)
     assert TranslationMultiSimpleEpochTask.build_generator is build and GeneratorHubInterface.string is string
 
@@ -89,7 +103,9 @@ def plain_checkpoint(data_bin, folder):
     return perturbed(f"{folder}/checkpoint_last.pt", f"{folder}.pt")
 
 
-def test_fairseqs_hub_translates_a_plain_multilingual_checkpoint_without_its_language_token(data_bin, tmp_path):
+def test_fairseqs_hub_translates_a_plain_multilingual_checkpoint_without_its_language_token(
+    data_bin, tmp_path, patched
+):
     """fairseq's own ``from_pretrained(...).translate`` on fairseq's multilingual task, with
     ``--decoder-langtok``: no TypeError from build_generator, no ``__de__`` in the text, and the
     text fairseq-generate writes for the same sentence."""
