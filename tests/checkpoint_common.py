@@ -8,6 +8,7 @@ import torch
 
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 from conftest import LANGS, PAIRS, PLUGIN
+from hltmt_plugin.compat.safe_loading import load_state
 
 # each helper fairseq evaluates a stored option with -> (record, section, option)
 KINDS = {
@@ -45,7 +46,7 @@ def craft(trained_ckpt, tmp_path, kind):
     record, section, option = KINDS[kind]
     marker = tmp_path / f"ran-{kind}"
     payload = f"__import__('os').system('touch {marker}')"
-    state = torch.load(trained_ckpt, map_location="cpu", weights_only=True)
+    state = load_state(trained_ckpt)
     if record == "args":  # a checkpoint of fairseq before 0.10: its options as one Namespace
         state["args"] = argparse.Namespace(**vars(state["cfg"]["model"]))
         target = state["args"]

@@ -296,11 +296,11 @@ def trained(data_bin, tmp_path_factory):
 
 def perturbed(path, out=None, scale=0.3, seed=0):
     """A copy of checkpoint ``path`` with seeded noise on every weight (made once)."""
-    import hltmt_plugin  # noqa: F401  (the weights-only allowlist of fairseq checkpoints)
+    from hltmt_plugin.compat.safe_loading import load_state  # (the allowlist of fairseq checkpoints)
 
     out = out or path + f".noise{scale}.pt"
     if not os.path.exists(out):
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = load_state(path)
         g = torch.Generator().manual_seed(seed)
         for name in sorted(state["model"]):
             t = state["model"][name]

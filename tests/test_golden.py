@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from golden_common import DIRECTIONS, ROOT, platform_key, platform_record_path, record
+from hltmt_plugin.compat.safe_loading import load_state
 
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 DATA, CHECKPOINT = os.path.join(GOLDEN, "bin"), os.path.join(GOLDEN, "checkpoint.pt")
@@ -24,7 +25,7 @@ PRINTED = TOLERANCE + 1e-4  # fairseq-generate prints P- scores to 4 decimals: a
 
 
 def load(path):
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return load_state(path)
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ from conftest import (
     spm_of,
     train_args,
 )
+from hltmt_plugin.compat.safe_loading import load_state
 
 DOC = os.path.join(ROOT, "docs", "bad-input.md")
 
@@ -70,7 +71,7 @@ def other_languages(data_bin, ckpt, tmp):
 
 def edited_options(data_bin, ckpt, tmp):
     """The checkpoint with a stored model option changed after training (its record unchanged)."""
-    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    state = load_state(ckpt)
     state["cfg"]["model"].encoder_ffn_embed_dim += 1
     path = tmp / "edited.pt"
     torch.save(state, path)

@@ -2,10 +2,10 @@
 parameter groups and freezes everything else, in the model and through the real fairseq-train."""
 
 import pytest
-import torch
 
 from adapters_common import BASE_PAIRS, train
 from conftest import LIKE_TRAINED, MADX, build, cli, mixed_sample, run, train_args, updates
+from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.errors import HltmtConfigError
 
 
@@ -27,7 +27,7 @@ def test_houlsby_shared_adapters_train_with_only_them_and_the_layer_norms(data_b
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     log = done.stdout + done.stderr
     assert "shared adapters (all languages): +" in log and "train only shared-adapters,layer-norms:" in log
-    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    state = load_state(tmp_path / "checkpoint_last.pt")
     assert any(".adapters.self_attn.shared_adapter." in k for k in state["model"])
 
 

@@ -119,6 +119,8 @@ def read_language_file(path: str) -> Dict[str, object]:
         raise HltmtInputError(f"adapter file {path} does not exist")
     try:
         blob = load_plugin_file(path)
+    except HltmtInputError:  # refused by the loader, in the line every route gives
+        raise
     except Exception as error:  # noqa: BLE001 (any unreadable file is the same user error)
         raise HltmtInputError(f"adapter file {path} is not readable ({str(error).splitlines()[0]})") from None
     if not isinstance(blob, dict) or blob.get("format") != FILE_FORMAT:

@@ -76,12 +76,13 @@ def export(args):
 
 
 def import_(args):
-    from hltmt_plugin.adapters.files import import_language
+    from hltmt_plugin.adapters.files import import_language, read_language_file
     from hltmt_plugin.atomic_files import save_torch
     from hltmt_plugin.compat.safe_loading import load_state
 
     # --out may be --path (the checkpoint is replaced whole, atomically), never the adapter file
     refuse_inputs("import --out", args.out, {"the --adapters file": args.adapters}, args.data)
+    read_language_file(args.adapters)  # a file that is not one is refused before the model loads
     model = load(args.path, args.data)
     lang = import_language(model, args.adapters)
     state = load_state(args.path)  # as written, weights-only

@@ -16,6 +16,7 @@ from fairseq import checkpoint_utils
 from adapters_common import BASE_PAIRS, train
 from conftest import LANGS, MADX, PLUGIN, ROOT, build, cli, file_size_limit, mixed_sample, run
 from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
+from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.errors import HltmtInputError
 
 OLD = ["en-de", "de-en", "en-gu", "gu-en", "en-fr"]
@@ -110,8 +111,8 @@ def test_training_with_adapters_logs_the_parameter_report(base):
 
 
 def test_adding_a_language_changes_only_its_adapters_and_token_row(base, with_hi):
-    before = torch.load(base[0], map_location="cpu", weights_only=True)["model"]
-    after_state = torch.load(with_hi[0], map_location="cpu", weights_only=True)
+    before = load_state(base[0])["model"]
+    after_state = load_state(with_hi[0])
     after = after_state["model"]
     _, model = load(with_hi[0])
     row = hi_row(model)
@@ -185,7 +186,7 @@ def test_export_import_in_python_and_the_checks_on_the_base_and_sizes(data_bin, 
         import_language(model, path)
     with torch.no_grad():
         model.decoder.layers[0].fc1.weight[0, 0] -= 1e-3
-    model.load_state_dict(torch.load(base[0], map_location="cpu", weights_only=True)["model"], strict=False)
+    model.load_state_dict(load_state(base[0])["model"], strict=False)
     assert import_language(model, path) == "hi"
     sample = mixed_sample(task, NEW + OLD, seed=5)
     torch.testing.assert_close(outputs(model, sample), outputs(trained_hi, sample), rtol=0, atol=1e-5)
@@ -343,7 +344,7 @@ TAMPERED = {
 @pytest.mark.parametrize("case", sorted(TAMPERED))
 def test_import_refuses_a_tampered_adapter_file_with_one_line(base, hi_file, tmp_path, case):
     tamper, message = TAMPERED[case]
-    blob = torch.load(hi_file, map_location="cpu", weights_only=True)
+    blob = load_state(hi_file)
     tamper(blob)
     bad = tmp_path / "bad.adapters.pt"
     torch.save(blob, bad)

@@ -13,6 +13,7 @@ import torch
 import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
 from checkpoint_common import DECODE, craft
 from conftest import cli, run, train_args
+from hltmt_plugin.compat.safe_loading import load_state
 
 AVERAGE_RUN = [
     "--criterion",
@@ -50,7 +51,7 @@ def two_stages(data_bin, tmp_path_factory):
 
 
 def weights(path):
-    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+    return load_state(path)["model"]
 
 
 def average_cmd(*args):
@@ -97,7 +98,7 @@ def test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map(d
 
 def older_form(path, out):
     """``path`` as an earlier version wrote it: the router's tensors on the pool, the map as indices."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_state(path)
     model = state["model"]
     older = {"high_lang_names": "decoder.high_langs", "routing_map": "decoder.slp.fixed_map_onehot"}
     for key in [k for k in model if k.startswith("decoder.slp_router.")]:
@@ -112,7 +113,7 @@ def older_form(path, out):
 def previous_names(path, out):
     """``path`` with the routing map and the map's language names under the router's previous
     names (decoder.slp_router.fixed_map_onehot, decoder.slp_router.high_langs)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_state(path)
     model = state["model"]
     model["decoder.slp_router.fixed_map_onehot"] = model.pop("decoder.slp_router.routing_map")
     model["decoder.slp_router.high_langs"] = model.pop("decoder.slp_router.high_lang_names")
@@ -172,10 +173,7 @@ def test_averaging_checkpoints_whose_map_or_gate_differ_is_refused(two_stages, t
 def test_a_map_averaged_across_the_stage_switch_by_other_tools_is_refused_on_load(data_bin, two_stages, tmp_path):
     """What fairseq's scripts/average_checkpoints.py computes (the sum, then ``//`` for integer
     tensors and ``/`` for the others): once [-1, -1] and [1, 1] made the map [0, 0]."""
-    states = [
-        torch.load(two_stages / name, map_location="cpu", weights_only=True)
-        for name in ("checkpoint_1_4.pt", "checkpoint_2_6.pt")
-    ]
+    states = [load_state(two_stages / name) for name in ("checkpoint_1_4.pt", "checkpoint_2_6.pt")]
     model = {k: sum(s["model"][k] for s in states) for k in states[0]["model"]}
     states[0]["model"] = {k: v / 2 if v.is_floating_point() else v // 2 for k, v in model.items()}
     path = tmp_path / "fairseq_average.pt"
@@ -224,7 +222,7 @@ def test_averaging_a_checkpoint_holding_code_runs_none_of_it(trained, two_stages
 
 
 def test_averaging_checkpoints_trained_with_other_options_is_refused(two_stages, tmp_path):
-    state = torch.load(two_stages / "checkpoint_2_6.pt", map_location="cpu", weights_only=True)
+    state = load_state(two_stages / "checkpoint_2_6.pt")
     state["cfg"]["model"].high_resource_langs = "fr,de"  # the same weights would mean the other language
     state["cfg"]["model"].hltmt_compat["model"]["high_resource_langs"] = "fr,de"  # and the record says so
     other = tmp_path / "other.pt"
@@ -239,7 +237,7 @@ def test_averaging_checkpoints_trained_with_other_options_is_refused(two_stages,
 
 
 def test_a_checkpoint_whose_stored_options_were_edited_is_refused(two_stages, tmp_path):
-    state = torch.load(two_stages / "checkpoint_2_6.pt", map_location="cpu", weights_only=True)
+    state = load_state(two_stages / "checkpoint_2_6.pt")
     state["cfg"]["model"].decoder_ffn_embed_dim += 1  # the options no longer fit the weights
     other = tmp_path / "other.pt"
     torch.save(state, other)

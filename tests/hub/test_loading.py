@@ -54,9 +54,12 @@ def test_a_file_fairseq_cannot_find_is_one_line_naming_data(tmp_path, monkeypatc
     """Another task's model (e.g. translation_multi_simple_epoch) reads its dictionaries itself."""
     from fairseq import checkpoint_utils
 
+    from hltmt_plugin.compat import safe_loading
+
     path = tmp_path / "checkpoint.pt"
     path.write_bytes(b"")
     monkeypatch.setattr(checkpoint_utils, "load_model_ensemble_and_task", missing_dictionary)
+    monkeypatch.setattr(safe_loading, "load_checkpoint", lambda *args: {})  # (the state, read before)
     with pytest.raises(HltmtInputError) as error:
         load_model(str(path), must_exist=True)
     assert str(error.value) == (

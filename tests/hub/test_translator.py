@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from conftest import LANGS, PAIRS, PLUGIN, cli, perturbed, run, spm_of
+from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import HltmtTranslator, TranslationErrors
 from hub_common import (
@@ -160,7 +161,7 @@ def test_bad_sentences_fail_alone_with_their_line_numbers(translator):
 
 
 def test_moved_data_folder_and_missing_files_are_one_line(hltmt, data_bin, tmp_path):
-    state = torch.load(hltmt, map_location="cpu", weights_only=True)
+    state = load_state(hltmt)
     state["cfg"]["task"].data = str(tmp_path / "gone" / "bin")
     moved = str(tmp_path / "moved.pt")
     torch.save(state, moved)

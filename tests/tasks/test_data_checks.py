@@ -26,6 +26,7 @@ from conftest import (
     train_args,
     updates,
 )
+from hltmt_plugin.compat.safe_loading import load_state
 
 
 # ---- options the data cannot serve
@@ -205,7 +206,7 @@ def test_fairseq_interactive_refuses_a_contradicting_option_too(data_bin, traine
 
 def with_stored(path, out, **options):
     """A copy of checkpoint ``path`` whose stored training options (model and task) say ``options``."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = load_state(path)
     for section in ("model", "task"):
         for name, value in options.items():
             setattr(state["cfg"][section], name, value)
@@ -224,7 +225,7 @@ def test_a_model_trained_with_an_option_is_refused_without_it(data_bin, trained,
 def test_the_hub_and_hltmt_translate_compare_the_stored_options_too(data_bin, trained, tmp_path):
     """The hub builds its task from the checkpoint's stored task options; the model's stored
     options must agree with them."""
-    state = torch.load(trained[0], map_location="cpu", weights_only=True)
+    state = load_state(trained[0])
     state["cfg"]["model"].lang_tok_style = "mbart"
     torch.save(state, tmp_path / "mbart.pt")
     done = run(

@@ -28,6 +28,7 @@ from conftest import (
     train_run,
     updates,
 )
+from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.pool.router import decode_map
 
 COMMON = [
@@ -66,7 +67,7 @@ def train(data_bin, save, *extra):
 
 
 def state(path):
-    model = torch.load(path, map_location="cpu", weights_only=True)["model"]
+    model = load_state(path)["model"]
     onehot = model["decoder.slp_router.routing_map"]  # the stored map, as module indices (-1: open)
     model["fixed_map"] = decode_map(onehot, onehot.shape[1] - 1)
     return model
