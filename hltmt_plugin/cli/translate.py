@@ -15,11 +15,14 @@ and its translations written (and flushed) before the next chunk is read, so the
 streams. A file gets a progress bar on stderr; the rate (sentences/s) is printed at the end.
 
 Lines: a line ends at ``\n``, ``\r\n`` or a lone ``\r`` (files of every platform; the output
-always ends its lines with ``\n``); no other character ends a line (``\x0b``, ``\x0c``,
-``\x1c``-``\x1e``, ``\x85``, U+2028, U+2029 stay inside theirs; a translation holding one of them
-gets a space there, and with --json they are escaped). A UTF-8 byte order mark at the start of
+always ends its lines with ``\n``); no other character ends a line (U+2028 and U+2029 stay
+inside theirs; a line holding a control character other than TAB, such as ``\x0b``, ``\x0c``
+or ``\x85``, is not translated; a translation holding a character some reader takes for a line
+end gets a space there, and with --json it is escaped). A UTF-8 byte order mark at the start of
 the input is dropped; a UTF-16 or UTF-32 one is refused (convert the file to UTF-8). The
-output has exactly one line per input line, in order.
+output has exactly one line per input line, in order. Lines are read in bounded pieces: a line
+longer than 1 MiB, or more than 100 million lines, stops the command with one line naming the
+input and the line (standard input from ``/dev/zero`` too, before memory grows).
 
 Directions: a line in a direction the model was trained on (its --lang-pairs) is translated;
 one into a language the model never produced (or from one it never read as a source) is
@@ -28,7 +31,8 @@ is zero-shot: translated only with --zero-shot, and marked ``"zero_shot": true``
 
 A line that cannot be translated (unknown language, a direction the model cannot serve or
 refuses, a zero-shot direction without --zero-shot, empty, longer than the model's source
-positions, not valid UTF-8, holding a NUL byte) is reported on stderr with its line number
+positions, not text by the rule every reader of the plugin keeps: not valid UTF-8, holding a
+NUL or another control character but TAB) is reported on stderr with its line number
 and written as an empty line (with --json: an object with "error"); the other lines are
 translated. Exit status: 0 all translated, 1 some lines failed, 2 nothing could start (bad
 checkpoint, options or files), with one line on stderr.
@@ -47,6 +51,7 @@ import os
 import sys
 import time
 
+from hltmt_plugin import text as text_rule
 from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs, stream_problem
@@ -172,54 +177,27 @@ def split_line(text, args):
     return parts[0].strip(), parts[1].strip(), parts[2]
 
 
-UTF8_BOM = b"\xef\xbb\xbf"
-UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # also the start of UTF-32's
+CHUNK_BYTES = 64 << 20  # a chunk is cut at this many bytes of input too, whatever --buffer-size says
 
 
-class InputError(HltmtInputError):
-    """An input the command cannot read at all (one line, exit 2)."""
+def input_name(args):
+    """The input as a message names it."""
+    return "standard input" if args.input == "-" else f"--input {args.input}"
 
 
-def raw_lines(stream):
-    """The lines of a binary stream as bytes, without their ends: a line ends at ``\n``,
-    ``\r\n`` or a lone ``\r``; a UTF-8 byte order mark at the start is dropped."""
-    first = True
-    for raw in stream:  # a binary stream splits at b"\n" only
-        body = raw[:-1] if raw.endswith(b"\n") else raw
-        if body.endswith(b"\r"):
-            body = body[:-1]
-        if first:
-            first = False
-            if body.startswith(UTF16_BOMS):
-                raise InputError(
-                    "the input starts with a UTF-16 / UTF-32 byte order mark: convert it to UTF-8 "
-                    "(e.g. iconv -f UTF-16 -t UTF-8)"
-                )
-            if body.startswith(UTF8_BOM):
-                body = body[len(UTF8_BOM) :]
-        yield from body.split(b"\r")
-
-
-def decode(raw):
-    """(text, None) for a line of valid UTF-8 without NUL bytes, else (None, why)."""
-    if b"\x00" in raw:
-        return None, (f"holds a NUL byte at byte {raw.index(0) + 1} (binary data, or UTF-16 text?): not translated")
-    try:
-        return raw.decode("utf-8"), None
-    except UnicodeDecodeError as error:
-        return None, (
-            f"is not valid UTF-8 (byte 0x{raw[error.start]:02x} at byte {error.start + 1}): not "
-            "translated; convert the file to UTF-8"
-        )
-
-
-def chunks(stream, size):
-    chunk = []
-    for raw in raw_lines(stream):
-        chunk.append(decode(raw))
-        if len(chunk) >= size:
+def chunks(stream, name, size):
+    """The input's lines as ``(text, None)`` or ``(None, why it is not translated)``, in chunks of
+    ``size`` lines (fewer when they reach :data:`CHUNK_BYTES`), read by the one reader of lines
+    (:func:`hltmt_plugin.text.raw_lines`: bounded, a lone ``\r`` a line end too) and judged by
+    the one text rule (:func:`hltmt_plugin.text.decode`)."""
+    chunk, held = [], 0
+    for _, raw in text_rule.raw_lines(stream, name, split_cr=True):
+        line, why = text_rule.decode(raw)
+        chunk.append((line, None if why is None else f"{why}: not translated"))
+        held += len(raw)
+        if len(chunk) >= size or held >= CHUNK_BYTES:
             yield chunk
-            chunk = []
+            chunk, held = [], 0
     if chunk:
         yield chunk
 
@@ -352,7 +330,7 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
     start = time.perf_counter()
     try:
         bar = progress_bar(args)
-        for chunk in chunks(source, size):
+        for chunk in chunks(source, input_name(args), size):
             failed += translate_chunk(translator, chunk, args, done + 1, out, bar)
             done += len(chunk)
     except BrokenPipeError:
@@ -363,7 +341,7 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
         )
     except OutputError:
         raise  # main's handler, once the input is closed
-    except (InputError, HltmtError) as error:
+    except HltmtError as error:  # an input that cannot be read as lines of text: one line, exit 2
         return fail(error)
     finally:
         if bar is not None:
@@ -383,7 +361,7 @@ def progress_bar(args):
     from tqdm import tqdm
 
     with open(args.input, "rb") as f:
-        total = sum(1 for _ in raw_lines(f))
+        total = sum(1 for _ in text_rule.raw_lines(f, input_name(args), split_cr=True))
     return tqdm(total=total, unit="sent", file=sys.stderr, dynamic_ncols=True, desc=PROG)
 
 

@@ -8,6 +8,7 @@ import numbers
 import os
 from typing import Iterable, List, Optional
 
+from hltmt_plugin import text as text_rule
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 
@@ -73,15 +74,26 @@ def max_threads() -> int:
     return max(256, 4 * (os.cpu_count() or 1))
 
 
-def threads(value) -> Optional[int]:
-    """``value`` as a number of threads (None: the engine's choice), at least 1 and at most
-    :func:`max_threads` (more cannot run faster, and an engine may fail to start them)."""
-    count = positive_int("threads", value, optional=True)
+def threads(value, name: str = "threads") -> Optional[int]:
+    """``value`` as a number of threads or processes (None: the engine's choice), at least 1 and
+    at most :func:`max_threads` (more cannot run faster, and an engine may fail to start them);
+    ``name``: the option's, as a message names it."""
+    count = positive_int(name, value, optional=True)
     if count is not None and count > max_threads():
-        raise HltmtConfigError(
-            f"threads must be at most {max_threads()} (four per core, and at least 256), got {count}"
-        )
+        raise HltmtConfigError(f"{name} must be at most {max_threads()} (four per core, and at least 256), got {count}")
     return count
+
+
+def load_options(max_tokens, max_sentences, thread_count, fp16) -> dict:
+    """The options of ``load`` every engine shares, checked by the contract before an engine's own
+    load runs (:meth:`~hltmt_plugin.hub.contract.Translator.load`): the batch limits, the threads
+    (:func:`threads`) and half precision."""
+    return {
+        "max_tokens": positive_int("max_tokens", max_tokens),
+        "max_sentences": positive_int("max_sentences", max_sentences, optional=True),
+        "threads": threads(thread_count),
+        "fp16": flag("fp16", fp16),
+    }
 
 
 def as_list(name: str, value, what: str) -> List:
@@ -96,9 +108,6 @@ def as_list(name: str, value, what: str) -> List:
     return list(value)
 
 
-CONTROL = "\x00"  # never text: a NUL byte is binary data (or UTF-16 read as UTF-8)
-
-
 def one_direction(texts, src, tgt) -> List:
     """``translate(texts, src, tgt)``'s arguments checked, as ``translate_batch``'s items."""
     if isinstance(texts, str):
@@ -111,20 +120,14 @@ def one_direction(texts, src, tgt) -> List:
 
 
 def check_text(text: str) -> None:
-    """A sentence the model can be given as it is: valid Unicode (no lone surrogate, which
-    UTF-8 cannot hold) and no NUL character."""
-    if CONTROL in text:
-        raise HltmtInputError(
-            f"the text holds a NUL character at position {text.index(CONTROL) + 1} (binary data, or "
-            "UTF-16 text read as UTF-8?): not translated"
-        )
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise HltmtInputError(
-            f"the text is not valid Unicode ({error.object[error.start]!r} at position {error.start + 1}, "
-            "a lone surrogate): not translated"
-        ) from None
+    """A sentence the model can be given as it is: the one text rule of every reader
+    (:func:`hltmt_plugin.text.problem`: valid Unicode, no control character but TAB) and at most
+    :data:`~hltmt_plugin.text.MAX_LINE_BYTES` bytes of UTF-8, as the readers of lines bound them."""
+    why = text_rule.problem(text)
+    if why is None and len(text) > text_rule.MAX_LINE_BYTES // 4 and len(text.encode()) > text_rule.MAX_LINE_BYTES:
+        why = f"is longer than {text_rule.MAX_LINE_BYTES} bytes of UTF-8 (not one sentence)"
+    if why is not None:
+        raise HltmtInputError(f"the text {why}: not translated")
 
 
 def translate_batch(items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress):
@@ -134,6 +137,10 @@ def translate_batch(items, beam, lenpen, max_len, errors, max_tokens, max_senten
     if not isinstance(errors, str) or errors not in ("raise", "keep"):
         raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
     items = as_list("items", items, "(src, tgt, text) tuples")
+    if len(items) > text_rule.MAX_LINES:
+        raise HltmtInputError(
+            f"items holds {len(items)} sentences, more than {text_rule.MAX_LINES} in one call: split it"
+        )
     search = generation(beam, lenpen, max_len)
     max_tokens = positive_int("max_tokens", max_tokens, optional=True)
     max_sentences = positive_int("max_sentences", max_sentences, optional=True)

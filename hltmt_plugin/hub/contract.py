@@ -12,9 +12,10 @@ Imports neither torch nor fairseq.
   :class:`TranslationErrors` naming the failed lines with ``errors="raise"``);
 - :func:`import_ctranslate2`, :func:`import_transformers`: the engines' libraries, or one line
   saying how to install them;
-- :class:`Translator`: the contract itself, kept by every translator: ``translate`` and
-  ``translate_batch`` (their arguments checked, each sentence admitted, tokenized and measured,
-  the outcome), ``direction``;
+- :class:`Translator`: the contract itself, kept by every translator: ``load`` (the options
+  every engine shares checked, then the engine's own load), ``translate`` and
+  ``translate_batch`` (their arguments and bounds checked, each sentence admitted, tokenized and
+  measured, the outcome), ``direction``; an engine overrides none of them;
 - :class:`ExportedTranslator`: an export folder served with that contract, whatever the engine
   (:mod:`hltmt_plugin.hub.ct2_engine`, :mod:`hltmt_plugin.hub.hf_engine`): its languages and
   directions, a call's tokens, batches by the model that serves them.
@@ -155,6 +156,9 @@ class Translator:
     (:class:`~hltmt_plugin.hub.translator.HltmtTranslator`) and an export folder's
     (:class:`ExportedTranslator`): the same calls, arguments, refusals and outcome.
 
+    A translator is made by :meth:`load`, which checks the options every engine shares and calls
+    the engine's :meth:`_load`; the contract's calls (:data:`SEALED`) are never overridden (a class
+    that does is refused when it is defined), so an engine written later keeps every bound.
     A translator has ``langs``, ``directions`` (:class:`~hltmt_plugin.directions.TrainedDirections`,
     or None: every direction trained), ``dictionary``, ``max_source_positions``,
     ``max_target_positions``, ``max_tokens`` and ``max_sentences``. It says how a direction is
@@ -165,6 +169,51 @@ class Translator:
 
     langs: List[str]
     directions: Optional[TrainedDirections]
+
+    # the contract's own calls: they check every bound before an engine's method runs, so an engine
+    # implements the methods they call (_load, routing, _tokens, _prepared, _translate_prepared), never these
+    SEALED = ("load", "translate", "translate_batch", "direction", "_prepare_items")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        overridden = [name for name in Translator.SEALED if name in vars(cls)]
+        if overridden:
+            raise TypeError(
+                f"{cls.__name__} overrides {', '.join(overridden)} of the translator's contract, which checks "
+                "the bounds every engine shares: implement _load, routing, _tokens, _prepared and "
+                "_translate_prepared instead"
+            )
+
+    @classmethod
+    def load(
+        cls,
+        checkpoint: str,
+        spm: Optional[str] = None,
+        data: Optional[str] = None,
+        *,
+        device: Optional[str] = None,
+        fp16: bool = False,
+        max_tokens: int = 4000,
+        max_sentences: Optional[int] = None,
+        threads: Optional[int] = None,
+        compute_type: Optional[str] = None,
+        record: Optional[dict] = None,
+    ) -> "Translator":
+        """Load ``checkpoint`` (a checkpoint, or a folder written by ``hltmt-export``) once.
+
+        The options every engine shares are checked here first (:func:`arguments.load_options`:
+        ``max_tokens`` / ``max_sentences``, the batch limits; ``threads``, at most
+        :func:`arguments.max_threads`; ``fp16``), then the engine's :meth:`_load` gets them with
+        the rest: ``spm``, ``data``, ``device``, ``compute_type`` (CTranslate2's) and ``record``
+        (an export folder's manifest when it has been read). See
+        :meth:`~hltmt_plugin.hub.translator.HltmtTranslator._load`."""
+        options = arguments.load_options(max_tokens, max_sentences, threads, fp16)
+        return cls._load(checkpoint, spm, data, device=device, compute_type=compute_type, record=record, **options)
+
+    @classmethod
+    def _load(cls, checkpoint, spm, data, *, device, compute_type, record, max_tokens, max_sentences, threads, fp16):
+        """The engine's load, with the shared options checked (:meth:`load`)."""
+        raise NotImplementedError
 
     def routing(self, src: str, tgt: str) -> Dict[str, object]:
         raise NotImplementedError
@@ -281,13 +330,11 @@ class ExportedTranslator(Translator):
     engine_name = ""  # as a message names it
 
     @classmethod
-    def load_arguments(
-        cls, folder, spm, data, max_tokens, max_sentences, record
-    ) -> Tuple[str, int, Optional[int], dict]:
-        """``load``'s arguments every engine checks: ``(folder, max_tokens, max_sentences, the folder's
-        manifest)``, the manifest read and checked (:func:`~hltmt_plugin.hub.manifest.read`) unless
-        given; one HltmtConfigError for ``spm`` / ``data`` (an export carries its own) or an export
-        for another engine."""
+    def load_arguments(cls, folder, spm, data, record) -> Tuple[str, dict]:
+        """``_load``'s arguments every export engine checks (the contract checked the shared ones):
+        ``(folder, the folder's manifest)``, the manifest read and checked
+        (:func:`~hltmt_plugin.hub.manifest.read`) unless given; one HltmtConfigError for ``spm`` /
+        ``data`` (an export carries its own) or an export for another engine."""
         from hltmt_plugin.hub.manifest import read as read_manifest
 
         folder = os.fspath(folder)
@@ -296,14 +343,12 @@ class ExportedTranslator(Translator):
                 f"{folder} is an exported model: it carries its own sentencepiece model and "
                 "dictionary (leave out --spm / --data)"
             )
-        max_tokens = arguments.positive_int("max_tokens", max_tokens)
-        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         record = read_manifest(folder) if record is None else record
         if record["engine"] != cls.engine:
             raise HltmtConfigError(
                 f"{folder} is an export for {record['engine']!r:.40}, not {cls.engine_name}: load it with that library"
             )
-        return folder, max_tokens, max_sentences, record
+        return folder, record
 
     def __init__(
         self, folder: str, record: dict, models: Dict[str, object], dictionary, pieces, max_tokens, max_sentences

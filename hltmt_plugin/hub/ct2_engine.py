@@ -123,28 +123,16 @@ class Ct2Translator(contract.ExportedTranslator):
         )
 
     @classmethod
-    def load(
-        cls,
-        folder: str,
-        spm: Optional[str] = None,
-        data: Optional[str] = None,
-        device: Optional[str] = None,
-        compute_type: Optional[str] = None,
-        threads: Optional[int] = None,
-        max_tokens: int = 4000,
-        max_sentences: Optional[int] = None,
-        fp16: bool = False,
-        record: Optional[dict] = None,
-    ) -> "Ct2Translator":
-        """Load the export ``folder`` (checked first). ``device``: cpu, cuda or cuda:N (default:
-        cuda when CTranslate2 sees one, else cpu); ``compute_type``: CTranslate2's (default: the
-        exported weights' type); ``threads``: CTranslate2's threads per translation (default:
-        $OMP_NUM_THREADS, else its own choice); ``fp16``: ``compute_type="float16"`` (GPU);
-        ``record``: the folder's manifest when it has been read (:func:`~hltmt_plugin.hub.manifest.read`)."""
+    def _load(cls, folder, spm, data, *, device, compute_type, record, max_tokens, max_sentences, threads, fp16):
+        """Load the export ``folder`` (checked first), the shared options checked by the contract
+        (:meth:`~hltmt_plugin.hub.contract.Translator.load`). ``device``: cpu, cuda or cuda:N
+        (default: cuda when CTranslate2 sees one, else cpu); ``compute_type``: CTranslate2's
+        (default: the exported weights' type); ``threads``: CTranslate2's threads per translation
+        (default: $OMP_NUM_THREADS, else its own choice); ``fp16``: ``compute_type="float16"``
+        (GPU); ``record``: the folder's manifest when it has been read
+        (:func:`~hltmt_plugin.hub.manifest.read`)."""
         options = engine_options(device, compute_type, threads, fp16)
-        folder, max_tokens, max_sentences, record = cls.load_arguments(
-            folder, spm, data, max_tokens, max_sentences, record
-        )
+        folder, record = cls.load_arguments(folder, spm, data, record)
         ct2 = contract.import_ctranslate2("this is an exported model and ")
         options = check_machine(ct2, options)
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))

@@ -19,7 +19,7 @@ import os
 from typing import List, Optional, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub import contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
@@ -39,31 +39,17 @@ class HfTranslator(contract.ExportedTranslator):
         )
 
     @classmethod
-    def load(
-        cls,
-        folder: str,
-        spm: Optional[str] = None,
-        data: Optional[str] = None,
-        device: Optional[str] = None,
-        threads: Optional[int] = None,
-        max_tokens: int = 4000,
-        max_sentences: Optional[int] = None,
-        fp16: bool = False,
-        record: Optional[dict] = None,
-        compute_type: Optional[str] = None,
-    ) -> "HfTranslator":
+    def _load(cls, folder, spm, data, *, device, compute_type, record, max_tokens, max_sentences, threads, fp16):
         """Load the export ``folder`` (checked first, unless ``record`` is its manifest just
-        read). ``device``: cpu (default) or cuda; ``threads``: torch's threads (default: torch's
-        choice); ``fp16``: half precision (GPU)."""
+        read), the shared options checked by the contract
+        (:meth:`~hltmt_plugin.hub.contract.Translator.load`). ``device``: cpu (default) or cuda;
+        ``threads``: torch's threads (default: torch's choice); ``fp16``: half precision (GPU)."""
         if compute_type is not None:
             raise HltmtConfigError(
                 f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 "
                 "(--fp16 on a GPU)"
             )
-        threads = arguments.positive_int("threads", threads, optional=True)
-        folder, max_tokens, max_sentences, record = cls.load_arguments(
-            folder, spm, data, max_tokens, max_sentences, record
-        )
+        folder, record = cls.load_arguments(folder, spm, data, record)
         transformers = contract.import_transformers("this is an export to transformers and ")
         import torch
 

@@ -98,25 +98,16 @@ class HltmtTranslator(contract.Translator):
             task.data_manager.dicts.setdefault(lang, self.dictionary)
 
     @classmethod
-    def load(
-        cls,
-        checkpoint: str,
-        spm: Optional[str] = None,
-        data: Optional[str] = None,
-        device: Optional[str] = None,
-        fp16: bool = False,
-        max_tokens: int = 4000,
-        max_sentences: Optional[int] = None,
-        **engine,
-    ) -> "HltmtTranslator":
-        """Load ``checkpoint`` once.
+    def _load(cls, checkpoint, spm, data, *, device, compute_type, record, max_tokens, max_sentences, threads, fp16):
+        """Load ``checkpoint`` once (through :meth:`~hltmt_plugin.hub.contract.Translator.load`,
+        which checks the options every engine shares first).
 
         Args:
             checkpoint: a checkpoint written by fairseq-train for ``--task hltmt_translation`` or
                 ``translation_multi_simple_epoch`` (any of their models); or a folder written by
-                ``hltmt-export``, served by CTranslate2 with the same contract
-                (:class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`; ``engine``: its
-                ``compute_type`` and ``threads``).
+                ``hltmt-export``, served by the engine it was exported to with the same contract
+                (:class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`: its ``compute_type`` and
+                ``threads``; :class:`~hltmt_plugin.hub.hf_engine.HfTranslator`: its ``threads``).
             spm: the sentencepiece model of the data (default: found, see the module docstring).
             data: the binarized data folder (default: the one stored in the checkpoint, or the
                 checkpoint's own folder when that one is gone and holds the dict.*.txt).
@@ -124,17 +115,14 @@ class HltmtTranslator(contract.Translator):
             fp16: run the model in half precision (GPU).
             max_tokens / max_sentences: batch size limits (source tokens / sentences per batch).
         """
+        options = {"max_tokens": max_tokens, "max_sentences": max_sentences, "threads": threads, "fp16": fp16}
         if is_export(checkpoint):  # a folder written by hltmt-export: neither torch nor fairseq
-            return _load_export(
-                checkpoint,
-                spm=spm,
-                data=data,
-                device=device,
-                max_tokens=max_tokens,
-                max_sentences=max_sentences,
-                fp16=fp16,
-                **engine,
-            )
+            return _load_export(checkpoint, spm, data, device=device, compute_type=compute_type, **options)
+        engine = [
+            name
+            for name, value in (("compute_type", compute_type), ("threads", threads), ("record", record))
+            if value is not None
+        ]
         if engine:
             raise HltmtConfigError(
                 f"{', '.join(engine)}: options of an exported model (hltmt-export), not of a checkpoint"
@@ -144,8 +132,6 @@ class HltmtTranslator(contract.Translator):
 
         from hltmt_plugin.hub.loading import load_for_translation
 
-        max_tokens = arguments.positive_int("max_tokens", max_tokens)
-        max_sentences = arguments.positive_int("max_sentences", max_sentences, optional=True)
         device = _device(device)
         loaded, folder = load_for_translation(checkpoint, spm, data)
         checkpoint, model, cfg, task, spm_path = loaded.path, loaded.model, loaded.cfg, loaded.task, loaded.spm
@@ -255,8 +241,9 @@ class HltmtTranslator(contract.Translator):
             yield entries[batch[0]][1].collater(samples)
 
     def generator(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200):
-        key = arguments.generation(beam, lenpen, max_len)
-        beam, lenpen, max_len = key
+        beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
+        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
+        key = beam, lenpen, max_len
         if key not in self._generators:
             from fairseq.dataclass.configs import GenerationConfig
 
@@ -352,18 +339,18 @@ def _device(device: Optional[str]) -> "torch.device":
     return found
 
 
-def _load_export(folder, **options):
+def _load_export(folder, spm, data, **options):
     """The engine of an export folder (its manifest checked once): CTranslate2's
     (:class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`) or transformers'
-    (:class:`~hltmt_plugin.hub.hf_engine.HfTranslator`)."""
+    (:class:`~hltmt_plugin.hub.hf_engine.HfTranslator`), given the options the contract checked."""
     record = read_manifest(folder)
     if record["engine"] == "transformers":
         from hltmt_plugin.hub.hf_engine import HfTranslator  # hltmt-export --to transformers
 
-        return HfTranslator.load(folder, record=record, **options)
+        return HfTranslator._load(folder, spm, data, record=record, **options)
     from hltmt_plugin.hub.ct2_engine import Ct2Translator
 
-    return Ct2Translator.load(folder, record=record, **options)
+    return Ct2Translator._load(folder, spm, data, record=record, **options)
 
 
 def load(checkpoint: str, spm: Optional[str] = None, **kwargs) -> HltmtTranslator:

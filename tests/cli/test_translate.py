@@ -9,12 +9,14 @@ import random
 import re
 import select
 import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
 from conftest import LANGS, PAIRS, PLUGIN, ROOT, WITH_A_LONG_LINE, assert_one_error_line, cli, run, spm_of, translate
+from hltmt_plugin.compat.safe_loading import load_state
 from hub_common import BEAM, DIRECTIONS, MAX_LEN, reference, sentences
 
 SCRIPT = cli("hltmt-translate")
@@ -176,7 +178,7 @@ def test_unusable_checkpoints_and_options_end_with_one_line(hltmt, data_bin, tmp
         input="Hello.\n",
     )
     assert done.returncode == 0 and len(done.stdout.splitlines()) == 1, done.stderr[-3000:]
-    state = torch.load(tmp_path / "plain.pt", map_location="cpu", weights_only=True)
+    state = load_state(tmp_path / "plain.pt")
     state["cfg"]["task"]._name = "translation"
     torch.save(state, tmp_path / "bilingual.pt")
     assert_one_line(
@@ -189,7 +191,7 @@ def test_unusable_checkpoints_and_options_end_with_one_line(hltmt, data_bin, tmp
     assert_one_line(
         translate(*decode_options(hltmt), "--src", "xx", "--tgt", "de", input="Hello\n"), "unknown language 'xx'"
     )
-    state = torch.load(hltmt, map_location="cpu", weights_only=True)
+    state = load_state(hltmt)
     state["cfg"]["task"].data = str(tmp_path / "moved")
     torch.save(state, tmp_path / "moved.pt")
     assert_one_line(translate("--checkpoint", str(tmp_path / "moved.pt"), input=""), "give data=DIR / --data DIR")
@@ -268,10 +270,10 @@ def test_every_input_line_gives_one_output_line_whatever_its_bytes(hltmt, transl
     )  # no line end at the end of the file
     path = tmp_path / "in.txt"
     path.write_bytes(raw)
-    texts = [clean[0], clean[1], clean[2], inside, controls, clean[4]]
+    texts = [clean[0], clean[1], clean[2], inside, clean[4]]
     refs = translator.translate(texts, "en", "de", beam=2, max_len=10)
     expected = [r.translate(str.maketrans({c: " " for c in LINE_BREAKS})) for r in refs]
-    expected = expected[:3] + ["", ""] + expected[3:]
+    expected = expected[:3] + ["", ""] + expected[3:4] + [""] + expected[4:]
     options = [
         "--checkpoint",
         hltmt,
@@ -296,17 +298,20 @@ def test_every_input_line_gives_one_output_line_whatever_its_bytes(hltmt, transl
     assert len(done.stdout.splitlines()) == 8 and any(expected)  # no character of an output line ends it
     errors = [line for line in done.stderr.splitlines() if line.startswith("hltmt-translate: line ")]
     assert errors == [
-        "hltmt-translate: line 4: is not valid UTF-8 (byte 0xe9 at byte 4): not translated; convert the file to UTF-8",
-        "hltmt-translate: line 5: holds a NUL byte at byte 4 (binary data, or UTF-16 text?): not translated",
+        "hltmt-translate: line 4: is not valid UTF-8 (byte 0xe9 at byte 4; convert the file to UTF-8): not translated",
+        "hltmt-translate: line 5: holds a NUL character at position 4 (binary data, or UTF-16 text read as UTF-8?): "
+        "not translated",
+        "hltmt-translate: line 7: holds the control character U+000B at position 2 (text holds none but TAB): "
+        "not translated",
     ]
     as_json = translate(*options, "--json")
     records = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [r["line"] for r in records] == list(range(1, 9))
     assert [r.get("translation") or "" for r in records] == [
-        r if r is not None else "" for r in refs[:3] + [None, None] + refs[3:]
+        r if r is not None else "" for r in refs[:3] + [None, None] + refs[3:4] + [None] + refs[4:]
     ]
-    assert records[0]["source"] == clean[0] and records[5]["source"] == inside and records[6]["source"] == controls
-    assert "error" in records[3] and "error" in records[4]
+    assert records[0]["source"] == clean[0] and records[5]["source"] == inside
+    assert "error" in records[3] and "error" in records[4] and "control character" in records[6]["error"]
 
 
 def test_a_utf16_file_is_refused_in_one_line(hltmt, tmp_path):
@@ -325,8 +330,47 @@ def test_a_utf16_file_is_refused_in_one_line(hltmt, tmp_path):
         "-o",
         str(tmp_path / "out.txt"),
     )
-    assert_one_error_line(done, "hltmt-translate: error: the input starts with a UTF-16 / UTF-32 byte order mark")
+    assert_one_error_line(
+        done, f"hltmt-translate: error: --input {tmp_path / 'utf16.txt'} starts with a UTF-16 / UTF-32 byte order mark"
+    )
     assert not (tmp_path / "out.txt").exists() and os.listdir(tmp_path) == ["utf16.txt"]
+
+
+PEAK_RSS = """
+import resource, subprocess, sys, time
+start = time.perf_counter()
+with open(sys.argv[1], "rb") as source:
+    done = subprocess.run(sys.argv[2:], stdin=source, capture_output=True, text=True, timeout=120)
+sys.stdout.write(f"{done.returncode} {time.perf_counter() - start:.1f} {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}\\n")
+sys.stderr.write(done.stderr)
+"""
+
+
+def reading(hltmt, source, *args):
+    """hltmt-translate reading ``source`` as its standard input: (exit status, seconds, peak
+    resident memory in MiB, stderr)."""
+    command = [cli("hltmt-translate"), "--checkpoint", hltmt, "--device", "cpu", "--src", "en", "--tgt", "de", *args]
+    done = run([sys.executable, "-c", PEAK_RSS, source, *command])
+    status, seconds, rss = done.stdout.split()
+    return int(status), float(seconds), int(rss) / 1024, done.stderr
+
+
+def test_an_endless_line_ends_the_reading_in_one_line_before_memory_grows(hltmt, tmp_path):
+    baseline = reading(hltmt, os.devnull)
+    assert baseline[0] == 0, baseline[3][-2000:]
+    status, seconds, rss, stderr = reading(hltmt, "/dev/zero")  # one endless line of NUL bytes
+    lines = stderr.strip().splitlines()
+    assert status == 2 and lines == [
+        "hltmt-translate: error: standard input line 1 is longer than 1048576 bytes (binary data, or not one "
+        "sentence per line?): not read further"
+    ], stderr[-2000:]
+    assert rss < baseline[2] + 64, (rss, baseline)  # the model's memory, and no more than a piece of the line
+    huge = tmp_path / "one-line.txt"
+    with open(huge, "wb") as f:
+        f.truncate(4 << 30)  # 4 GiB without a line end (sparse: no room taken on the disk)
+    status, seconds, rss, stderr = reading(hltmt, os.devnull, "--input", str(huge))
+    assert status == 2 and f"error: --input {huge} line 1 is longer than 1048576 bytes" in stderr, stderr[-2000:]
+    assert rss < baseline[2] + 64 and seconds < baseline[1] + 30, (rss, seconds, baseline)
 
 
 # ---- numbers that are NaN or infinite; a sentence longer than the token budget

@@ -1,13 +1,15 @@
-"""hltmt_plugin.hub.contract: what both engines share: a sentence's refusals in one order, the
+"""hltmt_plugin.hub.contract: what every engine shares: a sentence's refusals in one order, the
 per-line errors of a call, its result, the engines' imports, and the contract every translator
-keeps (one translate_batch)."""
+keeps (one load, one translate_batch): every engine class of the hub, found by walking it, gets
+the same bounds table."""
 
+import inspect
 import sys
 
 import pytest
 
 from hltmt_plugin.directions import TrainedDirections
-from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtError, HltmtInputError
 from hltmt_plugin.hub import contract
 from hltmt_plugin.hub.results import TranslationErrors
 
@@ -96,12 +98,160 @@ def test_an_export_to_transformers_needs_safetensors_too(monkeypatch):
         contract.import_transformers(writes=True)
 
 
-def test_every_translator_keeps_one_contract():
-    from hltmt_plugin.hub.ct2_engine import Ct2Translator
-    from hltmt_plugin.hub.hf_engine import HfTranslator
-    from hltmt_plugin.hub.translator import HltmtTranslator
+# ---- the bounds every engine inherits from the contract ------------------------------------
 
-    shared = ("translate", "translate_batch", "direction", "_prepare_items")
-    for engine in (HltmtTranslator, Ct2Translator, HfTranslator):
-        assert issubclass(engine, contract.Translator)
-        assert all(getattr(engine, name) is getattr(contract.Translator, name) for name in shared), engine
+
+def engine_classes():
+    """Every translator class of the package: the hub's modules imported, then
+    ``Translator.__subclasses__()`` walked (an engine written later is found by itself)."""
+    import importlib
+    import pkgutil
+
+    import hltmt_plugin.hub as hub
+
+    for info in pkgutil.iter_modules(hub.__path__, "hltmt_plugin.hub."):
+        importlib.import_module(info.name)
+    found, todo = [], [contract.Translator]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("hltmt_plugin.") and sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return found
+
+
+def contract_broken(engine) -> list:
+    """The contract's calls that ``engine`` does not take from the contract (it must take all)."""
+    own = inspect.getattr_static
+    return [name for name in contract.Translator.SEALED if own(engine, name) is not own(contract.Translator, name)]
+
+
+def recording(engine):
+    """A subclass of ``engine`` whose engine methods record their calls and run nothing (no
+    line about bounds of its own: whatever it gets, the contract let through)."""
+    calls = []
+
+    class Recording(engine):
+        def __init__(self):
+            self.langs, self.directions, self.dictionary = LANGS, DIRECTIONS, [None] * 100  # 100 symbols
+            self.max_source_positions = self.max_target_positions = 64
+            self.max_tokens, self.max_sentences = 4000, None
+
+        @classmethod
+        def _load(cls, checkpoint, spm, data, **options):
+            calls.append(("load", options))
+            return cls()
+
+        def routing(self, src, tgt):
+            return routing(src, tgt)
+
+        def _tokens(self, texts):
+            return [[5] * len(text.split()) + [2] for text in texts]
+
+        def _prepared(self, index, src, tgt, tokens):
+            return index
+
+        def _translate_prepared(self, prepared, results, search, max_tokens, max_sentences, progress):
+            calls.append(("translate", search, max_tokens, max_sentences, list(prepared)))
+            for index in prepared:
+                results[index].text = "x"
+
+    return Recording, calls
+
+
+LOAD_BOUNDS = [
+    ({"threads": 0}, "threads"),
+    ({"threads": -1}, "threads"),
+    ({"threads": 100000}, "threads must be at most"),
+    ({"threads": 2.5}, "threads"),
+    ({"threads": True}, "threads"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": 1e9}, "max_tokens"),
+    ({"max_tokens": None}, "max_tokens"),
+    ({"max_sentences": 0.5}, "max_sentences"),
+    ({"fp16": "yes"}, "fp16"),
+]
+OK = [("en", "de", "The file is open.")]
+TRANSLATE_BOUNDS = [
+    ({"beam": 0}, "beam"),
+    ({"beam": 2.5}, "beam"),
+    ({"beam": 101}, "beam 101 is larger than the model's vocabulary"),
+    ({"lenpen": float("nan")}, "lenpen"),
+    ({"lenpen": 11}, "lenpen must be between"),
+    ({"lenpen": "1"}, "lenpen"),
+    ({"max_len": 0}, "max_len"),
+    ({"max_len": float("inf")}, "max_len"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_sentences": -1}, "max_sentences"),
+    ({"errors": "ignore"}, "errors"),
+    ({"first_line": "1"}, "first_line"),
+    ({"progress": "bar"}, "progress"),
+    ({"zero_shot": "yes"}, "zero_shot"),
+    ({"items": None}, "items is None"),
+]
+# sentences each engine refuses alone, with its line: the text rule, the line and position bounds
+LINE_BOUNDS = [
+    ("a\x00b", "NUL character at position 2"),
+    ("a\x1bb", "control character U\\+001B at position 2"),
+    ("a\ud800", "lone surrogate"),
+    ("x" * 201, "is longer than 200 bytes"),
+    (" w" * 63, "65 tokens .* more than the model's 64 source positions"),
+]
+
+
+def test_every_engine_class_takes_the_contracts_calls_and_bounds(monkeypatch):
+    engines = engine_classes()
+    names = {engine.__name__ for engine in engines}
+    assert {"HltmtTranslator", "ExportedTranslator", "Ct2Translator", "HfTranslator"} <= names, names
+    monkeypatch.setattr("hltmt_plugin.text.MAX_LINE_BYTES", 200)
+    for engine in engines:
+        assert contract_broken(engine) == [], engine
+        Engine, calls = recording(engine)
+        for options, why in LOAD_BOUNDS:
+            with pytest.raises(HltmtConfigError, match=why):
+                Engine.load("model", **options)
+        assert calls == [], (engine, calls)
+        mt = Engine.load("model", threads=2)
+        assert calls.pop() == ("load", dict(NONE_OF_LOAD, threads=2))
+        for options, why in TRANSLATE_BOUNDS:
+            with pytest.raises(HltmtError, match=why):
+                mt.translate_batch(**{"items": OK, **options})
+        assert calls == [], (engine, calls)
+        for text, why in LINE_BOUNDS:
+            with pytest.raises(TranslationErrors, match=f"line 1: .*{why}"):
+                mt.translate_batch([("en", "de", text)])
+        assert calls == [], (engine, calls)
+        assert mt.translate_batch(OK, beam=100, lenpen=-10, max_len=10**9) == ["x"]
+        assert calls.pop() == ("translate", (100, -10.0, 63), 4000, None, [0])  # max_len: the positions' bound
+
+
+def test_a_call_holding_more_sentences_than_a_reader_reads_is_refused(monkeypatch):
+    Engine, calls = recording(contract.ExportedTranslator)
+    monkeypatch.setattr("hltmt_plugin.text.MAX_LINES", 3)
+    with pytest.raises(HltmtInputError, match="items holds 4 sentences, more than 3 in one call"):
+        Engine.load("model").translate_batch(OK * 4)
+    assert [call[0] for call in calls] == ["load"]
+
+
+NONE_OF_LOAD = {
+    "device": None,
+    "compute_type": None,
+    "record": None,
+    "max_tokens": 4000,
+    "max_sentences": None,
+    "threads": None,
+    "fp16": False,
+}
+
+
+def test_an_engine_that_overrides_the_contracts_calls_is_refused_when_defined():
+    for name in contract.Translator.SEALED:
+        with pytest.raises(TypeError, match=f"Planted overrides {name} of the translator's contract"):
+            type("Planted", (contract.ExportedTranslator,), {name: lambda *args, **kwargs: []})
+
+
+def test_an_engine_patched_after_its_definition_is_caught():
+    Engine, _ = recording(contract.ExportedTranslator)
+    assert contract_broken(Engine) == []
+    Engine.translate_batch = lambda self, items, **options: ["unchecked"]  # past the class statement's check
+    assert contract_broken(Engine) == ["translate_batch"]
