@@ -346,19 +346,30 @@ PAPER_MAP = [0, 0, 1, 1, 2, 2]  # the recipe's 6 high-resource languages over it
 
 
 def recipe_commands(work):
-    """{system: fairseq-train options} of the recipe (hltmt-main-job --size base --dry-run)."""
-    import shlex
+    """{system: fairseq-train options after the data folder} of the WMT-10 recipe at the paper's
+    size, from the recipe itself: ``hltmt-main-job --size base``'s MNMT and HLT-MT (both stages in
+    one run) over WMT-10's languages and its high-resource split, on the CPU."""
+    from hltmt_plugin.corpora import WMT10_HIGH, WMT10_LANGS
+    from hltmt_plugin.experiments.main_job import SIZES
+    from hltmt_plugin.experiments.recipe import Comparison, directions
 
-    cmd = [sys.executable, "-m", "hltmt_plugin.experiments.main_job", "--size", "base", "--high", "fr,cs,de,fi,lv,et"]
-    cmd += ["--raw", RAW, "--run-dir", os.path.join(work, "recipe"), "--dry-run"]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=True)
-    found = {}
-    for line in done.stdout.splitlines():
-        argv = shlex.split(line) if "fairseq_cli.train" in line else []
-        system = "hltmt" if "--high-resource-langs" in argv else "mnmt"
-        if argv and system not in found:
-            found[system] = argv[argv.index("fairseq_cli.train") + 2 :]  # after the data folder
-    return found
+    size = SIZES["base"]
+    comparison = Comparison(
+        os.path.join(work, "recipe", "data", "bin"), WMT10_LANGS, directions(WMT10_LANGS), WMT10_HIGH
+    )
+    own = {"hltmt": {"high_updates": size.high_updates}, "mnmt": {}}
+    return {
+        system: comparison.train_args(
+            system,
+            size,
+            seed=1,
+            updates=size.high_updates + size.all_updates,
+            save_dir=os.path.join(work, "recipe", "models", f"{system}.seed1"),
+            options=["--update-freq", str(size.batch_gpus)],
+            **options,
+        )[1:]
+        for system, options in own.items()
+    }
 
 
 def paper_data(work):

@@ -12,6 +12,7 @@ import torch
 
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW
 from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, high_among, pool_size
+from hltmt_plugin.sizes import MODEL_SIZES
 
 # the command the benchmarks' child processes run (python scripts/bench.py --...-child SPEC)
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
@@ -27,11 +28,8 @@ SYSTEMS = {
     "hltmt+skills": (True, SKILLS),
 }
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-ARCHS = {
-    "tiny": ("transformer_hltmt_tiny", "hltmt_transformer_tiny"),
-    "small": ("transformer_hltmt_small", "hltmt_transformer_small"),
-    "base": ("transformer", "hltmt_transformer"),
-}
+# the model sizes the benches measure: (the baseline's architecture, HLT-MT's), from the one size table
+ARCHS = {size: (MODEL_SIZES[size].baseline_arch, MODEL_SIZES[size].hltmt_arch) for size in ("tiny", "small", "base")}
 LR = 1e-4  # every bench's learning rate (speed only: the rate does not change a step's cost)
 # what a bench's fairseq-train run adds to the recipe's line: fairseq's own order of the data
 # (its default, concat: no temperature sampling), nothing saved, no validation
@@ -53,7 +51,7 @@ class BenchError(Exception):
 
 def hyper(size, max_tokens):
     """The recipe's hyper-parameters at the bench's model size, batch and learning rate."""
-    return Hyper(hltmt_arch=ARCHS[size][1], baseline_arch=ARCHS[size][0], lr=LR, max_tokens=max_tokens)
+    return Hyper(model=size, lr=LR, max_tokens=max_tokens)
 
 
 def comparison(args, pairs=None):

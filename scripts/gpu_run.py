@@ -74,12 +74,11 @@ from hltmt_plugin.corpora import (  # noqa: E402
     DEBMT10_HIGH as HIGH,
     DEBMT10_LANGS as LANGS,
 )
+from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
 from hltmt_plugin.experiments import steps  # noqa: E402
 from hltmt_plugin.experiments.recipe import (  # noqa: E402
     Comparison,
     Hyper,
-    directions,
-    high_among,
     prepare_command,
     read_train_log,
 )
@@ -88,7 +87,6 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     NGPU_HELP,
     PRECISION_FLAGS,
     PRECISION_HELP,
-    OptionError,
     StepFailed,
     decode,
     decode_jobs,
@@ -155,9 +153,9 @@ SIZES = {
     ),
     # the GPU run: all of DebMT-10, d 256 4+3 layers (hltmt_transformer_small and the plain
     # transformer of the same sizes), 16k vocabulary, large batches
-    "small": RunSize(hltmt_arch="hltmt_transformer_small", baseline_arch="transformer_hltmt_small", lr=2e-3),
+    "small": RunSize(model="small", lr=2e-3),
     # transformer-base (d 512, 6+6 layers): fewer updates in the same time
-    "base": RunSize(hltmt_arch="hltmt_transformer", baseline_arch="transformer", lr=1e-3, decode_reserve_s=110),
+    "base": RunSize(model="base", lr=1e-3, decode_reserve_s=110),
 }
 
 
@@ -185,11 +183,6 @@ class GpuRun:
     def __init__(self, args, t0):
         self.args, self.t0 = args, t0
         self.size = SIZES[args.size]
-        self.langs = args.langs.split(",") if args.langs else self.size.langs
-        self.high = high_among(self.langs, args.high.split(",") if args.high else self.size.high)
-        if not self.high:
-            raise StepFailed("no high-resource language among --langs: HLT-MT needs at least one")
-        self.directions = directions(self.langs)
         self.work = work_dir(args)
         self.out = os.path.abspath(args.out)
         self.data = os.path.join(self.work, "data", "bin")
@@ -201,7 +194,10 @@ class GpuRun:
         self.dry_run = args.dry_run
         device, self.precision, _ = resolve_device(args, dry_run=args.dry_run)
         self.cuda = device == "cuda"
-        self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=not self.cuda)
+        self.comparison = Comparison.from_args(
+            args, self.data, langs=self.size.langs, high=self.size.high, cpu=not self.cuda
+        )
+        self.langs, self.high, self.directions = self.comparison.langs, self.comparison.high, self.comparison.pairs
 
     # ---- bookkeeping --------------------------------------------------------------------
     def elapsed(self):
@@ -719,7 +715,7 @@ def dry_run(args, t0):
     """--dry-run: the plan printed, nothing run or written; the exit code."""
     try:
         GpuRun(args, t0).print_plan()
-    except (StepFailed, OptionError) as error:
+    except (StepFailed, HltmtConfigError) as error:
         print(f"gpu_run: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:
@@ -738,7 +734,7 @@ def full_run(args, t0):
         run = GpuRun(args, t0)
         run.run()
         ok = True
-    except (StepFailed, OptionError) as error:
+    except (StepFailed, HltmtConfigError) as error:
         print(f"gpu_run: error: {error}", flush=True)
     except KeyboardInterrupt:
         print("gpu_run: error: interrupted", flush=True)

@@ -13,7 +13,7 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
-    ["errors", "corpora"],  # corpora: the languages of the corpora the commands know by name
+    ["errors", "corpora", "sizes"],  # corpora, sizes: the corpora's languages, the model sizes, known by name
     ["records"],  # every record read through one schema
     ["atomic_files"],  # every file written whole or not at all (its folder marker read as a record)
     ["paths"],  # every path option declared (what a file is: atomic_files)

@@ -58,14 +58,8 @@ from hltmt_plugin.corpora import (  # noqa: E402
     WMT10_HIGH as HIGH_LIST,
     WMT10_LANGS as LANGS_LIST,
 )
-from hltmt_plugin.experiments.recipe import (  # noqa: E402
-    Comparison,
-    Hyper,
-    directions,
-    high_among,
-    pool_size,
-    prepare_command,
-)
+from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
+from hltmt_plugin.experiments.recipe import Comparison, Hyper, prepare_command  # noqa: E402
 from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
@@ -118,10 +112,10 @@ class Recipe:
         self.run_dir = os.path.abspath(args.run_dir)
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.logs = os.path.join(self.run_dir, "logs")
-        self.langs = [x for x in args.langs.split(",") if x]
-        self.high = high_among(self.langs, args.high.split(","))
-        self.directions = directions(self.langs)
-        self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=not args.gpu)
+        self.comparison = Comparison.from_args(
+            args, self.data, langs=LANGS_LIST, high=HIGH_LIST, cpu=not args.gpu, max_pool=args.pool_size
+        )
+        self.langs, self.high, self.directions = self.comparison.langs, self.comparison.high, self.comparison.pairs
         self.systems = [s for s in args.systems.split(",") if s]
         self.xlmr = os.path.abspath(args.xlmr)
         self.pretrained = os.path.join(self.xlmr, "model.pt")
@@ -168,8 +162,7 @@ class Recipe:
     def hyper(self, temperature=1.0):
         a = self.args
         return Hyper(
-            hltmt_arch="hltmt_transformer_xlmr_base",
-            baseline_arch="transformer",
+            model="xlmr_base",
             lr=a.lr,
             warmup=a.warmup,
             max_tokens=a.max_tokens,
@@ -183,7 +176,7 @@ class Recipe:
         own = {
             "mnmt": {},
             "lsmnmt": {"ls_langs": ["en"] + self.langs},
-            "hltmt": {"high_updates": a.high_updates, "pool": pool_size(self.high, a.pool_size)},
+            "hltmt": {"high_updates": a.high_updates},
         }[system]
         return self.comparison.train_command(
             system,
@@ -351,7 +344,9 @@ class Recipe:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
+    def _get_help_string(self, action):
+        """Each option's help with its default, unless the help says its default itself."""
+        return action.help if "default:" in (action.help or "") else super()._get_help_string(action)
 
 
 def check(args):
@@ -396,7 +391,11 @@ def build_parser():
     p.add_argument("--xlmr", required=True, help="XLM-R folder: model.pt, dict.txt, sentencepiece.bpe.model")
     p.add_argument("--run-dir", default=os.path.join(ROOT, "runs", "wmt10-xlmr"), help="where everything goes")
     p.add_argument("--langs", default=WMT10_LANGS, help="non-English languages")
-    p.add_argument("--high", default=WMT10_HIGH, help="high-resource languages (HLT-MT's pool, stage high)")
+    p.add_argument(
+        "--high",
+        default=None,
+        help=f"high-resource languages (HLT-MT's pool, stage high; default: the paper's, {WMT10_HIGH}, among --langs)",
+    )
     p.add_argument("--pool-size", type=int, default=3, help="T, HLT-MT's pool modules")
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems to train, all from the same XLM-R")
     p.add_argument("--seed", type=int, default=1)
@@ -448,7 +447,12 @@ def main(argv=None):
         print(f"xlmr_recipe: error: {problem}", file=sys.stderr)
         return 2
     try:
-        Recipe(args).run()
+        recipe = Recipe(args)
+    except HltmtConfigError as error:
+        print(f"xlmr_recipe: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        recipe.run()
     except StepFailed as error:
         print(f"\nxlmr_recipe: error: {error}", file=sys.stderr)
         return 1

@@ -56,7 +56,8 @@ from typing import Dict, List
 
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
-from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS, Comparison, Hyper, directions, high_among, prepare_command
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS, Comparison, Hyper, prepare_command
 from hltmt_plugin.experiments.steps import (
     NGPU_HELP,
     PRECISION_HELP,
@@ -149,8 +150,7 @@ SIZES: Dict[str, Size] = {
         max_train=0,
         max_test=0,
         vocab=64000,
-        hltmt_arch="hltmt_transformer",
-        baseline_arch="transformer",
+        model="base",
         high_updates=50000,
         all_updates=50000,
         seeds=[1],
@@ -170,14 +170,14 @@ class Job:
         self.run_dir = os.path.abspath(args.run_dir or os.path.join("runs", f"debmt10-{args.size}"))
         self.data = os.path.join(self.run_dir, "data", "bin")
         self.logs = os.path.join(self.run_dir, "logs")
-        self.langs = args.langs.split(",") if args.langs else LANGS
-        self.high = high_among(self.langs, args.high.split(",") if args.high else HIGH)
-        self.directions = directions(self.langs, self.size.to_english)
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
         self.dry_run = args.dry_run
         self.device, self.precision, self.device_flags = resolve_device(args, dry_run=args.dry_run)
         self.update_freq = args.update_freq or max(1, -(-self.size.batch_gpus // args.ngpu))
-        self.comparison = Comparison(self.data, self.langs, self.directions, self.high, cpu=self.device == "cpu")
+        self.comparison = Comparison.from_args(
+            args, self.data, langs=LANGS, high=HIGH, to_english=self.size.to_english, cpu=self.device == "cpu"
+        )
+        self.langs, self.high, self.directions = self.comparison.langs, self.comparison.high, self.comparison.pairs
         if args.train_jobs > 1 and self.device == "cuda":
             raise OptionError(f"--train-jobs {args.train_jobs} is for the CPU: on a GPU the runs go one after another")
         self.train_jobs = 1 if self.device == "cuda" else min(args.train_jobs or self.size.train_jobs, nproc())
@@ -474,7 +474,7 @@ def main(argv=None):
     register()  # torch and fairseq, once the arguments are checked
     try:
         Job(args).run()
-    except OptionError as error:
+    except HltmtConfigError as error:  # OptionError, the recipe's --langs and --high
         print(f"hltmt-main-job: error: {error}", file=sys.stderr)
         return 2
     except StepFailed as error:

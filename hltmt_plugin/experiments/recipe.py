@@ -22,10 +22,12 @@ The systems (the same data, batch, learning-rate schedule and seed for all):
 import json
 import re
 import statistics
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.cli import PLUGIN, fairseq_cli, plugin_cli
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.sizes import MODEL_SIZES
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 BASELINE_TASK = "translation_multi_simple_epoch"  # fairseq's own multilingual task
@@ -44,6 +46,35 @@ def pool_size(high: Sequence[str], most: int = POOL_SIZE) -> int:
 def high_among(langs: Sequence[str], high: Sequence[str]) -> List[str]:
     """The high-resource languages that are among ``langs``, in the order ``high`` gives."""
     return [x for x in high if x in langs]
+
+
+def languages_of(
+    langs: Optional[str], high: Optional[str], default_langs: Sequence[str], default_high: Sequence[str]
+) -> Tuple[List[str], List[str]]:
+    """A driver's ``--langs`` and ``--high`` (comma-separated, None when not given) as (the
+    languages, the high-resource ones): each option as given, else ``default_langs`` and those
+    of ``default_high`` among the languages. A name given twice or empty, a given ``--high``
+    language outside the languages, or no high-resource language at all is refused
+    (:class:`HltmtConfigError`, one line)."""
+    chosen = list(default_langs) if langs is None else langs.split(",")
+    among = [x for x in default_high if x in chosen] if high is None else high.split(",")
+    for option, values in (("--langs", chosen), ("--high", among)):
+        twice = sorted({x for x in values if values.count(x) > 1})
+        if twice or "" in values:
+            raise HltmtConfigError(
+                f"{option} names {','.join(twice) or 'an empty language'} {'twice' if twice else ''}".strip()
+            )
+    outside = [x for x in among if x not in chosen]
+    if outside:
+        raise HltmtConfigError(
+            f"--high {','.join(outside)} not in --langs ({','.join(chosen)}): HLT-MT's pool would have no "
+            "language of its own"
+        )
+    if not among:
+        raise HltmtConfigError(
+            f"no high-resource language among --langs ({','.join(chosen)}): HLT-MT needs at least one (--high)"
+        )
+    return chosen, among
 
 
 def directions(langs: Sequence[str], to_english: bool = True) -> List[str]:
@@ -86,25 +117,50 @@ class Hyper:
     """The hyper-parameters every system of one comparison shares (a driver's size or setting
     adds its own data and schedule fields to these)."""
 
-    hltmt_arch: str = "hltmt_transformer_tiny"  # HLT-MT and LS-MNMT
-    baseline_arch: str = "transformer_hltmt_tiny"  # fairseq's plain transformer of the same sizes
+    model: str = "tiny"  # the model size (hltmt_plugin/sizes.py), which gives the two architectures:
+    hltmt_arch: str = field(init=False)  # HLT-MT and LS-MNMT
+    baseline_arch: str = field(init=False)  # fairseq's plain transformer of the same sizes
     lr: float = 3e-3  # peak learning rate (inverse_sqrt)
     warmup: int = 200  # warm-up updates
     max_tokens: int = 4096  # tokens per batch
     temperature: float = 5.0  # temperature sampling over the directions
+
+    def __post_init__(self):
+        size = MODEL_SIZES[self.model]
+        self.hltmt_arch, self.baseline_arch = size.hltmt_arch, size.baseline_arch
 
 
 @dataclass
 class Comparison:
     """One comparison's data and languages: ``data`` the binarized folder, ``langs`` the
     non-English languages (``--langs`` is English and these), ``pairs`` the directions trained,
-    ``high`` the high-resource languages, ``cpu`` whether fairseq runs on the CPU."""
+    ``high`` the high-resource languages, ``cpu`` whether fairseq runs on the CPU, ``max_pool``
+    the most pool modules HLT-MT gets (its T is :func:`pool_size` of ``high``)."""
 
     data: str
     langs: List[str]
     pairs: List[str]
     high: List[str]
     cpu: bool = True
+    max_pool: int = POOL_SIZE
+
+    @classmethod
+    def from_args(
+        cls,
+        args,
+        data: str,
+        *,
+        langs: Sequence[str],
+        high: Sequence[str],
+        to_english: bool = True,
+        cpu: bool = True,
+        max_pool: int = POOL_SIZE,
+    ) -> "Comparison":
+        """The comparison a driver's command line asks for, its ``--langs`` and ``--high`` read
+        here once (:func:`languages_of`; ``langs`` and ``high`` when not given): every
+        direction En->X and, with ``to_english``, X->En, on the binarized folder ``data``."""
+        chosen, among = languages_of(args.langs, args.high, langs, high)
+        return cls(data, chosen, directions(chosen, to_english), among, cpu=cpu, max_pool=max_pool)
 
     def task_args(self, task: str, pairs: Optional[Sequence[str]] = None) -> List[str]:
         """The task's options (the data's languages, the directions, the target-language token
@@ -175,7 +231,7 @@ class Comparison:
         """The task, model and criterion of one system: ``stage`` and ``high_updates`` (the
         update at which stage high gives way to stage all, 0: no switch in this run) are
         HLT-MT's; ``ls_langs`` the languages that get an LS-MNMT module each; ``pool`` HLT-MT's
-        T (default: :func:`pool_size`); ``pairs`` the directions of this run (default: all);
+        T (default: :func:`pool_size` of the high-resource languages, at most ``max_pool``); ``pairs`` the directions of this run (default: all);
         ``criterion`` another criterion than the system's own (HLT-MT's disparity weight then
         goes: it is an option of HLT-MT's criterion)."""
         if system in ("mnmt", "mnmt-staged"):
@@ -191,7 +247,7 @@ class Comparison:
                 "--high-resource-langs",
                 ",".join(self.high),
                 "--slp-pool-size",
-                str(pool_size(self.high) if pool is None else pool),
+                str(pool_size(self.high, self.max_pool) if pool is None else pool),
                 "--hlt-stage",
                 stage,
                 *(["--high-stage-updates", str(high_updates)] if high_updates else []),

@@ -46,16 +46,13 @@ from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.cli.prepare_data import SPLITS, load_pair
 from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
-from hltmt_plugin.errors import HltmtError, HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtError, HltmtInputError
 from hltmt_plugin.experiments import steps
 from hltmt_plugin.experiments.recipe import (
     POOL_SIZE,
     SHORT_SEGMENTS,
     Comparison,
     Hyper,
-    directions,
-    high_among,
-    pool_size,
     prepare_command,
     read_train_log,
     score,
@@ -96,10 +93,10 @@ class Study:
         self.run_dir = os.path.abspath(args.run_dir)
         self.results = os.path.abspath(args.results or os.path.join(args.run_dir, "results"))
         self.data = os.path.join(self.run_dir, "data", "bin")
-        self.langs = args.langs.split(",") if args.langs else LANGS
-        self.high = high_among(self.langs, args.high.split(",") if args.high else HIGH)
-        self.pairs = directions(self.langs, to_english=False)
-        self.comparison = Comparison(self.data, self.langs, self.pairs, self.high, cpu=True)
+        self.comparison = Comparison.from_args(
+            args, self.data, langs=LANGS, high=HIGH, to_english=False, max_pool=setting.pool_size
+        )
+        self.langs, self.high, self.pairs = self.comparison.langs, self.comparison.high, self.comparison.pairs
         self.dry_run = args.dry_run
         self.segment_words = (setting.max_en_words, setting.max_xx_words)
         self._segments = {}
@@ -152,12 +149,7 @@ class Study:
                 ("train", train(system, s.updates, save, *resume)),
             ]
         if system == "hltmt":
-            return [
-                (
-                    "train",
-                    train(system, s.updates, save, high_updates=s.high_updates, pool=pool_size(self.high, s.pool_size)),
-                )
-            ]
+            return [("train", train(system, s.updates, save, high_updates=s.high_updates))]
         if system == "lsmnmt":  # a module per target language, every direction from the start
             return [("train", train(system, s.updates, save, ls_langs=self.langs))]
         return [("train", train(system, s.updates, save))]
@@ -545,31 +537,30 @@ def build_parser():
 
 
 def check_options(p, args):
-    """The --runs as [(system, seed)]; stops with argparse's one-line error on a bad --runs or
-    --parallel."""
+    """The --runs as [(system, seed)] and the study of the options (its --langs and --high read
+    once, by the recipe); stops with argparse's one-line error on options that cannot work."""
     try:
         runs = parse_runs(args.runs)
     except ValueError as error:
         p.error(str(error))
     if args.parallel < 1:
         p.error("--parallel must be at least 1")
-    langs = args.langs.split(",") if args.langs else LANGS
-    high = args.high.split(",") if args.high else [x for x in HIGH if x in langs]
-    for option, values in (("--langs", langs), ("--high", high)):
-        twice = sorted({x for x in values if values.count(x) > 1})
-        if twice or "" in values:
-            p.error(f"{option} names {','.join(twice) or 'an empty language'} {'twice' if twice else ''}".strip())
-    outside = [x for x in high if x not in langs]
-    if outside:
-        p.error(
-            f"--high {','.join(outside)} not in --langs ({','.join(langs)}): HLT-MT's pool would have no "
-            "language of its own"
-        )
+    setting = Setting(
+        **{
+            k: v
+            for k, v in (("updates", args.updates), ("high_updates", args.high_updates), ("vocab", args.vocab))
+            if v is not None
+        }
+    )
+    try:
+        study = Study(args, setting)
+    except HltmtConfigError as error:
+        p.error(str(error))
     if not args.report_only and not args.dry_run:
-        missing = [x for x in langs if not os.path.isfile(os.path.join(args.raw, f"train.en-{x}.{x}"))]
+        missing = [x for x in study.langs if not os.path.isfile(os.path.join(args.raw, f"train.en-{x}.{x}"))]
         if missing:
             p.error(f"--raw {args.raw} has no data for {','.join(missing)} (train.en-XX.XX)")
-    return runs
+    return runs, study
 
 
 def print_plan(study: Study, runs):
@@ -605,16 +596,8 @@ def run_study(study: Study, runs, args):
 def main(argv=None):
     p = build_parser()
     args = p.parse_args(argv)
-    runs = check_options(p, args)
+    runs, study = check_options(p, args)
     register()  # torch and fairseq, once the arguments are checked
-    setting = Setting(
-        **{
-            k: v
-            for k, v in (("updates", args.updates), ("high_updates", args.high_updates), ("vocab", args.vocab))
-            if v is not None
-        }
-    )
-    study = Study(args, setting)
     if args.dry_run:
         print_plan(study, runs)
         return 0

@@ -1,8 +1,11 @@
-"""The architectures of ``hltmt_transformer`` (sizes; the SLP options' defaults), and the CPU
-sizes shared with the plain-transformer baselines (:mod:`hltmt_plugin.models.baselines`)."""
+"""The architectures of ``hltmt_transformer`` (sizes; the SLP options' defaults); the CPU sizes'
+dimensions, shared with the plain-transformer baselines (:mod:`hltmt_plugin.models.baselines`),
+are those of the one size table, :mod:`hltmt_plugin.sizes`."""
 
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
+
+from hltmt_plugin.sizes import MODEL_SIZES
 
 
 @register_model_architecture("hltmt_transformer", "hltmt_transformer")
@@ -39,32 +42,10 @@ def hltmt_transformer_xlmr_base(args):
     hltmt_transformer(args)
 
 
-# Sizes for CPU work, shared with the plain-transformer baselines (models/baselines.py).
-CPU_SIZES = {
-    "tiny": dict(
-        encoder_embed_dim=128,
-        encoder_ffn_embed_dim=256,
-        encoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_layers=2,
-        decoder_attention_heads=4,
-        share_decoder_input_output_embed=True,
-    ),
-    "small": dict(
-        encoder_embed_dim=256,
-        encoder_ffn_embed_dim=1024,
-        encoder_layers=4,
-        encoder_attention_heads=4,
-        decoder_layers=3,
-        decoder_attention_heads=4,
-        share_decoder_input_output_embed=True,
-    ),
-}
-
-
 def set_sizes(args, name: str):
-    """Default the model sizes of ``args`` to ``CPU_SIZES[name]`` (what is set stays)."""
-    for key, value in CPU_SIZES[name].items():
+    """Default the model sizes of ``args`` to those of the size ``name`` (hltmt_plugin/sizes.py;
+    what is set stays)."""
+    for key, value in MODEL_SIZES[name].dims.items():
         setattr(args, key, getattr(args, key, value))
 
 

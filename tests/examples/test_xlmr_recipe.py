@@ -226,3 +226,13 @@ def test_the_recipes_languages_are_the_papers_wmt10_split():
     finally:
         sys.path.remove(RECIPE)
     assert (xlmr_recipe.WMT10_LANGS, xlmr_recipe.WMT10_HIGH) == (",".join(WMT10_LANGS), ",".join(WMT10_HIGH))
+
+
+def test_languages_that_cannot_work_are_one_line(tmp_path):
+    recipe_py = os.path.join(RECIPE, "xlmr_recipe.py")
+    base = [sys.executable, recipe_py, "--raw", DEBMT10, "--xlmr", str(tmp_path), "--dry-run"]
+    done = run([*base, "--langs", "de,gu", "--high", "fr"])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "xlmr_recipe: error: --high fr not in --langs (de,gu)" in done.stderr
+    done = run([*base, "--langs", "de,gu", "--run-dir", str(tmp_path / "run")])  # the paper's split among them
+    assert done.returncode == 0 and " high de;" in done.stdout, done.stderr[-2000:]

@@ -169,3 +169,18 @@ def test_device_and_precision_mistakes_are_one_line_before_any_work(tmp_path, op
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hltmt-main-job: error:") and message in lines[0], done.stderr
     assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--langs", "de,gu", "--high", "fr"], "--high fr not in --langs (de,gu)"),
+        (["--langs", "gu,hi"], "no high-resource language among --langs (gu,hi)"),
+        (["--langs", "de,de"], "--langs names de twice"),
+    ],
+)
+def test_languages_that_cannot_work_are_one_line_before_any_work(tmp_path, options, message):
+    done = run([JOB, "--size", "smoke", "--cpu", "--dry-run", "--run-dir", str(tmp_path / "job"), *options])
+    assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hltmt-main-job: error:") and message in lines[0], done.stderr

@@ -1,6 +1,8 @@
 """The experiment recipe: each system's fairseq-train line read back by fairseq's own parser,
 the pool-size rule, scoring and the training log."""
 
+import argparse
+
 import pytest
 
 from hltmt_plugin.experiments import recipe
@@ -195,3 +197,57 @@ def test_every_direction_decodes_under_the_plugins_task(tmp_path):
     valid = comparison(tmp_path).generate_args(subset="valid", beam=4)
     assert valid[valid.index("--max-len-a") + 1] == "1.5" and "--fp16" not in valid
     assert valid[valid.index("--gen-subset") + 1] == "valid" and valid[valid.index("--beam") + 1] == "4"
+
+
+# ---- a driver's --langs and --high, read once by the recipe
+@pytest.mark.parametrize(
+    "langs, high, message",
+    [
+        ("de,de", None, "--langs names de twice"),
+        ("de,,gu", None, "--langs names an empty language"),
+        ("de,gu", "de,de", "--high names de twice"),
+        ("de,gu", "fr", "--high fr not in --langs (de,gu): HLT-MT's pool would have no language of its own"),
+        ("gu,hi", None, "no high-resource language among --langs (gu,hi): HLT-MT needs at least one"),
+    ],
+)
+def test_languages_that_cannot_work_are_refused_in_one_line(langs, high, message):
+    from hltmt_plugin.corpora import WMT10_HIGH, WMT10_LANGS
+    from hltmt_plugin.errors import HltmtConfigError
+
+    with pytest.raises(HltmtConfigError) as error:
+        recipe.languages_of(langs, high, WMT10_LANGS, WMT10_HIGH)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_drivers_languages_are_its_options_else_its_defaults(tmp_path):
+    def of(langs=None, high=None, **kw):
+        args = argparse.Namespace(langs=langs, high=high)
+        return Comparison.from_args(args, str(tmp_path), langs=LANGS, high=["cs", "de", "fr"], **kw)
+
+    c = of()
+    assert (c.data, c.langs, c.high, c.pairs) == (str(tmp_path), LANGS, ["de", "fr"], recipe.directions(LANGS))
+    assert (of("de,gu").langs, of("de,gu").high) == (["de", "gu"], ["de"])
+    assert of("de,gu", "gu").high == ["gu"] and of(high="gu,fr").high == ["gu", "fr"]
+    assert of(to_english=False).pairs == ["en-fr", "en-de", "en-gu"] and of(cpu=False).cpu is False
+
+
+def test_the_pool_size_is_the_recipes_at_most_the_drivers_bound(tmp_path):
+    args = argparse.Namespace(langs=None, high="fr,de,gu")
+    hyper = Hyper()
+    for bound, size in ((recipe.POOL_SIZE, 3), (2, 2), (5, 3)):
+        c = Comparison.from_args(args, str(tmp_path), langs=LANGS, high=[], max_pool=bound)
+        line = c.train_command("hltmt", hyper, seed=1, updates=8, save_dir="s")
+        assert line[line.index("--slp-pool-size") + 1] == str(size)
+    assert "--slp-pool-size" not in c.train_command("mnmt", hyper, seed=1, updates=8, save_dir="s")
+
+
+@pytest.mark.parametrize("size", ["tiny", "small", "base", "big", "xlmr_base"])
+def test_the_hyper_parameters_name_a_size_of_the_one_table(tmp_path, size):
+    from hltmt_plugin.sizes import MODEL_SIZES
+
+    hyper = Hyper(model=size)
+    assert (hyper.hltmt_arch, hyper.baseline_arch) == (MODEL_SIZES[size].hltmt_arch, MODEL_SIZES[size].baseline_arch)
+    line = comparison(tmp_path).train_command("mnmt", hyper, seed=1, updates=8, save_dir="s")
+    assert line[line.index("--arch") + 1] == MODEL_SIZES[size].baseline_arch
+    with pytest.raises(KeyError):
+        Hyper(model="huge")

@@ -81,3 +81,16 @@ def test_the_command_itself_is_measured_and_the_export_imports_no_torch(hltmt, t
     assert runs["float32"]["peak_mib"] < runs["checkpoint"]["peak_mib"] - 100
     lines = {engine: json.loads(open(r["hyp"], encoding="utf-8").read()) for engine, r in runs.items()}
     assert lines["float32"] == lines["checkpoint"] and len(lines["int8"]) == 3 and result["max_logprob_diff"] == {}
+
+
+def test_the_paper_size_models_are_the_main_jobs(tmp_path):
+    """--paper-size builds the models of hltmt-main-job --size base over WMT-10's split: the
+    recipe's lines are the job's own fairseq-train lines (after the data folder)."""
+    import shlex
+
+    job = [sys.executable, "-m", "hltmt_plugin.experiments.main_job", "--size", "base", "--cpu", "--dry-run"]
+    done = run([*job, "--high", "fr,cs,de,fi,lv,et", "--run-dir", str(tmp_path / "recipe")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    trains = [shlex.split(line) for line in done.stdout.splitlines() if "fairseq_cli.train" in line]
+    lines = {"hltmt" if "--high-resource-langs" in argv else "mnmt": argv[4:] for argv in trains}
+    assert be.recipe_commands(str(tmp_path)) == lines and sorted(lines) == ["hltmt", "mnmt"]

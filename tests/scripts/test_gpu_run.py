@@ -213,3 +213,15 @@ def test_sizing_fits_the_budget():
     assert r.train_window == pytest.approx(250, abs=1)
     n, _ = r.size_updates(rate=0.01, startup=20.0)
     assert n == gpu_run.SIZES["small"].min_updates
+
+
+def test_languages_that_cannot_work_are_one_line_before_any_work(tmp_path):
+    for options, message in (
+        (["--langs", "de,gu", "--high", "de,fr"], "--high fr not in --langs (de,gu)"),
+        (["--langs", "gu,hi"], "no high-resource language among --langs (gu,hi)"),
+    ):
+        work = tmp_path / "w"
+        done = run([sys.executable, GPU_RUN_PY, "--size", "tiny", "--cpu", "--dry-run", "--work", str(work), *options])
+        errors = [line for line in done.stderr.splitlines() if "error:" in line]
+        assert done.returncode == 2 and errors == [errors[0]] and message in errors[0], done.stderr[-2000:]
+        assert errors[0].startswith("gpu_run: error:") and not work.exists()
