@@ -95,3 +95,13 @@ def test_a_special_file_is_refused_without_being_opened(tmp_path):
 
 def test_the_json_depth_leaves_strings_out():
     assert records.json_depth('{"a": "[[[[{{", "b": [[1]], "c": "\\"]]"}') == 3
+
+
+def test_a_required_field_holding_null_is_refused_like_a_missing_one():
+    schema = records.Record({"dicts": records.MapOf(records.SHA256, min_len=1)}, optional={"note": str})
+    with pytest.raises(HltmtInputError, match="^the record: field 'dicts' must be a map, got null$"):
+        records.check({"dicts": None}, schema, "the record")
+    with pytest.raises(HltmtInputError, match="^the record: field 'note' must be a string, got null$"):
+        records.check({"dicts": {"a": "0" * 64}, "note": None}, schema, "the record")  # optional: there or absent
+    with pytest.raises(HltmtInputError, match="lacks 'dicts': a partial record"):
+        records.check({"note": "x"}, schema, "the record")
