@@ -35,7 +35,7 @@ setup(
     install_requires=[
         # a range the CPU build satisfies, so pip does not reach for a multi-GB CUDA build
         # when torch is already installed (the set-up script installs torch first)
-        "torch>=2.4",  # safe loading needs torch.serialization.add_safe_globals (hltmt_plugin.compat)
+        "torch>=2.5",  # safe loading needs torch.serialization.safe_globals (hltmt_plugin.compat.safe_loading)
         FAIRSEQ,
         "numpy",
         "sentencepiece",
