@@ -16,7 +16,7 @@ demo: setup
 	.venv/bin/hltmt-main-job --size $(SIZE)
 
 # two workers (one per core), whole test files to each, so that a file's fixtures are built once;
-# tests/conftest.py marks every test outside its FAST list slow
+# tests/tiers.py marks every test slow that its file does not mark fast
 JOBS ?= 2
 PYTEST = .venv/bin/python -m pytest -q --durations=30 -n $(JOBS) --dist loadfile
 test: setup

@@ -1,6 +1,7 @@
 """Shared fixtures: a small DebMT-10 slice binarized once per session, and a builder for
 an HLT-MT task + model parsed through fairseq's real option parser; the command lines and
-checks several test files share."""
+checks several test files share; the test tiers' hooks (tests/tiers.py: a test is fast when
+its file marks it so, else slow)."""
 
 import errno
 import hashlib
@@ -14,6 +15,8 @@ import sys
 import pytest
 import torch
 
+from tiers import pytest_collection_modifyitems, pytest_configure  # noqa: F401  (the test tiers' hooks)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)  # fairseq-train etc. of this environment
 PLUGIN = os.path.join(ROOT, "hltmt_plugin")
@@ -26,139 +29,6 @@ TEST_SIZE = 37  # not a multiple of 8: fairseq 0.12 would drop the last partial 
 
 def cli(name):
     return os.path.join(BIN, name)
-
-
-# ---- test tiers
-# `make test` runs the fast tier (pytest -m "not slow"): unit tests, the golden test and one end-to-end
-# path of each command; `make test-full` runs the fast tier, then every other test (pytest -m slow). A
-# test is fast when its file (relative to tests/) is listed here with ALL, or its function's name is
-# listed under its file; every other test is marked slow below, so that each test is in exactly one
-# tier and a new test file runs in the full suite until it is listed here.
-ALL = "all"
-FAST = {
-    # unit tests (in-process; some build a model on the session's data slice)
-    "test_atomic_files.py": ALL,
-    "test_paths.py": ALL,
-    "test_directions.py": ALL,
-    "test_function_size.py": ALL,
-    "test_golden.py": ALL,
-    "test_layering.py": ALL,
-    "test_corpora.py": ALL,
-    "test_pretrained.py": ALL,
-    "experiments/test_report.py": ALL,
-    "experiments/test_study_report.py": ALL,
-    "experiments/test_runs.py": ALL,
-    "experiments/test_steps.py": ALL,
-    "cli/test_decode.py": ALL,
-    "cli/test_train_language_adapter.py": {"test_bad_options_are_one_line", "test_a_missing_checkpoint_is_one_line"},
-    "hub/test_loading.py": {
-        "test_a_missing_checkpoint_is_one_line_when_it_must_exist",
-        "test_a_file_fairseq_cannot_find_is_one_line_naming_data",
-    },
-    "criterions/test_hltmt_cross_entropy.py": ALL,
-    "hub/test_arguments.py": ALL,
-    "hub/test_contract.py": ALL,
-    "hub/test_vocabulary.py": {"test_fairseqs_rules_for_dict_txt"},
-    "models/test_hltmt_transformer.py": ALL,
-    "models/test_host_syncs.py": ALL,
-    "pool/test_config.py": ALL,
-    "pool/test_keys.py": ALL,
-    "pool/test_modules.py": ALL,
-    "pool/test_router.py": ALL,  # with the routing map of a fairseq-train checkpoint in fairseq-generate
-    "test_routing.py": ALL,
-    "scripts/test_timing.py": ALL,
-    "scripts/test_scale_corpus.py": ALL,
-    "scripts/test_scale_table.py": ALL,
-    "scripts/test_gpu_bundle.py": ALL,
-    "scripts/test_bench_profile.py": {"test_every_phase_names_a_method_of_fairseq_or_the_plugin"},
-    "scripts/test_bench_train.py": {"test_the_train_options_become_updates_per_size"},
-    "tasks/test_collation.py": ALL,
-    "test_compatibility.py": ALL,
-    "test_records.py": {"test_a_record_is_checked_field_by_field_in_one_line"},
-    "test_errors.py": ALL,
-    "test_mirror.py": ALL,
-    "adapters/test_layers.py": ALL,
-    "adapters/test_modules.py": ALL,
-    "adapters/test_report.py": ALL,
-    "skills/test_layers.py": ALL,
-    "skills/test_report.py": ALL,
-    "models/test_archs.py": ALL,
-    "models/test_baselines.py": ALL,
-    "models/test_decoder.py": ALL,
-    "models/test_encoder.py": ALL,
-    "models/test_layers.py": ALL,
-    "hub/test_results.py": ALL,
-    "tasks/test_fairseq_command.py": ALL,
-    "compat/test_hub_generator.py": {
-        "test_the_language_tokens_to_strip_are_the_decoder_langtoks_unless_kept",
-        "test_the_hubs_string_strips_the_target_language_token_unless_the_task_keeps_it",
-        "test_a_prefix_function_is_refused_in_one_line_and_none_is_taken",
-        "test_the_patches_are_installed_once",
-    },
-    # the pages, their fairseq command lines, every command's --help
-    "test_docs.py": ALL,
-    "test_migrating.py": {
-        "test_every_command_block_of_the_page_is_marked_to_run",
-        "test_every_diff_stands_beside_the_whole_command_it_gives",
-    },
-    # one end-to-end path of each command
-    "cli/test_prepare_data.py": {
-        "test_help_shows_every_default",
-        "test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries",
-    },
-    "cli/test_translate.py": {"test_a_mixed_file_comes_back_in_input_order_as_fairseq_generate_writes_it"},
-    "hub/test_translator.py": {"test_mixed_directions_in_one_shuffled_call_equal_fairseq_generate"},
-    "adapters/test_files.py": {"test_export_import_round_trip_through_the_cli_gives_identical_outputs"},
-    "adapters/test_mlm.py": {"test_the_script_end_to_end_in_process"},
-    "cli/test_launch.py": {
-        "test_launch_help_is_help_and_a_missing_separator_is_one_line",
-        "test_launch_keeps_fairseqs_start_up_noise_out_of_its_output",
-    },
-    "experiments/test_main_job.py": {"test_the_job_reports_every_direction_of_every_system"},
-    "cli/test_output.py": {"test_report_writes_whole_files_and_reads_past_its_own"},
-    "cli/test_options.py": {"test_reference_is_up_to_date"},
-    "cli/test_average_checkpoints.py": {"test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map"},
-    "experiments/test_study.py": {"test_every_system_and_seed_is_scored_from_its_text"},
-    "cli/test_export.py": {"test_the_export_serves_the_checkpoints_lines_json_and_output_file"},
-    "cli/test_startup.py": ALL,
-    "hub/test_manifest.py": ALL,
-    "hub/test_patches.py": ALL,
-    "export/test_model_card.py": ALL,
-    "export/test_transformers.py": {"test_the_search_settings_are_fairseqs"},
-    "test_tiers.py": ALL,
-    "test_help.py": {"test_a_shell_script_answers_help_before_looking_for_python", "test_every_script_is_checked"},
-    "test_doc_figures.py": ALL,
-}
-
-
-def unknown_fast_entries():
-    """FAST's files that do not exist and test names their file does not define."""
-    tests, unknown = os.path.dirname(os.path.abspath(__file__)), []
-    for name, functions in FAST.items():
-        path = os.path.join(tests, name)
-        if not os.path.isfile(path):
-            unknown.append(name)
-            continue
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        unknown += [
-            f"{name}::{fn}"
-            for fn in ([] if functions == ALL else sorted(functions))
-            if not re.search(rf"^def {fn}\(", text, re.M)
-        ]
-    return unknown
-
-
-def is_fast(item):
-    name = os.path.relpath(str(item.path), os.path.dirname(os.path.abspath(__file__))).replace(os.sep, "/")
-    functions = FAST.get(name, ())
-    return functions == ALL or getattr(item, "originalname", item.name) in functions
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:  # tests/test_tiers.py checks that FAST names only tests that exist
-        if not is_fast(item):
-            item.add_marker(pytest.mark.slow)
 
 
 def run(cmd, env_extra=None, **kwargs):

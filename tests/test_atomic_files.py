@@ -11,6 +11,8 @@ from conftest import full_disk_open
 from hltmt_plugin import atomic_files as files
 from hltmt_plugin.errors import HltmtInputError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def new_file_mode():
     umask = os.umask(0)

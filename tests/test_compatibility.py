@@ -29,6 +29,8 @@ from hltmt_plugin.compatibility import (
 )
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def options(**changes):
     """Model options as a checkpoint of the plugin stores them (no record)."""

@@ -4,8 +4,12 @@ checked against their sources (the data's README, the paper's split as the READM
 import os
 import re
 
+import pytest
+
 from conftest import ROOT
 from hltmt_plugin import corpora
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 README = os.path.join(ROOT, "data", "debmt10", "README.md")
 

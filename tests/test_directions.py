@@ -11,6 +11,8 @@ import pytest
 from hltmt_plugin.directions import REFUSED, TRAINED, ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtInputError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 ENGLISH_TO_X = "en-de,en-fr,en-gu"  # the shape of the study's models
 
 

@@ -9,7 +9,11 @@ import os
 import re
 import statistics
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 DOCS = os.path.join(ROOT, "docs")
 MODELS = os.path.join(DOCS, "results", "cpu-study", "models", "README.md")

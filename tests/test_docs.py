@@ -12,6 +12,8 @@ import pytest
 
 from conftest import BIN, PLUGIN, ROOT
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 README = os.path.join(ROOT, "README.md")
 PAGES = [README, *sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import PLUGIN, ROOT
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 # errors.py alone (it imports only the standard library; the package would import fairseq, seconds
 # per process), its hook installed twice (the second install changes nothing)
 HOOK = (

@@ -10,7 +10,11 @@ import io
 import os
 import tokenize
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 MAX_LINES = 60
 FOLDERS = ("hltmt_plugin", "scripts", "examples")

@@ -18,6 +18,8 @@ import torch
 from golden_common import DIRECTIONS, ROOT, platform_key, platform_record_path, record
 from hltmt_plugin.compat.safe_loading import load_state
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 DATA, CHECKPOINT = os.path.join(GOLDEN, "bin"), os.path.join(GOLDEN, "checkpoint.pt")
 TOLERANCE = 1e-4  # across platforms: float32 kernels differ in the last bits (seen: 1.7e-5)

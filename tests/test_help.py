@@ -87,6 +87,7 @@ def refuses_in_one_line(done, argv):
     assert "error" in last, (argv, last)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("script", SHELL)
 def test_a_shell_script_answers_help_before_looking_for_python(copy, script):
     done = run_in(copy, ["bash", script, "--help"])
@@ -123,6 +124,7 @@ def test_an_installed_command_answers_help_and_version_and_refuses_an_unknown_op
     refuses_in_one_line(run_in(copy, argv), argv)
 
 
+@pytest.mark.fast
 def test_every_script_is_checked():
     assert {"examples/wmt10/run.sh", "examples/wmt10/run_xlmr.sh", "scripts/gpu_run.sh"} <= set(SHELL)
     assert "scripts/bench.py" in PYTHON and "examples/wmt10/download.py" in PYTHON

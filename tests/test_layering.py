@@ -9,6 +9,8 @@ import pytest
 
 from conftest import ROOT
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 
 # lowest first; a part may import only parts of lower layers (and itself)

@@ -7,6 +7,8 @@ side is the next command block, its - side the page's command you have."""
 import os
 import re
 
+import pytest
+
 from conftest import BIN, ROOT, run
 
 PAGE = os.path.join(ROOT, "docs", "migrating.md")
@@ -42,12 +44,14 @@ def script(folder):
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.fast
 def test_every_command_block_of_the_page_is_marked_to_run():
     unmarked = [text[:80] for language, text, marked in blocks() if language in ("bash", "python") and not marked]
     assert not unmarked, unmarked
     assert [b[0] for b in blocks()].count("diff") >= 4
 
 
+@pytest.mark.fast
 def test_every_diff_stands_beside_the_whole_command_it_gives():
     found, commands = blocks(), []
     for n, (language, text, marked) in enumerate(found):

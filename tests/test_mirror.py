@@ -6,7 +6,11 @@ modules share names: config.py, layers.py, ...) can run in one pytest session.""
 
 import os
 
+import pytest
+
 from conftest import PLUGIN, ROOT
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 SCRIPTS = os.path.join(ROOT, "scripts")
 

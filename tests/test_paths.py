@@ -11,6 +11,8 @@ import pytest
 from hltmt_plugin import paths
 from hltmt_plugin.errors import HltmtConfigError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def parser():
     p = paths.ArgumentParser(prog="demo")

@@ -10,6 +10,8 @@ from fairseq.data import Dictionary
 from conftest import build
 from hltmt_plugin.errors import HltmtConfigError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 SHAPE = [
     "--encoder-layers",
     "2",

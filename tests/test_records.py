@@ -24,6 +24,7 @@ def refused(obj, schema=SCHEMA) -> str:
     return message
 
 
+@pytest.mark.fast
 def test_a_record_is_checked_field_by_field_in_one_line():
     assert records.check(GOOD, SCHEMA, "the test record") is GOOD
     assert "is empty: a partial record" in refused({})

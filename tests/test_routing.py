@@ -4,6 +4,8 @@ from torch import nn
 
 from hltmt_plugin.routing import RoutePlan, mix, route
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 class Counting(nn.Module):
     """A linear map that records how many rows it was run on."""

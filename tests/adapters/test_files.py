@@ -149,6 +149,7 @@ def test_other_directions_give_identical_outputs_after_adding_a_language(task, b
         outputs(old, mixed_sample(task, NEW))
 
 
+@pytest.mark.fast
 def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, base, with_hi, tmp_path):
     path = tmp_path / "hi.adapters.pt"
     done = run([cli("hltmt-adapters"), "export", "--path", with_hi[0], "--lang", "hi", "--out", str(path)])

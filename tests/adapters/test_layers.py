@@ -10,6 +10,8 @@ from adapters_common import Capture
 from conftest import DIRECTIONS, MADX, assert_beam_equals_forward, build, mixed_sample, randomize_adapters
 from hltmt_plugin.adapters import AdapterDecoderLayer, AdapterEncoderLayer
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def run_encoder(model, task, directions=("en-de", "de-en")):
     sample = mixed_sample(task, list(directions))

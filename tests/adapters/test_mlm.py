@@ -250,6 +250,7 @@ def test_without_the_import_gu_has_no_adapters(base, gu_text, spm_model):
         EncoderMLM(plain.encoder)(**sample["net_input"])
 
 
+@pytest.mark.fast
 def test_the_script_end_to_end_in_process(base, gu_text, spm_model, tmp_path, capsys):
     out = tmp_path / "gu.pt"
     assert (

@@ -13,6 +13,8 @@ from hltmt_plugin.adapters import Bottleneck, InvertibleAdapter, bottleneck_para
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.routing import route
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 @pytest.fixture(scope="module")
 def madx(data_bin):

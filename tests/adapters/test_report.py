@@ -12,6 +12,8 @@ from hltmt_plugin.adapters import (
     parameter_report,
 )
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 @pytest.fixture(scope="module")
 def madx(data_bin):

@@ -66,6 +66,7 @@ def one_error(done):
     return errors[0]
 
 
+@pytest.mark.fast
 def test_averaging_checkpoints_of_stage_all_gives_their_mean_and_keeps_the_map(data_bin, two_stages, tmp_path):
     out = tmp_path / "averaged.pt"
     done = average_cmd("--inputs", two_stages, "--num-update-checkpoints", "2", "--output", out)

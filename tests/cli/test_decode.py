@@ -7,6 +7,8 @@ import pytest
 import hltmt_plugin.cli.decode as decode
 from hltmt_plugin.errors import HltmtError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def test_the_jobs_file_is_read_and_a_malformed_line_is_one_error(tmp_path):
     good = tmp_path / "jobs.tsv"

@@ -62,6 +62,7 @@ def exported(hltmt, tmp_path_factory):
     return out
 
 
+@pytest.mark.fast
 def test_the_export_serves_the_checkpoints_lines_json_and_output_file(hltmt, exported, tmp_path):
     text = lines_of()
     expected = translate(hltmt, "--json", input=text)

@@ -4,9 +4,12 @@ noise kept out of the ranks' output (the two-rank runs are in tests/tasks/test_d
 import os
 import subprocess
 
+import pytest
+
 from conftest import ONE_UPDATE, ROOT, assert_clear, cli, run, train_args
 
 
+@pytest.mark.fast
 def test_launch_help_is_help_and_a_missing_separator_is_one_line():
     launch = cli("hltmt-launch")
     done = run([launch, "--help"])
@@ -16,6 +19,7 @@ def test_launch_help_is_help_and_a_missing_separator_is_one_line():
     assert_clear(done, "put the fairseq-train arguments after --", prefix="hltmt-launch: error:", whole_output=False)
 
 
+@pytest.mark.fast
 def test_launch_keeps_fairseqs_start_up_noise_out_of_its_output(data_bin, tmp_path):
     launch = cli("hltmt-launch")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # not the suite's PYTHONWARNINGS=ignore

@@ -43,6 +43,7 @@ def plugin_options():
     return added
 
 
+@pytest.mark.fast
 def test_reference_is_up_to_date():
     done = run([cli("hltmt-options"), "--check", REFERENCE])
     assert done.returncode == 0, done.stdout + done.stderr

@@ -264,6 +264,7 @@ def test_adapter_commands_refuse_an_output_that_is_one_of_their_inputs(trained, 
     assert before == {p: digest(p) for p in before}
 
 
+@pytest.mark.fast
 def test_report_writes_whole_files_and_reads_past_its_own(tmp_path):
     folder = tmp_path / "decode" / "hltmt" / "seed1"
     folder.mkdir(parents=True)

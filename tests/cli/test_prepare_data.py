@@ -43,6 +43,7 @@ def prepared(raw, tmp_path_factory):
     return out
 
 
+@pytest.mark.fast
 def test_help_shows_every_default():
     done = run([PREPARE, "--help"])
     assert done.returncode == 0
@@ -53,6 +54,7 @@ def test_help_shows_every_default():
     assert f"processes of fairseq-preprocess (one per core by default) (default: {cores})" in text
 
 
+@pytest.mark.fast
 def test_the_binarized_folder_records_a_fingerprint_of_its_dictionaries(prepared):
     folder = str(prepared / "bin")
     record = json.load(open(os.path.join(folder, FINGERPRINT_FILE)))

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import BIN, PLUGIN, ROOT
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 HEAVY = ("torch", "fairseq")
 
 

@@ -20,6 +20,7 @@ def argv(tmp_path, path=None):
     return ["--path", path, "--lang", "gu", "--text", str(text), "--spm", str(spm), "--out", str(tmp_path / "gu.pt")]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -32,6 +33,7 @@ def test_bad_options_are_one_line(extra, message, tmp_path, capsys):
     assert capsys.readouterr().err == f"error: {message}\n"
 
 
+@pytest.mark.fast
 def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert tla.main(argv(tmp_path)) == 1
     assert capsys.readouterr().err == f"error: checkpoint {tmp_path / 'missing.pt'} does not exist\n"

@@ -34,6 +34,7 @@ def assert_one_line(done, message):
     assert message in lines[0], lines[0]
 
 
+@pytest.mark.fast
 def test_a_mixed_file_comes_back_in_input_order_as_fairseq_generate_writes_it(hltmt, data_bin, tmp_path):
     items = [
         (src, tgt, text, ref)

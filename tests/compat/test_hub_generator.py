@@ -34,6 +34,7 @@ def multilingual_task(data_bin, *extra):
     return tasks.setup_task(options.parse_args_and_arch(options.get_training_parser(), argv))
 
 
+@pytest.mark.fast
 def test_the_language_tokens_to_strip_are_the_decoder_langtoks_unless_kept(data_bin):
     task = multilingual_task(data_bin, *SRC_CONVENTION)
     d = task.target_dictionary
@@ -45,6 +46,7 @@ def test_the_language_tokens_to_strip_are_the_decoder_langtoks_unless_kept(data_
     assert hub_generator.language_token_ids(SimpleNamespace()) == set()  # not a multilingual task
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("keep", [False, True])
 def test_the_hubs_string_strips_the_target_language_token_unless_the_task_keeps_it(data_bin, keep, patched):
     task = multilingual_task(data_bin, *SRC_CONVENTION, *(["--keep-inference-langtok"] if keep else []))
@@ -55,6 +57,7 @@ def test_the_hubs_string_strips_the_target_language_token_unless_the_task_keeps_
     assert text == " ".join(["__de__"] * keep + [d[w] for w in words])
 
 
+@pytest.mark.fast
 def test_a_prefix_function_is_refused_in_one_line_and_none_is_taken(data_bin, patched):
     task = multilingual_task(data_bin, *SRC_CONVENTION)
     with pytest.raises(HltmtConfigError, match="prefix_allowed_tokens_fn is not supported"):
@@ -75,6 +78,7 @@ def patched(monkeypatch):
     safe_loading.install(checkpoint_utils)
 
 
+@pytest.mark.fast
 def test_the_patches_are_installed_once(patched):
     build, string = TranslationMultiSimpleEpochTask.build_generator, GeneratorHubInterface.string
     assert build.hltmt_patched and string.hltmt_patched

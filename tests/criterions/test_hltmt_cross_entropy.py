@@ -11,6 +11,8 @@ from conftest import build, make_sample
 from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
 from hltmt_plugin.pool.router import HARD, SOFT, disparity
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def test_disparity_is_lowest_for_an_even_spread():
     H, T = 6, 3

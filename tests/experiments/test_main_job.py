@@ -35,6 +35,7 @@ def job(tmp_path_factory):
     return folder, done.stdout
 
 
+@pytest.mark.fast
 def test_the_job_reports_every_direction_of_every_system(job):
     folder, out = job
     for n, step in enumerate(

@@ -1,6 +1,10 @@
 """hltmt_plugin/experiments/report.py's tables: the averages a run has directions for."""
 
+import pytest
+
 from hltmt_plugin.experiments.report import groups_present, summarise
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def rows_of(directions):

@@ -7,6 +7,8 @@ import pytest
 
 from hltmt_plugin.experiments.runs import FLAT_DROP, convergence, draw_gate, read_gen
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def test_read_gen_gives_hypotheses_and_references_in_sentence_order(tmp_path):
     gen = tmp_path / "en-de.gen"

@@ -11,6 +11,8 @@ import pytest
 from hltmt_plugin.errors import HltmtConfigError, HltmtError
 from hltmt_plugin.experiments import steps
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def device_args(**given):
     values = dict(bf16=False, gpu=False, cpu=True, ngpu=1, precision="auto")

@@ -53,6 +53,7 @@ def done(tmp_path_factory):
     return folder, result.stdout
 
 
+@pytest.mark.fast
 def test_every_system_and_seed_is_scored_from_its_text(done):
     from sacrebleu.metrics import BLEU
 

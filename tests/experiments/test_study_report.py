@@ -1,7 +1,11 @@
 """The quality study's report (hltmt_plugin/experiments/study_report.py): what it says of the regime
 the baseline reached."""
 
+import pytest
+
 from hltmt_plugin.experiments.study_report import REGIME_BLEU, regime_lines, regime_verdict
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def test_the_regime_verdict_names_the_seeds_short_of_it_and_by_how_much():

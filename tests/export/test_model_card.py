@@ -1,7 +1,11 @@
 """hltmt_plugin.export.model_card: the card a Hub user reads, from an export's manifest record
 and the checkpoint's facts; what is not known is said to be unknown."""
 
+import pytest
+
 from hltmt_plugin.export import model_card
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def record(**changes):

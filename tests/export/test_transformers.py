@@ -118,6 +118,7 @@ def identical(a, b):
     return sum(x == y for x, y in zip(a, b)) / len(a)
 
 
+@pytest.mark.fast
 def test_the_search_settings_are_fairseqs():
     import transformers
     from fairseq.data import Dictionary

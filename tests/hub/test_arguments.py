@@ -9,6 +9,8 @@ import pytest
 
 from hltmt_plugin.errors import HltmtError
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def api_cases(mt):
     ok = ["The file is open."]

@@ -13,6 +13,8 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtError, HltmtInputError
 from hltmt_plugin.hub import contract
 from hltmt_plugin.hub.results import TranslationErrors
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 LANGS = ["en", "de", "fr", "gu"]
 DIRECTIONS = TrainedDirections(["en-de", "en-fr", "en-gu", "de-en"])
 

@@ -14,6 +14,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub.loading import LoadedCheckpoint, load_for_translation, load_model
 
 
+@pytest.mark.fast
 def test_a_missing_checkpoint_is_one_line_when_it_must_exist(tmp_path):
     path = str(tmp_path / "nowhere.pt")
     with pytest.raises(HltmtInputError, match=f"^checkpoint {path} does not exist$"):
@@ -50,6 +51,7 @@ def missing_dictionary(*args, **kwargs):
     raise FileNotFoundError(2, "No such file or directory", "data/dict.en.txt")
 
 
+@pytest.mark.fast
 def test_a_file_fairseq_cannot_find_is_one_line_naming_data(tmp_path, monkeypatch):
     """Another task's model (e.g. translation_multi_simple_epoch) reads its dictionaries itself."""
     from fairseq import checkpoint_utils

@@ -10,6 +10,8 @@ from export_common import make_folder
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.hub import manifest
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def test_the_folder_as_written_is_read(tmp_path):
     folder = make_folder(tmp_path / "ok")

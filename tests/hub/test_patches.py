@@ -6,6 +6,8 @@ import pytest
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.hub import patches
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def test_a_patch_rebuilds_the_other_file_exactly_and_a_bad_one_is_refused():
     base = bytes(range(256)) * 40

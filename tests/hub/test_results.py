@@ -4,8 +4,12 @@ direction), and :class:`TranslationErrors`, a plugin error that carries every se
 
 import json
 
+import pytest
+
 from hltmt_plugin.errors import HltmtError, HltmtInputError
 from hltmt_plugin.hub.results import Translation, TranslationErrors
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def test_a_translated_sentence_is_every_field_but_error_and_zero_shot():

@@ -89,6 +89,7 @@ def test_one_direction_equals_fairseq_generate(translator, data_bin, hltmt, src,
     assert strings == [text for text, _ in expected[:3]]
 
 
+@pytest.mark.fast
 def test_mixed_directions_in_one_shuffled_call_equal_fairseq_generate(translator, data_bin, hltmt):
     refs = {d: reference(data_bin, hltmt, *d)[:N] for d in DIRECTIONS}
     items = shuffled_items(DIRECTIONS, refs)

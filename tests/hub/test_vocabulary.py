@@ -51,6 +51,7 @@ def test_the_ids_and_text_are_fairseqs():
     assert ours.ids([]) == [ours.eos_index] and pieces.encode([]) == []
 
 
+@pytest.mark.fast
 def test_fairseqs_rules_for_dict_txt(tmp_path):
     path = tmp_path / "dict.txt"
     path.write_text("a 5\nb 3\na 1 #fairseq:overwrite\nword with space 2\n", encoding="utf-8")

@@ -9,6 +9,8 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from conftest import LANGS, PAIRS, PLUGIN
 from hltmt_plugin.models.hltmt_transformer import HltmtTransformerModel
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 SIZES = ("encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads")
 DECODER = ("decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads")
 EXPECTED = {  # (encoder sizes, decoder sizes, embeddings shared (input-output, all))

@@ -9,6 +9,8 @@ from fairseq.models.transformer import TransformerModel
 
 from conftest import HIGH, LANGS, PAIRS, PLUGIN
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 SIZES = ("encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads")
 SIZES += ("decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_layers", "decoder_attention_heads")
 SIZES += ("share_decoder_input_output_embed",)

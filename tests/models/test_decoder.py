@@ -14,6 +14,8 @@ from conftest import DIRECTIONS, LANGS, PAIRS, PLUGIN, build, make_sample
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import ROWS
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 PRE_NORM = ["--encoder-normalize-before", "--decoder-normalize-before"]
 
 

@@ -4,10 +4,13 @@
 when a feature needs it; the target from ``tgt_lang_id`` under ``--encoder-langtok src
 --decoder-langtok``), handed on to the decoder and reordered with the beams."""
 
+import pytest
 import torch
 
 from conftest import DIRECTIONS, build, make_sample, mixed_sample
 from hltmt_plugin.languages import ROWS, SRC, TGT, UNKNOWN
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def encode(model, sample):

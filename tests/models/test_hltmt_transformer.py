@@ -10,6 +10,8 @@ from conftest import assert_beam_equals_forward, assert_one_error_line, build, d
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.pool.router import HARD, SOFT
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 DIRECTIONS = ["en-de", "en-gu", "de-en", "en-fr", "en-hi", "gu-en"]
 
 

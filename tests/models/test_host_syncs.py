@@ -9,11 +9,14 @@ import contextlib
 import os
 import sys
 
+import pytest
 import torch
 
 from conftest import MADX, build, make_sample, mixed_sample
 from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
 from hltmt_plugin.pool.router import HARD
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 HOST_READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
 

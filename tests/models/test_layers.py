@@ -10,6 +10,8 @@ from hltmt_plugin.adapters import AdapterDecoderLayer, AdapterEncoderLayer
 from hltmt_plugin.models.layers import SkillAdapterEncoderLayer
 from hltmt_plugin.skills.layers import SkillEncoderLayer, SkillLayerMixin
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 FAIRSEQ_ENC, FAIRSEQ_DEC = TransformerEncoderLayerBase, TransformerDecoderLayerBase
 SKILLS = ["--skill-ffn", "--enable-lang-ids"]
 

@@ -6,6 +6,8 @@ import pytest
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.pool.config import SlpConfig, check_slp
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 LANGS = ["en", "de", "fr", "gu", "hi"]
 
 

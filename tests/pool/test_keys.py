@@ -2,8 +2,12 @@
 model built with a pool, so the parameter groups of --train-only and hltmt-average-checkpoints
 name what the model saves."""
 
+import pytest
+
 from conftest import build
 from hltmt_plugin.pool import keys
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def test_the_keys_name_the_entries_of_a_built_models_state(data_bin):

@@ -2,12 +2,15 @@
 decision (hard: each row's module alone; soft: the pool's mix, or the universal module), and
 the SLP as the decoder runs it: its router's decision, then the pool."""
 
+import pytest
 import torch
 from torch import nn
 
 from hltmt_plugin.pool.modules import LanguageModule, RoutingDecision, SelectiveLanguagePool
 from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter
 from hltmt_plugin.routing import RoutePlan
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 HIGH = ["h0", "h1", "h2", "h3"]
 LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4

@@ -11,6 +11,8 @@ from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter, decode_map, disparity, upgrade_router_state
 from hltmt_plugin.routing import RoutePlan
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 HIGH = ["h0", "h1", "h2", "h3"]
 LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4
 

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -13,6 +15,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import bench_profile  # noqa: E402
 
 
+@pytest.mark.fast
 def test_every_phase_names_a_method_of_fairseq_or_the_plugin():
     import hltmt_plugin  # noqa: F401
 

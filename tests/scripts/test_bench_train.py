@@ -21,6 +21,7 @@ def options(**given):
     return argparse.Namespace(**{**values, **given})
 
 
+@pytest.mark.fast
 def test_the_train_options_become_updates_per_size():
     args = options()
     bench_train.parse_train_options(args)

@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import gpu_bundle  # noqa: E402
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 FILES = {"tool/__init__.py": b"VERSION = 1\n", "tool-1.0.dist-info/METADATA": b"Name: tool\nVersion: 1.0\n"}
 RECORD = "tool-1.0.dist-info/RECORD"
 

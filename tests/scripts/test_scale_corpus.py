@@ -13,6 +13,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import scale_corpus  # noqa: E402
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def test_pseudo_languages_have_their_own_token_files_and_lines(tmp_path):
     langs = scale_corpus.write_corpus(23, 4, 2, str(tmp_path))

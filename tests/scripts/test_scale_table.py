@@ -4,11 +4,15 @@ ratio to the reference K, and the chart."""
 import os
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import scale_table  # noqa: E402
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def test_table_rows_hold_the_figures_every_k_has_with_ratios_to_k10():

@@ -12,6 +12,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import timing  # noqa: E402
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 def busy(seconds):
     end = time.process_time() + seconds

@@ -2,12 +2,15 @@
 skill layer holds (fc1 the identity, fc2 the skill FFN, the language attention), skill
 attention alone, and beam search = a full forward pass with skills and adapters."""
 
+import pytest
 import torch
 
 from conftest import DIRECTIONS, LANGS, assert_beam_equals_forward, build, mixed_sample, randomize_adapters
 from hltmt_plugin.skills import SkillFFN, SkillSelfAttention
 from hltmt_plugin.skills.layers import SkillEncoderLayer
 from skills_common import SKILLS, randomize_skills, skilled_model
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def test_beam_search_scores_equal_a_full_forward_pass_with_skills(data_bin):

@@ -6,6 +6,8 @@ from hltmt_plugin.skills import format_skill_report, is_skill_parameter, skill_r
 from hltmt_plugin.skills.report import skill_of
 from skills_common import skilled_model
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 @pytest.fixture(scope="module")
 def skilled(data_bin):

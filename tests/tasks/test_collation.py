@@ -2,12 +2,15 @@
 (fairseq 0.12 gives every row the first direction's; the task's datasets fix that for this
 task only: hltmt_plugin.tasks.collation)."""
 
+import pytest
 import torch
 from fairseq.data import ConcatDataset
 from fairseq.data.language_pair_dataset import LanguagePairDataset
 
 from conftest import PAIRS, build
 from hltmt_plugin.tasks.collation import RowLanguageIdDataset
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
 
 def batches(task, split, **kwargs):

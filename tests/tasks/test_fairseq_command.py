@@ -9,6 +9,8 @@ import pytest
 from conftest import BIN
 from hltmt_plugin.tasks.fairseq_command import running_fairseq
 
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
 
 @pytest.mark.parametrize(
     "argv0, command, expected",
