@@ -1,14 +1,16 @@
 """Which directions a checkpoint serves, from the options it was trained with: the one rule the
 Python API, ``hltmt-translate`` (checkpoints and exports) and ``fairseq-generate`` /
-``fairseq-interactive`` under ``--task hltmt_translation`` apply.
+``fairseq-interactive`` / fairseq's hub apply, under ``--task hltmt_translation`` and under
+fairseq's own ``translation_multi_simple_epoch`` (:mod:`hltmt_plugin.compat.direction_rule`).
 
 A direction ``src-tgt`` of a model is
 
 - **trained** (:data:`TRAINED`): one of its ``--lang-pairs``;
 - **zero-shot** (:data:`ZERO_SHOT`): not one of them, but ``src`` was the source of some
   trained direction and ``tgt`` the target of some trained direction. Served only when asked
-  for (``zero_shot=True``, ``hltmt-translate --zero-shot``): a model that never saw the pair
-  often answers in another language;
+  for (``zero_shot=True``, ``hltmt-translate --zero-shot``, fairseq's commands under ``--task
+  hltmt_translation``; fairseq's own task refuses it): a model that never saw the pair often
+  answers in another language;
 - **refused** (:data:`REFUSED`): the model never produced ``tgt`` (no trained direction into
   it) or never read ``src`` (no trained direction from it: a language seen only as a target
   is not one the encoder learned to read). Its output would not be a translation into ``tgt``.
@@ -27,7 +29,7 @@ Nothing here imports torch or fairseq.
 
 from typing import Iterable, List, Optional
 
-from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 TRAINED, ZERO_SHOT, REFUSED = "trained", "zero-shot", "refused"
 
@@ -123,5 +125,23 @@ class TrainedDirections:
         if found == ZERO_SHOT and not zero_shot:
             raise HltmtInputError(
                 f"direction {src}-{tgt} is zero-shot (the model was {self.describe()}): translated only with {option}"
+            )
+        return found
+
+    def check_command(self, src: str, tgt: str, zero_shot: bool, option: str = "", given: str = "") -> str:
+        """:meth:`check` for a direction that fairseq's commands decode: the message starts with
+        what the command line gave (``given``, by default ``-s SRC -t TGT``) and names the
+        checkpoint; a :class:`HltmtConfigError` (the options are wrong, not a sentence)."""
+        given = given or f"-s {src} -t {tgt}"
+        found = self.kind(src, tgt)
+        if found == REFUSED:
+            raise HltmtConfigError(
+                f"{given}: direction {src}-{tgt} refused: {self.why_refused(src, tgt)}; the checkpoint was "
+                f"{self.describe()}"
+            )
+        if found == ZERO_SHOT and not zero_shot:
+            raise HltmtConfigError(
+                f"{given}: direction {src}-{tgt} is zero-shot (the checkpoint was {self.describe()}): decoded only "
+                f"with {option}"
             )
         return found

@@ -9,7 +9,7 @@ from argparse import Namespace
 import pytest
 
 from hltmt_plugin.directions import REFUSED, TRAINED, ZERO_SHOT, TrainedDirections
-from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
@@ -122,3 +122,21 @@ def test_check_names_the_direction_and_the_training():
     ):
         both.check("de", "fr", zero_shot=False)
     assert both.check("de", "fr", zero_shot=True) == ZERO_SHOT
+
+
+def test_check_command_names_what_the_command_line_gave_and_the_checkpoint():
+    both = TrainedDirections("en-de,en-fr,de-en")
+    assert both.check_command("en", "de", zero_shot=False) == TRAINED
+    assert both.check_command("de", "fr", zero_shot=True) == ZERO_SHOT
+    with pytest.raises(
+        HltmtConfigError,
+        match=r"^-s fr -t de: direction fr-de refused: the model never read fr \(it was only a target\); the "
+        r"checkpoint was trained on en-de,en-fr,de-en \(targets de,en,fr\)$",
+    ):
+        both.check_command("fr", "de", zero_shot=True)
+    with pytest.raises(
+        HltmtConfigError,
+        match=r"^--lang-pairs de-fr: direction de-fr is zero-shot \(the checkpoint was trained on .*\): decoded "
+        r"only with --task X$",
+    ):
+        both.check_command("de", "fr", zero_shot=False, option="--task X", given="--lang-pairs de-fr")

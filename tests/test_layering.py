@@ -16,12 +16,12 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
     ["errors", "corpora", "sizes"],  # corpora, sizes: the corpora's languages, the model sizes, known by name
-    ["records"],  # every record read through one schema
+    ["records", "directions"],  # every record read through one schema; directions: which directions a checkpoint serves
     ["atomic_files"],  # every file written whole or not at all (its folder marker read as a record)
     ["paths"],  # every path option declared (what a file is: atomic_files)
     ["config", "compat", "data_fingerprint"],
     ["routing"],  # the one routing primitive and a pass's rows (PassRows)
-    ["languages", "directions", "compatibility"],  # directions: which directions a checkpoint serves, from its options
+    ["languages", "compatibility"],
     ["pool", "adapters", "skills"],  # the features: each knows languages and routing only
     ["peft", "pretrained"],
     ["models"],

@@ -19,7 +19,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
 from hltmt_plugin.config import check_finite
-from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections
+from hltmt_plugin.directions import ZERO_SHOT, TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
 from hltmt_plugin.pool.config import SlpConfig
@@ -37,6 +37,10 @@ logger = logging.getLogger(__name__)
 @register_task("hltmt_translation")
 class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     """Multilingual translation with HLT-MT's language-specific decoder top and stages."""
+
+    # a zero-shot direction is decoded, with a line on stderr (check_direction); fairseq's own task
+    # refuses it (hltmt_plugin.compat.direction_rule)
+    decodes_zero_shot = True
 
     @staticmethod
     def add_args(parser):
@@ -143,13 +147,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         directions = TrainedDirections.from_options(trained_args) if isinstance(trained_args, Namespace) else None
         if not (src and tgt) or directions is None:
             return
-        kind = directions.kind(src, tgt)
-        if kind == REFUSED:
-            raise HltmtConfigError(
-                f"-s {src} -t {tgt}: direction {src}-{tgt} refused: "
-                f"{directions.why_refused(src, tgt)}; the checkpoint was {directions.describe()}"
-            )
-        if kind == ZERO_SHOT:
+        if directions.check_command(src, tgt, zero_shot=True) == ZERO_SHOT:
             print(
                 f"hltmt_translation: direction {src}-{tgt} is zero-shot: the checkpoint was {directions.describe()}; "
                 "its output may not be in the target language",
