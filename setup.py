@@ -41,10 +41,11 @@ setup(
         "sentencepiece",
         "sacrebleu>=2.0",
         "sacremoses",
-        "matplotlib",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6"],
+        # the experiments' charts (hltmt-report, hltmt-study's report, the benches): never the plugin's core
+        "plots": ["matplotlib"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6", "matplotlib"],
         "ctranslate2": ["ctranslate2>=4.5"],
         "transformers": ["transformers>=5.25,<6", "safetensors>=0.4"],
     },

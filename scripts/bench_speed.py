@@ -368,13 +368,9 @@ def speed_main(args, names):
 
 def plot(figures, path, title):
     """Bars: measured time (or size) ratio per system and measure; dots: the predicted ratio."""
-    import logging
+    from hltmt_plugin.experiments.plots import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = [f for f in figures if f["measure"] != "parameters"]
     labels = [f"{f['system']}: {f['measure']}" for f in rows]

@@ -304,13 +304,9 @@ def fairseq_train_main(args):
 
 def plot_train(rows, path):
     """Bars: measured time ratio of fairseq-train per size; dots: the arithmetic's prediction."""
-    import logging
+    from hltmt_plugin.experiments.plots import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(9, 0.8 * len(rows) + 2.8))
     labels = [f"{r['system']}, {r['size']}" for r in rows]

@@ -240,13 +240,9 @@ def plot(rows, results, path, title):
     """Six panels against K (log-log): each figure's ratio to the reference K, with the line
     'linear in K'; and, as values, the training time ratio to plain MNMT at each K beside its
     arithmetic. Colour: the system; line style: the measure."""
-    import logging
+    from hltmt_plugin.experiments.plots import pyplot
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # (set before its import, which logs at DEBUG)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ks = [r["k"] for r in results]
     ref = reference_k(results)

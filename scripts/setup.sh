@@ -18,7 +18,8 @@ echo "[setup] creating .venv (torch: $TORCH_SPEC; fairseq builds its C extension
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip wheel setuptools
 .venv/bin/python -m pip install -q "$TORCH_SPEC"
-# the test extra and the optional engines, CTranslate2 and transformers (pip only warns about an extra setup.py lacks)
-.venv/bin/python -m pip install -q -e ".[test,ctranslate2,transformers]"
+# the test extra, the charts (plots) and the optional engines, CTranslate2 and transformers (pip only warns about an
+# extra setup.py lacks)
+.venv/bin/python -m pip install -q -e ".[test,plots,ctranslate2,transformers]"
 .venv/bin/python -c "import hltmt_plugin, torch, fairseq; print('[setup] ok: torch', torch.__version__, '| fairseq', fairseq.__version__)"
 echo "$want" > "$stamp"

@@ -39,6 +39,7 @@ from collections import defaultdict
 from hltmt_plugin import records
 from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.experiments.plots import pyplot
 from hltmt_plugin.experiments.recipe import VALID_KEYS, read_train_log, score
 from hltmt_plugin.experiments.runs import (
     FLAT_DROP,
@@ -334,10 +335,7 @@ def score_lines(table, systems, directions, baseline, system, metric, label):
 def plot_bleu(path, table, systems, directions, title, warning=None):
     """BLEU bars; ``warning`` (models not converged) is written across the picture itself, and
     the y-axis spans at least 0..1 BLEU so near-zero scores still show as bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(16, 5.6), gridspec_kw={"width_ratios": [3, 1.2]})
     top = 0.0
@@ -384,10 +382,7 @@ def plot_bleu(path, table, systems, directions, title, warning=None):
 
 def plot_valid(path, curves, conv, title):
     """Validation loss against updates, one line per run; the legend says flat/falling/unknown."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 4.8))
     for system in sorted(curves):

@@ -8,6 +8,7 @@ checked by :mod:`hltmt_plugin.records`), whether a validation curve has flattene
 from hltmt_plugin import records
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.experiments.plots import pyplot
 
 # a validation curve is flat when the loss fell by less than this share over the last quarter of
 # the run's updates
@@ -121,10 +122,7 @@ def gate_of(checkpoint):
 
 def draw_gate(path, probs, langs, chosen, title):
     """The gate P (languages x modules) as a heatmap, each language's module in bold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from hltmt_plugin.pool.modules import module_label
 

@@ -27,6 +27,7 @@ import statistics
 from collections import defaultdict
 
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.experiments.plots import pyplot
 from hltmt_plugin.experiments.recipe import read_train_log, score
 from hltmt_plugin.experiments.runs import convergence, draw_gate, read_gate, read_scores, save_figure
 from hltmt_plugin.pool.router import map_text
@@ -156,18 +157,6 @@ def valid_curves(results):
         if points:
             curves[system][int(seed)] = sorted(points.items())
     return curves
-
-
-def pyplot():
-    logging.getLogger("matplotlib").setLevel(
-        logging.WARNING
-    )  # its start-up and font search otherwise, under fairseq's logging
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def finish(plt, fig, ax, path, legend_size, grid="both"):
