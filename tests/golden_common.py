@@ -60,6 +60,7 @@ def forward_scores(data, checkpoint):
     from fairseq import checkpoint_utils, options, tasks
 
     import hltmt_plugin  # noqa: F401
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
 
     out = {}
     for direction in DIRECTIONS:
@@ -85,7 +86,8 @@ def forward_scores(data, checkpoint):
         )
         task = tasks.setup_task(args)
         task.load_dataset("test")
-        models, _ = checkpoint_utils.load_model_ensemble([checkpoint], task=task)
+        state = load_checkpoint(checkpoint)  # the plugin's loader: this process is a program, not a command
+        models, _ = checkpoint_utils.load_model_ensemble([checkpoint], task=task, state=state)
         model = models[0].eval()
         itr = task.get_batch_iterator(task.dataset("test"), max_tokens=600).next_epoch_itr(shuffle=False)
         ids, scores = [], []
