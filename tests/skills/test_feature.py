@@ -6,10 +6,10 @@ import re
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
 from conftest import build, make_sample
+from hltmt_plugin.compat.safe_loading import load_checkpoint
 from hltmt_plugin.errors import HltmtInputError
 from skills_common import SKILLS, losses, train
 
@@ -31,7 +31,7 @@ def test_fairseq_train_with_skills_trains_them_and_logs_the_report(data_bin, tmp
     assert "skill FFN: generic,en,de,fr,gu,hi,to_en,from_en: 131,840 each" in log
     assert re.search(r"en-de: skills generic\+en\+from_en; active [0-9,]+ of [0-9,]+ parameters", log)
     assert losses(log) and all(v == v and v < 20 for v in losses(log))
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"]
+    state = load_checkpoint(str(tmp_path / "checkpoint_last.pt"))["model"]
     assert "encoder.layers.0.skill_ffn.experts.to_en.fc1.weight" in state
     assert "encoder.layers.0.fc1.weight" not in state and "encoder.layers.1.self_attn.q_proj.weight" not in state
     # the skills trained apart: en's FFN (every en-* direction) moved differently from hi's (no hi source)
@@ -61,8 +61,8 @@ def test_a_trained_dense_model_continues_with_skills_slp_and_adapters_together(d
     assert "every skill FFN initialised from the checkpoint's dense FFN" in log
     assert "every language's Q/K/V initialised from the checkpoint's dense ones" in log
     assert "adapters: base model" in log and "HLT-MT: pool of 2 modules" in log
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"]
-    dense = checkpoint_utils.load_checkpoint_to_cpu(trained[0])["model"]
+    state = load_checkpoint(str(tmp_path / "checkpoint_last.pt"))["model"]
+    dense = load_checkpoint(trained[0])["model"]
     assert {
         "encoder.layers.1.skill_ffn.experts.generic.fc2.weight",
         "encoder.layers.1.self_attn.skills.gu.k_proj.weight",

@@ -5,10 +5,10 @@ absent from training combines existing skills, one absent from the matrix is an 
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
 
 import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
 from conftest import DIRECTIONS, MADX, build, mixed_sample
+from hltmt_plugin.compat.safe_loading import load_checkpoint
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.skills import SkillFFN
 from skills_common import GOOD, SKILLS, randomize_skills, skilled_model, write
@@ -103,9 +103,9 @@ def test_each_row_of_a_mixed_batch_equals_that_row_alone_and_follows_its_source_
 def test_a_trained_dense_checkpoint_converts_to_skills_with_identical_outputs(data_bin, trained):
     ckpt, _ = trained
     _, task, dense = build(data_bin, "--enable-lang-ids")
-    dense.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(ckpt)["model"])
+    dense.load_state_dict(load_checkpoint(ckpt)["model"])
     args, _, model = build(data_bin, *SKILLS, *MADX)
-    model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(ckpt)["model"], strict=True, model_cfg=args)
+    model.load_state_dict(load_checkpoint(ckpt)["model"], strict=True, model_cfg=args)
     state = model.state_dict()
     assert not any(k.endswith("fc1.weight") and "skill_ffn" not in k and k.startswith("encoder") for k in state)
     for skill in ("generic", "hi", "to_en"):
