@@ -98,8 +98,8 @@ def raw_lines(
         if count == 1:
             if body.startswith(UTF16_BOMS):
                 raise TextError(
-                    f"{name} starts with a UTF-16 / UTF-32 byte order mark: convert it to UTF-8 "
-                    "(e.g. iconv -f UTF-16 -t UTF-8)"
+                    f"{name} is not valid UTF-8: it starts with a UTF-16 / UTF-32 byte order mark (convert "
+                    "it to UTF-8, e.g. iconv -f UTF-16 -t UTF-8)"
                 )
             body = body[len(UTF8_BOM) :] if body.startswith(UTF8_BOM) else body
         for piece in body.split(b"\r") if split_cr else (body,):

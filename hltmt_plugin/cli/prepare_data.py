@@ -21,7 +21,10 @@ fingerprint of its dictionaries (``bin/dict_fingerprint.json``, sha256 of every
 ``spm/`` and ``bin/`` are written whole (both complete, or the earlier ones left as they were)
 and replace only what an earlier run wrote there (``.hltmt-output.json`` lists it): a folder of
 yours in their place, or a file you added to them, is refused and kept. Raw lines are counted as
-``wc -l`` counts them: a carriage return inside a line is a space there, not a line end.
+``wc -l`` counts them: a carriage return inside a line is a space there, not a line end. Every
+raw line keeps the text rule of every reader of the plugin (valid UTF-8, no NUL or other control
+character but TAB, at most 1 MiB): the first that does not is refused with its file and line.
+A raw file that is not a regular file (a FIFO, a device, a folder) is refused as what it is.
 """
 
 import argparse
@@ -31,6 +34,7 @@ import shutil
 import sys
 import time
 
+from hltmt_plugin import text
 from hltmt_plugin.atomic_files import check_folder_output, inside, write_folder
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import WMT10_LANGS
@@ -50,10 +54,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 def check_options(args):
     """Numbers that cannot work, before any data is read."""
+    from hltmt_plugin.hub.arguments import threads
+
+    for name, value in (("--workers", args.workers), ("--threads", args.threads)):
+        threads(value, name)  # processes and threads: the bound of every engine's threads
     for name, value, low in (
         ("--vocab-size", args.vocab_size, 1),
-        ("--workers", args.workers, 1),
-        ("--threads", args.threads, 1),
         ("--max-train", args.max_train, 1),
         ("--max-valid", args.max_valid, 1),
         ("--max-test", args.max_test, 1),
@@ -114,20 +120,21 @@ def log(msg):
 
 
 def read_lines(path, limit=None):
-    """The lines of a raw text file as ``wc -l`` counts them: a line ends at ``\n`` (``\r\n``
-    too, its ``\r`` dropped); a carriage return inside a line is whitespace there (a space), never
-    a line end, so that both sides of a pair keep their line numbers (logged with a count)."""
-    lines, inner = [], 0
-    with open(path, encoding="utf-8", errors="strict", newline="\n") as f:
-        for i, line in enumerate(f):
-            if limit is not None and i >= limit:
-                break
-            line = line[:-1] if line.endswith("\n") else line
-            line = line[:-1] if line.endswith("\r") else line
-            if "\r" in line:
-                inner += 1
-                line = line.replace("\r", " ")
-            lines.append(line)
+    """The lines of a raw text file as ``wc -l`` counts them, read by the one reader of sentences
+    (:func:`hltmt_plugin.text.read_lines`: bounded, a line ends at ``\n``, the ``\r`` of ``\r\n``
+    dropped, the one text rule with the file and line); a carriage return inside a line is
+    whitespace there (a space), never a line end, so that both sides of a pair keep their line
+    numbers (logged with a count)."""
+    inner = 0
+
+    def inner_cr(raw):
+        nonlocal inner
+        if b"\r" in raw:
+            inner += 1
+            raw = raw.replace(b"\r", b" ")
+        return raw
+
+    lines = text.read_lines(path, limit, prepare=inner_cr)
     if inner:
         log(f"{path}: {inner} line(s) hold a carriage return inside the line: read as a space")
     return lines
@@ -153,13 +160,9 @@ def load_pair(raw, split, lang, limit, segment_words=None):
     """Both sides of en-XX for a split (with ``segment_words``, its short pairs only); every
     problem is a DataError naming the file."""
     paths = [os.path.join(raw, f"{split}.en-{lang}.{side}") for side in ("en", lang)]
-    for path in paths:
-        if not os.path.isfile(path):
-            raise DataError(f"missing file {path} (language {lang!r}, split {split})")
-    try:
-        en, xx = (read_lines(p) for p in paths)
-    except UnicodeDecodeError as error:
-        raise DataError(f"{paths[0]} or {paths[1]} is not valid UTF-8: {error}")
+    for path in paths:  # missing, or a FIFO, a device, a folder: said as what it is
+        text.check_regular_file(path, f" (language {lang!r}, split {split})")
+    en, xx = (read_lines(p) for p in paths)
     if len(en) != len(xx):
         raise DataError(f"{paths[0]} has {len(en)} lines but {paths[1]} has {len(xx)}: the sides are misaligned")
     if not en:
@@ -422,7 +425,7 @@ def main(argv=None):
         check_writable(args.out)
         check_languages(args, langs)
         data = load_data(args, langs)
-    except DataError as error:
+    except HltmtError as error:  # DataError, and the text of a raw file (hltmt_plugin.text)
         return fail(error, 2)
     register()  # fairseq's preprocessing, with the plugin's workarounds: once the arguments and data are checked
     return write_output(args, data, langs)

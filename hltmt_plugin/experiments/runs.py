@@ -5,7 +5,7 @@ checked by :mod:`hltmt_plugin.records`), whether a validation curve has flattene
 :func:`draw_gate`) and pictures written whole (:func:`save_figure`). ``hltmt-report``,
 ``hltmt-study`` and the study's report share them."""
 
-from hltmt_plugin import records
+from hltmt_plugin import records, text
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.experiments.plots import pyplot
@@ -16,14 +16,14 @@ FLAT_DROP = 0.01
 
 
 def read_gen(path):
-    """(hypotheses, references) in sentence order from a fairseq-generate output."""
+    """(hypotheses, references) in sentence order from a fairseq-generate output, read by the one
+    reader of sentences (:func:`hltmt_plugin.text.read_lines`: bounded, the one text rule)."""
     hyps, refs = {}, {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            kind, _, rest = line.partition("-")
-            if kind in ("D", "T") and "\t" in rest:
-                fields = rest.rstrip("\n").split("\t")
-                (hyps if kind == "D" else refs)[int(fields[0])] = fields[-1]
+    for line in text.read_lines(path):
+        kind, _, rest = line.partition("-")
+        if kind in ("D", "T") and "\t" in rest:
+            fields = rest.split("\t")
+            (hyps if kind == "D" else refs)[int(fields[0])] = fields[-1]
     if not refs:
         raise ValueError(f"{path}: no T- lines (not a fairseq-generate output, or an empty test set)")
     missing = sorted(set(refs) - set(hyps))

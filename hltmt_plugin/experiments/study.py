@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import List, Tuple
 
-from hltmt_plugin import records
+from hltmt_plugin import records, text
 from hltmt_plugin.atomic_files import copy_file, save_torch, write_text
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
@@ -328,7 +328,7 @@ def write_lines(path, lines):
 def write_reference(path, refs):
     """The references of one direction: written once, the same for every run after that."""
     if os.path.exists(path):
-        if open(path, encoding="utf-8").read().splitlines() != refs:
+        if text.read_lines(path) != refs:
             raise StepFailed(f"{path}: this run's references differ from the study's (another data selection?)")
         return
     write_lines(path, refs)

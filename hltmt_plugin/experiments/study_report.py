@@ -26,6 +26,7 @@ import re
 import statistics
 from collections import defaultdict
 
+from hltmt_plugin import text
 from hltmt_plugin.cli.output import AtomicOutput
 from hltmt_plugin.experiments.plots import pyplot
 from hltmt_plugin.experiments.recipe import read_train_log, score
@@ -41,8 +42,8 @@ REGIME_BLEU = 10.0
 
 
 def read_text(path):
-    with open(path, encoding="utf-8") as f:
-        return f.read().split("\n")[:-1]
+    """The lines of a hypothesis or reference file (:func:`hltmt_plugin.text.read_lines`)."""
+    return text.read_lines(path)
 
 
 def load_runs(results):

@@ -222,6 +222,8 @@ def test_missing_sentencepiece_model(raw_de, tmp_path):
     [
         (["--vocab-size", "10"], "--vocab-size 10 is too small for this text: it has"),
         (["--workers", "0"], "--workers must be at least 1, got 0"),
+        (["--workers", "100000"], "--workers must be at most"),
+        (["--threads", "100000"], "--threads must be at most"),
         (["--max-train", "0"], "--max-train must be at least 1, got 0"),
         (["--dict", "dict.txt"], "--dict needs --spm-model"),
     ],
@@ -308,6 +310,39 @@ def test_a_carriage_return_inside_a_line_keeps_the_pairs_aligned(raw_de, tmp_pat
     assert "".join(pairs[4][0].split()).replace("▁", "") == "thefileisopen"
     assert "".join(pairs[4][1].split()).replace("▁", "") == "dieDateiistoffen"
     assert "".join(pairs[5][1].split()).replace("▁", "") == "dieDateiNummer5istoffen"
+
+
+@pytest.mark.parametrize(
+    "name, line, message",
+    [
+        ("train.en-de.de", b"die\x00Datei", "train.en-de.de line 5 holds a NUL character at position 4"),
+        ("test.en-de.en", b"the\x0cfile", "test.en-de.en line 5 holds the control character U+000C at position 4"),
+        ("valid.en-de.de", b"caf\xe9", "valid.en-de.de line 5 is not valid UTF-8 (byte 0xe9 at byte 4"),
+        ("train.en-de.en", b"x" * (1 << 20) + b"y", "train.en-de.en line 5 is longer than 1048576 bytes"),
+    ],
+)
+def test_a_raw_line_that_is_not_text_is_refused_with_its_file_and_line(raw_de, tmp_path, name, line, message):
+    lines = (raw_de / name).read_bytes().split(b"\n")
+    lines[4] = line  # the one text rule of every reader: the same refusals as hltmt-translate's
+    (raw_de / name).write_bytes(b"\n".join(lines))
+    done = prepare_de(raw_de, tmp_path / "out")
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:", whole_output=False)
+    assert not (tmp_path / "out" / "bin").exists()
+
+
+@pytest.mark.parametrize(
+    "kind, make", [("a FIFO", os.mkfifo), ("a device", lambda path: os.symlink("/dev/zero", path))]
+)
+def test_a_raw_file_that_is_a_fifo_or_a_device_is_said_to_be_one(raw_de, tmp_path, kind, make):
+    (raw_de / "valid.en-de.de").unlink()
+    make(str(raw_de / "valid.en-de.de"))
+    done = prepare_de(raw_de, tmp_path / "out")
+    assert_clear(
+        done,
+        f"{raw_de / 'valid.en-de.de'} (language 'de', split valid) is {kind}, not a regular file of text",
+        prefix="hltmt-prepare-data: error:",
+        whole_output=False,
+    )
 
 
 def test_spm_and_bin_replace_only_what_an_earlier_run_wrote(raw_de, tmp_path):

@@ -332,7 +332,9 @@ def test_a_utf16_file_is_refused_in_one_line(hltmt, tmp_path):
         str(tmp_path / "out.txt"),
     )
     assert_one_error_line(
-        done, f"hltmt-translate: error: --input {tmp_path / 'utf16.txt'} starts with a UTF-16 / UTF-32 byte order mark"
+        done,
+        f"hltmt-translate: error: --input {tmp_path / 'utf16.txt'} is not valid UTF-8: it starts with a UTF-16 / UTF-32 "
+        "byte order mark",
     )
     assert not (tmp_path / "out.txt").exists() and os.listdir(tmp_path) == ["utf16.txt"]
 

@@ -29,6 +29,13 @@ def test_read_gen_refuses_a_file_without_references_or_with_a_missing_hypothesis
         read_gen(cut)
 
 
+def test_read_gen_reads_with_the_one_text_rule(tmp_path):
+    gen = tmp_path / "en-de.gen"
+    gen.write_bytes(b"T-0\terste\nD-0\t-0.2\ter\x00ste\n")  # a hypothesis holding a NUL: not scored as it is
+    with pytest.raises(ValueError, match=f"^{gen} line 2 holds a NUL character at position 12"):
+        read_gen(gen)
+
+
 def test_convergence_is_flat_falling_or_unknown_by_the_last_quarter():
     falling = [(100, 6.0), (200, 5.0), (300, 4.5), (400, 4.0)]
     assert convergence(falling)[0] == "falling"
