@@ -3,7 +3,8 @@ the translator's contract: :meth:`HltmtTranslator.load` of such a folder returns
 :class:`HfTranslator`, with the same ``translate`` / ``translate_batch`` / ``routing`` /
 ``direction`` and the same refusals (:mod:`hltmt_plugin.hub.contract`).
 
-The folder is checked on load (:func:`hltmt_plugin.hub.manifest.read`). Each sentence is
+The folder is checked on load (:func:`hltmt_plugin.hub.manifest.read`), and each model by
+transformers' own load report, which must be empty (:func:`load_model`). Each sentence is
 prepared as the checkpoint's translator prepares it: the sentencepiece pieces of the line as the
 dictionary's ids plus end of sentence, the language token ``--encoder-langtok`` puts first. The
 sentences go to the model of their target language's group, sorted by length and batched by
@@ -14,8 +15,12 @@ best is taken by fairseq's score: with a forced target-language token, its log-p
 (which ``generate`` leaves out) is counted, as fairseq counts it.
 """
 
+import contextlib
+import logging
 import math
 import os
+import re
+import warnings
 from typing import List, Optional, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
@@ -58,13 +63,7 @@ class HfTranslator(contract.ExportedTranslator):
         device = _device(torch, device)
         models = {}
         for group, place in record["models"].items():
-            try:
-                model = transformers.AutoModelForSeq2SeqLM.from_pretrained(os.path.join(folder, place))
-            except (OSError, ValueError, RuntimeError) as error:
-                raise HltmtInputError(
-                    f"transformers cannot load {os.path.join(folder, place)}: {str(error).splitlines()[0]:.200}"
-                ) from None
-            model = model.eval().to(device)
+            model = load_model(transformers, folder, place).eval().to(device)
             models[group] = model.half() if fp16 else model
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))
         pieces = Pieces(os.path.join(folder, "source.spm"))
@@ -138,6 +137,85 @@ class HfTranslator(contract.ExportedTranslator):
         start = torch.full((inputs["input_ids"].shape[0], 1), self.dictionary.eos_index, device=self.device)
         logits = model(**inputs, decoder_input_ids=start).logits[:, -1, :].float()
         return torch.log_softmax(logits, dim=-1)[:, self.lang_ids[forced]].tolist()
+
+
+def load_model(transformers, folder: str, place: str):
+    """The model of ``folder``'s subfolder ``place``, loaded by ``transformers`` whose load report
+    is empty: no weight missing, unexpected or of another shape than the folder's ``config.json``
+    gives it (an edited layer count, width or position count); else one HltmtInputError naming
+    the folder, the subfolder and what transformers said. Its log and progress bars are kept off
+    the terminal."""
+    with _transformers_quiet(transformers) as said:
+        try:
+            model, info = transformers.AutoModelForSeq2SeqLM.from_pretrained(
+                os.path.join(folder, place), output_loading_info=True
+            )
+        except (OSError, ValueError, RuntimeError, OverflowError, MemoryError) as error:
+            model, info = None, error
+    what = f"transformers cannot load the export {folder}" + ("" if place == "." else f" (its model {place})")
+    found = _reported(said)  # its rows also when it raised after them ("look at the above report")
+    if model is None and not found:
+        words = str(info).strip().splitlines()[0] if str(info).strip() else type(info).__name__
+        raise HltmtInputError(f"{what}: {words:.300}")
+    if model is not None and not found:  # the report as returned, should its log say nothing
+        found = [
+            f"{', '.join(sorted(str(k[0] if isinstance(k, tuple) else k) for k in info[key])[:3])} {status}"
+            for key, status in (
+                ("mismatched_keys", "MISMATCH"),
+                ("missing_keys", "MISSING"),
+                ("unexpected_keys", "UNEXPECTED"),
+            )
+            if info.get(key)
+        ] + [str(m).splitlines()[0] for m in info.get("error_msgs") or []]
+    if found:
+        raise HltmtInputError(
+            f"{what}: transformers' load report is not empty: {'; '.join(found):.400} (the folder's config.json "
+            "and weights disagree: export the checkpoint again)"
+        )
+    return model
+
+
+@contextlib.contextmanager
+def _transformers_quiet(transformers):
+    """For a load: transformers' log records kept (yielded, not printed; also where a command
+    has turned logging off), its progress bars and Python warnings off; all restored after."""
+    hf_logging = transformers.utils.logging
+    root = logging.getLogger("transformers")
+    saved = root.handlers[:], root.level, root.propagate, hf_logging.is_progress_bar_enabled()
+    disabled = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
+    said: List[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = said.append
+    root.handlers[:], root.propagate = [handler], False
+    root.setLevel(logging.WARNING)
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield said
+    finally:
+        root.handlers[:], root.propagate = saved[0], saved[2]
+        root.setLevel(saved[1])
+        logging.disable(disabled)
+        if saved[3]:
+            hf_logging.enable_progress_bar()
+
+
+def _reported(said: List[logging.LogRecord]) -> List[str]:
+    """The rows of the load report transformers logged, in its words (key, status, details), by
+    status (shapes first): each status's first three rows (sorted)."""
+    rows = {status: [] for status in ("MISMATCH", "MISSING", "UNEXPECTED", "CONVERSION")}
+    for record in said:
+        for line in re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage()).splitlines():
+            cells = [cell.strip() for cell in line.split("|")]
+            if len(cells) >= 2 and cells[1] in rows:
+                rows[cells[1]].append(" ".join(cell for cell in cells if cell))
+    return [
+        ", ".join(sorted(found)[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        for found in rows.values()
+        if found
+    ]
 
 
 def _hypothesis(sequence: List[int], dictionary) -> List[int]:

@@ -66,3 +66,113 @@ def test_hltmt_translate_serves_the_folder(folder, tmp_path):
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     expected = HltmtTranslator.load(CHECKPOINT, device="cpu").translate_batch(items()[:4], beam=5)
     assert [line["translation"] for line in lines] == expected
+
+
+# ---- the folder checked on load: transformers' load report must be empty ------------------------------
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """The study's MNMT exported: one model, at the folder's top."""
+    from hltmt_plugin.export.transformers import export
+
+    out = str(tmp_path_factory.mktemp("hf_plain") / "mnmt")
+    export(os.path.join(STUDY, "models", "mnmt.pt"), out)
+    return out
+
+
+def edited(plain, tmp_path, edit, seal=True):
+    """A copy of the export ``plain`` with ``edit(folder)`` applied; with ``seal``, its manifest
+    written anew as the export writes it (so that its digests hold)."""
+    import shutil
+
+    from hltmt_plugin.hub import manifest
+
+    folder = str(tmp_path / "edited")
+    shutil.copytree(plain, folder)
+    edit(folder)
+    if seal:
+        with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f:
+            manifest.write(folder, json.load(f))
+    return folder
+
+
+def config_set(**changes):
+    def edit(folder):
+        path = os.path.join(folder, "config.json")
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+        config.update(changes)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+
+    return edit
+
+
+def narrower_fc1(folder):
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(folder, "model.safetensors")
+    state = load_file(path)
+    state["model.encoder.layers.0.fc1.weight"] = state["model.encoder.layers.0.fc1.weight"][:-1].clone()
+    save_file(state, path, metadata={"format": "pt"})
+
+
+def translate_refused(folder, tmp_path):
+    """hltmt-translate on ``folder``: its exit status and what it wrote to standard error."""
+    rows = tmp_path / "in.tsv"
+    rows.write_text("en\tde\tThe file is open.\n", encoding="utf-8")
+    done = run([cli("hltmt-translate"), "--checkpoint", folder, "--input", str(rows)])
+    assert done.returncode != 0 and done.stdout == "", done.stdout[-2000:]
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hltmt-translate: error: "), done.stderr[-3000:]
+    return lines[0]
+
+
+def test_an_edited_config_is_first_refused_by_the_manifests_digest(plain, tmp_path):
+    folder = edited(plain, tmp_path, config_set(decoder_layers=1), seal=False)
+    line = translate_refused(folder, tmp_path)
+    assert "config.json is not the file that was exported (its SHA-256 differs)" in line
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (config_set(decoder_layers=1), "model.decoder.layers.1.encoder_attn.k_proj.bias UNEXPECTED"),
+        (config_set(encoder_layers=3), "model.encoder.layers.2.fc1.bias MISSING"),
+        (
+            config_set(max_position_embeddings=10**12),
+            "model.encoder.embed_positions.weight MISMATCH Reinit due to size mismatch - ckpt: "
+            "torch.Size([1024, 128]) vs model:torch.Size([1000000000000, 128])",
+        ),
+        (narrower_fc1, "model.encoder.layers.0.fc1.weight MISMATCH Reinit due to size mismatch"),
+    ],
+    ids=["fewer-layers", "more-layers", "positions-1e12", "a-weights-shape"],
+)
+def test_a_sealed_folder_whose_config_and_weights_disagree_is_refused_in_transformers_words(
+    plain, tmp_path, edit, said
+):
+    """The manifest re-sealed as the export writes it: the load report is what refuses, in one line
+    with transformers' own words, no progress bar or log of transformers on the terminal."""
+    folder = edited(plain, tmp_path, edit)
+    line = translate_refused(folder, tmp_path)
+    assert f"transformers cannot load the export {folder}: transformers' load report is not empty: " in line
+    assert said in line and "export the checkpoint again" in line
+
+
+def test_a_refused_load_leaves_transformers_logging_as_it_was(plain, tmp_path):
+    import logging
+
+    import transformers
+
+    from hltmt_plugin.errors import HltmtInputError
+
+    root = logging.getLogger("transformers")
+    before = (root.handlers[:], root.level, root.propagate, transformers.utils.logging.is_progress_bar_enabled())
+    folder = edited(plain, tmp_path, config_set(encoder_layers=3))
+    with pytest.raises(HltmtInputError, match="MISSING"):
+        HltmtTranslator.load(folder)
+    assert (
+        root.handlers[:],
+        root.level,
+        root.propagate,
+        transformers.utils.logging.is_progress_bar_enabled(),
+    ) == before
