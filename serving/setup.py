@@ -26,6 +26,7 @@ MODULES = [
     "hltmt_plugin.paths",
     "hltmt_plugin.records",
     "hltmt_plugin.atomic_files",
+    "hltmt_plugin.text",
     "hltmt_plugin.data_fingerprint",
     "hltmt_plugin.hub.manifest",
     "hltmt_plugin.hub.patches",

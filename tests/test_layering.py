@@ -18,7 +18,7 @@ LAYERS = [
     ["errors", "corpora", "sizes"],  # corpora, sizes: the corpora's languages, the model sizes, known by name
     ["records", "directions"],  # every record read through one schema; directions: which directions a checkpoint serves
     ["atomic_files"],  # every file written whole or not at all (its folder marker read as a record)
-    ["paths"],  # every path option declared (what a file is: atomic_files)
+    ["paths", "text"],  # every path option declared (what a file is: atomic_files); the one reader of sentences
     ["config", "compat", "data_fingerprint"],
     ["routing"],  # the one routing primitive and a pass's rows (PassRows)
     ["languages", "compatibility"],
