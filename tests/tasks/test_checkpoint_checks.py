@@ -160,3 +160,26 @@ def test_a_plugin_checkpoint_whose_record_was_removed_is_one_line_in_process_and
     for done in (run(translate, input="Hello.\n"), run(generate), run(average)):
         assert_one_error_line(done, "the checkpoint's compatibility record", why)
     assert "warning" not in run(translate, input="Hello.\n").stderr
+
+
+def test_the_stamp_stores_the_record_of_a_translation_task_once_and_leaves_other_tasks(data_bin):
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    from hltmt_plugin.compatibility import RECORD_KEY, VERSION_KEY, record_of_options
+    from hltmt_plugin.tasks.checkpoint_checks import stamp_checkpoint
+
+    dictionary = SimpleNamespace(symbols=["<s>", "<pad>", "</s>", "<unk>", "a"])
+    bilingual = SimpleNamespace(cfg=Namespace(data=data_bin, source_lang="en", target_lang="de"))
+    bilingual.source_dictionary = dictionary
+    options = Namespace(arch="transformer", task="translation", encoder_layers=2)
+    stamp_checkpoint(SimpleNamespace(cfg=SimpleNamespace(model=options), task=bilingual))
+    record = getattr(options, RECORD_KEY)
+    assert record["languages"] == ["en", "de"] and record["vocabulary"]["symbols"] == 5
+    assert record_of_options(options) == record and getattr(options, VERSION_KEY)
+    stamp_checkpoint(SimpleNamespace(cfg=SimpleNamespace(model=options), task=None))  # stored once: kept
+    assert getattr(options, RECORD_KEY) is record
+    language_model = SimpleNamespace(cfg=Namespace(data=data_bin), source_dictionary=dictionary)
+    plain = Namespace(arch="transformer_lm")
+    stamp_checkpoint(SimpleNamespace(cfg=SimpleNamespace(model=plain), task=language_model))  # names no languages
+    assert not hasattr(plain, RECORD_KEY)
