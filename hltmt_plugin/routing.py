@@ -14,6 +14,7 @@ for the layers inside it and makes each consumer's plan once.
 """
 
 import contextlib
+import threading
 from typing import Callable, Dict, Iterator, Optional, Sequence, Union
 
 import torch
@@ -165,42 +166,56 @@ class PassRows:
     """The record of the batch an encoder or decoder is computing, for the layers inside it
     (fairseq calls a layer without it), and the route plans made from it.
 
-    A consumer names its ids once (:meth:`define`: a bound method from the record to
-    sub-module ids) and asks for its plan in the pass (:meth:`plan`): made at the first ask,
-    shared by every layer of the pass; in a beam search the decoder hands in the search's
-    plans, so they are made at the first step and only reordered afterwards."""
+    A consumer names its ids once (:meth:`define`: a function from the record to sub-module
+    ids) and asks for its plan in the pass (:meth:`plan`): made at the first ask, shared by every
+    layer of the pass; in a beam search the decoder hands in the search's plans, so they are made
+    at the first step and only reordered afterwards. A pass's record and plans are kept per
+    thread (:meth:`use`): one model serves passes in several threads at once, each with its own
+    rows; the definitions are the model's, made once."""
 
     def __init__(self, side: str):
         self.side = side
         self.ids_of: Dict[str, IdsOf] = {}
-        self.record: Optional[Tensor] = None
-        self.plans: Dict[str, RoutePlan] = {}
+        self._pass = threading.local()
+
+    def __getstate__(self):  # a copy of the model (deepcopy, pickle) is made outside any pass
+        return {"side": self.side, "ids_of": self.ids_of}
+
+    def __setstate__(self, state):
+        self.__init__(state["side"])
+        self.ids_of.update(state["ids_of"])
+
+    @property
+    def record(self) -> Optional[Tensor]:
+        """This thread's pass's record (None outside a pass)."""
+        return getattr(self._pass, "record", None)
+
+    @property
+    def plans(self) -> Dict[str, RoutePlan]:
+        """This thread's pass's plans (empty outside a pass)."""
+        return getattr(self._pass, "plans", {})
 
     def define(self, name: str, ids_of: IdsOf) -> None:
         self.ids_of[name] = ids_of
 
     @contextlib.contextmanager
     def use(self, record: Optional[Tensor], plans: Optional[Dict[str, RoutePlan]] = None) -> Iterator[None]:
+        """A pass over the rows of ``record`` in this thread, with ``plans`` (a search's, kept
+        across its steps) or new ones."""
         previous = self.record, self.plans
-        self.record, self.plans = record, ({} if plans is None else plans)
+        self._pass.record, self._pass.plans = record, ({} if plans is None else plans)
         try:
             yield
         finally:
-            self.record, self.plans = previous
-
-    def plan_for(self, name: str, make: Callable[[], Tensor]) -> RoutePlan:
-        """The pass's plan ``name``, made at the first ask from the ids ``make()`` returns (a
-        module that computes its ids from what it was handed, as the SLP's router does)."""
-        if name not in self.plans:
-            self.plans[name] = RoutePlan(make())
-        return self.plans[name]
+            self._pass.record, self._pass.plans = previous
 
     def plan(self, name: str) -> RoutePlan:
-        if name not in self.plans:
+        plans = self.plans
+        if name not in plans:
             if self.record is None:
                 raise HltmtInputError(
                     f"the {self.side}'s language modules got no languages per sentence: run the "
                     f"layer through the hltmt_transformer {self.side}"
                 )
-            self.plans[name] = RoutePlan(self.ids_of[name](self.record))
-        return self.plans[name]
+            plans[name] = RoutePlan(self.ids_of[name](self.record))
+        return plans[name]

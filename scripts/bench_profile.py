@@ -62,7 +62,7 @@ PHASE_SPOTS = [
         "TransformerDecoderBase",
         "extract_features_scriptable",
     ),
-    ("          SLP routing decision", "hltmt_plugin.models.decoder", "HltmtTransformerDecoder", "slp_decision"),
+    ("          SLP routing decision", "hltmt_plugin.pool.router", "LanguageRouter", "forward"),
     ("            route plan (RoutePlan)", "hltmt_plugin.routing", "RoutePlan", "__init__"),
     ("            module ids", "hltmt_plugin.pool.router", "LanguageRouter", "module_ids"),
     ("          SLP modules", "hltmt_plugin.pool.modules", "SelectiveLanguagePool", "forward"),

@@ -2,8 +2,12 @@
 package, ``hltmt_plugin/<path>/<module>.py`` (``__init__.py`` aside), has its unit tests in
 ``tests/<path>/test_<module>.py``, and every Python file of ``scripts/`` its tests in
 ``tests/scripts/test_<name>.py``; and test files of one name in several folders (mirrored
-modules share names: config.py, layers.py, ...) can run in one pytest session."""
+modules share names: config.py, layers.py, ...) can run in one pytest session. A test file
+covers its module by its checks, not by being there: at least one check (an ``assert``
+statement, a ``pytest.raises`` or an ``assert_*`` call) per :data:`LINES_PER_CHECK` non-blank
+lines of the module."""
 
+import ast
 import os
 
 import pytest
@@ -19,6 +23,17 @@ SCRIPTS = os.path.join(ROOT, "scripts")
 EXCEPTIONS = {}
 # The same for the Python files of scripts/ (its shell scripts answer --help in tests/test_help.py).
 SCRIPT_EXCEPTIONS = {}
+
+LINES_PER_CHECK = 40  # a module of N non-blank lines needs N // 40 checks in its test file
+# Modules whose test file holds fewer checks than their size asks, each with the reason.
+FEW_CHECKS = {
+    "experiments/study_report.py": "its report.md is read back whole from real hltmt-study runs "
+    "(tests/experiments/test_study.py: test_significance_and_report, --report-only)",
+}
+SCRIPT_FEW_CHECKS = {
+    "bench_profile.py": "a bench whose phases are fairseq's own methods, timed in one real training run",
+    "bench_train.py": "a bench of whole fairseq-train runs; each of its tests is such a run, read back",
+}
 
 
 def mirrored_test(module, tests="tests"):
@@ -56,10 +71,60 @@ def test_every_script_has_its_mirrored_test_file():
     assert missing_tests(SCRIPTS, ROOT, SCRIPT_EXCEPTIONS, tests="tests/scripts") == []
 
 
+def checks_in(path):
+    """The checks of a test file: ``assert`` statements, ``pytest.raises`` and ``assert_*`` calls
+    (``torch.testing.assert_close``, the suite's own ``assert_clear`` ...)."""
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    count = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            count += name == "raises" or name.startswith("assert_")
+        count += isinstance(node, ast.Assert)
+    return count
+
+
+def too_few_checks(package, root, exceptions, tests="tests"):
+    """``module: checks / needed`` for each module of ``package`` whose mirrored test file holds
+    fewer checks than one per :data:`LINES_PER_CHECK` non-blank lines of the module."""
+    short = []
+    for module in modules_of(package):
+        test = os.path.join(root, mirrored_test(module, tests))
+        if module in exceptions or not os.path.isfile(test):
+            continue
+        with open(os.path.join(package, module)) as f:
+            needed = sum(1 for line in f if line.strip()) // LINES_PER_CHECK
+        if checks_in(test) < needed:
+            short.append(f"{module}: {checks_in(test)} checks in {mirrored_test(module, tests)}, {needed} needed")
+    return short
+
+
+def test_every_test_file_checks_its_module_in_proportion_to_its_size():
+    assert too_few_checks(PLUGIN, ROOT, FEW_CHECKS) == []
+    assert too_few_checks(SCRIPTS, ROOT, SCRIPT_FEW_CHECKS, tests="tests/scripts") == []
+
+
+def test_the_check_count_names_a_large_module_with_a_small_test(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "big.py").write_text("x = 1\n\n" * 120)  # 120 non-blank lines: 3 checks needed
+    (tmp_path / "tests").mkdir()
+    test = tmp_path / "tests" / "test_big.py"
+    test.write_text("def test_a():\n    assert True\n    torch.testing.assert_close(1, 1)\n")
+    assert too_few_checks(str(package), str(tmp_path), {}) == ["big.py: 2 checks in tests/test_big.py, 3 needed"]
+    assert too_few_checks(str(package), str(tmp_path), {"big.py": "a reason"}) == []
+    test.write_text(test.read_text() + "    with pytest.raises(ValueError):\n        int('x')\n")
+    assert checks_in(str(test)) == 3 and too_few_checks(str(package), str(tmp_path), {}) == []
+
+
 def test_every_exception_is_a_module_of_the_package_with_a_reason():
     for package, exceptions in ((PLUGIN, EXCEPTIONS), (SCRIPTS, SCRIPT_EXCEPTIONS)):
         modules = modules_of(package)
         assert all(module in modules and reason.strip() for module, reason in exceptions.items()), exceptions
+    for package, few in ((PLUGIN, FEW_CHECKS), (SCRIPTS, SCRIPT_FEW_CHECKS)):
+        modules = modules_of(package)
+        assert all(module in modules and reason.strip() for module, reason in few.items()), few
 
 
 def test_the_check_names_a_module_without_a_test_file(tmp_path):

@@ -126,8 +126,6 @@ def test_pass_rows_make_a_plan_once_per_pass_and_keep_given_plans():
     with rows.use(record):
         first = rows.plan("ids")
         assert rows.plan("ids") is first and first.ids.tolist() == [2, 0, 2] and asked == [1]
-        made = rows.plan_for("other", lambda: torch.tensor([1, 1, 1]))
-        assert rows.plan_for("other", lambda: torch.tensor([0, 0, 0])) is made and made.single == 1
     given = {"ids": RoutePlan(torch.tensor([0, 0, 1]))}  # a search's plans: kept, not remade
     with rows.use(record, given):
         assert rows.plan("ids") is given["ids"] and asked == [1]
@@ -142,3 +140,49 @@ def test_pass_rows_without_a_record_name_the_side():
     rows.define("ids", lambda record: record[:, 1])
     with pytest.raises(HltmtInputError, match="the decoder's language modules got no languages per sentence"):
         rows.plan("ids")
+
+
+def test_pass_rows_keep_each_threads_pass_apart():
+    """Two threads in a pass of one PassRows at once (a barrier holds both inside): each plans
+    from its own record, and each pass ends with its own."""
+    import threading
+
+    from hltmt_plugin.routing import PassRows
+
+    rows = PassRows("decoder")
+    rows.define("ids", lambda record: record[:, 1])
+    both_inside = threading.Barrier(2, timeout=30)
+    got = {}
+
+    def run(name, record):
+        with rows.use(record):
+            both_inside.wait()  # the other thread has entered its pass too
+            got[name] = (rows.plan("ids").ids.tolist(), rows.record is record)
+        got[name] += (rows.record is None and rows.plans == {},)
+
+    threads = [
+        threading.Thread(target=run, args=("a", torch.tensor([[0, 1], [0, 1]]))),
+        threading.Thread(target=run, args=("b", torch.tensor([[0, 2], [1, 0], [0, 2]]))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {"a": ([1, 1], True, True), "b": ([2, 0, 2], True, True)}
+
+
+def test_a_copy_of_pass_rows_keeps_its_definitions_and_no_pass():
+    import copy
+    import operator
+    import pickle
+
+    from hltmt_plugin.routing import PassRows
+
+    rows = PassRows("encoder")
+    target = operator.itemgetter((slice(None), 1))  # record[:, 1], a function that pickles
+    rows.define("ids", target)
+    with rows.use(torch.tensor([[0, 1]])):
+        for made in (copy.deepcopy(rows), pickle.loads(pickle.dumps(rows))):
+            assert made.side == "encoder" and made.ids_of.keys() == {"ids"} and made.record is None
+            with made.use(torch.tensor([[0, 3]])):
+                assert made.plan("ids").ids.tolist() == [3] and rows.record.tolist() == [[0, 1]]

@@ -110,7 +110,8 @@ class HltmtTransformerModel(TransformerModel):
         finally:
             delattr(args, BUILD_LAYOUTS)  # not saved with the options
         model.encoder.languages = LanguageTable.from_task(task, model.encoder.dictionary)
-        model.decoder.set_languages(model.encoder.languages)
+        if model.decoder.pool_head is not None:
+            model.decoder.pool_head.set_languages(model.encoder.languages)
         if not high:
             logger.info(
                 "hltmt_transformer: no --high-resource-langs, so no HLT-MT pool: the decoder top is "
@@ -215,11 +216,11 @@ class HltmtTransformerModel(TransformerModel):
     def map_by_language(self) -> Dict[str, int]:
         """``g(l)`` for each high-resource language: the fixed map, or the gate's argmax now
         (empty without a pool)."""
-        return self.decoder.map_by_language()
+        return {} if self.slp is None else self.decoder.pool_head.map_by_language()
 
     def gate_probs(self) -> Tensor:
         """``P`` (H x T), the gate's distribution over the pool for each high-resource language."""
-        return self.decoder.gate_probs()
+        return self.decoder.pool_head.gate_probs()
 
     def slp_route(self, tgt: str) -> str:
         """The pool module that serves target language ``tgt`` (``m<k>`` by the routing map), or
@@ -261,7 +262,7 @@ class HltmtTransformerModel(TransformerModel):
     def fix_map(self) -> Dict[str, int]:
         """Fix ``g(l) = argmax p_l`` from the current gate (stage all; a fixed map stays) and
         freeze the gate; the map by language name."""
-        return self.decoder.fix_map()
+        return self.decoder.pool_head.fix_map()
 
 
 def plugin_model(model) -> Optional[HltmtTransformerModel]:

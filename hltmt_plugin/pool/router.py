@@ -11,10 +11,13 @@ sentence goes through, from its target language.
 
 :class:`LanguageRouter` is a module of its own (the decoder's ``slp_router``: the gate, the
 routing map, the count of the gate's training steps, the update count and its hard/soft draw).
-Called with a batch's target languages and the gate's input, it returns the batch's
+Called with a batch's target languages and the model's embedding table (the gate reads the rows
+of the high-resource language tokens, and only while the map is open), it returns the batch's
 :class:`~hltmt_plugin.pool.modules.RoutingDecision`; the pool
 (:class:`~hltmt_plugin.pool.modules.SelectiveLanguagePool`) carries it out. It calls
-nothing back: the caller hands it what it reads.
+nothing back: the caller (:class:`~hltmt_plugin.pool.head.PoolHead`) hands it what it reads.
+Whether the map is fixed is the router's question alone (:meth:`LanguageRouter.gate_learns`,
+:meth:`LanguageRouter.map_ids`).
 
 The routing map in its forms: ``routing_map``, the stored one-hot rows (one per high-resource
 language); :meth:`LanguageRouter.map_ids`, the module of each language as indices (the fixed
@@ -39,7 +42,7 @@ from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import names_of, names_tensor
 from hltmt_plugin.pool.keys import GATE, GATE_STEPS, LANG_NAMES, MAP, POOL, ROUTER, ROUTER_MAP
 from hltmt_plugin.pool.modules import RoutingDecision, module_label
-from hltmt_plugin.routing import RoutePlan
+from hltmt_plugin.routing import PassRows, RoutePlan
 
 HARD, SOFT = "hard", "soft"
 PLAN = "slp"  # the name of a hard step's plan among a pass's plans (PassRows)
@@ -76,18 +79,20 @@ class LanguageRouter(nn.Module):
         self.register_buffer(GATE_STEPS, torch.zeros((), dtype=torch.long))
         self.register_buffer(LANG_NAMES, names_tensor(self.high_langs))
         self.register_buffer("high_of_lang", torch.empty(0, dtype=torch.long), persistent=False)
+        self.register_buffer("high_tokens", torch.empty(0, dtype=torch.long), persistent=False)
         self._map_fixed = False  # the map's state kept on the host (no device synchronisation per step)
         self.mode = HARD
         self.num_updates = 0
 
-    def set_languages(self, langs: Sequence[str]) -> None:
+    def set_languages(self, langs: Sequence[str], token_rows: Sequence[int]) -> None:
         """``--langs`` (a row's target language is an index into it): ``high_of_lang`` maps each
-        to its index among the high-resource languages, -1 for the universal module's."""
-        self.high_of_lang = torch.tensor(
-            [self.high_langs.index(lang) if lang in self.high_langs else -1 for lang in langs],
-            dtype=torch.long,
-            device=self.gate.weight.device,
-        )
+        to its index among the high-resource languages, -1 for the universal module's; and
+        ``token_rows``, where each high-resource language's token lies in the embedding table
+        (``high_tokens``: the gate's input is those rows)."""
+        device = self.gate.weight.device
+        high_of_lang = [self.high_langs.index(lang) if lang in self.high_langs else -1 for lang in langs]
+        self.high_of_lang = torch.tensor(high_of_lang, dtype=torch.long, device=device)
+        self.high_tokens = torch.tensor(list(token_rows), dtype=torch.long, device=device)
 
     # ---- the map
     @property
@@ -96,24 +101,25 @@ class LanguageRouter(nn.Module):
         (:meth:`fix_map` and loading a checkpoint)."""
         return self._map_fixed
 
-    def gate_probs(self, lang_embeddings: Tensor) -> Tensor:
+    def gate_probs(self, table: Tensor) -> Tensor:
         """``P`` (H x T): the gate's distribution over the pool for each high-resource language,
-        from their embedding rows ``lang_embeddings`` (H x d)."""
+        from their tokens' rows of the embedding table ``table`` (V x d)."""
+        lang_embeddings = table.index_select(0, self.high_tokens)
         with torch.autocast(device_type=lang_embeddings.device.type, enabled=False):  # float32 under amp
             logits = F.linear(lang_embeddings.float(), self.gate.weight.float(), self.gate.bias.float())
         return F.softmax(logits, dim=-1)
 
-    def map_ids(self, lang_embeddings: Optional[Tensor] = None) -> Tensor:
+    def map_ids(self, table: Optional[Tensor] = None) -> Tensor:
         """``g(l)`` for every high-resource language as module indices: the fixed map, or the
-        argmax of the gate (``lang_embeddings``: the gate's input, not read once the map is fixed)."""
+        argmax of the gate (``table``: the embedding table, not read once the map is fixed)."""
         if self.map_is_fixed:
             return decode_map(self.routing_map, self.pool_size)
         with torch.no_grad():
-            return self.gate_probs(lang_embeddings).argmax(dim=-1)
+            return self.gate_probs(table).argmax(dim=-1)
 
-    def map_by_language(self, lang_embeddings: Optional[Tensor] = None) -> Dict[str, int]:
+    def map_by_language(self, table: Optional[Tensor] = None) -> Dict[str, int]:
         """``g(l)`` by language name: the fixed map, or the gate's argmax now."""
-        return dict(zip(self.high_langs, self.map_ids(lang_embeddings).tolist()))
+        return dict(zip(self.high_langs, self.map_ids(table).tolist()))
 
     def fix_map(self, ids: Tensor) -> None:
         """Fix the map to ``ids`` (each high-resource language's pool module: the gate's argmax
@@ -132,37 +138,40 @@ class LanguageRouter(nn.Module):
         draw = np.random.default_rng([self.seed, num_updates]).random()
         self.mode = HARD if draw < self.hard_prob else SOFT
 
+    def gate_learns(self) -> bool:
+        """Whether this pass trains the gate: a training pass while the map is open."""
+        return self.training and not self.map_is_fixed
+
     def soft_step(self) -> bool:
-        """Whether this pass mixes the pool: a soft draw in training while the gate learns."""
-        return self.training and self.mode == SOFT and not self.map_is_fixed
+        """Whether this pass mixes the pool: a soft draw in a pass that trains the gate."""
+        return self.gate_learns() and self.mode == SOFT
 
     # ---- a batch's decision
-    def module_ids(self, tgt: Tensor, lang_embeddings: Optional[Tensor]) -> Tensor:
+    def module_ids(self, tgt: Tensor, table: Optional[Tensor]) -> Tensor:
         """(B,) each row's module under hard routing, from its target language (index in
         ``--langs``): ``g(l)`` for a high-resource language, the universal module ``T`` otherwise."""
         high_idx = self.high_of_lang.index_select(0, tgt)
         universal = torch.full_like(high_idx, self.pool_size)
-        mapped = self.map_ids(lang_embeddings).index_select(0, high_idx.clamp(min=0))
+        mapped = self.map_ids(table).index_select(0, high_idx.clamp(min=0))
         return torch.where(high_idx < 0, universal, mapped)
 
-    def forward(self, tgt: Tensor, lang_embeddings: Optional[Tensor], plans=None) -> RoutingDecision:
+    def forward(self, tgt: Tensor, table: Tensor, rows: Optional[PassRows] = None) -> RoutingDecision:
         """The routing of one pass over rows whose target languages are ``tgt`` (B,), indices in
-        ``--langs``, with the gate's input ``lang_embeddings`` (H x d), decided here, once: a soft
-        step (see :meth:`soft_step`) gives each row's weights over the pool; a hard step routes
-        by the :class:`RoutePlan` over :meth:`module_ids`, kept in ``plans`` (the caller's
-        :class:`~hltmt_plugin.languages.PassRows`: one plan per pass, or per beam search) or made
-        for this call when none is given."""
-        if self.training and not self.map_is_fixed:
+        ``--langs``, with the model's embedding table ``table`` (the gate's input), decided here,
+        once: a soft step (see :meth:`soft_step`) gives each row's weights over the pool; a hard
+        step routes by the :class:`RoutePlan` over :meth:`module_ids`: the plan :data:`PLAN` of
+        the pass's ``rows`` (which its host defines as :meth:`module_ids` of the record's target
+        languages: one plan per pass, or per beam search), or one made for this call without rows."""
+        if self.gate_learns():
             self.gate_steps.add_(1)
         if self.soft_step():
             high_idx = self.high_of_lang.index_select(0, tgt)
             is_low = high_idx < 0
-            probs = self.gate_probs(lang_embeddings)
+            probs = self.gate_probs(table)
             weights = probs.index_select(0, high_idx.clamp(min=0))
             module_ids = torch.where(is_low, torch.full_like(high_idx, self.pool_size), weights.argmax(dim=-1))
             return RoutingDecision(module_ids, weights=weights, gate_probs=probs)
-        ids = lambda: self.module_ids(tgt, lang_embeddings)  # noqa: E731
-        made = plans.plan_for(PLAN, ids) if plans is not None else RoutePlan(ids())
+        made = rows.plan(PLAN) if rows is not None else RoutePlan(self.module_ids(tgt, table))
         return RoutingDecision(made.ids, plan=made)
 
     # ---- checkpoints

@@ -129,3 +129,51 @@ def test_an_encoder_output_without_the_language_record_is_refused(data_bin):
         del encoder_out[ROWS]
         with pytest.raises(HltmtInputError, match="the decoder got no target language per sentence"):
             model.decoder(net["prev_output_tokens"], encoder_out=encoder_out)
+
+
+def test_one_model_serves_two_threads_at_once_each_as_alone(data_bin):
+    """Two threads run forward passes of one model together (barriers hold both inside the
+    encoder's and the decoder's pass at once), on targets of a pool module and of the universal
+    layer: each gets, bit for bit, what it gets alone."""
+    import threading
+
+    _, task, model = build(data_bin)
+    model.eval()
+    samples = {
+        "pool": make_sample(task, ["en-de", "en-fr", "en-de"]),
+        "universal": make_sample(task, ["en-gu", "de-en"]),
+    }
+    alone = {name: outputs(model, sample) for name, sample in samples.items()}
+    barriers = [threading.Barrier(2, timeout=30) for _ in range(2)]
+
+    def wait_for_the_other(barrier):
+        def hook(*_):
+            barrier.wait()  # (and return None: a pre-hook's result would replace the layer's input)
+
+        return hook
+
+    hooks = [
+        side.layers[0].register_forward_pre_hook(wait_for_the_other(barrier))
+        for side, barrier in zip((model.encoder, model.decoder), barriers)
+    ]
+    together, failed = {}, []
+
+    def run(name):
+        try:
+            together[name] = outputs(model, samples[name])
+        except Exception as error:  # noqa: BLE001 (reported below, with the thread's name)
+            failed.append(f"{name}: {error!r}")
+            for barrier in barriers:
+                barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in samples]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert failed == []
+    assert all(torch.equal(together[name], alone[name]) for name in samples)

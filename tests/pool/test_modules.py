@@ -25,7 +25,7 @@ def slp(emb, T=3, H=4, **kw):
     """The pool and its router, as the decoder builds them (the router a module beside the pool)."""
     pool = modules(T)
     router = LanguageRouter(16, T, HIGH[:H], **kw)
-    router.set_languages(LANGS)
+    router.set_languages(LANGS, range(H))
     return pool, router
 
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from conftest import decode_as
+from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.pool.router import HARD, SOFT, LanguageRouter, decode_map, disparity, upgrade_router_state
 from hltmt_plugin.routing import RoutePlan
@@ -18,11 +19,12 @@ LANGS = HIGH + ["low"]  # the record's language indices: h0..h3 = 0..3, low = 4
 
 
 def router(T=3, H=4, emb=None, **kw):
-    """A router alone; ``r.emb``: the gate's input, the language tokens' rows (H x 16)."""
+    """A router alone; ``r.emb``: the embedding table it reads, the language tokens' rows first
+    (H x 16: the gate's input)."""
     torch.manual_seed(0)
     made = LanguageRouter(16, T, HIGH[:H], **kw)
     made.emb = torch.randn(H, 16) if emb is None else emb
-    made.set_languages(LANGS)
+    made.set_languages(LANGS, range(H))
     return made
 
 
@@ -58,11 +60,13 @@ def test_the_router_decides_once_a_hard_step_keeps_its_plan_in_the_pass_and_a_so
     r = router()
     r.train()
     rows = PassRows("decoder")
+    rows.define(PLAN, lambda record: r.module_ids(record[:, 1], r.emb))  # as its host defines it (PoolHead)
     given = RoutePlan(torch.tensor([1, 3]))  # e.g. the plan a beam search made at its first step
     r.mode = HARD
     with rows.use(torch.zeros(2, 2, dtype=torch.long), {PLAN: given}):
         assert not r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), rows).plan is given
-    with rows.use(torch.zeros(2, 2, dtype=torch.long)):  # a new pass: made at its first ask, then kept
+    record = torch.stack([torch.zeros(2, dtype=torch.long), tgt(torch.tensor([0, -1]))], dim=1)
+    with rows.use(record):  # a new pass: made at its first ask, then kept
         first = decide(r, tgt(torch.tensor([0, -1])), rows).plan
         assert first.ids.tolist() == r.module_ids(tgt(torch.tensor([0, -1])), r.emb).tolist()
         assert decide(r, tgt(torch.tensor([0, -1])), rows).plan is first
@@ -112,6 +116,62 @@ def test_gate_steps_count_the_training_decisions_while_the_gate_learns():
     r.fix_map(r.map_ids(r.emb))
     decide(r, torch.tensor([0, 4]))
     assert int(r.gate_steps) == 3
+
+
+def test_only_a_training_pass_with_the_map_open_trains_the_gate_and_only_such_a_pass_draws_soft():
+    """Every case of the decision's conditions (training, map fixed, drawn mode): which passes
+    count as gate steps, which mix the pool, and what a pass gets."""
+    for training in (True, False):
+        for fixed in (False, True):
+            for mode in (HARD, SOFT):
+                r = router()
+                if fixed:
+                    r.fix_map(torch.tensor([2, 0, 1, 1]))
+                r.train(training)
+                r.mode = mode
+                learns, soft = training and not fixed, training and not fixed and mode == SOFT
+                case = (training, fixed, mode)
+                assert r.gate_learns() == learns and r.soft_step() == soft, case
+                decision = decide(r, tgt(torch.tensor([0, -1, 3])))
+                assert int(r.gate_steps) == int(learns), case
+                assert (decision.weights is not None, decision.gate_probs is not None) == (soft, soft), case
+                assert (decision.plan is None) == soft, case
+                if fixed:
+                    assert decision.module_ids.tolist() == [2, 3, 1], case  # the map, not the gate
+
+
+def test_a_new_router_routes_hard_until_its_first_draw():
+    r = router(hard_prob=0.0)  # every draw would be soft
+    r.train()
+    assert r.mode == HARD and r.num_updates == 0 and not r.soft_step()
+    r.set_num_updates(1)
+    assert r.mode == SOFT and r.soft_step()
+
+
+@pytest.mark.parametrize("p", [0.3, 0.7])
+def test_each_updates_draw_is_the_first_number_of_the_generator_of_seed_and_update(p):
+    """The rule itself: hard when numpy's generator seeded with (seed, update) draws below
+    --slp-hard-prob; the count kept as handed."""
+    import numpy as np
+
+    r = router(hard_prob=p, seed=7)
+    for n in (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144):
+        r.set_num_updates(n)
+        assert r.num_updates == n
+        assert r.mode == (HARD if np.random.default_rng([7, n]).random() < p else SOFT), n
+    r = router(hard_prob=np.random.default_rng([7, 3]).random(), seed=7)
+    r.set_num_updates(3)
+    assert r.mode == SOFT  # hard only strictly below: a draw equal to --slp-hard-prob is soft
+
+
+def test_the_gate_reads_the_rows_of_the_high_resource_tokens_in_the_table():
+    r = router()
+    table = torch.randn(9, 16)
+    r.set_languages(LANGS, [7, 2, 5, 0])
+    assert r.high_tokens.tolist() == [7, 2, 5, 0] and r.high_of_lang.tolist() == [0, 1, 2, 3, -1]
+    rows = table[[7, 2, 5, 0]]
+    torch.testing.assert_close(r.gate_probs(table), torch.softmax(r.gate(rows), dim=-1), rtol=0, atol=1e-6)
+    assert torch.equal(r.map_ids(table), r.gate(rows).argmax(-1))
 
 
 # ---- the per-update draw and the gate
@@ -183,7 +243,7 @@ def test_the_router_moves_with_the_model():
     r = router()
     r.to("meta")  # a move makes new buffers (as .cuda() does)
     assert r.gate.weight.is_meta and r.routing_map.is_meta and r.gate_steps.is_meta
-    assert r.high_of_lang.is_meta and r.high_lang_names.is_meta
+    assert r.high_of_lang.is_meta and r.high_tokens.is_meta and r.high_lang_names.is_meta
 
 
 def test_every_older_form_of_the_state_is_read_in_one_place():
@@ -316,7 +376,7 @@ def test_a_checkpoint_with_the_older_map_of_indices_loads_as_before():
 def with_fixed_map(trained, tmp_path, mapping):
     """The trained checkpoint with its router's state in the older forms: under decoder.slp.
     (the map's names on the decoder), the map as module indices."""
-    state = torch.load(trained[0], map_location="cpu", weights_only=True)
+    state = load_state(trained[0])
     model = state["model"]
     older = {"high_lang_names": "decoder.high_langs", "routing_map": None}  # (the map: as indices below)
     for key in [k for k in model if k.startswith("decoder.slp_router.")]:
