@@ -219,9 +219,39 @@ def collisions(parser, args) -> List[str]:
     return lines
 
 
+INT_LIMIT = 2**31 - 1  # an integer option's largest magnitude: what the libraries given it (C ints) hold
+
+
+def bounded_int(text: str) -> int:
+    """argparse's ``int`` of the plugin's commands: an integer of at most :data:`INT_LIMIT` either way."""
+    value = int(text)  # argparse turns a ValueError into "invalid int value"
+    if abs(value) > INT_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text:.40} is out of range (at most {INT_LIMIT} either way)")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """argparse's ``float`` of the plugin's commands: a finite number (no nan or inf)."""
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text:.40} is not a finite number")
+    return value
+
+
+bounded_int.__name__, finite_float.__name__ = "int", "float"  # argparse names the type in its messages
+NUMBER_TYPES = {int: bounded_int, float: finite_float}
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose parsing also refuses an output that is, holds or lies inside an input of
-    the same command line (:func:`collisions`); every error is one line (exit 2)."""
+    the same command line (:func:`collisions`), and reads every ``int`` option as
+    :func:`bounded_int` and ``float`` option as :func:`finite_float`; every error is one line
+    (exit 2)."""
+
+    def add_argument(self, *args, **kwargs):
+        if kwargs.get("type") in NUMBER_TYPES:
+            kwargs["type"] = NUMBER_TYPES[kwargs["type"]]
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

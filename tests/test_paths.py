@@ -110,3 +110,43 @@ def test_the_kind_of_what_a_path_is_is_read_from_the_file_system_not_its_name(tm
         assert paths.problem(name, paths.WRITE_FILE) is None  # a regular file on a memory file system
     assert paths.problem(str(tmp_path / "new.txt"), paths.WRITE_FILE) is None
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and paths.problem("/dev/null", paths.READ_FILE)
+
+
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--size", "1000000000000000000000000000000", "is out of range (at most 2147483647 either way)"),
+        ("--size", "-2147483648", "is out of range"),
+        ("--size", "1e30", "invalid int value: '1e30'"),
+        ("--rate", "nan", "nan is not a finite number"),
+        ("--rate", "-inf", "-inf is not a finite number"),
+        ("--rate", "1e400", "1e400 is not a finite number"),
+    ],
+)
+def test_every_commands_numbers_are_integers_that_fit_and_finite_floats(option, value, said, capsys):
+    """The commands' parser reads ``type=int`` and ``type=float`` options bounded: one line, exit 2."""
+    parser = paths.ArgumentParser(prog="hltmt-x")
+    parser.add_argument("--size", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=1.0)
+    args = parser.parse_args(["--size", "2147483647", "--rate", "-0.5"])
+    assert (args.size, args.rate) == (2147483647, -0.5)
+    with pytest.raises(SystemExit) as stop:
+        parser.parse_args([f"{option}={value}"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"hltmt-x: error: argument {option}: ") and said in err, err
+
+
+def test_a_size_out_of_range_is_one_line_through_a_command():
+    import subprocess
+
+    from conftest import cli
+
+    done = subprocess.run(
+        [cli("hltmt-prepare-data"), "--out", "x", "--vocab-size", "1" + "0" * 30], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert (
+        "hltmt-prepare-data: error: argument --vocab-size: 1000000000000000000000000000000 is out of range"
+        in done.stderr
+    )
