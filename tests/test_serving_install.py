@@ -96,3 +96,54 @@ def test_it_serves_the_studys_export_as_the_checkpoint_translates(servenv, expor
     )
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "hltmt-translate: error: device cuda:3 is not available here" in refused.stderr
+
+
+def simulated_install(root):
+    """The serving install without pip: the package's serving modules (serving/setup.py's
+    MODULES) and this environment's site-packages without torch, fairseq or the full package."""
+    import re
+    import site
+
+    with open(os.path.join(ROOT, "serving", "setup.py"), encoding="utf-8") as f:
+        modules = re.findall(r'"(hltmt_plugin[a-z_.]*)"', f.read().split("MODULES = [")[1].split("]")[0])
+    for module in modules:
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            name = os.path.join(*parts[:depth], "__init__.py") if depth < len(parts) else os.path.join(*parts) + ".py"
+            os.makedirs(os.path.dirname(root / name), exist_ok=True)
+            shutil.copyfile(os.path.join(ROOT, name), root / name)
+    packages = root / "site"
+    packages.mkdir()
+    for folder in site.getsitepackages():
+        for name in os.listdir(folder):
+            if not name.startswith(("torch", "fairseq", "hltmt", "__editable__")) and not name.endswith(".pth"):
+                if not (packages / name).exists():
+                    os.symlink(os.path.join(folder, name), packages / name)
+    return [str(root), str(packages)]
+
+
+SIMULATED = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import importlib.util as u
+assert u.find_spec("torch") is None and u.find_spec("fairseq") is None
+sys.argv = ["hltmt-translate", "--checkpoint", sys.argv[3]]
+from hltmt_plugin.cli.translate import main
+sys.exit(main())
+"""
+
+
+def test_a_checkpoint_given_to_the_serving_install_is_one_line_saying_what_it_serves(tmp_path):
+    path = simulated_install(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", SIMULATED, *path, MODEL],
+        capture_output=True,
+        text=True,
+        input="",
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert done.stderr.startswith(
+        f"hltmt-translate: error: {MODEL} is not an export folder, and this install serves export folders only "
+        "(hltmt-export makes one from a checkpoint): to load a checkpoint, install the plugin with its training stack"
+    ), done.stderr

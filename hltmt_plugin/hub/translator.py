@@ -40,6 +40,7 @@ reported with its line number; the others are still translated. A sentence longe
 token budget is a batch of its own.
 """
 
+import importlib.util
 import logging
 import math
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -126,6 +127,12 @@ class HltmtTranslator(contract.Translator):
         if engine:
             raise HltmtConfigError(
                 f"{', '.join(engine)}: options of an exported model (hltmt-export), not of a checkpoint"
+            )
+        if not hltmt_plugin.fairseq_installed() or importlib.util.find_spec("hltmt_plugin.tasks") is None:
+            raise HltmtConfigError(  # the serving install (serving/): no training stack, no checkpoint
+                f"{checkpoint} is not an export folder, and this install serves export folders only (hltmt-export "
+                "makes one from a checkpoint): to load a checkpoint, install the plugin with its training stack "
+                '(pip install -e . in the repository, or pip install "hltmt_plugin" with torch and fairseq-fixed)'
             )
         hltmt_plugin.register()  # the task, model and safe loading, before fairseq's modules are imported
         from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
