@@ -185,14 +185,22 @@ PY_API = (
     "'en', 'de')"
 )
 PY_FAIRSEQ_HUB = (
-    "import sys, os, hltmt_plugin; from fairseq import hub_utils; "
-    "hub_utils.from_pretrained(os.path.dirname(sys.argv[1]), os.path.basename(sys.argv[1]), sys.argv[2])"
+    "import sys, os; from hltmt_plugin.models.hltmt_transformer import HltmtTransformerModel as M; "
+    "M.from_pretrained(os.path.dirname(sys.argv[1]), os.path.basename(sys.argv[1]), sys.argv[2])"
 )
 
 
 def python(code):
+    # a plain program: the plugin changes nothing in it, so the program catches the plugin's one
+    # error family itself (an uncaught one is Python's usual traceback)
+    caught = (
+        "import sys\nfrom hltmt_plugin.errors import HltmtError\ntry:\n    "
+        + code.replace("; ", "\n    ")
+        + "\nexcept HltmtError as error:\n    sys.exit(f'hltmt_plugin: error: {error}')"
+    )
+
     def route(data, ckpt, extra, tmp):
-        return run([cli("python"), "-c", code, ckpt, data])
+        return run([cli("python"), "-c", caught, ckpt, data])
 
     return route
 

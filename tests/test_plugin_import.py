@@ -40,7 +40,7 @@ if checkpoint_utils.torch is not torch:
 changed += [f"{m}.eval" for m in EVALUATING_MODULES if "eval" in vars(importlib.import_module(m))]
 if sys.excepthook is not sys.__excepthook__:
     changed.append("sys.excepthook")
-if torch.serialization.get_safe_globals() != safe_globals:
+if set(torch.serialization.get_safe_globals()) != set(safe_globals):  # (torch keeps no order)
     changed.append("torch's safe globals")
 if filters is not None and warnings.filters != filters:  # (fairseq's own import adds some)
     changed.append("warnings.filters")
@@ -194,3 +194,22 @@ def test_a_console_script_is_read_as_text_and_a_long_program_is_not_one(tmp_path
     script.write_text("import hltmt_plugin\nprint(1)\n")
     assert hltmt_plugin._console_script_module(str(script)) == ""
     assert hltmt_plugin._console_script_module(None) == "" and hltmt_plugin._console_script_module("/nowhere") == ""
+
+
+def test_the_models_hub_in_a_program_loads_and_leaves_fairseq_as_it_was():
+    """``HltmtTransformerModel.from_pretrained`` (fairseq's hub, as translating.md shows it) loads a
+    checkpoint in a plain program through the plugin's loader for that call only: afterwards
+    fairseq's loader and torch's allowlist are fairseq's and torch's again, and it translates."""
+    models = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
+    load = f"""
+from hltmt_plugin.models.hltmt_transformer import HltmtTransformerModel
+hub = HltmtTransformerModel.from_pretrained({models!r}, "hltmt.pt", {models!r}, bpe="sentencepiece",
+    sentencepiece_model={os.path.join(models, "spm.model")!r}, source_lang="en", target_lang="de")
+print("TEXT", hub.translate("The file is open.", beam=2, max_len_b=20))
+"""
+    done = python(PLAIN.format(before="") + load + CHECK)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    text = [line for line in lines if line.startswith("TEXT ")]
+    assert text and text[0].split(" ", 1)[1].strip() and "__de__" not in text[0], lines
+    assert lines[-1].split() == ["REGISTERED", "True", "CHANGED"], lines[-1]

@@ -32,6 +32,28 @@ def language_token_ids(task):
     return ids - {d.unk()}
 
 
+def _without_language_tokens(task, tokens):
+    strip = language_token_ids(task)
+    if not strip:
+        return tokens
+    import torch
+
+    return tokens[torch.tensor([int(t) not in strip for t in tokens], dtype=torch.bool)]
+
+
+@functools.lru_cache(maxsize=None)
+def hub_interface():
+    """fairseq's ``GeneratorHubInterface`` whose ``string`` leaves out the language tokens, as
+    fairseq-generate does (what the plugin model's ``from_pretrained`` returns, in any program)."""
+    from fairseq.hub_utils import GeneratorHubInterface
+
+    class HubInterface(GeneratorHubInterface):
+        def string(self, tokens):
+            return super().string(_without_language_tokens(self.task, tokens))
+
+    return HubInterface
+
+
 def install(task_class, hub_class) -> None:
     """Patch ``task_class.build_generator`` and ``hub_class.string`` (idempotent)."""
     build = task_class.build_generator
@@ -55,12 +77,7 @@ def install(task_class, hub_class) -> None:
 
         @functools.wraps(string)
         def string_(self, tokens):
-            strip = language_token_ids(self.task)
-            if strip:
-                import torch
-
-                tokens = tokens[torch.tensor([int(t) not in strip for t in tokens], dtype=torch.bool)]
-            return string(self, tokens)
+            return string(self, _without_language_tokens(self.task, tokens))
 
         string_.hltmt_patched = True
         hub_class.string = string_

@@ -223,6 +223,19 @@ def load_plugin_file(path: str):
         raise refused("adapter file", path, error) from None
 
 
+@contextlib.contextmanager
+def fairseq_loading(checkpoint_utils):
+    """fairseq's checkpoint loader reading through this loader for the duration of one call (the
+    plugin model's ``from_pretrained`` in a program that is not a command), then restored: outside
+    the commands, fairseq is left as fairseq has it."""
+    saved = checkpoint_utils.torch, checkpoint_utils.load_checkpoint_to_cpu
+    install(checkpoint_utils)
+    try:
+        yield
+    finally:
+        checkpoint_utils.torch, checkpoint_utils.load_checkpoint_to_cpu = saved
+
+
 def install(checkpoint_utils) -> None:
     """Give ``checkpoint_utils`` the weights-only ``torch`` and wrap its loader (idempotent; a
     command's process only)."""

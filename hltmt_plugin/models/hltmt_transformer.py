@@ -100,6 +100,22 @@ class HltmtTransformerModel(TransformerModel):
             gen_parser_from_dataclass(parser, group())
 
     @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
+        """fairseq's hub interface over a checkpoint (``from_pretrained(...).translate``, the way
+        fairseq's models offer it), in any program: the checkpoint read by the plugin's loader
+        (weights-only, its allowlist, for this call only), the text as fairseq-generate writes it
+        (no language token)."""
+        from fairseq import checkpoint_utils, hub_utils
+
+        from hltmt_plugin.compat import hub_generator, safe_loading
+
+        with safe_loading.fairseq_loading(checkpoint_utils):
+            x = hub_utils.from_pretrained(
+                model_name_or_path, checkpoint_file, data_name_or_path, archive_map=cls.hub_models(), **kwargs
+            )
+        return hub_generator.hub_interface()(x["args"], x["task"], x["models"])
+
+    @classmethod
     def build_model(cls, args, task):
         slp = SlpConfig.from_namespace(args)
         high = validate(slp, task, width=int(getattr(args, "decoder_embed_dim", 1) or 1))
