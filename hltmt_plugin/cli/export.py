@@ -115,6 +115,8 @@ def export_transformers(args) -> int:
 
 def add_engine_options(p) -> None:
     """hltmt-translate's options for an exported model."""
+    from hltmt_plugin.hub.arguments import count_option
+
     p.add_argument(
         "--engine",
         default=None,
@@ -131,7 +133,7 @@ def add_engine_options(p) -> None:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=count_option,
         default=None,
         help="an exported model's threads (CTranslate2's, or torch's for an export to transformers; default: "
         "$OMP_NUM_THREADS, else the engine's)",

@@ -60,12 +60,13 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def build_parser():
+    from hltmt_plugin.hub.arguments import count_option
     from hltmt_plugin.paths import WORK_FOLDER, ArgumentParser, path_option
 
     p = ArgumentParser(
         description=__doc__, formatter_class=HelpFormatter, usage="%(prog)s [options] -- FAIRSEQ_TRAIN_ARGUMENTS"
     )
-    p.add_argument("--nproc", type=int, default=2, help="processes (ranks) on this machine")
+    p.add_argument("--nproc", type=count_option, default=2, help="processes (ranks) on this machine")
     p.add_argument("--nnodes", type=int, default=1, help="machines")
     p.add_argument("--node-rank", type=int, default=0, help="this machine's index among --nnodes")
     p.add_argument("--master-addr", default="127.0.0.1", help="address of the machine with node rank 0")

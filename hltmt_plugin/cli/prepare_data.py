@@ -28,6 +28,7 @@ A raw file that is not a regular file (a FIFO, a device, a folder) is refused as
 """
 
 import argparse
+import errno
 import os
 import random
 import shutil
@@ -77,11 +78,17 @@ def check_options(args):
 
 
 def check_writable(out):
-    """Create the output folder and prove it writable, before hours of work go into it."""
+    """Prove the output folder writable before hours of work go into it, creating nothing: a
+    file is made and removed in ``out``, or in its nearest folder that exists (the writer makes
+    ``out`` only when it writes the output, once every input is checked)."""
+    above = os.path.abspath(out)
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
     try:
-        os.makedirs(out, exist_ok=True)
-        probe = os.path.join(out, f".write-test-{os.getpid()}")
-        with open(probe, "w") as f:
+        if not os.path.isdir(above):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        probe = os.path.join(above, f".write-test-{os.getpid()}")
+        with open(probe, "x") as f:
             f.write("ok\n")
         os.remove(probe)
     except OSError as error:
@@ -290,6 +297,7 @@ def binarize(spm_dir, bin_dir, lang, workers):
 
 def build_parser():
     """The command line of hltmt-prepare-data."""
+    from hltmt_plugin.hub.arguments import count_option
     from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
 
     p = ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -346,10 +354,13 @@ def build_parser():
     )
     p.add_argument("--seed", type=int, default=1, help="seed of the sentencepiece input shuffle")
     p.add_argument(
-        "--workers", type=int, default=nproc(), help="processes of fairseq-preprocess (one per core by default)"
+        "--workers",
+        type=count_option,
+        default=nproc(),
+        help="processes of fairseq-preprocess (one per core by default)",
     )
     p.add_argument(
-        "--threads", type=int, default=nproc(), help="sentencepiece training threads (one per core by default)"
+        "--threads", type=count_option, default=nproc(), help="sentencepiece training threads (one per core by default)"
     )
     return p
 
@@ -442,6 +453,7 @@ def write_output(args, data, langs):
     t0 = time.time()
     spm_dir, bin_dir = os.path.join(args.out, "spm"), os.path.join(args.out, "bin")
     inputs = {"--raw": args.raw, "--spm-model": args.spm_model, "--dict": args.dict}
+    made = missing_folders(args.out)  # the folders the writer makes: removed again when the run fails
     try:
         for folder in (spm_dir, bin_dir):
             check_folder_output(folder, kind=KIND, force=True, option="--out", inputs=inputs)
@@ -456,11 +468,31 @@ def write_output(args, data, langs):
 
         write_folder(spm_dir, fill_spm, kind=KIND, force=True, option="--out", inputs=inputs)
     except _Failed as failed:
+        remove_empty(made)
         return failed.status
     except HltmtError as error:
+        remove_empty(made)
         return fail(error, 2)
     log(f"done in {time.time() - t0:.0f}s: {bin_dir} (languages en,{','.join(langs)})")
     return 0
+
+
+def missing_folders(out):
+    """The folders of the path ``out`` that do not exist yet, deepest first."""
+    missing, path = [], os.path.abspath(out)
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    return missing
+
+
+def remove_empty(folders):
+    """The folders of :func:`missing_folders` that a failed run made, deepest first, each only while empty."""
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:  # not made, or not empty: kept
+            return
 
 
 class _Failed(Exception):

@@ -383,6 +383,7 @@ class Job:
 
 def build_parser():
     """The command line of hltmt-main-job."""
+    from hltmt_plugin.hub.arguments import count_option
     from hltmt_plugin.paths import READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
 
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -435,7 +436,7 @@ def build_parser():
         default="auto",
         help=PRECISION_HELP + "; decoding runs in fp16 on a GPU unless fp32",
     )
-    p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP)
+    p.add_argument("--ngpu", type=count_option, default=1, help=NGPU_HELP)
     p.add_argument(
         "--update-freq",
         type=int,
@@ -452,14 +453,14 @@ def build_parser():
     )
     p.add_argument(
         "--train-jobs",
-        type=int,
+        type=count_option,
         default=0,
         help="on the CPU, a seed's fairseq-train runs (one per system) go side by side, this many at "
         "once, each at its share of the cores (default: the size's: 2 for quick, else 1)",
     )
     p.add_argument(
         "--decode-workers",
-        type=int,
+        type=count_option,
         default=0,
         help="concurrent decoding processes (default: min(8, cores) on a GPU, the cores on the CPU)",
     )

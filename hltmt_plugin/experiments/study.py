@@ -479,6 +479,7 @@ def summary_line(study, system, seed):
 
 
 def build_parser():
+    from hltmt_plugin.hub.arguments import count_option
     from hltmt_plugin.paths import READ_FOLDER, WORK_FOLDER, ArgumentParser, path_option
 
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -514,7 +515,7 @@ def build_parser():
         help="at most N selected training pairs per language (default: all; a quick look at the pipeline)",
     )
     p.add_argument("--runs", default=DEFAULT_RUNS, help=f"SYSTEM:SEED runs in order (default: {DEFAULT_RUNS})")
-    p.add_argument("--parallel", type=int, default=2, help="runs at once, one thread each (default: 2)")
+    p.add_argument("--parallel", type=count_option, default=2, help="runs at once, one thread each (default: 2)")
     p.add_argument("--progress", type=float, default=120, help="seconds between progress lines (default: 120)")
     p.add_argument("--updates", type=int, default=None, help=f"updates of every run (default {Setting.updates})")
     p.add_argument(

@@ -3,6 +3,7 @@ one :class:`~hltmt_plugin.errors.HltmtConfigError` (an option) or
 :class:`~hltmt_plugin.errors.HltmtInputError` (the input) naming the argument, before any
 search runs."""
 
+import argparse
 import math
 import numbers
 import os
@@ -82,6 +83,23 @@ def threads(value, name: str = "threads") -> Optional[int]:
     if count is not None and count > max_threads():
         raise HltmtConfigError(f"{name} must be at most {max_threads()} (four per core, and at least 256), got {count}")
     return count
+
+
+def count_option(text: str) -> int:
+    """argparse's type of every command option that counts processes or threads (``--nproc``,
+    ``--workers``, ``--threads``, ``--decode-workers``, ...): a whole number from 0 to
+    :func:`max_threads`, the bound of every engine's threads, refused at parsing in one line;
+    what 0 means (the command's choice, or a refusal) is the command's to say."""
+    value = int(text)  # argparse turns a ValueError into "invalid int value"
+    if not 0 <= value <= max_threads():
+        raise argparse.ArgumentTypeError(
+            f"{text:.40} is out of range: a count of processes or threads is from 0 to {max_threads()} "
+            "(four per core, and at least 256)"
+        )
+    return value
+
+
+count_option.__name__ = "int"  # argparse names the type in its messages
 
 
 def load_options(max_tokens, max_sentences, thread_count, fp16) -> dict:

@@ -222,8 +222,8 @@ def test_missing_sentencepiece_model(raw_de, tmp_path):
     [
         (["--vocab-size", "10"], "--vocab-size 10 is too small for this text: it has"),
         (["--workers", "0"], "--workers must be at least 1, got 0"),
-        (["--workers", "100000"], "--workers must be at most"),
-        (["--threads", "100000"], "--threads must be at most"),
+        (["--workers", "100000"], "argument --workers: 100000 is out of range"),
+        (["--threads", "100000"], "argument --threads: 100000 is out of range"),
         (["--max-train", "0"], "--max-train must be at least 1, got 0"),
         (["--dict", "dict.txt"], "--dict needs --spm-model"),
     ],
@@ -386,3 +386,30 @@ def test_a_second_writer_of_one_out_is_refused_and_a_killed_runs_leftovers_are_r
     assert any(n.endswith(".partial") for n in os.listdir(out))
     assert prepare_de(raw_de, out).returncode == 0
     assert sorted(os.listdir(out)) == ["bin", "spm"]  # the killed run's temporary folders and lock are gone
+
+
+def paths_under(folder):
+    return sorted(os.path.join(top, name) for top, dirs, files in os.walk(folder) for name in dirs + files)
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing raw", "raw data folder"),
+        ("unusable option", "--max-train must be at least 1"),
+        ("long evaluation line", "more than --max-eval-pieces 3"),  # refused while the output is written
+    ],
+)
+def test_a_refused_run_leaves_no_new_path(raw_de, tmp_path, case, message):
+    before = paths_under(tmp_path)
+    out = tmp_path / "new" / "out"
+    raw, extra = raw_de, []
+    if case == "missing raw":
+        raw = tmp_path / "no-raw"
+    elif case == "unusable option":
+        extra = ["--max-train", "0"]
+    else:
+        extra = ["--max-eval-pieces", "3"]
+    done = prepare_de(raw, out, *extra)
+    assert_clear(done, message, prefix="hltmt-prepare-data: error:", whole_output=False)
+    assert paths_under(tmp_path) == before

@@ -1,0 +1,76 @@
+"""What every installed command shares (hltmt_plugin/cli/__init__.py): every option that counts
+processes or threads holds the one bound of an engine's threads
+(:func:`hltmt_plugin.hub.arguments.count_option`), refused at parsing in one line, found in the
+parsers the commands build; and every command's error lines start with its own name."""
+
+import argparse
+import importlib
+import re
+
+import pytest
+from test_startup import installed_commands
+
+from conftest import cli, run
+from hltmt_plugin.hub.arguments import count_option, max_threads
+
+pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+
+# an option that counts processes, threads or the jobs and runs of either, by its name
+COUNTS = re.compile(r"proc|worker|thread|job|parallel|gpu")
+ABSURD = "2147483647"
+# what the discovery must find at least (a renamed option is noticed)
+KNOWN = {
+    ("hltmt-launch", "--nproc"),
+    ("hltmt-prepare-data", "--workers"),
+    ("hltmt-prepare-data", "--threads"),
+    ("hltmt-translate", "--threads"),
+    ("hltmt-main-job", "--decode-workers"),
+    ("hltmt-main-job", "--train-jobs"),
+    ("hltmt-main-job", "--ngpu"),
+    ("hltmt-study", "--parallel"),
+}
+
+
+def parsers(parser, words=()):
+    """(the subcommand's words, its parser) of ``parser`` and of each of its subcommands."""
+    yield list(words), parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from parsers(sub, (*words, name))
+
+
+def count_options():
+    """(command, subcommand words, option, parser, action) of every option of every installed
+    command that takes a value and whose name says it counts processes or threads."""
+    found = []
+    for command, module in installed_commands():
+        for words, parser in parsers(importlib.import_module(module).build_parser()):
+            for action in parser._actions:
+                named = [o for o in action.option_strings if o.startswith("--") and COUNTS.search(o)]
+                if named and action.nargs != 0:
+                    found.append((command, words, named[0], parser, action))
+    return found
+
+
+def test_every_option_that_counts_processes_or_threads_holds_the_one_bound():
+    found = count_options()
+    assert KNOWN <= {(command, option) for command, _, option, _, _ in found}
+    assert [(c, o) for c, _, o, _, action in found if action.type is not count_option] == []
+
+
+@pytest.mark.parametrize("value", [ABSURD, str(max_threads() + 1), "-1"])
+@pytest.mark.parametrize("command, words, option, parser", [f[:4] for f in count_options()], ids=lambda v: str(v))
+def test_an_absurd_count_is_refused_at_parsing_in_one_line(command, words, option, parser, value, capsys):
+    with pytest.raises(SystemExit) as done:
+        parser.parse_args([*words, f"{option}={value}"])
+    lines = capsys.readouterr().err.splitlines()
+    assert done.value.code == 2 and len(lines) == 1, lines
+    assert f": error: argument {option}: {value} is out of range: a count of processes or threads is from 0" in lines[0]
+
+
+def test_hltmt_launch_refuses_an_absurd_nproc_before_any_rank_starts(tmp_path):
+    done = run([cli("hltmt-launch"), "--nproc", ABSURD, "--log-dir", str(tmp_path / "logs"), "--", "data"], timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done.stdout[-500:]
+    assert done.stderr.startswith(f"hltmt-launch: error: argument --nproc: {ABSURD} is out of range"), done.stderr
+    assert list(tmp_path.iterdir()) == []
