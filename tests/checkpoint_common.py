@@ -6,7 +6,7 @@ import argparse
 
 import torch
 
-import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
+import hltmt_plugin  # noqa: F401  (registers the task, model and criterion with fairseq)
 from conftest import LANGS, PAIRS, PLUGIN
 from hltmt_plugin.compat.safe_loading import load_state
 

@@ -221,7 +221,8 @@ def test_a_full_standard_output_is_one_line():
             text=True,
         )
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    said = [line for line in done.stderr.strip().splitlines() if not line.startswith("INFO:fairseq")]
+    assert said == [  # (importing fairseq prints its own notice in a program: the plugin leaves it)
         "hltmt_plugin: error: cannot write standard output (No space left on device): the output is incomplete"
     ]
 

@@ -326,13 +326,11 @@ def ls_mnmt(data_bin, tmp_path_factory):
 def ls_mnmt_hi(ls_mnmt, tmp_path_factory):
     """hi's adapters made for this base (added at identity, then given seeded values, as
     training would) and imported with hltmt-adapters."""
-    from fairseq import checkpoint_utils
-
     from hltmt_plugin.adapters.files import add_language, export_language, language_parameters
+    from hltmt_plugin.hub.loading import load_model
 
     folder = tmp_path_factory.mktemp("hi_adapters")
-    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([ls_mnmt])
-    model = models[0]
+    model = load_model(ls_mnmt)[0]
     add_language(model, "hi")
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():

@@ -4,9 +4,8 @@ fairseq-generate. Without --high-resource-langs there is no pool: the decoder to
 fairseq's own and every direction trains from the start."""
 
 import pytest
-from fairseq import checkpoint_utils
 
-import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
+from hltmt_plugin.compat.safe_loading import load_checkpoint
 from tests.conftest import LANGS, PAIRS, PLUGIN, cli, run
 
 BASE = [
@@ -60,7 +59,7 @@ def test_capacity_trains_and_translates(data_bin, tmp_path, case):
     done = run([cli("fairseq-train"), data_bin, *BASE, *options, *TRAIN, "--save-dir", str(save)])
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
-    keys = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))["model"].keys()
+    keys = load_checkpoint(str(save / "checkpoint_last.pt"))["model"].keys()
     assert any(k.startswith("decoder.slp.") for k in keys) == has_pool
     if not has_pool:
         assert "no HLT-MT pool" in log and "stage high" not in log, log[-3000:]

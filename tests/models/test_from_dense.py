@@ -5,9 +5,9 @@ update against the dense model's on the same batch."""
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
 
-import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
+from hltmt_plugin.compat.safe_loading import load_checkpoint
+from hltmt_plugin.hub.loading import load_model
 from tests.conftest import LANGS, MADX, PAIRS, PLUGIN, build, cli, make_sample, run, with_lang_ids
 
 DIRECTIONS = ["en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"] * 4
@@ -61,9 +61,9 @@ def converted(data_bin, dense_path, *options):
     """The hltmt_transformer that these options build, loaded from the dense checkpoint the way
     fairseq-train's --finetune-from-model loads it (model.load_state_dict, strict)."""
     args, task, model = build(data_bin, *options)
-    state = checkpoint_utils.load_checkpoint_to_cpu(dense_path)
+    state = load_checkpoint(dense_path)
     model.load_state_dict(state["model"], strict=True, model_cfg=args)  # (upgrades state["model"] in place)
-    return task, model, checkpoint_utils.load_checkpoint_to_cpu(dense_path)["model"]
+    return task, model, load_checkpoint(dense_path)["model"]
 
 
 def nll(model, sample) -> float:
@@ -98,7 +98,7 @@ def test_dense_weights_copied_and_loss_close(data_bin, dense, case):
         assert copies, key
         for name in copies:
             assert torch.equal(ours[name], value), name  # bit for bit
-    plain, _ = checkpoint_utils.load_model_ensemble([dense])
+    plain = [load_model(dense)[0]]
     sample = make_sample(task, DIRECTIONS, max_len=9)
     dense_loss = nll(plain[0], sample)  # (fairseq's transformer takes no src_lang_id)
     converted_loss = nll(model, with_lang_ids(task, sample, DIRECTIONS))
@@ -110,7 +110,7 @@ def test_stated_initialisation_is_the_closest(data_bin, dense):
     """The pool's stated start (fc2 at zero, the top layer's final layer norm) against the
     alternatives: the modules fully fresh, or fc2 at zero with a fresh layer norm."""
     task, model, dense_state = converted(data_bin, dense)
-    plain, _ = checkpoint_utils.load_model_ensemble([dense])
+    plain = [load_model(dense)[0]]
     sample = make_sample(task, DIRECTIONS, max_len=9)
     dense_loss, stated = nll(plain[0], sample), nll(model, sample)
     modules = list(model.slp.pool) + [model.slp.universal]
@@ -173,7 +173,7 @@ def test_finetune_from_model_runs_the_stages(data_bin, dense, tmp_path, how):
     assert done.returncode == 0, log[-3000:]
     assert "the checkpoint has no pool (a plain transformer)" in log
     assert "stage high" in log and "stage all" in log, log[-3000:]
-    state = checkpoint_utils.load_checkpoint_to_cpu(str(save / "checkpoint_last.pt"))
+    state = load_checkpoint(str(save / "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 6
     assert int(state["model"]["decoder.slp_router.gate_steps"]) > 0  # the gate learned in stage high
     assert state["model"]["decoder.slp_router.routing_map"][:, -1].sum() == 0  # and the map is fixed
@@ -211,8 +211,8 @@ def test_capacity_alone_from_dense_is_the_dense_model(data_bin, dense, extra):
     )
     task = tasks.setup_task(args)
     model = task.build_model(args)
-    model.load_state_dict(checkpoint_utils.load_checkpoint_to_cpu(dense)["model"], strict=True, model_cfg=args)
-    plain, _ = checkpoint_utils.load_model_ensemble([dense])
+    model.load_state_dict(load_checkpoint(dense)["model"], strict=True, model_cfg=args)
+    plain = [load_model(dense)[0]]
     sample = make_sample(task, DIRECTIONS, max_len=9)
     dense_loss = nll(plain[0], sample)
     assert nll(model, with_lang_ids(task, sample, DIRECTIONS)) == pytest.approx(dense_loss, abs=1e-5)
@@ -231,6 +231,6 @@ def test_pre_norm_pool_from_dense_is_exact(data_bin, tmp_path):
     ours = model.state_dict()
     for key in ("weight", "bias"):
         assert torch.equal(ours["decoder.slp_output_norm." + key], dense_state["decoder.layer_norm." + key])
-    plain, _ = checkpoint_utils.load_model_ensemble([path])
+    plain = [load_model(path)[0]]
     sample = make_sample(task, DIRECTIONS, max_len=9)
     assert nll(model, sample) == pytest.approx(nll(plain[0], sample), abs=1e-5)

@@ -6,7 +6,7 @@ absent from training combines existing skills, one absent from the matrix is an 
 import pytest
 import torch
 
-import hltmt_plugin  # noqa: F401  (safe checkpoint loading under torch >= 2.6)
+import hltmt_plugin  # noqa: F401  (registers the task, model and criterion with fairseq)
 from conftest import DIRECTIONS, MADX, build, mixed_sample
 from hltmt_plugin.compat.safe_loading import load_checkpoint
 from hltmt_plugin.errors import HltmtInputError

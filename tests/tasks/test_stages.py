@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
+import hltmt_plugin  # noqa: F401  (registers the task, model and criterion with fairseq)
 from conftest import (
     LIKE_TRAINED,
     RESET,
