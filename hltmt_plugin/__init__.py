@@ -123,8 +123,9 @@ def fairseq_installed() -> bool:
 
 
 if command_process() == "plugin":  # a plugin's command: one line for an error, also before registration
+    from hltmt_plugin.cli import command_name
     from hltmt_plugin.errors import install_excepthook
 
-    install_excepthook()
+    install_excepthook(command_name(_main_module()))
 elif fairseq_installed():
     register()

@@ -4,7 +4,8 @@ Code anywhere in the plugin raises :class:`HltmtError` (or a subclass) with a me
 names the problem and the option that fixes it. In a command's process (fairseq-train,
 fairseq-generate, ... with ``--user-dir``, and the plugin's own commands: decided by
 ``hltmt_plugin.command_process``) the hook :func:`install_excepthook` prints
-``hltmt_plugin: error: <message>`` and Python exits with status 1 as for any uncaught exception;
+``NAME: error: <message>`` (NAME: the plugin's command, ``hltmt-translate``, ...; ``hltmt_plugin`` in
+fairseq's commands) and Python exits with status 1 as for any uncaught exception;
 a program that imports the plugin keeps its own hook and Python's report. Two more kinds end in one line:
 Ctrl-C (``interrupted``; Python then ends the process as SIGINT does) and a write that the
 system refuses where no file is named, which is the standard output (``/dev/full``, a closed
@@ -23,6 +24,7 @@ import sys
 
 # errors of writing that name no file when the stream is standard output
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EPIPE, errno.EFBIG, errno.EIO, errno.EROFS, errno.EDQUOT, errno.EBADF}
+_program = "hltmt_plugin"  # the first word of the hook's lines (install_excepthook)
 
 
 class HltmtError(ValueError):
@@ -75,25 +77,29 @@ def _file_failure(exc):
 def _excepthook(exc_type, exc, tb, _previous=sys.excepthook):
     error = _plugin_error(exc)
     if error is not None:
-        sys.stderr.write(f"hltmt_plugin: error: {error}\n")
+        sys.stderr.write(f"{_program}: error: {error}\n")
         return
     failure = _file_failure(exc)
     if failure is not None:
-        sys.stderr.write(f"hltmt_plugin: error: {failure}\n")
+        sys.stderr.write(f"{_program}: error: {failure}\n")
         return
     if isinstance(exc, KeyboardInterrupt):
-        sys.stderr.write("hltmt_plugin: interrupted\n")
+        sys.stderr.write(f"{_program}: interrupted\n")
         return
     if _stdout_failure(exc):
         _silence_stdout()
         sys.stderr.write(
-            f"hltmt_plugin: error: cannot write standard output ({exc.strerror or exc}): the output is incomplete\n"
+            f"{_program}: error: cannot write standard output ({exc.strerror or exc}): the output is incomplete\n"
         )
         return
     _previous(exc_type, exc, tb)
 
 
-def install_excepthook() -> None:
-    """Make an uncaught :class:`HltmtError` end the process with one line, no traceback."""
+def install_excepthook(program: str = "") -> None:
+    """Make an uncaught :class:`HltmtError` end the process with one line, no traceback;
+    ``program``: the lines' first word, when given (the plugin's command names itself)."""
+    global _program
+    if program:
+        _program = program
     if getattr(sys.excepthook, "__name__", "") != "_excepthook":
         sys.excepthook = _excepthook

@@ -1,6 +1,7 @@
 """How an uncaught exception ends a process once the plugin's hook is installed
 (hltmt_plugin/errors.py): an :class:`HltmtError`, also one fairseq re-raised as another exception,
-is one line ``hltmt_plugin: error: <message>``; Ctrl-C is ``hltmt_plugin: interrupted``; a write
+is one line ``hltmt_plugin: error: <message>`` (a plugin's command: its own name, ``hltmt-options:
+error: <message>``); Ctrl-C is ``hltmt_plugin: interrupted``; a write
 to standard output that the system refuses is one line saying the output is incomplete; every
 other exception keeps Python's report. Each case runs in a tiny Python process of its own."""
 
@@ -100,7 +101,7 @@ def console_script(folder, code):
 def test_a_plugin_command_has_the_hook_from_its_start_and_a_program_keeps_pythons_report(tmp_path):
     code = "import hltmt_plugin.errors as e\nraise e.HltmtConfigError('one line')"
     done = subprocess.run([sys.executable, console_script(tmp_path, code)], capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stderr) == (1, "hltmt_plugin: error: one line\n")
+    assert (done.returncode, done.stderr) == (1, "hltmt-options: error: one line\n")  # the command's own name
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "Traceback (most recent call last)" in done.stderr and done.stderr.endswith("HltmtConfigError: one line\n")
 

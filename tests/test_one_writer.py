@@ -79,6 +79,7 @@ EXCEPTIONS = {
     ("hltmt_plugin/cli/decode.py", "decode_all"): CHILD + "; its workers' logs",
     ("hltmt_plugin/cli/launch.py", "launch"): LOG,
     ("hltmt_plugin/cli/prepare_data.py", "check_writable"): PROBE,
+    ("hltmt_plugin/cli/prepare_data.py", "remove_empty"): "removes the empty folders that a refused run made for --out",
     **{("hltmt_plugin/cli/prepare_data.py", f): FILL for f in ("train_spm", "write_dict", "build")},
     **{("hltmt_plugin/cli/prepare_data.py", f): FILL for f in ("sentencepiece_model", "write_dictionary")},
     ("hltmt_plugin/cli/prepare_data.py", "encode_splits"): FILL,

@@ -150,7 +150,7 @@ def test_a_plugin_command_is_a_command_light_until_it_registers(tmp_path):
     done = python(script=script)
     assert done.stdout.split("\n")[:2] == ["plugin _excepthook []", "True"], done.stderr[-2000:]
     assert done.returncode == 1
-    assert done.stderr.splitlines()[-1] == "hltmt_plugin: error: /nonexistent/file.txt: No such file or directory"
+    assert done.stderr.splitlines()[-1] == "hltmt-options: error: /nonexistent/file.txt: No such file or directory"
 
 
 def test_fairseqs_command_with_the_plugin_is_a_command():

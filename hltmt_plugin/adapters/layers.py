@@ -13,9 +13,11 @@ input, ``LN``: the layer norm that follows):
   pre-norm layer it sits where Houlsby's FFN adapter sits.
 
 Layers whose index the options leave out hold no stack (``adapters`` stays empty) and compute
-exactly fairseq's layer.
+exactly fairseq's layer. Which sublayer ran is kept per thread (:class:`SublayerMark`), as the
+pass's rows are: one model serves passes in several threads at once.
 """
 
+import threading
 from typing import Callable, Optional
 
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
@@ -25,6 +27,29 @@ from hltmt_plugin.adapters.config import ENCODER_ATTN, FFN, PFEIFFER, SELF_ATTN
 from hltmt_plugin.routing import PassRows
 
 
+class SublayerMark:
+    """Which sublayer of a layer ran since its last residual, per thread: marked by the
+    attentions' forward hooks, taken (and reset to the FFN) by ``residual_connection``. A copy of
+    the model (deepcopy, pickle) is made outside any pass and starts unmarked."""
+
+    def __init__(self):
+        self._thread = threading.local()
+
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def mark(self, site: str) -> None:
+        self._thread.site = site
+
+    def take(self) -> str:
+        site = getattr(self._thread, "site", FFN)
+        self._thread.site = FFN
+        return site
+
+
 class AdapterLayerMixin:
     """``residual_connection`` through the adapter stack of the sublayer that just ran."""
 
@@ -32,19 +57,19 @@ class AdapterLayerMixin:
         self.placement = placement
         self.rows = rows
         self.adapters = nn.ModuleDict()  # site -> AdapterStack, filled when adapters are installed
-        self._site = FFN
+        self._site = SublayerMark()
         self.self_attn.register_forward_hook(self._after_self_attn)
         if getattr(self, "encoder_attn", None) is not None:
             self.encoder_attn.register_forward_hook(self._after_encoder_attn)
 
     def _after_self_attn(self, *_):
-        self._site = SELF_ATTN
+        self._site.mark(SELF_ATTN)
 
     def _after_encoder_attn(self, *_):
-        self._site = ENCODER_ATTN
+        self._site.mark(ENCODER_ATTN)
 
     def residual_connection(self, x: Tensor, residual: Tensor) -> Tensor:
-        site, self._site = self._site, FFN
+        site = self._site.take()
         stack = self.adapters[site] if site in self.adapters else None
         if stack is None:
             return residual + x

@@ -16,6 +16,13 @@ CHECKOUT = os.path.dirname(PLUGIN)  # a source checkout's root (editable install
 DEBMT10 = os.path.join(CHECKOUT, "data", "debmt10")  # the example data a source checkout holds
 
 
+def command_name(module: str) -> str:
+    """The installed name of the plugin's command whose module is ``module`` (setup.py's
+    ``console_scripts``: ``hltmt_plugin.cli.prepare_data`` is ``hltmt-prepare-data``), the first
+    word of its error lines, also when it runs as ``python -m``."""
+    return "hltmt-" + module.rsplit(".", 1)[-1].replace("_", "-")
+
+
 def fairseq_cli(tool):
     """fairseq's command-line tool ``tool`` (train, generate, preprocess) run by this Python as a
     module: works wherever ``import fairseq`` does (a venv, ``pip install --target`` +

@@ -210,7 +210,7 @@ def main(argv=None):
     try:
         run(args)
     except HltmtError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"hltmt-train-language-adapter: error: {error}", file=sys.stderr)
         return 1
     return 0
 

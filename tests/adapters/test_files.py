@@ -210,7 +210,7 @@ def test_an_adapter_file_for_a_model_without_adapters_fails_with_one_line(traine
         ]
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert "hltmt_plugin: error: this model has no adapters" in done.stderr
+    assert "hltmt-adapters: error: this model has no adapters" in done.stderr
     assert not (tmp_path / "out.pt").exists()
 
 
@@ -354,7 +354,7 @@ def test_import_refuses_a_tampered_adapter_file_with_one_line(base, hi_file, tmp
     assert done.returncode != 0, done.stdout[-2000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
-    assert len(errors) == 1 and errors[0].startswith("hltmt_plugin: error: adapter file ") and message in errors[0], (
+    assert len(errors) == 1 and errors[0].startswith("hltmt-adapters: error: adapter file ") and message in errors[0], (
         done.stderr[-3000:]
     )
     assert not out.exists()
@@ -369,7 +369,7 @@ def test_import_over_its_own_checkpoint_never_truncates_it(base, hi_file, tmp_pa
     cmd = [ADAPTERS, "import", "--path", str(ckpt), "--adapters", str(hi_file), "--out", str(ckpt)]
     done = run(cmd, preexec_fn=file_size_limit(len(before) // 2))  # the disk fills halfway through the write
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert f"hltmt_plugin: error: could not write {ckpt} (File too large): it is unchanged" in done.stderr
+    assert f"hltmt-adapters: error: could not write {ckpt} (File too large): it is unchanged" in done.stderr
     assert ckpt.read_bytes() == before  # the base is whole
     assert sorted(os.listdir(tmp_path)) == ["checkpoint_last.pt"]  # and no temporary file is left
     done = run(cmd)  # with room on the disk, in place

@@ -120,3 +120,56 @@ def test_beam_search_scores_equal_a_full_forward_pass_with_adapters(data_bin, ex
     sample = mixed_sample(task, seed=3)
     checked = assert_beam_equals_forward(task, model, sample, beam=4, with_lang_ids=True)
     assert checked == len(DIRECTIONS) * 4
+
+
+@pytest.mark.parametrize("placement", ["houlsby", "pfeiffer"])
+def test_one_model_with_adapters_serves_two_threads_at_once_each_as_alone(data_bin, placement):
+    """Two threads run forward passes of one model with adapters together, on sentences of other
+    source languages (barriers hold both just after the first encoder and decoder layers'
+    self-attention, where a layer marks which adapters run next): each gets, bit for bit, what
+    it gets alone."""
+    import threading
+
+    _, task, model = build(data_bin, *MADX, "--adapter-placement", placement)
+    randomize_adapters(model)
+    model.eval()
+    samples = {"de": mixed_sample(task, ["de-en", "de-en"]), "en": mixed_sample(task, ["en-fr", "en-gu", "en-de"])}
+
+    def outputs(sample):
+        with torch.no_grad():
+            return model(**sample["net_input"])[0]
+
+    alone = {name: outputs(sample) for name, sample in samples.items()}
+    barriers = [threading.Barrier(2, timeout=30) for _ in range(2)]
+
+    def wait_for_the_other(barrier):
+        def hook(*_):
+            barrier.wait()  # (and return None: the attention's output stays)
+
+        return hook
+
+    hooks = [  # after the layer's own hook: both threads have marked their self-attention
+        side.layers[0].self_attn.register_forward_hook(wait_for_the_other(barrier))
+        for side, barrier in zip((model.encoder, model.decoder), barriers)
+    ]
+    together, failed = {}, []
+
+    def run(name):
+        try:
+            together[name] = outputs(samples[name])
+        except Exception as error:  # noqa: BLE001 (reported below, with the thread's name)
+            failed.append(f"{name}: {error!r}")
+            for barrier in barriers:
+                barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in samples]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert failed == []
+    assert all(torch.equal(together[name], alone[name]) for name in samples)

@@ -324,7 +324,9 @@ def test_bad_input_is_one_line(case, message, base, gu_text, spm_model, tmp_path
     argv = [v for kv in args.items() for v in kv] + ["--steps", "2", "--cpu"]
     assert tla.main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err and err[-1].startswith("error: ") and message.format(tmp=tmp_path) in err[-1], err
+    assert (
+        err and err[-1].startswith("hltmt-train-language-adapter: error: ") and message.format(tmp=tmp_path) in err[-1]
+    ), err
     assert not (tmp_path / "o.pt").exists()
 
 
@@ -345,7 +347,10 @@ def test_bad_input_from_the_command_line(base, spm_model, tmp_path):
         ]
     )
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert done.stderr.strip().splitlines()[-1] == f"error: text file {tmp_path}/none.gu does not exist"
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"hltmt-train-language-adapter: error: text file {tmp_path}/none.gu does not exist"
+    )
 
 
 def test_models_without_encoder_language_adapters_are_refused(data_bin):

@@ -164,7 +164,7 @@ def test_averaging_checkpoints_whose_map_or_gate_differ_is_refused(two_stages, t
     first, second = (two_stages / name for name in pair)
     line = one_error(average_cmd("--inputs", first, second, "--output", out))
     assert re.fullmatch(
-        rf"hltmt_plugin: error: cannot average {re.escape(str(first))} and {re.escape(str(second))}: "
+        rf"hltmt-average-checkpoints: error: cannot average {re.escape(str(first))} and {re.escape(str(second))}: "
         rf"{why}.*",
         line,
     ), line
@@ -218,7 +218,9 @@ def test_averaging_a_checkpoint_holding_code_runs_none_of_it(trained, two_stages
     """The averaging command loads as fairseq's loader does under the plugin."""
     ckpt, marker, option = craft(trained[0], tmp_path, "eval_str_list")
     line = one_error(average_cmd("--inputs", ckpt, trained[0], "--output", tmp_path / "a.pt"))
-    assert line.startswith(f"hltmt_plugin: error: refused to load checkpoint {ckpt}: its stored option {option}"), line
+    assert line.startswith(
+        f"hltmt-average-checkpoints: error: refused to load checkpoint {ckpt}: its stored option {option}"
+    ), line
     assert not marker.exists() and not (tmp_path / "a.pt").exists()
 
 
@@ -230,7 +232,7 @@ def test_averaging_checkpoints_trained_with_other_options_is_refused(two_stages,
     torch.save(state, other)
     line = one_error(average_cmd("--inputs", two_stages / "checkpoint_2_8.pt", other, "--output", tmp_path / "a.pt"))
     assert line == (
-        f"hltmt_plugin: error: cannot average {two_stages / 'checkpoint_2_8.pt'} and {other}: they were "
+        f"hltmt-average-checkpoints: error: cannot average {two_stages / 'checkpoint_2_8.pt'} and {other}: they were "
         "trained on other data or options (--high-resource-langs: first de,fr, second fr,de), so the same "
         "weight means something else in each"
     ), line

@@ -74,3 +74,37 @@ def test_hltmt_launch_refuses_an_absurd_nproc_before_any_rank_starts(tmp_path):
     assert done.returncode == 2 and done.stdout == "", done.stdout[-500:]
     assert done.stderr.startswith(f"hltmt-launch: error: argument --nproc: {ABSURD} is out of range"), done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# one bad argument per installed command, found after parsing where the command allows it ({tmp}: a
+# new folder of the test; {missing}: a checkpoint that does not exist)
+BAD = {
+    "hltmt-adapters": ["export", "--path", "{missing}", "--lang", "hi", "--out", "{tmp}/hi.pt"],
+    "hltmt-average-checkpoints": ["--inputs", "{missing}", "{missing}", "--output", "{tmp}/a.pt"],
+    "hltmt-export": ["--checkpoint", "{missing}", "--out", "{tmp}/export"],
+    "hltmt-launch": ["--nproc", "0", "--", "data"],
+    "hltmt-main-job": ["--langs", "xx", "--run-dir", "{tmp}/run", "--dry-run"],
+    "hltmt-options": ["--check", "{missing}"],
+    "hltmt-prepare-data": ["--raw", "{tmp}/raw", "--out", "{tmp}/out", "--langs", "de"],
+    "hltmt-report": ["--decode-dir", "{tmp}/decode", "--out", "{tmp}/report", "--high", "de"],
+    "hltmt-study": ["--langs", "xx", "--run-dir", "{tmp}/run", "--dry-run"],
+    "hltmt-train-language-adapter": [
+        *("--path", "{missing}", "--lang", "gu", "--text", "{tmp}/gu.txt", "--spm", "{missing}"),
+        *("--out", "{tmp}/gu.pt"),
+    ],
+    "hltmt-translate": ["--checkpoint", "{missing}", "--src", "en", "--tgt", "de"],
+}
+
+
+def test_every_installed_command_has_a_bad_argument():
+    assert sorted(BAD) == sorted(command for command, _ in installed_commands())
+
+
+@pytest.mark.parametrize("command", sorted(BAD))
+def test_every_installed_command_names_itself_in_its_error_line(command, tmp_path):
+    args = [a.format(tmp=tmp_path, missing=tmp_path / "missing.pt") for a in BAD[command]]
+    done = run([cli(command), *args], timeout=300)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode != 0 and lines and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert lines[-1].split()[0] == f"{command}:" and "error:" in lines[-1], lines
+    assert [line for line in lines if line.startswith("hltmt_plugin:")] == [], lines

@@ -30,13 +30,16 @@ def argv(tmp_path, path=None):
 )
 def test_bad_options_are_one_line(extra, message, tmp_path, capsys):
     assert tla.main([*argv(tmp_path), *extra]) == 1
-    assert capsys.readouterr().err == f"error: {message}\n"
+    assert capsys.readouterr().err == f"hltmt-train-language-adapter: error: {message}\n"
 
 
 @pytest.mark.fast
 def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert tla.main(argv(tmp_path)) == 1
-    assert capsys.readouterr().err == f"error: checkpoint {tmp_path / 'missing.pt'} does not exist\n"
+    assert (
+        capsys.readouterr().err
+        == f"hltmt-train-language-adapter: error: checkpoint {tmp_path / 'missing.pt'} does not exist\n"
+    )
 
 
 def test_the_model_is_rebuilt_in_eval_mode_or_refused_in_one_line(trained, monkeypatch):
