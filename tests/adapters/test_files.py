@@ -11,13 +11,13 @@ import subprocess
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
 
 from adapters_common import BASE_PAIRS, train
 from conftest import LANGS, MADX, PLUGIN, ROOT, build, cli, file_size_limit, mixed_sample, run
 from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
 from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.hub.loading import load_model
 
 OLD = ["en-de", "de-en", "en-gu", "gu-en", "en-fr"]
 NEW = ["en-hi", "hi-en"]
@@ -74,9 +74,9 @@ def load_identity_hi(ckpt):
 
 
 def load(ckpt):
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([ckpt])
-    models[0].eval()
-    return task, models[0]
+    model, _, task = load_model(ckpt)  # read by the plugin's loader, as every route reads it
+    model.eval()
+    return task, model
 
 
 @pytest.fixture(scope="module")

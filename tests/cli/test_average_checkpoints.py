@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-import hltmt_plugin  # noqa: F401  (allowlists the types fairseq checkpoints hold)
+import hltmt_plugin  # noqa: F401  (registers the task, model and criterion with fairseq)
 from checkpoint_common import DECODE, craft
 from conftest import cli, run, train_args
 from hltmt_plugin.compat.safe_loading import load_state
