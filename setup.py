@@ -62,6 +62,7 @@ setup(
             "hltmt-average-checkpoints = hltmt_plugin.cli.average_checkpoints:main",
             "hltmt-study = hltmt_plugin.experiments.study:main",
             "hltmt-export = hltmt_plugin.cli.export:main",
+            "hltmt-import = hltmt_plugin.cli.import_model:main",
         ]
     },
 )

@@ -1,0 +1,442 @@
+"""Import a transformers folder into fairseq: the reverse of :mod:`hltmt_plugin.export.transformers`.
+
+A folder of ``M2M100ForConditionalGeneration`` (an M2M-100-style model with its
+``M2M100Tokenizer``, or the pre-norm folders ``hltmt-export --to transformers`` writes) or of
+``MarianMTModel`` written by ``hltmt-export --to transformers`` (post-norm) becomes
+
+- ``checkpoint.pt``: fairseq's plain ``transformer`` of ``translation_multi_simple_epoch``
+  (pre-norm for M2M100, post-norm for Marian), every option read from the folder's
+  ``config.json``; every weight mapped by name and shape;
+- a ``dict.<lang>.txt`` per language (one vocabulary in the model's ids, its language tokens
+  included), ``spm.model``, ``langs.txt``: the data folder ``fairseq-generate`` /
+  ``hltmt-translate`` read, the checkpoint's own.
+
+M2M100 builds its input as ``--encoder-langtok src --decoder-langtok --lang-tok-style
+multilingual`` does (``__src__ text </s>``, the target's token forced first, the decoder
+started from ``</s>``); an export folder names its own convention in its manifest.
+
+Nothing in the folder runs: the weights are read from ``model.safetensors`` only, the JSON
+files through :mod:`hltmt_plugin.records`. Refused, each in one line: a weight the mapping does
+not know or one it misses, a shape that does not fit, a configuration or tokenizer fairseq's
+model cannot express (learned or shifted positions, an output bias, rows beyond the
+vocabulary and language tokens, another decoder start, another tokenizer).
+"""
+
+import os
+import shutil
+from typing import Dict, List
+
+from hltmt_plugin import records
+from hltmt_plugin.atomic_files import check_folder_output, write_folder
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.export.transformers import ACTIVATIONS, CLASSES
+
+KIND = "hltmt-import"
+CHECKPOINT = "checkpoint.pt"
+SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # fairseq's dictionary's first four ids
+# transformers' activation -> fairseq's (the export's table read backwards; its first name wins)
+ACTIVATION_OF = {}
+for _fairseq, _hf in ACTIVATIONS.items():
+    ACTIVATION_OF.setdefault(_hf, _fairseq)
+MODEL_TYPES = {model_type: ("post" if norm == "post" else "pre", cls) for norm, (model_type, cls) in CLASSES.items()}
+
+CONFIG = records.Record(
+    {
+        "model_type": records.Text(choices=sorted(MODEL_TYPES)),
+        "vocab_size": records.Int(1, 10_000_000),
+        "d_model": records.Int(1, 65536),
+        "encoder_layers": records.Int(1, 1000),
+        "decoder_layers": records.Int(1, 1000),
+        "encoder_attention_heads": records.Int(1, 4096),
+        "decoder_attention_heads": records.Int(1, 4096),
+        "encoder_ffn_dim": records.Int(1, 1_000_000),
+        "decoder_ffn_dim": records.Int(1, 1_000_000),
+        "activation_function": records.Text(),
+        "max_position_embeddings": records.Int(1, 1_000_000),
+        "scale_embedding": bool,
+        "pad_token_id": int,
+        "eos_token_id": int,
+        "decoder_start_token_id": int,
+    },
+    optional={
+        "dropout": (float, int),
+        "attention_dropout": (float, int),
+        "activation_dropout": (float, int),
+        "tie_word_embeddings": bool,
+        "decoder_vocab_size": (int, None),
+        "share_encoder_decoder_embeddings": bool,
+        "normalize_before": bool,
+        "static_position_embeddings": bool,
+        "add_bias_logits": bool,
+        "normalize_embedding": bool,
+    },
+    extra=True,
+)
+TOKENIZER_CONFIG = records.Record({"tokenizer_class": records.Text(max_len=100)}, extra=True)
+VOCAB_SIZE = 10_000_000  # entries of a vocabulary (vocab.json)
+
+
+# ---- the folder's records ------------------------------------------------------------------
+
+
+def _json(folder: str, name: str, schema, what: str, max_bytes: int = records.MAX_BYTES):
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        raise HltmtInputError(f"{folder} has no {name}: a transformers folder holds {what}")
+    return records.read_json(path, schema, what, max_bytes)
+
+
+def read_config(folder: str) -> dict:
+    """``config.json``, with what fairseq's transformer cannot express refused in one line."""
+    config = _json(folder, "config.json", CONFIG, "the model's configuration (config.json)")
+    norm = MODEL_TYPES[config["model_type"]][0]
+    where = f"{folder}/config.json"
+    if config["activation_function"] not in ACTIVATION_OF:
+        raise HltmtConfigError(
+            f"{where}: activation_function {config['activation_function'][:40]!r} has no fairseq counterpart "
+            f"(fairseq has {', '.join(sorted(ACTIVATION_OF))})"
+        )
+    if (config["pad_token_id"], config["eos_token_id"], config["decoder_start_token_id"]) != (1, 2, 2):
+        raise HltmtConfigError(
+            f"{where}: pad_token_id {config['pad_token_id']}, eos_token_id {config['eos_token_id']}, "
+            f"decoder_start_token_id {config['decoder_start_token_id']}: fairseq's model pads with 1 and starts "
+            "and ends with 2"
+        )
+    unexpressed = [
+        name
+        for name, fine in (
+            ("normalize_before", False),
+            ("static_position_embeddings", False),
+            ("add_bias_logits", False),
+            ("normalize_embedding", False),
+        )
+        if config.get(name, fine) != fine
+    ]
+    if config.get("decoder_vocab_size") not in (None, config["vocab_size"]):
+        unexpressed.append("decoder_vocab_size")
+    if unexpressed:
+        raise HltmtConfigError(
+            f"{where}: {unexpressed[0]} {config[unexpressed[0]]!r} is not what fairseq's {norm}-norm transformer "
+            "computes"
+        )
+    return config
+
+
+def _vocab(folder: str) -> Dict[str, int]:
+    schema = records.MapOf(records.Int(0, VOCAB_SIZE), max_len=VOCAB_SIZE)
+    return _json(folder, "vocab.json", schema, "the tokenizer's vocabulary (vocab.json)", 512 * 1024 * 1024)
+
+
+def _by_id(vocab: Dict[str, int], where: str) -> List[str]:
+    symbols = [None] * len(vocab)
+    for symbol, i in vocab.items():
+        if i >= len(vocab) or symbols[i] is not None:
+            raise HltmtInputError(f"{where}: the ids are not 0..{len(vocab) - 1}, each once (id {i})")
+        symbols[i] = symbol
+    return symbols
+
+
+def read_tokenizer(folder: str) -> dict:
+    """The vocabulary in the model's ids, the languages and their tokens, the input's
+    convention and the sentencepiece model: from an export's manifest, else from an
+    ``M2M100Tokenizer``'s files."""
+    from hltmt_plugin.hub import manifest
+
+    if manifest.is_export(folder):
+        return _exported_tokenizer(folder, manifest.read(folder))
+    settings = _json(folder, "tokenizer_config.json", TOKENIZER_CONFIG, "the tokenizer's settings")
+    name = settings["tokenizer_class"]
+    if name != "M2M100Tokenizer":
+        raise HltmtConfigError(
+            f"{folder}: tokenizer {name[:60]} is not one hltmt-import reads yet (M2M100Tokenizer, or a folder "
+            "hltmt-export --to transformers wrote)"
+        )
+    from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
+
+    codes = settings.get("language_codes", "m2m100")
+    if codes not in FAIRSEQ_LANGUAGE_CODES:
+        raise HltmtConfigError(f"{folder}: language_codes {str(codes)[:40]!r} is not one M2M100Tokenizer knows")
+    langs = list(FAIRSEQ_LANGUAGE_CODES[codes])
+    symbols = _by_id(_vocab(folder), f"{folder}/vocab.json") + [f"__{lang}__" for lang in langs]
+    spm = os.path.join(folder, str(settings.get("spm_file") or "sentencepiece.bpe.model"))
+    pairs = [f"{a}-{b}" for a in langs for b in langs if a != b]
+    return dict(symbols=symbols, langs=langs, pairs=pairs, encoder_langtok="src", decoder_langtok=True, spm=spm)
+
+
+def _exported_tokenizer(folder: str, record: dict) -> dict:
+    from hltmt_plugin.export.transformers import language_code
+
+    if list(record["models"].values()) != ["."]:
+        raise HltmtConfigError(
+            f"{folder} holds one model per group of target languages (a pool): hltmt-import reads a folder of one"
+        )
+    names = {language_code(lang): token for lang, token in record["language_tokens"].items()}
+    symbols = [names.get(s, s) for s in _by_id(_vocab(folder), f"{folder}/vocab.json")]
+    return dict(
+        symbols=symbols,
+        langs=list(record["langs"]),
+        pairs=list(record["lang_pairs"]),
+        encoder_langtok=record["encoder_langtok"],
+        decoder_langtok=bool(record["decoder_langtok"]),
+        spm=os.path.join(folder, "source.spm"),
+    )
+
+
+def check_vocabulary(tokenizer: dict, config: dict, where: str) -> str:
+    """The language-token style; refused: fairseq's four first symbols elsewhere, a language token
+    missing, rows of the embedding that are no symbol, a symbol fairseq's dictionary cannot hold."""
+    symbols = tokenizer["symbols"]
+    if symbols[:4] != SPECIALS:
+        raise HltmtConfigError(f"{where}: the first ids are {symbols[:4]}, not fairseq's {SPECIALS}")
+    tokens = [f"__{lang}__" for lang in tokenizer["langs"]]
+    missing = sorted(set(tokens) - set(symbols))
+    if missing:
+        raise HltmtConfigError(f"{where}: the language token {missing[0]} is not in the vocabulary")
+    if len(symbols) != config["vocab_size"]:
+        raise HltmtConfigError(
+            f"{where}: the model has {config['vocab_size']} embedding rows, the vocabulary and language tokens "
+            f"{len(symbols)}: fairseq's dictionary has one row per symbol (rows beyond the language tokens, such "
+            "as M2M-100's made-up words, are not imported yet)"
+        )
+    odd = next((s for s in symbols[4:] if not s or any(c.isspace() for c in s)), None)
+    if odd is not None:
+        raise HltmtConfigError(f"{where}: the symbol {odd!r} cannot be a line of fairseq's dict.txt")
+    if len(set(symbols)) != len(symbols):
+        raise HltmtConfigError(f"{where}: a symbol appears twice in the vocabulary")
+    return "multilingual"
+
+
+# ---- weights -------------------------------------------------------------------------------
+
+
+def read_weights(folder: str) -> dict:
+    """``model.safetensors``'s tensors (safetensors only: nothing in the file runs)."""
+    path = os.path.join(folder, "model.safetensors")
+    if not os.path.isfile(path):
+        found = [
+            n for n in ("pytorch_model.bin", "model.safetensors.index.json") if os.path.exists(os.path.join(folder, n))
+        ]
+        hint = f" (it holds {found[0]}: hltmt-import reads one safetensors file, which runs no code)" if found else ""
+        raise HltmtInputError(f"{folder} has no model.safetensors{hint}")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise HltmtInputError(f"{path} is not a safetensors file ({str(error).strip()[:200]})") from None
+
+
+LAYER_PARTS = ("self_attn", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm")
+DECODER_PARTS = ("encoder_attn", "encoder_attn_layer_norm")
+EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+
+
+def _embeddings(tensors: dict, config: dict, where: str):
+    """(encoder's, decoder's, output projection): each stored, or tied to the shared table."""
+    shared = tensors.get("model.shared.weight")
+    enc = tensors.get("model.encoder.embed_tokens.weight", shared)
+    dec = tensors.get("model.decoder.embed_tokens.weight", shared)
+    tied = config.get("tie_word_embeddings", True)
+    out = tensors.get("lm_head.weight", dec if tied else None)
+    for name, tensor in (("the encoder's embedding", enc), ("the decoder's embedding", dec), ("lm_head", out)):
+        if tensor is None:
+            raise HltmtInputError(f"{where}: {name} is missing")
+    return enc, dec, out
+
+
+def _positions_fit(tensors: dict, config: dict, where: str) -> None:
+    """A stored position table (Marian holds one as weights) is fairseq's sinusoidal one."""
+    import torch
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    for side in ("encoder", "decoder"):
+        name = f"model.{side}.embed_positions.weight"
+        if name not in tensors:
+            continue
+        count, dim = tensors[name].shape
+        table = SinusoidalPositionalEmbedding.get_embedding(count + 2, dim, 1)[2:]
+        if not torch.allclose(tensors[name].float(), table, atol=1e-4):
+            raise HltmtConfigError(
+                f"{where}: {name} is not fairseq's sinusoidal table (learned or other positions): fairseq's "
+                "transformer cannot compute it"
+            )
+
+
+def fairseq_state(tensors: dict, config: dict, norm: str, where: str) -> dict:
+    """The fairseq transformer's state dict from the transformers one: every tensor mapped by
+    name (shapes are checked by the strict load); a tensor the mapping does not know is refused."""
+    import torch
+
+    state, used = {}, set(EMBEDDINGS) | {"lm_head.weight"}
+    for side, count in (("encoder", config["encoder_layers"]), ("decoder", config["decoder_layers"])):
+        for i in range(count):
+            prefix = f"model.{side}.layers.{i}."
+            for name in tensors:
+                rest = name[len(prefix) :]
+                parts = LAYER_PARTS + (DECODER_PARTS if side == "decoder" else ())
+                if name.startswith(prefix) and rest.split(".")[0] in parts:
+                    state[f"{side}.layers.{i}.{rest}"] = tensors[name]
+                    used.add(name)
+        if norm == "pre":
+            for kind in ("weight", "bias"):
+                name = f"model.{side}.layer_norm.{kind}"
+                if name in tensors:
+                    state[f"{side}.layer_norm.{kind}"] = tensors[name]
+                    used.add(name)
+        used.add(f"model.{side}.embed_positions.weight")
+        used.add(f"model.{side}.embed_positions.weights")
+    if "final_logits_bias" in tensors:
+        if torch.count_nonzero(tensors["final_logits_bias"]):
+            raise HltmtConfigError(f"{where}: final_logits_bias is not zero: fairseq's output has no bias")
+        used.add("final_logits_bias")
+    unknown = sorted(set(tensors) - used)
+    if unknown:
+        raise HltmtConfigError(f"{where}: the weight {unknown[0]} has no place in fairseq's transformer")
+    _positions_fit(tensors, config, where)
+    enc, dec, out = _embeddings(tensors, config, where)
+    state["encoder.embed_tokens.weight"], state["decoder.embed_tokens.weight"] = enc, dec
+    state["decoder.output_projection.weight"] = out
+    for side in ("encoder", "decoder"):  # fairseq's current form (an older one loses its final norm on load)
+        state[f"{side}.version"] = torch.Tensor([3])
+    return {k: v.float().contiguous() for k, v in state.items()}
+
+
+# ---- fairseq's options ---------------------------------------------------------------------
+
+
+def train_options(data: str, config: dict, tokenizer: dict, norm: str, state: dict) -> List[str]:
+    """The fairseq-train command line (without the program's name) of the model: the options a
+    run of fairseq's parser turns into the checkpoint's options."""
+    import torch
+
+    share_out = torch.equal(state["decoder.embed_tokens.weight"], state["decoder.output_projection.weight"])
+    # fairseq's --share-all-embeddings ties the output projection too: with an output of its own,
+    # equal encoder and decoder tables stay two tables
+    share_all = share_out and torch.equal(state["encoder.embed_tokens.weight"], state["decoder.embed_tokens.weight"])
+    words = [data, "--task", "translation_multi_simple_epoch", "--arch", "transformer"]
+    words += ["--langs", ",".join(tokenizer["langs"]), "--lang-pairs", ",".join(tokenizer["pairs"])]
+    words += ["--lang-tok-style", "multilingual"]
+    if tokenizer["encoder_langtok"]:
+        words += ["--encoder-langtok", tokenizer["encoder_langtok"]]
+    if tokenizer["decoder_langtok"]:
+        words.append("--decoder-langtok")
+    for side in ("encoder", "decoder"):
+        words += [f"--{side}-layers", str(config[f"{side}_layers"]), f"--{side}-embed-dim", str(config["d_model"])]
+        words += [f"--{side}-ffn-embed-dim", str(config[f"{side}_ffn_dim"])]
+        words += [f"--{side}-attention-heads", str(config[f"{side}_attention_heads"])]
+        if norm == "pre":
+            words.append(f"--{side}-normalize-before")
+    words += ["--activation-fn", ACTIVATION_OF[config["activation_function"]]]
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        words += ["--" + name.replace("_", "-"), repr(float(config.get(name, 0.0)))]
+    positions = str(config["max_position_embeddings"])
+    words += ["--max-source-positions", positions, "--max-target-positions", positions]
+    if not config["scale_embedding"]:
+        words.append("--no-scale-embedding")
+    if share_all:
+        words.append("--share-all-embeddings")
+    if share_out:
+        words.append("--share-decoder-input-output-embed")
+    return words
+
+
+def build_checkpoint(words: List[str], state: dict, path: str, where: str, data: str) -> None:
+    """fairseq's model built from ``words`` by fairseq itself, given ``state`` (strict: every
+    weight in place, every shape the same), saved as a checkpoint with its compatibility record
+    and ``data`` as its data folder (where the folder being written will lie)."""
+    import torch
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from hltmt_plugin.compatibility import RECORD_KEY, VERSION_KEY, build_record
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, words)
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    if len(task.source_dictionary) != model.encoder.embed_tokens.weight.shape[0]:  # pragma: no cover - fairseq's
+        raise HltmtConfigError(f"{where}: fairseq's dictionary and the model's rows differ")
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as error:
+        first = [line.strip() for line in str(error).splitlines() if line.strip()][1:2] or [str(error)[:200]]
+        raise HltmtConfigError(f"{where}: the weights do not fit fairseq's transformer ({first[0][:300]})") from None
+    record = build_record(
+        cfg.model,
+        data=args.data,
+        symbols=list(task.source_dictionary.symbols),
+        languages=list(task.langs),
+        spm=os.path.join(args.data, "spm.model"),
+    )
+    import contextlib
+    from argparse import Namespace
+
+    from omegaconf import open_dict
+
+    with open_dict(cfg.model) if not isinstance(cfg.model, Namespace) else contextlib.nullcontext():
+        setattr(cfg.model, RECORD_KEY, record)
+        setattr(cfg.model, VERSION_KEY, records.plugin_version())
+    history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none", "num_updates": 0}]
+    history[0]["lr_scheduler_state"] = {}
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)  # as fairseq's trainer saves it
+    for part in (cfg["task"], cfg["model"]):  # (fairseq keeps a legacy architecture's options as a Namespace)
+        if isinstance(part, Namespace):
+            part.data = data
+        elif isinstance(part, dict) and "data" in part:
+            part["data"] = data
+    checkpoint = {"args": None, "cfg": cfg, "model": model.state_dict(), "optimizer_history": history}
+    checkpoint.update(extra_state={}, last_optimizer_state=None)
+    torch.save(checkpoint, path)
+
+
+# ---- the folder ----------------------------------------------------------------------------
+
+
+def write_data(work: str, tokenizer: dict) -> None:
+    """A dict.<lang>.txt per language (one file, hard-linked where the file system can), the
+    vocabulary in the model's ids with its language tokens; spm.model and langs.txt."""
+    first = None
+    for lang in tokenizer["langs"]:
+        path = os.path.join(work, f"dict.{lang}.txt")
+        if first is None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.writelines(f"{symbol} 1\n" for symbol in tokenizer["symbols"][4:])
+            first = path
+            continue
+        try:
+            os.link(first, path)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(first, path)
+    shutil.copyfile(tokenizer["spm"], os.path.join(work, "spm.model"))
+    with open(os.path.join(work, "langs.txt"), "w", encoding="utf-8") as f:
+        f.writelines(f"{lang}\n" for lang in tokenizer["langs"])
+
+
+def import_folder(folder: str, out: str, force: bool = False, option: str = "--out") -> dict:
+    """The transformers folder ``folder`` as a fairseq checkpoint and its data folder ``out``
+    (written whole or not at all); returns what was imported (class, languages, options)."""
+    folder = os.fspath(folder)
+    inputs = {"--model": folder}
+    check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
+    config = read_config(folder)
+    norm, cls = MODEL_TYPES[config["model_type"]]
+    tokenizer = read_tokenizer(folder)
+    if not os.path.isfile(tokenizer["spm"]):
+        raise HltmtInputError(f"{folder} has no sentencepiece model {os.path.basename(tokenizer['spm'])}")
+    style = check_vocabulary(tokenizer, config, folder)
+    state = fairseq_state(read_weights(folder), config, norm, f"{folder}/model.safetensors")
+    final = os.path.abspath(out)
+
+    def fill(work: str) -> dict:
+        write_data(work, tokenizer)
+        words = train_options(work, config, tokenizer, norm, state)
+        build_checkpoint(words, state, os.path.join(work, CHECKPOINT), folder, final)
+        return {"class": cls, "norm": norm, "langs": tokenizer["langs"], "style": style, "options": words[1:]}
+
+    done = write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)
+    done["checkpoint"] = os.path.join(final, CHECKPOINT)
+    return done

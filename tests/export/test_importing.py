@@ -1,0 +1,255 @@
+"""hltmt_plugin.export.importing: a tiny random M2M-100-style folder built with transformers'
+own classes (tests/importing_common.py) imported and compared token for token with
+transformers (the same log-probabilities; the same greedy translations; beam 5: fairseq's
+choice among ``generate``'s finished hypotheses); the study's post-norm model exported with
+``hltmt-export --to transformers`` (MarianMTModel) and imported back translates as the
+checkpoint did; every kind of folder fairseq's model cannot hold refused in one line."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from importing_common import build_m2m_folder, rows, tokenizer_of
+
+pytest.importorskip("transformers")
+
+from hltmt_plugin.errors import HltmtError  # noqa: E402
+from hltmt_plugin.export import importing  # noqa: E402
+
+MAX_LEN = 40
+STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "mnmt.pt")
+
+
+@pytest.fixture(scope="module")
+def m2m(tmp_path_factory):
+    """(the transformers folder, the imported folder, what the import returned)."""
+    folder = build_m2m_folder(str(tmp_path_factory.mktemp("m2m") / "hf"))
+    out = str(tmp_path_factory.mktemp("m2m_imported") / "imported")
+    return folder, out, importing.import_folder(folder, out)
+
+
+@pytest.fixture(scope="module")
+def engines(m2m):
+    """(transformers' model, its tokenizer, the imported checkpoint's translator)."""
+    from transformers import M2M100ForConditionalGeneration
+
+    from hltmt_plugin.hub import HltmtTranslator
+
+    folder, out, done = m2m
+    model = M2M100ForConditionalGeneration.from_pretrained(folder).eval()
+    return model, tokenizer_of(folder), HltmtTranslator.load(done["checkpoint"], device="cpu")
+
+
+def _text(tok, ids):
+    """A hypothesis's text: its pieces (no language token, no end of sentence), joined."""
+    return tok.convert_tokens_to_string([tok.convert_ids_to_tokens(i) for i in ids if 3 < i < len(tok.encoder)])
+
+
+def _log_probs(model, batch, ids):
+    """The transformers model's log-probability of each of ``ids`` (after the decoder's start)."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(**batch, decoder_input_ids=torch.tensor([[2] + ids[:-1]])).logits[0]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+
+
+def test_the_folders_options_and_files(m2m):
+    folder, out, done = m2m
+    assert done["class"] == "M2M100ForConditionalGeneration" and done["norm"] == "pre"
+    assert done["langs"] == ["en", "ha", "is", "ja", "cs", "ru", "zh", "de"]
+    options = " ".join(done["options"])
+    for option in ("--encoder-normalize-before", "--decoder-normalize-before"):
+        assert option in options
+    assert "--encoder-langtok src --decoder-langtok" in options and "--lang-tok-style multilingual" in options
+    # the folder's lm_head is its own: fairseq's --share-all-embeddings would tie it to the embeddings
+    assert "--share-decoder-input-output-embed" not in options and "--share-all-embeddings" not in options
+    names = set(os.listdir(out))
+    assert {"checkpoint.pt", "spm.model", "langs.txt", "dict.en.txt", "dict.de.txt"} <= names
+    vocab = json.load(open(os.path.join(folder, "vocab.json"), encoding="utf-8"))
+    symbols = [line.split()[0] for line in open(os.path.join(out, "dict.en.txt"), encoding="utf-8")]
+    assert symbols == sorted(vocab, key=vocab.get)[4:] + [f"__{lang}__" for lang in done["langs"]]
+
+
+def test_the_same_log_probabilities(engines):
+    import torch
+
+    model, tok, mt = engines
+    for src, tgt, text in rows(4):
+        tok.src_lang = src
+        batch = tok(text, return_tensors="pt")
+        prev = torch.tensor([[2, tok.get_lang_id(tgt)] + batch["input_ids"][0, 1:6].tolist()])
+        with torch.no_grad():
+            theirs = torch.log_softmax(model(**batch, decoder_input_ids=prev).logits, -1)
+            ours = torch.log_softmax(
+                mt.model(batch["input_ids"], torch.tensor([batch["input_ids"].shape[1]]), prev)[0], -1
+            )
+        assert (theirs - ours).abs().max() < 1e-4
+
+
+def test_greedy_translations_are_generates(engines):
+    model, tok, mt = engines
+    found, expected = [], []
+    for src, tgt, text in rows():
+        tok.src_lang = src
+        batch = tok(text, return_tensors="pt")
+        out = model.generate(
+            **batch,
+            forced_bos_token_id=tok.get_lang_id(tgt),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=MAX_LEN + 1,
+            forced_eos_token_id=2,
+            suppress_tokens=[1],
+        )
+        expected.append(_text(tok, out[0, 1:].tolist()))
+    found = mt.translate_batch(rows(), beam=1, max_len=MAX_LEN)
+    assert found == expected
+    assert len(set(found)) >= 3  # not one line for all
+
+
+def test_beam_5_picks_fairseqs_choice_among_generates_hypotheses(engines):
+    """fairseq counts the forced target-language token's log-probability in a hypothesis's
+    score, ``generate`` does not: among generate's five finished hypotheses, the best by
+    fairseq's score is fairseq's translation."""
+    model, tok, mt = engines
+    expected = []
+    for src, tgt, text in rows():
+        tok.src_lang = src
+        batch = tok(text, return_tensors="pt")
+        out = model.generate(
+            **batch,
+            forced_bos_token_id=tok.get_lang_id(tgt),
+            num_beams=5,
+            num_return_sequences=5,
+            early_stopping=True,
+            max_new_tokens=MAX_LEN + 1,
+            min_new_tokens=1,
+            suppress_tokens=[1],
+        )
+        hypotheses = [[i for i in seq[1:].tolist() if i != 1] for seq in out]
+        assert all(h[-1] == 2 for h in hypotheses)  # all ended by themselves
+        scores = [float(_log_probs(model, batch, h).mean()) for h in hypotheses]
+        expected.append(_text(tok, hypotheses[max(range(5), key=lambda b: (scores[b], -b))]))
+    found = mt.translate_batch(rows(), beam=5, max_len=MAX_LEN)
+    assert found == expected
+    assert len(set(found)) > 5 and len({len(t) for t in found}) > 3  # different lines, different lengths
+
+
+def test_an_exported_model_imported_back_translates_as_the_checkpoint(tmp_path):
+    from hltmt_plugin.export import transformers as hf_export
+    from hltmt_plugin.hub import HltmtTranslator
+
+    hf_export.export(STUDY_MODEL, str(tmp_path / "hf"))
+    done = importing.import_folder(str(tmp_path / "hf"), str(tmp_path / "back"))
+    assert done["class"] == "MarianMTModel" and done["norm"] == "post"
+    lines = []
+    for tgt in ("de", "fr", "gu"):
+        with open(os.path.join(ROOT, "docs", "results", "cpu-study", "refs", f"en-{tgt}.en"), encoding="utf-8") as f:
+            lines += [("en", tgt, line.rstrip("\n")) for line in list(f)[:8]]
+    before = HltmtTranslator.load(STUDY_MODEL, device="cpu").translate_batch(lines, beam=5)
+    after = HltmtTranslator.load(done["checkpoint"], device="cpu").translate_batch(lines, beam=5)
+    assert after == before and len(set(before)) > 10
+
+
+# ---- refusals ------------------------------------------------------------------------------
+
+
+def _copy(m2m, tmp_path):
+    folder = str(tmp_path / "hf")
+    shutil.copytree(m2m[0], folder)
+    return folder
+
+
+def _edit_weights(folder, edit):
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    edit(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def _edit_json(folder, name, **changes):
+    path = os.path.join(folder, name)
+    record = json.load(open(path, encoding="utf-8"))
+    record.update(changes)
+    json.dump(record, open(path, "w", encoding="utf-8"))
+
+
+def _extra(t):
+    import torch
+
+    t["model.encoder.layers.0.gate.weight"] = torch.zeros(2)
+
+
+def _shape(t):
+    t["model.encoder.layers.1.fc1.weight"] = t["model.encoder.layers.1.fc1.weight"][:32]
+
+
+def _bias(t):
+    import torch
+
+    t["final_logits_bias"] = torch.ones(1, t["lm_head.weight"].shape[0])
+
+
+REFUSALS = {
+    "an unknown weight": (lambda f: _edit_weights(f, _extra), "model.encoder.layers.0.gate.weight has no place"),
+    "a missing weight": (
+        lambda f: _edit_weights(f, lambda t: t.pop("model.decoder.layers.1.fc2.bias")),
+        "the weights do not fit fairseq's transformer (Missing key",
+    ),
+    "a shape that does not fit": (lambda f: _edit_weights(f, _shape), "size mismatch"),
+    "an output bias": (lambda f: _edit_weights(f, _bias), "final_logits_bias is not zero"),
+    "pickled weights only": (
+        lambda f: os.rename(os.path.join(f, "model.safetensors"), os.path.join(f, "pytorch_model.bin")),
+        "has no model.safetensors (it holds pytorch_model.bin",
+    ),
+    "another activation": (
+        lambda f: _edit_json(f, "config.json", activation_function="quick_gelu"),
+        "activation_function 'quick_gelu' has no fairseq counterpart",
+    ),
+    "another decoder start": (
+        lambda f: _edit_json(f, "config.json", decoder_start_token_id=1),
+        "decoder_start_token_id 1",
+    ),
+    "rows beyond the vocabulary": (
+        lambda f: _edit_json(f, "config.json", vocab_size=400),
+        "the model has 400 embedding rows",
+    ),
+    "a config without a field": (
+        lambda f: _edit_json(f, "config.json", d_model=None),
+        "field 'd_model'",
+    ),
+    "another tokenizer": (
+        lambda f: _edit_json(f, "tokenizer_config.json", tokenizer_class="NllbTokenizer"),
+        "tokenizer NllbTokenizer is not one hltmt-import reads yet",
+    ),
+    "another model type": (
+        lambda f: _edit_json(f, "config.json", model_type="bart"),
+        "field 'model_type'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_what_fairseq_cannot_hold_is_refused_in_one_line(case, m2m, tmp_path):
+    plant, message = REFUSALS[case]
+    folder = _copy(m2m, tmp_path)
+    plant(folder)
+    with pytest.raises(HltmtError) as caught:
+        importing.import_folder(folder, str(tmp_path / "out"))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert not os.path.exists(tmp_path / "out")  # nothing half-written
+
+
+def test_a_position_table_that_is_not_fairseqs_is_refused():
+    import torch
+
+    config = {"encoder_layers": 1, "decoder_layers": 1, "tie_word_embeddings": True}
+    tensors = {"model.shared.weight": torch.zeros(8, 4), "model.encoder.embed_positions.weight": torch.rand(6, 4)}
+    with pytest.raises(HltmtError, match="embed_positions.weight is not fairseq's sinusoidal table"):
+        importing.fairseq_state(tensors, config, "post", "x")

@@ -1,0 +1,89 @@
+"""A tiny M2M-100-style transformers folder built offline with transformers' own classes
+(tests/export/test_importing.py, tests/cli/test_import_model.py): a sentencepiece model trained on
+DebMT-10 lines, an ``M2M100Tokenizer``'s vocabulary (fairseq's four symbols first) with WMT-21's
+eight language codes, and a random 2-layer ``M2M100ForConditionalGeneration`` (d_model 32) saved
+as safetensors. Its output projection (untied) and decoder's final norm make the end of sentence
+likely enough that translations end by themselves, at different lengths."""
+
+import json
+import os
+
+from conftest import ROOT
+
+RAW = os.path.join(ROOT, "data", "debmt10")
+LANG_CODES = "wmt21"  # en, ha, is, ja, cs, ru, zh, de
+
+
+def build_m2m_folder(out, seed=0, eos=2.5):
+    import sentencepiece
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
+    os.makedirs(out, exist_ok=True)
+    lines = []
+    for name in ("train.en-de.en", "train.en-de.de", "train.en-cs.cs"):
+        with open(os.path.join(RAW, name), encoding="utf-8") as f:
+            lines += [next(f) for _ in range(300)]
+    prefix = os.path.join(out, "sentencepiece.bpe")
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_prefix=prefix,
+        vocab_size=160,
+        model_type="unigram",
+        character_coverage=1.0,
+        minloglevel=2,
+    )
+    os.remove(prefix + ".vocab")
+    sp = sentencepiece.SentencePieceProcessor(model_file=prefix + ".model")
+    vocab = {s: i for i, s in enumerate(["<s>", "<pad>", "</s>", "<unk>"])}
+    for i in range(sp.get_piece_size()):
+        if not (sp.is_control(i) or sp.is_unknown(i)):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    settings = {"tokenizer_class": "M2M100Tokenizer", "language_codes": LANG_CODES, "num_madeup_words": 0}
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(settings, f)
+    torch.manual_seed(seed)
+    config = M2M100Config(
+        vocab_size=len(vocab) + 8,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        init_std=0.3,
+        tie_word_embeddings=False,
+    )
+    model = M2M100ForConditionalGeneration(config)
+    with torch.no_grad():  # one embedding table; the end of sentence: a constant on hidden unit 0, read by its row
+        for embedding in (model.model.encoder.embed_tokens, model.model.decoder.embed_tokens, model.lm_head):
+            embedding.weight.copy_(model.model.shared.weight)
+        model.lm_head.weight[:, 0] = 0.0
+        model.lm_head.weight[2, 0] = 1.0
+        model.model.decoder.layer_norm.bias[0] = eos
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def tokenizer_of(folder):
+    from transformers import M2M100Tokenizer
+
+    return M2M100Tokenizer(
+        os.path.join(folder, "vocab.json"),
+        os.path.join(folder, "sentencepiece.bpe.model"),
+        language_codes=LANG_CODES,
+        num_madeup_words=0,
+    )
+
+
+def rows(n=8):
+    """(src, tgt, text): DebMT-10 test lines of at most 100 characters, three directions."""
+    found = []
+    for src, tgt, name in (("en", "de", "test.en-de.en"), ("de", "en", "test.en-de.de"), ("cs", "en", "test.en-cs.cs")):
+        with open(os.path.join(RAW, name), encoding="utf-8") as f:
+            found += [(src, tgt, line.strip()) for line in f if 0 < len(line.strip()) <= 100][:n]
+    return found
