@@ -17,10 +17,11 @@ DEBMT10 = os.path.join(CHECKOUT, "data", "debmt10")  # the example data a source
 
 
 def command_name(module: str) -> str:
-    """The installed name of the plugin's command whose module is ``module`` (setup.py's
-    ``console_scripts``: ``hltmt_plugin.cli.prepare_data`` is ``hltmt-prepare-data``), the first
-    word of its error lines, also when it runs as ``python -m``."""
-    return "hltmt-" + module.rsplit(".", 1)[-1].replace("_", "-")
+    """The name of the plugin's command whose module is ``module``, the first word of its error
+    lines: the console script's own (``hltmt-translate``, as argparse names it), or under
+    ``python -m`` the module's (``hltmt_plugin.cli.prepare_data`` is ``hltmt-prepare-data``)."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    return script if script.startswith("hltmt-") else "hltmt-" + module.rsplit(".", 1)[-1].replace("_", "-")
 
 
 def fairseq_cli(tool):

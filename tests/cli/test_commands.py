@@ -82,6 +82,7 @@ BAD = {
     "hltmt-adapters": ["export", "--path", "{missing}", "--lang", "hi", "--out", "{tmp}/hi.pt"],
     "hltmt-average-checkpoints": ["--inputs", "{missing}", "{missing}", "--output", "{tmp}/a.pt"],
     "hltmt-export": ["--checkpoint", "{missing}", "--out", "{tmp}/export"],
+    "hltmt-import": ["--model", "{tmp}/model", "--out", "{tmp}/out"],
     "hltmt-launch": ["--nproc", "0", "--", "data"],
     "hltmt-main-job": ["--langs", "xx", "--run-dir", "{tmp}/run", "--dry-run"],
     "hltmt-options": ["--check", "{missing}"],
