@@ -182,8 +182,8 @@ def _exported_tokenizer(folder: str, record: dict) -> dict:
     )
 
 
-def check_vocabulary(tokenizer: dict, config: dict, where: str) -> str:
-    """The language-token style; refused: fairseq's four first symbols elsewhere, a language token
+def check_vocabulary(tokenizer: dict, config: dict, where: str) -> None:
+    """Refused: fairseq's four first symbols elsewhere, a language token
     missing, rows of the embedding that are no symbol, a symbol fairseq's dictionary cannot hold."""
     symbols = tokenizer["symbols"]
     if symbols[:4] != SPECIALS:
@@ -203,7 +203,6 @@ def check_vocabulary(tokenizer: dict, config: dict, where: str) -> str:
         raise HltmtConfigError(f"{where}: the symbol {odd!r} cannot be a line of fairseq's dict.txt")
     if len(set(symbols)) != len(symbols):
         raise HltmtConfigError(f"{where}: a symbol appears twice in the vocabulary")
-    return "multilingual"
 
 
 # ---- weights -------------------------------------------------------------------------------
@@ -245,7 +244,7 @@ def _embeddings(tensors: dict, config: dict, where: str):
     return enc, dec, out
 
 
-def _positions_fit(tensors: dict, config: dict, where: str) -> None:
+def _positions_fit(tensors: dict, where: str) -> None:
     """A stored position table (Marian holds one as weights) is fairseq's sinusoidal one."""
     import torch
     from fairseq.modules import SinusoidalPositionalEmbedding
@@ -293,7 +292,7 @@ def fairseq_state(tensors: dict, config: dict, norm: str, where: str) -> dict:
     unknown = sorted(set(tensors) - used)
     if unknown:
         raise HltmtConfigError(f"{where}: the weight {unknown[0]} has no place in fairseq's transformer")
-    _positions_fit(tensors, config, where)
+    _positions_fit(tensors, where)
     enc, dec, out = _embeddings(tensors, config, where)
     state["encoder.embed_tokens.weight"], state["decoder.embed_tokens.weight"] = enc, dec
     state["decoder.output_projection.weight"] = out
@@ -356,8 +355,6 @@ def build_checkpoint(words: List[str], state: dict, path: str, where: str, data:
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
-    if len(task.source_dictionary) != model.encoder.embed_tokens.weight.shape[0]:  # pragma: no cover - fairseq's
-        raise HltmtConfigError(f"{where}: fairseq's dictionary and the model's rows differ")
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as error:
@@ -427,7 +424,7 @@ def import_folder(folder: str, out: str, force: bool = False, option: str = "--o
     tokenizer = read_tokenizer(folder)
     if not os.path.isfile(tokenizer["spm"]):
         raise HltmtInputError(f"{folder} has no sentencepiece model {os.path.basename(tokenizer['spm'])}")
-    style = check_vocabulary(tokenizer, config, folder)
+    check_vocabulary(tokenizer, config, folder)
     state = fairseq_state(read_weights(folder), config, norm, f"{folder}/model.safetensors")
     final = os.path.abspath(out)
 
@@ -435,7 +432,7 @@ def import_folder(folder: str, out: str, force: bool = False, option: str = "--o
         write_data(work, tokenizer)
         words = train_options(work, config, tokenizer, norm, state)
         build_checkpoint(words, state, os.path.join(work, CHECKPOINT), folder, final)
-        return {"class": cls, "norm": norm, "langs": tokenizer["langs"], "style": style, "options": words[1:]}
+        return {"class": cls, "norm": norm, "langs": tokenizer["langs"], "options": words[1:]}
 
     done = write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)
     done["checkpoint"] = os.path.join(final, CHECKPOINT)
