@@ -5,10 +5,10 @@ without a source language, and a model without adapters left as it was."""
 
 import pytest
 import torch
-from fairseq import checkpoint_utils
 
 from adapters_common import Capture, madx_model
 from conftest import DIRECTIONS, MADX, build, make_sample, mixed_sample
+from hltmt_plugin.compat.safe_loading import load_checkpoint
 from hltmt_plugin.errors import HltmtInputError
 
 
@@ -44,7 +44,7 @@ def test_the_target_languages_inverse_runs_between_the_slp_and_the_tied_output_p
 
 def test_a_trained_model_gives_the_same_outputs_right_after_adapters_are_added(data_bin, trained):
     ckpt, _ = trained
-    state = checkpoint_utils.load_checkpoint_to_cpu(ckpt)["model"]
+    state = load_checkpoint(ckpt)["model"]
     _, task, base = build(data_bin)
     base.load_state_dict(state)
     args, _, model = build(data_bin, *MADX)
