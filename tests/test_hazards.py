@@ -438,6 +438,17 @@ def path_signs(name: str, metavar, help_text, kind) -> list:
     return [sign for sign, seen in signs if seen]
 
 
+def numeric_type(kind) -> bool:
+    """A type that makes a number of the value (int, float, the commands' bounded counts and sizes)."""
+    if kind in (int, float):
+        return True
+    try:
+        value = kind("1") if callable(kind) else None
+    except Exception:  # (a type that refuses "1" is not a count)
+        return False
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def looks_like_a_path(action) -> bool:
     """Whether an argparse action takes a value that names a file or folder (by its action: its
     name, metavar, help and type), so that it must be declared with paths.path_option."""
@@ -445,7 +456,7 @@ def looks_like_a_path(action) -> bool:
 
     if isinstance(action, (argparse._StoreConstAction, argparse._HelpAction, argparse._VersionAction)):
         return False
-    if action.choices is not None or action.type in (int, float) or action.nargs == 0:
+    if action.choices is not None or numeric_type(action.type) or action.nargs == 0:
         return False
     name = " ".join(action.option_strings) or action.dest
     return bool(path_signs(name, action.metavar, action.help, action.type))
