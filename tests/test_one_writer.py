@@ -87,6 +87,8 @@ EXCEPTIONS = {
     ("hltmt_plugin/export/ctranslate2.py", "store_once"): FILL,
     ("hltmt_plugin/export/transformers.py", "export.fill"): FILL,
     ("hltmt_plugin/export/transformers.py", "write_tokenizer"): FILL,
+    ("hltmt_plugin/export/importing.py", "build_checkpoint"): FILL,
+    ("hltmt_plugin/export/importing.py", "write_data"): FILL,
     ("hltmt_plugin/hub/manifest.py", "write"): FILL,
     **{("hltmt_plugin/tasks/save_dir.py", f): SAVE_DIR for f in ("take_lock", "_release", "remove_stale_temps")},
     ("hltmt_plugin/tasks/save_dir.py", "restore_last"): SAVE_DIR,
