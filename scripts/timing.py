@@ -184,6 +184,9 @@ def run_fairseq(kind: str, argv: List[str]) -> dict:
     timed(cu, "save_checkpoint", record, "save_checkpoint")
     timed(cu, "load_model_ensemble", record, "load_model_ensemble")
     sys.argv = [kind] + list(argv)
+    from hltmt_plugin import compat
+
+    compat.install()  # this process now runs one of fairseq's commands: the workarounds a command gets
     if kind == "fairseq-train":
         from fairseq_cli.train import cli_main
     else:
