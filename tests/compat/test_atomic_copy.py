@@ -18,9 +18,12 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 
-import hltmt_plugin  # noqa: F401  (installs the atomic writer and copy)
 from conftest import digest, error_lines, file_size_limit, full_disk_open, losses, train_run
+from hltmt_plugin.compat import atomic_copy
 from hltmt_plugin.errors import HltmtInputError
+
+# the workaround under test, as a command's process gets it (fairseq's commands with --user-dir, the plugin's own)
+atomic_copy.install(PathManager, checkpoint_utils)
 
 STATE = {"model": {"w": torch.zeros(1 << 18)}, "cfg": {}}  # 1 MB of weights
 

@@ -17,9 +17,9 @@ import fairseq
 import pytest
 from fairseq import utils
 
-import hltmt_plugin  # noqa: F401  (installs the literal evaluator)
 from checkpoint_common import DECODE, KINDS, craft
 from conftest import cli, run, train_args
+from hltmt_plugin.compat import safe_eval
 from hltmt_plugin.compat.safe_eval import EVALUATED_OPTIONS, EVALUATING_MODULES, NotALiteral, literal_value
 
 FAIRSEQ = os.path.dirname(fairseq.__file__)
@@ -36,7 +36,14 @@ def fairseq_sources():
                     yield os.path.relpath(path, FAIRSEQ), f.read()
 
 
-def test_every_module_of_fairseq_that_calls_eval_is_patched():
+@pytest.fixture
+def a_commands_process():
+    """The literal evaluator, as every command's process gets it (compat.install); a program that
+    imports the plugin keeps fairseq's own (tests/test_plugin_import.py)."""
+    safe_eval.install()
+
+
+def test_every_module_of_fairseq_that_calls_eval_is_patched(a_commands_process):
     calling = {
         "fairseq." + rel[:-3].replace(os.sep, ".")
         for rel, src in fairseq_sources()
@@ -109,7 +116,7 @@ def test_anything_else_is_refused(text):
         literal_value(text)
 
 
-def test_fairseqs_helpers_keep_their_behaviour_and_run_no_code(tmp_path):
+def test_fairseqs_helpers_keep_their_behaviour_and_run_no_code(a_commands_process, tmp_path):
     marker = tmp_path / "ran"
     assert utils.eval_str_list("[1, 2]", int) == [1, 2] and utils.eval_str_list("3", int) == [3]
     assert utils.eval_bool("False") is False and utils.eval_bool(None, default=True) is True
@@ -165,8 +172,10 @@ ROUTES = {
         [
             sys.executable,
             "-c",
-            "import sys; from hltmt_plugin.hub import HltmtTranslator; "
-            "print(HltmtTranslator.load(sys.argv[1]).translate(['hello'], src='en', tgt='de'))",
+            # a program: it catches the plugin's one error family itself (the plugin installs no hook in it)
+            "import sys\nfrom hltmt_plugin.errors import HltmtError\nfrom hltmt_plugin.hub import HltmtTranslator\n"
+            "try:\n    print(HltmtTranslator.load(sys.argv[1]).translate(['hello'], src='en', tgt='de'))\n"
+            "except HltmtError as error:\n    sys.exit(f'hltmt_plugin: error: {error}')",
             ckpt,
         ],
         None,
