@@ -102,6 +102,42 @@ def build(data, *extra, dropout=0.0):
     return args, task, model
 
 
+def side_by_side(names, outputs, hold):
+    """``outputs(name)`` for each name in a thread of its own, all at once: ``hold(new_barrier)`` puts
+    hooks where the threads wait for each other (``new_barrier()``: one barrier per place) and
+    returns them, removed after; a thread's error is reported with its name. Returns ``{name: output}``."""
+    import threading
+
+    barriers = []
+
+    def new_barrier():
+        barriers.append(threading.Barrier(len(names), timeout=30))
+        return barriers[-1]
+
+    hooks = hold(new_barrier)
+    together, failed = {}, []
+
+    def run(name):
+        try:
+            together[name] = outputs(name)
+        except Exception as error:  # noqa: BLE001 (reported below, with the thread's name)
+            failed.append(f"{name}: {error!r}")
+            for each in barriers:
+                each.abort()
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in names]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert failed == []
+    return together
+
+
 def make_sample(task, directions, max_len=7, seed=0):
     """A collated batch whose rows go in the given directions ("en-de", ...), built the way
     the task builds them: the target-language token on the source, left-padded."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from adapters_common import Capture
-from conftest import DIRECTIONS, MADX, assert_beam_equals_forward, build, mixed_sample, randomize_adapters
+from conftest import DIRECTIONS, MADX, assert_beam_equals_forward, build, mixed_sample, randomize_adapters, side_by_side
 from hltmt_plugin.adapters import AdapterDecoderLayer, AdapterEncoderLayer
 
 pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
@@ -128,8 +128,6 @@ def test_one_model_with_adapters_serves_two_threads_at_once_each_as_alone(data_b
     source languages (barriers hold both just after the first encoder and decoder layers'
     self-attention, where a layer marks which adapters run next): each gets, bit for bit, what
     it gets alone."""
-    import threading
-
     _, task, model = build(data_bin, *MADX, "--adapter-placement", placement)
     randomize_adapters(model)
     model.eval()
@@ -140,7 +138,6 @@ def test_one_model_with_adapters_serves_two_threads_at_once_each_as_alone(data_b
             return model(**sample["net_input"])[0]
 
     alone = {name: outputs(sample) for name, sample in samples.items()}
-    barriers = [threading.Barrier(2, timeout=30) for _ in range(2)]
 
     def wait_for_the_other(barrier):
         def hook(*_):
@@ -148,28 +145,11 @@ def test_one_model_with_adapters_serves_two_threads_at_once_each_as_alone(data_b
 
         return hook
 
-    hooks = [  # after the layer's own hook: both threads have marked their self-attention
-        side.layers[0].self_attn.register_forward_hook(wait_for_the_other(barrier))
-        for side, barrier in zip((model.encoder, model.decoder), barriers)
-    ]
-    together, failed = {}, []
+    def hold(new_barrier):  # after the layer's own hook: both threads have marked their self-attention
+        return [
+            side.layers[0].self_attn.register_forward_hook(wait_for_the_other(new_barrier()))
+            for side in (model.encoder, model.decoder)
+        ]
 
-    def run(name):
-        try:
-            together[name] = outputs(samples[name])
-        except Exception as error:  # noqa: BLE001 (reported below, with the thread's name)
-            failed.append(f"{name}: {error!r}")
-            for barrier in barriers:
-                barrier.abort()
-
-    threads = [threading.Thread(target=run, args=(name,)) for name in samples]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for hook in hooks:
-            hook.remove()
-    assert failed == []
+    together = side_by_side(list(samples), lambda name: outputs(samples[name]), hold)
     assert all(torch.equal(together[name], alone[name]) for name in samples)

@@ -10,7 +10,7 @@ import torch
 from fairseq import options, tasks
 from fairseq.models.transformer import TransformerModel
 
-from conftest import DIRECTIONS, LANGS, PAIRS, PLUGIN, build, make_sample
+from conftest import DIRECTIONS, LANGS, PAIRS, PLUGIN, build, make_sample, side_by_side
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.languages import ROWS
 
@@ -135,8 +135,6 @@ def test_one_model_serves_two_threads_at_once_each_as_alone(data_bin):
     """Two threads run forward passes of one model together (barriers hold both inside the
     encoder's and the decoder's pass at once), on targets of a pool module and of the universal
     layer: each gets, bit for bit, what it gets alone."""
-    import threading
-
     _, task, model = build(data_bin)
     model.eval()
     samples = {
@@ -144,7 +142,6 @@ def test_one_model_serves_two_threads_at_once_each_as_alone(data_bin):
         "universal": make_sample(task, ["en-gu", "de-en"]),
     }
     alone = {name: outputs(model, sample) for name, sample in samples.items()}
-    barriers = [threading.Barrier(2, timeout=30) for _ in range(2)]
 
     def wait_for_the_other(barrier):
         def hook(*_):
@@ -152,28 +149,11 @@ def test_one_model_serves_two_threads_at_once_each_as_alone(data_bin):
 
         return hook
 
-    hooks = [
-        side.layers[0].register_forward_pre_hook(wait_for_the_other(barrier))
-        for side, barrier in zip((model.encoder, model.decoder), barriers)
-    ]
-    together, failed = {}, []
+    def hold(new_barrier):
+        return [
+            side.layers[0].register_forward_pre_hook(wait_for_the_other(new_barrier()))
+            for side in (model.encoder, model.decoder)
+        ]
 
-    def run(name):
-        try:
-            together[name] = outputs(model, samples[name])
-        except Exception as error:  # noqa: BLE001 (reported below, with the thread's name)
-            failed.append(f"{name}: {error!r}")
-            for barrier in barriers:
-                barrier.abort()
-
-    threads = [threading.Thread(target=run, args=(name,)) for name in samples]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for hook in hooks:
-            hook.remove()
-    assert failed == []
+    together = side_by_side(list(samples), lambda name: outputs(model, samples[name]), hold)
     assert all(torch.equal(together[name], alone[name]) for name in samples)
