@@ -7,7 +7,7 @@ options, dataclass fields), with one of :data:`KINDS`. The declaration does two 
 - at parsing, a value is refused in one line when it cannot be what the kind says without
   harm: a FIFO, a device or a socket where a file or folder is read or written (opening one
   would hang or replace it), a regular file where a folder is written, a folder where a file is
-  written; nothing is opened;
+  written, an input that does not exist (also in a dry run); nothing is opened;
 - after parsing (:class:`ArgumentParser`), no output may be, hold or lie inside an input of
   the same command line (an input lost to its own output, or deleted by ``--force``).
 
@@ -62,7 +62,7 @@ METAVARS = {
 
 def problem(value: str, kind: str) -> Optional[str]:
     """Why ``value`` cannot be a path of ``kind`` (None when it can, or when only the command can
-    tell: a missing input is the command's to report). Looks at what the path is (``stat``,
+    tell; a missing input of a command line: :func:`missing`). Looks at what the path is (``stat``,
     following links), never opens it."""
     if value == "":
         return "an empty path: name a file or folder"
@@ -97,6 +97,21 @@ def problem(value: str, kind: str) -> Optional[str]:
     return None
 
 
+def missing(value: str, kind: str) -> Optional[str]:
+    """Why an input of a command line cannot be read: it does not exist (None when it does, or when
+    only the command can tell: unreachable, or a pattern). Refused at parsing, so that no command,
+    not even a dry run, goes on without one of its inputs."""
+    if kind not in READS or kind == READ_PATTERN or value == STREAM:
+        return None
+    try:
+        os.stat(value)
+    except (FileNotFoundError, NotADirectoryError):
+        return "no such " + {READ_FILE: "file", READ_FOLDER: "folder"}.get(kind, "file or folder")
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 class PathType:
     """argparse's ``type`` of a declared path option: the value unchanged, or an
     ``ArgumentTypeError`` saying why it cannot be a path of this kind."""
@@ -108,7 +123,7 @@ class PathType:
         self.__name__ = kind  # argparse names the type in its messages
 
     def __call__(self, value: str):
-        why = problem(value, self.kind)
+        why = problem(value, self.kind) or missing(value, self.kind)
         if why is not None:
             raise argparse.ArgumentTypeError(f"{value}: {why}")
         return self.convert(value) if self.convert is not None else value

@@ -566,6 +566,7 @@ PATH_HAZARDS = {
     "socket": ("a socket", "all", "it is a socket"),
     "device": ("a device node (/dev/null)", "all", "it is a device"),
     "wrong-type": ("a folder where a file is named, a file where a folder is", "all but read-path", "it is a "),
+    "missing": ("an input that does not exist (also in a dry run)", "reads", "no such "),
     "an-input": (
         "an input of the same command line (the output is it, holds it or lies inside it)",
         "writes",
@@ -582,6 +583,8 @@ def meets(hazard, kind) -> bool:
     where = PATH_HAZARDS[hazard][1]
     if where == "writes":
         return kind in paths.WRITES
+    if where == "reads":
+        return kind in paths.READS
     if where == "all but read-stream":
         return kind != paths.READ_STREAM
     if where == "all but read-path":
@@ -599,6 +602,10 @@ def filled(parser, sub, tmp, skip):
             continue
         if paths.path_kind(action):
             value = str(tmp / f"given{len(argv)}")
+            if paths.path_kind(action) == paths.READ_FOLDER:
+                os.makedirs(value, exist_ok=True)
+            elif paths.path_kind(action) in paths.READS:
+                open(value, "a").close()  # an input that exists
         else:
             value = str(action.choices[0]) if action.choices else "1" if action.type in (int, float) else "de"
         argv += [paths.option_name(action), value]
@@ -628,6 +635,8 @@ def path_cases():
                     if (c, s) == (command, sub)
                     and k in paths.READS
                     and k not in (paths.READ_STREAM, paths.READ_PATTERN)
+                    # a working folder that is an input file is refused as a file (wrong-type)
+                    and not (kind == paths.WORK_FOLDER and k != paths.READ_FOLDER)
                     and other not in in_place_of(command, sub, option)
                 ]
             elif hazard != "an-input" and meets(hazard, kind):
@@ -644,9 +653,12 @@ def hazard_value(kind, hazard, tmp, other_kind=None):
             (tmp / "a-file").write_text("x")
             return str(tmp / "a-file"), None
         return str(tmp), None
+    if hazard == "missing":
+        return str(tmp / "nowhere"), None
     if hazard == "an-input":
         folder = tmp / "in"
         folder.mkdir(exist_ok=True)
+        (folder / "input.pt").touch()
         if other_kind == paths.READ_FOLDER:
             return str(folder / "out"), str(folder)  # lies inside
         if kind == paths.WRITE_FOLDER:
@@ -691,9 +703,9 @@ def test_every_installed_command_parses_through_its_declared_parser(tmp_path, co
 
 # what meets the hazards a parser cannot see, for each kind
 AT_RUN = {
-    "read-file": "the command: missing or unreadable, one line; checkpoints read weights-only (compat/safe_loading)",
-    "read-folder": "the command: missing or unreadable, one line",
-    "read-path": "the command: missing or unreadable, one line",
+    "read-file": "the command: unreadable, one line; checkpoints read weights-only (compat/safe_loading)",
+    "read-folder": "the command: unreadable, one line",
+    "read-path": "the command: unreadable, one line",
     "read-stream": "a pipe is read; undecodable or binary lines refused in one line",
     "read-pattern": "each file the pattern matches is read by the command, one line when it cannot be",
     "write-file": "atomic_files.AtomicFile: file-size limit, read-only folder, full disk, SIGTERM: the old file kept",

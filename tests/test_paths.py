@@ -38,17 +38,17 @@ def test_special_files_are_refused_at_parsing_without_being_opened(tmp_path, cap
     os.mkfifo(fifo)
     assert "it is a FIFO, which cannot be read as a file" in refused(["--checkpoint", str(fifo)], capsys)
     assert "it is a FIFO, which cannot be written as a folder" in refused(
-        ["--checkpoint", "x", "--out", str(fifo)], capsys
+        ["--checkpoint", __file__, "--out", str(fifo)], capsys
     )
-    assert parser().parse_args(["--checkpoint", "x", "--input", str(fifo)]).input == str(fifo)  # a pipe is read
-    assert "it is a device" in refused(["--checkpoint", "x", "--output", "/dev/null"], capsys)
+    assert parser().parse_args(["--checkpoint", __file__, "--input", str(fifo)]).input == str(fifo)  # a pipe is read
+    assert "it is a device" in refused(["--checkpoint", __file__, "--output", "/dev/null"], capsys)
 
 
 def test_a_file_where_a_folder_is_named_and_the_reverse(tmp_path, capsys):
     f = tmp_path / "f.txt"
     f.write_text("x")
-    assert "it is a file: name a folder" in refused(["--checkpoint", "x", "--out", str(f)], capsys)
-    assert "it is a file: name a folder" in refused(["--checkpoint", "x", "--data", str(f)], capsys)
+    assert "it is a file: name a folder" in refused(["--checkpoint", __file__, "--out", str(f)], capsys)
+    assert "it is a file: name a folder" in refused(["--checkpoint", __file__, "--data", str(f)], capsys)
     assert "it is a folder: name a file" in refused(["--checkpoint", str(tmp_path)], capsys)
     assert "an empty path" in refused(["--checkpoint", ""], capsys)
 
@@ -62,6 +62,7 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(tmp_path, ca
     assert f"--out {tmp_path} holds --checkpoint {ckpt}" in err
     err = refused(["--checkpoint", str(ckpt), "--data", str(data), "--out", str(data / "sub")], capsys)
     assert f"lies inside --data {data}" in err
+    (data / "in.txt").write_text("x")
     err = refused(
         ["--checkpoint", str(ckpt), "--input", str(data / "in.txt"), "--output", str(data / "in.txt")], capsys
     )
@@ -74,6 +75,20 @@ def test_an_output_that_is_holds_or_lies_inside_an_input_is_refused(tmp_path, ca
     args = parser().parse_args(["--checkpoint", str(ckpt), "--output", str(ckpt)])
     assert args.output == str(ckpt)
     assert parser().parse_args(["--checkpoint", str(ckpt)]).output == "-"
+
+
+def test_a_missing_input_is_refused_at_parsing_in_one_line(tmp_path, capsys):
+    """Whatever the command does next (a dry run included), an input that does not exist stops it."""
+    none = str(tmp_path / "none")
+    assert f"argument --checkpoint: {none}: no such file" in refused(["--checkpoint", none], capsys)
+    assert "argument --data: {}: no such folder".format(none) in refused(
+        ["--checkpoint", __file__, "--data", none], capsys
+    )
+    assert "argument --input: {}: no such file or folder".format(none) in refused(
+        ["--checkpoint", __file__, "--input", none], capsys
+    )
+    assert parser().parse_args(["--checkpoint", __file__, "--out", none]).out == none  # an output is made
+    assert paths.missing("-", paths.READ_STREAM) is None and paths.missing(none, paths.READ_PATTERN) is None
 
 
 def test_subcommands_are_declared_and_checked_by_the_command():

@@ -40,5 +40,6 @@ def test_a_worker_without_its_options_or_with_a_bad_jobs_file_ends_in_one_line(t
     bad.write_text("only one field\n", encoding="utf-8")
     assert decode.main(["--jobs", str(bad), "--", "data"]) == 1
     assert capsys.readouterr().out == f"hltmt-decode: error: {bad} line 1: expected 5 tab-separated fields, got 1\n"
-    assert decode.main(["--jobs", str(tmp_path / "missing.tsv"), "--", "data"]) == 1
-    assert "hltmt-decode: error: [Errno 2] No such file or directory" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:  # a missing input: refused at parsing (paths.missing)
+        decode.main(["--jobs", str(tmp_path / "missing.tsv"), "--", "data"])
+    assert stop.value.code == 2 and "missing.tsv: no such file" in capsys.readouterr().err

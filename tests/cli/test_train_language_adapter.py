@@ -16,7 +16,9 @@ def argv(tmp_path, path=None):
     text, spm = tmp_path / "mono.gu", tmp_path / "spm.model"
     text.write_text("a line\n", encoding="utf-8")
     spm.write_bytes(b"")
-    path = path or str(tmp_path / "missing.pt")
+    if path is None:  # a checkpoint that is there (not one to load: the checks come first)
+        path = str(tmp_path / "ck.pt")
+        open(path, "wb").close()
     return ["--path", path, "--lang", "gu", "--text", str(text), "--spm", str(spm), "--out", str(tmp_path / "gu.pt")]
 
 
@@ -35,11 +37,10 @@ def test_bad_options_are_one_line(extra, message, tmp_path, capsys):
 
 @pytest.mark.fast
 def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
-    assert tla.main(argv(tmp_path)) == 1
-    assert (
-        capsys.readouterr().err
-        == f"hltmt-train-language-adapter: error: checkpoint {tmp_path / 'missing.pt'} does not exist\n"
-    )
+    with pytest.raises(SystemExit) as stop:  # refused at parsing (paths.missing)
+        tla.main(argv(tmp_path, str(tmp_path / "missing.pt")))
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"argument --path: {tmp_path / 'missing.pt'}: no such file" in err, err
 
 
 def test_the_model_is_rebuilt_in_eval_mode_or_refused_in_one_line(trained, monkeypatch):
