@@ -11,6 +11,13 @@ source-language adapters and skills need the right id per row.
 The task's data manager gives its datasets this subclass (:func:`with_row_ids`): each item
 carries its dataset's ids and the collater builds the batch's ids from its items, in the
 batch's (length-sorted) order. Other tasks in the process are untouched.
+
+An empty list of samples collates to an empty batch, whatever the dataset's ids: with several
+workers fairseq pads the shorter shards of an epoch's batches with empty lists (``ShardedIterator``'s
+``fill_value=[]``, training and validation alike), and its trainer runs its dummy batch (the
+epoch's first batch, its loss and statistics zeroed) for an empty one, so every worker steps and
+all-reduces in step. fairseq 0.12's ``LanguagePairDataset.collater`` with language ids indexes
+the empty batch's ``net_input`` instead (a ``KeyError`` on the worker with the short shard).
 """
 
 import torch
@@ -31,7 +38,9 @@ class RowLanguageIdDataset(LanguagePairDataset):
         return item
 
     def collater(self, samples, pad_to_length=None):
-        keys = [k for k in KEYS if samples and k in samples[0]]
+        if not samples:
+            return {}  # fairseq's empty batch: the trainer runs its dummy batch in its place
+        keys = [k for k in KEYS if k in samples[0]]
         if not keys:
             return super().collater(samples, pad_to_length)
         # collate sorts the rows by length: give each sample its position as id to learn the order

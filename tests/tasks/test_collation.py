@@ -74,3 +74,24 @@ def test_without_the_fix_fairseq_labels_a_mixed_batch_with_one_direction(data_bi
     ids = batches(task, "valid")[0]["net_input"]["src_lang_id"]
     assert ids.unique().numel() > 1 and ids.dtype == torch.long and ids.shape[1] == 1
     assert isinstance(task.dataset("valid"), ConcatDataset)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_shorter_shard_gets_fairseqs_empty_batch(data_bin, world):
+    """With several workers fairseq pads the shorter shards of an epoch's batches with empty
+    lists, so that every worker steps as often; they collate to fairseq's empty batch, in whose
+    place the trainer runs its dummy batch (the epoch's first batch, loss zeroed), never to
+    fairseq 0.12's KeyError of a dataset with language ids."""
+    _, task, _ = build(data_bin, "--enable-lang-ids", "--hlt-stage", "all")
+    task.load_dataset("valid")
+    valid = task.dataset("valid")  # 6 directions x 60 sentences in batches of 8: 45 batches
+    per_worker = -(-45 // world)
+    for shard in range(world):
+        itr = task.get_batch_iterator(valid, max_sentences=8, seed=1, num_shards=world, shard_id=shard)
+        got = list(itr.next_epoch_itr(shuffle=False))
+        assert len(got) == per_worker
+        assert sum(not b for b in got) == per_worker - len(range(shard, 45, world))
+        assert all("src_lang_id" in b["net_input"] for b in got if b)
+    assert valid.collater([]) == {} and valid.datasets[0].collater([]) == {}
+    with pytest.raises(KeyError, match="net_input"):  # fairseq 0.12's own collater with language ids
+        LanguagePairDataset.collater(valid.datasets[0], [])
