@@ -8,7 +8,14 @@ Input (a file given with --input, or stdin): one sentence per line, ``SRC<TAB>TG
 (e.g. ``en<TAB>de<TAB>The file is open.``), or plain text with ``--src`` and ``--tgt``.
 Output (stdout or --output): one line per input line, in input order: the translation, or
 with ``--json`` an object with the translation, its score (base 2, as fairseq-generate
-prints it), pieces and routing (pool module or universal layer, adapters, skills).
+prints it), pieces and routing (pool module or universal layer, adapters, skills). With
+``--nbest N`` (N above 1): N lines per input line, its N best translations best first, or with
+``--json`` one object whose "hypotheses" hold them (translation, score, tokens).
+
+Search: fairseq-generate's options, the same on every engine: --beam, --lenpen, --max-len,
+--nbest, --no-repeat-ngram-size; --sampling draws --beam samples instead of a beam search, from
+the --sampling-topk most likely tokens or the fewest whose probability reaches --sampling-topp
+(neither: the whole vocabulary), at --temperature; --seed makes them the same every run.
 
 Lines are read in chunks of --buffer-size; the directions of a chunk are batched together
 and its translations written (and flushed) before the next chunk is read, so the command
@@ -20,7 +27,7 @@ inside theirs; a line holding a control character other than TAB, such as ``\x0b
 or ``\x85``, is not translated; a translation holding a character some reader takes for a line
 end gets a space there, and with --json it is escaped). A UTF-8 byte order mark at the start of
 the input is dropped; a UTF-16 or UTF-32 one is refused (convert the file to UTF-8). The
-output has exactly one line per input line, in order. Lines are read in bounded pieces: a line
+output has exactly one line per input line (--nbest N: N lines), in order. Lines are read in bounded pieces: a line
 longer than 1 MiB, or more than 100 million lines, stops the command with one line naming the
 input and the line (standard input from ``/dev/zero`` too, before memory grows).
 
@@ -55,7 +62,8 @@ from hltmt_plugin import text as text_rule
 from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs, stream_problem
-from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.hub import arguments
 from hltmt_plugin.paths import (
     READ_FILE,
     READ_FOLDER,
@@ -116,9 +124,35 @@ def build_parser():
     path_option(p, "--output", "-o", kind=WRITE_STREAM, default="-", help="output file (default: stdout)")
     p.add_argument("--src", default=None, help="source language of every line (plain-text input; with --tgt)")
     p.add_argument("--tgt", default=None, help="target language of every line (plain-text input; with --src)")
-    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--beam", type=int, default=5, help="beam size (with --sampling: the samples drawn)")
     p.add_argument("--lenpen", type=finite_float, default=1.0, help="length penalty")
     p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
+    p.add_argument("--nbest", type=int, default=1, help="translations per line, best first (at most --beam)")
+    p.add_argument("--sampling", action="store_true", help="draw --beam samples instead of a beam search")
+    p.add_argument(
+        "--sampling-topk", type=int, default=None, help="sample from the K most likely tokens (default: all)"
+    )
+    p.add_argument(
+        "--sampling-topp",
+        type=finite_float,
+        default=None,
+        help="sample from the fewest tokens whose probability reaches P, in (0, 1] (default: all)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=finite_float,
+        default=1.0,
+        help=f"sampling temperature, from {arguments.MIN_TEMPERATURE:g} to {arguments.MAX_TEMPERATURE:g}",
+    )
+    p.add_argument(
+        "--seed", type=int, default=None, help="seed of the samples: the same every run (default: not seeded)"
+    )
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        default=0,
+        help="no n-gram of this size twice in a translation (0: off; else at least 2)",
+    )
     p.add_argument("--max-tokens", type=int, default=4000, help="source tokens per batch")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: no limit)")
     p.add_argument(
@@ -152,6 +186,20 @@ def check_args(p, args):
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.buffer_size is not None and args.buffer_size < 1:
         p.error("--buffer-size must be at least 1")
+    try:
+        search_options(args)
+    except HltmtConfigError as error:  # the Python API's bound, named as the option
+        p.error(str(error).replace("sampling=True (--sampling)", "--sampling"))
+
+
+SEARCH = ("beam", "lenpen", "max_len", "nbest", "sampling", "sampling_topk", "sampling_topp", "temperature", "seed")
+
+
+def search_options(args) -> dict:
+    """The search options of ``translate_batch``, checked by its bounds (:func:`arguments.search`)."""
+    options = {name: getattr(args, name) for name in (*SEARCH, "no_repeat_ngram_size")}
+    arguments.search(**options)
+    return options
 
 
 def parse_args(argv=None):
@@ -207,12 +255,17 @@ ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
 JSON_ESCAPES = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # json.dumps escapes the rest
 
 
-def output_line(result, as_json):
-    """One output line (with its \\n) that no reader splits in two."""
+def output_line(result, as_json, nbest=1):
+    """One output line (with its \\n) that no reader splits in two; without ``as_json`` and
+    with ``nbest`` above 1, ``nbest`` lines (empty ones for a failed line)."""
     if not as_json:
-        return (result.text or "").translate(ONE_LINE) + "\n"
+        texts = [h.text for h in result.hypotheses] if result.hypotheses else [result.text]
+        texts += [""] * (nbest - len(texts))
+        return "".join((text or "").translate(ONE_LINE) + "\n" for text in texts)
     record = result.to_dict()
     record["translation"] = record.pop("text")
+    for hypothesis in record.get("hypotheses") or ():
+        hypothesis["translation"] = hypothesis.pop("text")
     line = json.dumps(record, ensure_ascii=False)
     for char, escaped in JSON_ESCAPES.items():
         line = line.replace(char, escaped)
@@ -372,9 +425,7 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
     items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
     results = translator.translate_batch(
         items,
-        beam=args.beam,
-        lenpen=args.lenpen,
-        max_len=args.max_len,
+        **search_options(args),
         details=True,
         errors="keep",
         first_line=first_line,
@@ -396,7 +447,7 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
                 bar.write(message, file=sys.stderr)
             else:
                 sys.stderr.write(message + "\n")
-        out.write(output_line(result, args.json))
+        out.write(output_line(result, args.json, args.nbest))
     out.flush()
     return failed
 

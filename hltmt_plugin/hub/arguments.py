@@ -7,7 +7,7 @@ import argparse
 import math
 import numbers
 import os
-from typing import Iterable, List, Optional
+from typing import Iterable, List, NamedTuple, Optional
 
 from hltmt_plugin import text as text_rule
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
@@ -68,6 +68,121 @@ def search_bounds(beam, max_len, vocab_size: int, max_positions: int):
             f"most one hypothesis per symbol; give at most {vocab_size}"
         )
     return beam, max(1, min(max_len, max_positions - 1))
+
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # logits over 0.01 still fit half precision; over 100, all but uniform
+MAX_SEED = 2**31 - 1  # what every engine's generator takes
+
+
+class Search(NamedTuple):
+    """A call's search options, checked (:func:`search`), the same meaning in every engine:
+    fairseq-generate's ``--beam``, ``--lenpen``, ``--max-len-b`` (``--max-len-a 0``),
+    ``--nbest``, ``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--temperature``,
+    ``--seed``, ``--no-repeat-ngram-size``. With ``sampling`` the ``beam`` hypotheses are
+    samples drawn one token at a time (from the ``sampling_topk`` most likely tokens, or the
+    fewest whose probability reaches ``sampling_topp``; None: the whole vocabulary), at
+    ``temperature``; ``seed`` (None: not seeded) makes a call's samples the same every time.
+    The ``nbest`` best hypotheses by score come back."""
+
+    beam: int = 5
+    lenpen: float = 1.0
+    max_len: int = 200
+    nbest: int = 1
+    sampling: bool = False
+    sampling_topk: Optional[int] = None
+    sampling_topp: Optional[float] = None
+    temperature: float = 1.0
+    seed: Optional[int] = None
+    no_repeat_ngram_size: int = 0
+
+
+def search(
+    beam=5,
+    lenpen=1.0,
+    max_len=200,
+    nbest=1,
+    sampling=False,
+    sampling_topk=None,
+    sampling_topp=None,
+    temperature=1.0,
+    seed=None,
+    no_repeat_ngram_size=0,
+) -> Search:
+    """The search options checked, each bound a model does not set (:func:`model_bounds` sets
+    the others): ``nbest`` at most ``beam``; the sampling options only with ``sampling``, and
+    ``sampling_topk`` or ``sampling_topp``, not both (fairseq keeps one of them, the other engines
+    both); ``sampling_topp`` in (0, 1]; ``temperature`` in [MIN_TEMPERATURE, MAX_TEMPERATURE];
+    ``seed`` from 0 to MAX_SEED; ``no_repeat_ngram_size`` 0 (off) or at least 2."""
+    beam, lenpen, max_len = generation(beam, lenpen, max_len)
+    nbest = positive_int("nbest", nbest)
+    if nbest > beam:
+        raise HltmtConfigError(
+            f"nbest {nbest} is more than the beam ({beam}): a search returns at most beam hypotheses"
+        )
+    sampling = flag("sampling", sampling)
+    topk = positive_int("sampling_topk", sampling_topk, optional=True)
+    topp = None if sampling_topp is None else finite_float("sampling_topp", sampling_topp)
+    if topp is not None and not 0 < topp <= 1:
+        raise HltmtConfigError(f"sampling_topp must be more than 0 and at most 1, got {topp:g}")
+    temperature = finite_float("temperature", temperature)
+    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
+        raise HltmtConfigError(
+            f"temperature must be from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}, got {temperature:g}"
+        )
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise HltmtConfigError(f"seed must be a whole number, got {seed!r:.60}")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise HltmtConfigError(f"seed must be from 0 to {MAX_SEED}, got {seed}")
+    given = [
+        name
+        for name, value, unset in (
+            ("sampling_topk", topk, None),
+            ("sampling_topp", topp, None),
+            ("temperature", temperature, 1.0),
+            ("seed", seed, None),
+        )
+        if value != unset
+    ]
+    if given and not sampling:
+        raise HltmtConfigError(f"{given[0]} applies to sampling: give sampling=True (--sampling) with it")
+    if topk is not None and topp is not None:
+        raise HltmtConfigError("give sampling_topk or sampling_topp, not both")
+    if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, numbers.Integral):
+        raise HltmtConfigError(f"no_repeat_ngram_size must be a whole number, got {no_repeat_ngram_size!r:.60}")
+    if no_repeat_ngram_size < 0 or no_repeat_ngram_size == 1:
+        raise HltmtConfigError(  # transformers counts the decoder's start (the end of sentence) as generated
+            f"no_repeat_ngram_size must be 0 (off) or at least 2, got {no_repeat_ngram_size} (with 1 a translation "
+            "could never end on every engine)"
+        )
+    return Search(
+        beam,
+        lenpen,
+        max_len,
+        nbest,
+        sampling,
+        topk,
+        topp,
+        temperature,
+        None if seed is None else int(seed),
+        int(no_repeat_ngram_size),
+    )
+
+
+def model_bounds(options: Search, vocab_size: int, max_positions: int) -> Search:
+    """``options`` within a model of ``vocab_size`` symbols and ``max_positions`` target
+    positions, the same for every engine: the beam and length of :func:`search_bounds`, at most
+    ``vocab_size`` tokens to sample from, an n-gram no longer than a translation can be."""
+    beam, max_len = search_bounds(options.beam, options.max_len, vocab_size, max_positions)
+    if options.sampling_topk is not None and options.sampling_topk > vocab_size:
+        raise HltmtConfigError(
+            f"sampling_topk {options.sampling_topk} is more than the model's vocabulary ({vocab_size} symbols)"
+        )
+    if options.no_repeat_ngram_size > max_positions:
+        raise HltmtConfigError(
+            f"no_repeat_ngram_size {options.no_repeat_ngram_size} is longer than any translation of this model "
+            f"({max_positions} target positions)"
+        )
+    return options._replace(beam=beam, max_len=max_len)
 
 
 def max_threads() -> int:
@@ -148,10 +263,10 @@ def check_text(text: str) -> None:
         raise HltmtInputError(f"the text {why}: not translated")
 
 
-def translate_batch(items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress):
+def translate_batch(items, search_options: dict, errors, max_tokens, max_sentences, first_line, progress):
     """The arguments of :meth:`~hltmt_plugin.hub.HltmtTranslator.translate_batch`, checked in
-    order: ``(items as a list, (beam, lenpen, max_len), max_tokens, max_sentences)``; a bad one
-    raises."""
+    order: ``(items as a list, the search options (:func:`search`), max_tokens, max_sentences)``;
+    a bad one raises."""
     if not isinstance(errors, str) or errors not in ("raise", "keep"):
         raise HltmtConfigError(f"errors must be 'raise' or 'keep', got {errors!r:.60}")
     items = as_list("items", items, "(src, tgt, text) tuples")
@@ -159,11 +274,11 @@ def translate_batch(items, beam, lenpen, max_len, errors, max_tokens, max_senten
         raise HltmtInputError(
             f"items holds {len(items)} sentences, more than {text_rule.MAX_LINES} in one call: split it"
         )
-    search = generation(beam, lenpen, max_len)
+    options = search(**search_options)
     max_tokens = positive_int("max_tokens", max_tokens, optional=True)
     max_sentences = positive_int("max_sentences", max_sentences, optional=True)
     if isinstance(first_line, bool) or not isinstance(first_line, int):
         raise HltmtConfigError(f"first_line must be a whole number, got {first_line!r:.60}")
     if progress is not None and not callable(progress):
         raise HltmtConfigError(f"progress must be a function (or None), got {type(progress).__name__}")
-    return items, search, max_tokens, max_sentences
+    return items, options, max_tokens, max_sentences

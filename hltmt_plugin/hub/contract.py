@@ -8,8 +8,10 @@ Imports neither torch nor fairseq.
 - :func:`check_length`: a sentence longer than the model's source positions (refused, not cut);
 - :func:`admit_items`: a call's ``(src, tgt, text)`` items, each admitted or given its error
   with its line number;
-- :func:`outcome`: what ``translate_batch`` returns (texts or :class:`Translation` objects;
-  :class:`TranslationErrors` naming the failed lines with ``errors="raise"``);
+- :func:`ranked`: a sentence's result from its hypotheses, the ``nbest`` best by score;
+- :func:`outcome`: what ``translate_batch`` returns (texts, or lists of ``nbest`` texts, or
+  :class:`Translation` objects; :class:`TranslationErrors` naming the failed lines with
+  ``errors="raise"``);
 - :func:`import_ctranslate2`, :func:`import_transformers`: the engines' libraries, or one line
   saying how to install them;
 - :class:`Translator`: the contract itself, kept by every translator: ``load`` (the options
@@ -21,13 +23,14 @@ Imports neither torch nor fairseq.
   directions, a call's tokens, batches by the model that serves them.
 """
 
+import contextlib
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments
-from hltmt_plugin.hub.results import Translation, TranslationErrors
+from hltmt_plugin.hub.results import Hypothesis, Translation, TranslationErrors
 
 INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
 TRANSFORMERS_INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
@@ -123,11 +126,27 @@ def refuse(result: Translation, error: Exception) -> None:
     result.error, result.routing, result.zero_shot = str(error), None, False
 
 
-def outcome(results: List[Translation], details: bool, errors: str) -> list:
-    """What ``translate_batch`` returns: the texts (or the Translations with ``details``); with
+def ranked(result: Translation, hypotheses: Sequence[Tuple[str, float, int]], nbest: int) -> None:
+    """Fill ``result`` from an engine's ``(text, score, tokens)`` hypotheses (score in base 2):
+    its text, score and tokens the best's, and with ``nbest`` above 1 its ``hypotheses``, the
+    ``nbest`` best, best first (equal scores in the engine's order), as fairseq orders them."""
+    order = sorted(range(len(hypotheses)), key=lambda i: (-hypotheses[i][1], i))[:nbest]
+    result.text, result.score, result.tokens = hypotheses[order[0]]
+    if nbest > 1:
+        result.hypotheses = [Hypothesis(*hypotheses[i]) for i in order]
+
+
+def outcome(results: List[Translation], details: bool, errors: str, nbest: int = 1) -> list:
+    """What ``translate_batch`` returns: the texts (with ``nbest`` above 1, each sentence's list
+    of texts, best first; None for a failed sentence), or the Translations with ``details``; with
     ``errors="raise"`` and a failed sentence, :class:`TranslationErrors`."""
     failed = [r for r in results if r.error is not None]
-    out = results if details else [r.text for r in results]
+    if details:
+        out = results
+    elif nbest > 1:
+        out = [None if r.text is None else [h.text for h in r.hypotheses] for r in results]
+    else:
+        out = [r.text for r in results]
     if failed and errors == "raise":
         shown = "; ".join(f"line {r.line}: {r.error}" for r in failed[:5])
         more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
@@ -165,7 +184,9 @@ class Translator:
     routed (:meth:`routing`, refusing an unknown language), tokenizes a call's admitted texts
     (:meth:`_tokens`: each text's ids with end of sentence), keeps what it needs of a sentence
     that fits (:meth:`_prepared`) and translates the prepared sentences of a call
-    (:meth:`_translate_prepared`), filling each result's text, tokens and score."""
+    (:meth:`_translate_prepared`, given the call's :class:`~hltmt_plugin.hub.arguments.Search`),
+    filling each result through :func:`ranked`; a call with a ``seed`` runs inside its
+    :meth:`_seeded` (torch's generators, unless the engine draws from others)."""
 
     langs: List[str]
     directions: Optional[TrainedDirections]
@@ -238,6 +259,16 @@ class Translator:
     ):
         raise NotImplementedError
 
+    def _seeded(self, seed: int):
+        """A context in which the engine's random draws start from ``seed``: torch's generators,
+        seeded, and given back as they were after it."""
+        import torch
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.random.fork_rng(devices=list(range(torch.cuda.device_count()))))
+        torch.manual_seed(seed)
+        return stack
+
     def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
         """A :class:`Translation` per item (with its error if it cannot be translated: the
         refusals of this module), and what :meth:`_prepared` keeps of the items that can."""
@@ -267,6 +298,13 @@ class Translator:
         beam: int = 5,
         lenpen: float = 1.0,
         max_len: int = 200,
+        nbest: int = 1,
+        sampling: bool = False,
+        sampling_topk: Optional[int] = None,
+        sampling_topp: Optional[float] = None,
+        temperature: float = 1.0,
+        seed: Optional[int] = None,
+        no_repeat_ngram_size: int = 0,
         details: bool = False,
         errors: str = "raise",
         max_tokens: Optional[int] = None,
@@ -278,13 +316,24 @@ class Translator:
         """Translate ``(src, tgt, text)`` items of any directions together, in input order.
 
         Args:
-            beam: beam size; lenpen: length penalty; max_len: the most tokens of a translation
-                (fairseq's ``--max-len-b`` with ``--max-len-a 0``).
+            beam: beam size (with ``sampling``: how many samples are drawn); lenpen: length
+                penalty; max_len: the most tokens of a translation (fairseq's ``--max-len-b``
+                with ``--max-len-a 0``).
+            nbest: how many hypotheses come back, best first (at most ``beam``): each
+                sentence's list of texts, or with ``details`` each Translation's
+                ``hypotheses`` (text, score, tokens).
+            sampling: draw the hypotheses at random, token by token, instead of beam search;
+                with it ``sampling_topk`` (from the k most likely tokens) or ``sampling_topp``
+                (from the fewest whose probability reaches p), ``temperature`` and ``seed``
+                (the same samples every call; None: not seeded). See
+                :class:`~hltmt_plugin.hub.arguments.Search`.
+            no_repeat_ngram_size: no n-gram of this size twice in a translation (0: off).
             details: return :class:`Translation` objects (text, score, routing, error) instead
                 of strings.
             errors: ``"raise"``: if any sentence fails, raise :class:`TranslationErrors` (one
                 line naming the failed lines; the others are translated and in ``.results``);
-                ``"keep"``: return them as ``None`` (or a Translation with ``error``).
+                ``"keep"``: return them as ``None`` (with ``details``, a Translation whose
+                ``error`` says why).
             first_line: the line number of the first item, for messages.
             progress: called with the number of sentences finished after each batch.
             zero_shot: also translate the directions the model was not trained on whose
@@ -296,25 +345,37 @@ class Translator:
         :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
         holding a NUL character or a lone surrogate fails alone, like an empty one.
         """
-        items, search, max_tokens, max_sentences = arguments.translate_batch(
-            items, beam, lenpen, max_len, errors, max_tokens, max_sentences, first_line, progress
+        options = dict(
+            beam=beam,
+            lenpen=lenpen,
+            max_len=max_len,
+            nbest=nbest,
+            sampling=sampling,
+            sampling_topk=sampling_topk,
+            sampling_topp=sampling_topp,
+            temperature=temperature,
+            seed=seed,
+            no_repeat_ngram_size=no_repeat_ngram_size,
         )
-        beam, lenpen, max_len = search
-        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
+        items, search, max_tokens, max_sentences = arguments.translate_batch(
+            items, options, errors, max_tokens, max_sentences, first_line, progress
+        )
+        search = arguments.model_bounds(search, len(self.dictionary), self.max_target_positions)
         results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
         failed_early = len(items) - len(prepared)
         if progress is not None and failed_early:
             progress(failed_early)
         if prepared:
-            self._translate_prepared(
-                prepared,
-                results,
-                (beam, lenpen, max_len),
-                max_tokens or self.max_tokens,
-                max_sentences or self.max_sentences,
-                progress,
-            )
-        return outcome(results, details, errors)
+            with self._seeded(search.seed) if search.seed is not None else contextlib.nullcontext():
+                self._translate_prepared(
+                    prepared,
+                    results,
+                    search,
+                    max_tokens or self.max_tokens,
+                    max_sentences or self.max_sentences,
+                    progress,
+                )
+        return outcome(results, details, errors, search.nbest)
 
 
 class ExportedTranslator(Translator):

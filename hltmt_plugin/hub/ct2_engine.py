@@ -13,18 +13,23 @@ CTranslate2 model of their target language (the routing map's pool module, the u
 or the one model), sorted by length and cut into the call's batches (``max_tokens``,
 ``max_sentences``), which CTranslate2 sorts and cuts again into batches of at most
 :data:`ENGINE_BATCH_TOKENS` tokens; results come back in input order. Beam search is
-CTranslate2's; the translation and its score are fairseq's (:func:`_best`: the sum of the token
-log-probabilities, end of sentence included, over the length to the power ``lenpen``, in base 2).
+CTranslate2's; the translation and its score are fairseq's (:func:`_scores`: the sum of the token
+log-probabilities, end of sentence included, over the length to the power ``lenpen``, in base 2),
+and so are the ``nbest`` best. The other search options are CTranslate2's own (:func:`decoding`):
+sampling draws ``beam`` samples (``num_hypotheses``, a beam of 1) with ``sampling_topk`` (the
+whole vocabulary without it), ``sampling_topp``, ``sampling_temperature``, seeded by
+``set_random_seed``; ``no_repeat_ngram_size``.
 
 Where it runs (:func:`engine_options`, :func:`check_machine`): ``device`` cpu, cuda or cuda:N
 (default: cuda when CTranslate2 sees one, else cpu), ``compute_type`` CTranslate2's
 (``float16`` and ``int8_float16`` on a GPU; ``int8`` on the CPU), ``threads`` per translation.
 """
 
+import contextlib
 import math
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, contract
@@ -96,6 +101,25 @@ def check_machine(ct2, options: dict) -> dict:
     return options
 
 
+def decoding(search: arguments.Search) -> dict:
+    """CTranslate2's ``translate_batch`` options of a call's checked search: a beam search
+    returning its whole beam, or ``beam`` samples."""
+    if not search.sampling:
+        return {
+            "beam_size": search.beam,
+            "num_hypotheses": search.beam,
+            "no_repeat_ngram_size": search.no_repeat_ngram_size,
+        }
+    return {
+        "beam_size": 1,
+        "num_hypotheses": search.beam,
+        "sampling_topk": search.sampling_topk or 0,  # 0: the whole vocabulary
+        "sampling_topp": 1.0 if search.sampling_topp is None else search.sampling_topp,
+        "sampling_temperature": search.temperature,
+        "no_repeat_ngram_size": search.no_repeat_ngram_size,
+    }
+
+
 class Ct2Translator(contract.ExportedTranslator):
     """An export folder's CTranslate2 models, serving any of its directions, mixed in one call."""
 
@@ -145,10 +169,23 @@ class Ct2Translator(contract.ExportedTranslator):
         first, then ``ids``."""
         return [self.symbols[i] for i in self.language_first(src, tgt, ids)]
 
+    def _seeded(self, seed: int):
+        """CTranslate2's random generators seeded: each worker thread seeds its own when it first
+        draws, so the models are loaded again (new workers) after ``set_random_seed``, from the
+        folder checked again; there is no state to give back."""
+        from hltmt_plugin.hub.manifest import read as read_manifest
+
+        if read_manifest(self.folder) != self.record:
+            raise HltmtInputError(f"{self.folder} has changed since it was loaded: load it again")
+        ct2 = contract.import_ctranslate2()
+        ct2.set_random_seed(seed)
+        self.models = {group: _load_model(ct2, self.folder, self.record, group, self.options) for group in self.models}
+        return contextlib.nullcontext()
+
     def _run(self, group: str, batch, results: List[Translation], search) -> None:
-        """Beam search on one batch (CTranslate2's, all the beam's hypotheses returned), the best
-        by fairseq's score (:func:`_best`)."""
-        beam, lenpen, max_len = search
+        """Beam search or sampling on one batch (CTranslate2's, all the beam's hypotheses
+        returned), the ``nbest`` best by fairseq's score (:func:`_scores`)."""
+        lenpen, max_len = search.lenpen, search.max_len
         prefix = None
         if self.record["decoder_langtok"]:
             prefix = [[self.record["language_tokens"][results[index].tgt]] for index, _ in batch]
@@ -157,12 +194,11 @@ class Ct2Translator(contract.ExportedTranslator):
         outputs = model.translate_batch(
             sources,
             target_prefix=prefix,
-            beam_size=beam,
             length_penalty=lenpen,
             max_input_length=0,
             max_decoding_length=max_len,
             return_scores=True,
-            num_hypotheses=beam,
+            **decoding(search),
             min_decoding_length=0 if prefix else 1,  # fairseq: no end of sentence at the first step only
             max_batch_size=ENGINE_BATCH_TOKENS,
             batch_type="tokens",
@@ -171,12 +207,12 @@ class Ct2Translator(contract.ExportedTranslator):
         forced = [s.log_probs[0] for s in model.score_batch(sources, prefix)] if prefix else [0.0] * len(batch)
         index_of, pad = self.dictionary.index, self.dictionary.pad_word
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
-            tokens, score = _best(model, sources[k], output, max_len, lenpen, forced[k])
-            ids = [index_of(t if t != BLANK else pad) for t in tokens]
-            result = results[index]
-            result.text = self.dictionary.text(ids, self.leave_out)
-            result.tokens = len(ids) + 1  # end of sentence included
-            result.score = score / math.log(2)  # both divide by the length with end of sentence
+            hypotheses = []
+            for tokens, score in zip(output.hypotheses, _scores(model, sources[k], output, max_len, lenpen, forced[k])):
+                ids = [index_of(t if t != BLANK else pad) for t in tokens]
+                # end of sentence counted in the tokens; both scores divide by the length with it
+                hypotheses.append((self.dictionary.text(ids, self.leave_out), score / math.log(2), len(ids) + 1))
+            contract.ranked(results[index], hypotheses, search.nbest)
 
 
 def _load_model(ct2, folder: str, record: dict, group: str, options: dict):
@@ -193,9 +229,9 @@ def _load_model(ct2, folder: str, record: dict, group: str, options: dict):
         ) from None
 
 
-def _best(model, source: List[str], output, max_len: int, lenpen: float, forced: float) -> Tuple[List[str], float]:
-    """The hypothesis fairseq's beam search returns, and its score. The beam's finished
-    hypotheses are the same; fairseq's choice among them counts two log-probabilities that
+def _scores(model, source: List[str], output, max_len: int, lenpen: float, forced: float) -> List[float]:
+    """fairseq's score of each hypothesis of ``output`` (natural log). The beam's finished
+    hypotheses are the same; fairseq's scores of them count two log-probabilities that
     CTranslate2's scores leave out: the forced target prefix's (``forced``) and, for a
     hypothesis cut at ``max_len``, the end of sentence fairseq forces there (such hypotheses
     are scored again with it, by CTranslate2's ``score_batch``)."""
@@ -207,8 +243,7 @@ def _best(model, source: List[str], output, max_len: int, lenpen: float, forced:
     if cut:
         for i, scored in zip(cut, model.score_batch([source] * len(cut), [hypotheses[i] for i in cut])):
             scores[i] = sum(scored.log_probs) / (len(scored.log_probs) ** lenpen)
-    best = max(range(len(hypotheses)), key=lambda i: (scores[i], -i))
-    return hypotheses[best], scores[best]
+    return scores
 
 
 def _patched_files(folder: str, record: dict, group: str) -> Optional[Dict[str, bytes]]:

@@ -80,7 +80,7 @@ class HfTranslator(contract.ExportedTranslator):
 
         group, forced = key[0], key[1] or None
         model = self.models[group]
-        beam, lenpen, max_len = search
+        beam, lenpen, max_len = search.beam, search.lenpen, search.max_len
         pad = self.dictionary.pad_index
         width = max(len(ids) for _, ids in batch)
         input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -88,31 +88,43 @@ class HfTranslator(contract.ExportedTranslator):
             input_ids[k, : len(ids)] = torch.tensor(ids)
         inputs = {"input_ids": input_ids.to(self.device), "attention_mask": (input_ids != pad).long().to(self.device)}
         extra = {"forced_bos_token_id": self.lang_ids[forced]} if forced is not None else {}
+        if search.sampling:  # beam samples, their tokens' log-probabilities (at the temperature) kept
+            extra.update(
+                do_sample=True,
+                top_k=search.sampling_topk or 0,  # 0: the whole vocabulary
+                top_p=1.0 if search.sampling_topp is None else search.sampling_topp,
+                temperature=search.temperature,
+                output_logits=True,
+            )
         with torch.no_grad():
             out = model.generate(
                 **inputs,
-                num_beams=beam,
+                num_beams=1 if search.sampling else beam,
                 num_return_sequences=beam,
                 length_penalty=lenpen,
                 max_new_tokens=max_len + 1,
+                no_repeat_ngram_size=search.no_repeat_ngram_size,
                 return_dict_in_generate=True,
                 output_scores=True,
                 **extra,
             )
             first = self._forced_log_prob(model, inputs, forced) if forced is not None else [0.0] * len(batch)
         sequences = out.sequences.view(len(batch), beam, -1).tolist()
-        scores = out.sequences_scores.view(len(batch), beam).tolist()
+        if search.sampling:  # fairseq's score of a sample: its tokens' log-probabilities, forced ones included
+            logp = torch.stack(out.logits, 1).float().div(search.temperature).log_softmax(-1)
+            picked = logp.gather(-1, out.sequences[:, 1:, None])[..., 0].view(len(batch), beam, -1).tolist()
+        else:
+            scores = out.sequences_scores.view(len(batch), beam).tolist()
         for k, (index, _) in enumerate(batch):
-            fairseq = [
-                self._score(model, inputs, k, sequences[k][b], scores[k][b], lenpen, max_len, first[k])
-                for b in range(beam)
-            ]
-            best = max(range(beam), key=lambda b: (fairseq[b], -b))
-            ids = _hypothesis(sequences[k][best], self.dictionary)
-            result = results[index]
-            result.text = self.dictionary.text(ids, self.leave_out)
-            result.tokens = len(ids) + 1  # end of sentence included
-            result.score = fairseq[best] / math.log(2)
+            hypotheses = []
+            for b in range(beam):
+                ids = _hypothesis(sequences[k][b], self.dictionary)
+                if search.sampling:
+                    fairseq = sum(picked[k][b][: len(ids) + 1]) / (len(ids) + 1) ** lenpen
+                else:
+                    fairseq = self._score(model, inputs, k, sequences[k][b], scores[k][b], lenpen, max_len, first[k])
+                hypotheses.append((self.dictionary.text(ids, self.leave_out), fairseq / math.log(2), len(ids) + 1))
+            contract.ranked(results[index], hypotheses, search.nbest)  # end of sentence counted in the tokens
 
     def _score(self, model, inputs, row: int, sequence, score: float, lenpen: float, max_len: int, forced: float):
         """fairseq's score of a hypothesis (natural log): ``generate``'s normalized score with the

@@ -1,5 +1,6 @@
 """What a translation call returns: one :class:`Translation` per sentence (text, score,
-routing, error), and the error that names the sentences that failed."""
+routing, error; with ``nbest`` above 1 its :class:`Hypothesis` list), and the error that names
+the sentences that failed."""
 
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
@@ -18,6 +19,15 @@ class TranslationErrors(HltmtInputError):
 
 
 @dataclass
+class Hypothesis:
+    """One of a sentence's ``nbest`` hypotheses: as :class:`Translation`'s text, score and tokens."""
+
+    text: str
+    score: float
+    tokens: int
+
+
+@dataclass
 class Translation:
     """One sentence's result. ``line`` is its 1-based position in the input."""
 
@@ -31,11 +41,14 @@ class Translation:
     routing: Optional[Dict[str, object]] = None
     error: Optional[str] = None
     zero_shot: bool = False  # a direction outside the model's training directions (hltmt_plugin.directions)
+    hypotheses: Optional[List[Hypothesis]] = None  # with nbest > 1: the nbest best, best first (text is the first's)
 
     def to_dict(self) -> Dict[str, object]:
         """For JSON: every field; ``error`` only on a failed sentence, ``zero_shot`` only on a
-        sentence translated in a zero-shot direction."""
+        sentence translated in a zero-shot direction, ``hypotheses`` only with ``nbest`` above 1."""
         out = asdict(self)
+        if out["hypotheses"] is None:
+            del out["hypotheses"]
         if out["error"] is None:
             del out["error"]
         if not out["zero_shot"]:

@@ -24,7 +24,9 @@ source-language id (``--enable-lang-ids``, which the adapters and skills read), 
 ``LanguagePairDataset`` (left-padded sources). Sentences of all directions are sorted by
 length and batched by tokens together; results come back in input order. Beam search is the
 task's own generator and ``inference_step``, so a sentence gets the translation
-``fairseq-generate`` gives it for the same checkpoint, direction and beam; with
+``fairseq-generate`` gives it for the same checkpoint, direction and beam (and its ``--nbest``,
+``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--temperature``,
+``--no-repeat-ngram-size``: the generator's own; ``--seed``: torch's generators seeded); with
 ``--decoder-langtok`` each row's translation starts with its own target-language token,
 forced as fairseq-generate forces it (``prefix_tokens``) and left out of the text.
 
@@ -48,7 +50,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 import hltmt_plugin
-from hltmt_plugin.directions import TrainedDirections, marks_target
+from hltmt_plugin.directions import TRAINED_KEY, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.manifest import is_export, read as read_manifest
@@ -89,9 +91,11 @@ class HltmtTranslator(contract.Translator):
         self.max_target_positions = self.loaded.max_target_positions
         self._generators: Dict[Tuple, object] = {}
         self._routes: Dict[Tuple[str, str], Dict[str, object]] = {}
-        # the directions it was trained on; languages whose adapters were imported later
-        pairs, added = list(getattr(task, "lang_pairs", None) or []), _stored(cfg, "model", "adapter_langs") or ()
-        self.directions = TrainedDirections(pairs, added, marks_target(task.args)) if pairs else None
+        # the directions it was trained on (kept from the model it started from, and from imported
+        # adapters); languages whose adapters were imported later without any
+        stored = {name: _stored(cfg, "model", name) for name in (TRAINED_KEY, "adapter_langs")}
+        stored["lang_pairs"] = list(getattr(task, "lang_pairs", None) or [])
+        self.directions = TrainedDirections.from_options(stored, marks_target(task.args))
         # The task knows a dictionary per language of its training pairs; all are the one shared
         # dictionary (the task asserts it). Languages of --langs outside those pairs (served by
         # imported adapters or the skill matrix) get it too, so the data manager finds their tokens.
@@ -247,14 +251,28 @@ class HltmtTranslator(contract.Translator):
                 samples.append(dict(dataset[j], id=index))
             yield entries[batch[0]][1].collater(samples)
 
-    def generator(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200):
-        beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
-        beam, max_len = arguments.search_bounds(beam, max_len, len(self.dictionary), self.max_target_positions)
-        key = beam, lenpen, max_len
+    def generator(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, **options):
+        """fairseq's generator of these search options (those of ``translate_batch``), checked."""
+        search = arguments.search(beam, lenpen, max_len, **options)
+        return self._generator(arguments.model_bounds(search, len(self.dictionary), self.max_target_positions))
+
+    def _generator(self, search: arguments.Search):
+        """fairseq's generator of ``search`` (checked), made once (the seed is the call's)."""
+        key = search._replace(seed=None, nbest=1)
         if key not in self._generators:
             from fairseq.dataclass.configs import GenerationConfig
 
-            args = GenerationConfig(beam=beam, lenpen=lenpen, max_len_a=0, max_len_b=max_len)
+            args = GenerationConfig(
+                beam=search.beam,
+                lenpen=search.lenpen,
+                max_len_a=0,
+                max_len_b=search.max_len,
+                sampling=search.sampling,
+                sampling_topk=-1 if search.sampling_topk is None else search.sampling_topk,
+                sampling_topp=-1.0 if search.sampling_topp is None else search.sampling_topp,
+                temperature=search.temperature,
+                no_repeat_ngram_size=search.no_repeat_ngram_size,
+            )
             task_args = self.task.args
             unset = getattr(task_args, "target_lang", None) is None
             if unset:  # fairseq's generator looks up one target-language token; each row brings its own (_run)
@@ -275,16 +293,16 @@ class HltmtTranslator(contract.Translator):
 
     def _translate_prepared(self, prepared, results: List[Translation], search, max_tokens, max_sentences, progress):
         """Beam search on the ``(index, src, tgt, tokens)`` rows, batched as the task batches them."""
-        generator = self.generator(*search)
+        generator = self._generator(search)
         entries = self._datasets(prepared)
         for sample in self._batches(entries, max_tokens, max_sentences):
-            self._run(generator, sample, results, entries)
+            self._run(generator, sample, results, entries, search.nbest)
             if progress is not None:
                 progress(len(sample["id"]))
 
-    def _run(self, generator, sample, results: List[Translation], entries) -> None:
-        """Beam search on one batch; if the model refuses the batch, each sentence alone, so
-        that only the sentences at fault fail."""
+    def _run(self, generator, sample, results: List[Translation], entries, nbest: int = 1) -> None:
+        """Beam search on one batch, the ``nbest`` best of each sentence kept; if the model
+        refuses the batch, each sentence alone, so that only the sentences at fault fail."""
         import torch
         from fairseq import utils
 
@@ -310,19 +328,23 @@ class HltmtTranslator(contract.Translator):
             by_index = {index: (dataset, j) for index, dataset, j in entries}
             for index in ids:
                 dataset, j = by_index[index]
-                self._run(generator, dataset.collater([dict(dataset[j], id=index)]), results, entries)
+                self._run(generator, dataset.collater([dict(dataset[j], id=index)]), results, entries, nbest)
             return
         strip = set(getattr(generator, "symbols_to_strip_from_output", {generator.eos}))
         if tgt_spec:  # the target-language token that starts each translation
             strip |= {self.task.data_manager.get_decoder_langtok(lang, tgt_spec) for lang in self.langs}
-        for index, nbest in zip(sample["id"].tolist(), hypos):
-            best = nbest[0]
-            result = results[index]
-            result.text = self.bpe.decode(
-                self.task.target_dictionary.string(best["tokens"].int().cpu(), extra_symbols_to_ignore=strip)
-            )
-            result.score = float(best["score"]) / math.log(2)
-            result.tokens = int(best["tokens"].numel())
+        for index, found in zip(sample["id"].tolist(), hypos):  # fairseq's hypotheses, best first
+            hypotheses = [
+                (
+                    self.bpe.decode(
+                        self.task.target_dictionary.string(h["tokens"].int().cpu(), extra_symbols_to_ignore=strip)
+                    ),
+                    float(h["score"]) / math.log(2),
+                    int(h["tokens"].numel()),
+                )
+                for h in found[:nbest]
+            ]
+            contract.ranked(results[index], hypotheses, nbest)
 
 
 def _device(device: Optional[str]) -> "torch.device":
