@@ -47,7 +47,6 @@ marked done (a rerun resumes after the last completed step):
 """
 
 import argparse
-import math
 import os
 import sys
 
@@ -59,7 +58,7 @@ from hltmt_plugin.corpora import (  # noqa: E402
     WMT10_LANGS as LANGS_LIST,
 )
 from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
-from hltmt_plugin.experiments.recipe import Comparison, Hyper, prepare_command  # noqa: E402
+from hltmt_plugin.experiments.recipe import Comparison, Hyper, prepare_command, update_freq  # noqa: E402
 from hltmt_plugin.experiments.steps import (  # noqa: E402
     BF16_REFUSED,
     NGPU_HELP,
@@ -119,7 +118,7 @@ class Recipe:
         self.systems = [s for s in args.systems.split(",") if s]
         self.xlmr = os.path.abspath(args.xlmr)
         self.pretrained = os.path.join(self.xlmr, "model.pt")
-        self.update_freq = args.update_freq or max(1, math.ceil(64 / args.ngpu))
+        self.update_freq, self.batch_note = update_freq(args.ngpu, args.update_freq or 0)
         self.precision = args.precision if args.precision != "auto" else ("amp" if args.gpu else "fp32")
         self.dry_run = args.dry_run
 
@@ -308,6 +307,7 @@ class Recipe:
                 os.path.join(self.save_dir("hltmt"), "checkpoint_last.pt") if "hltmt" in self.systems else None
             ),
             valid_logs=[f"{system}={self.logs}/train_{system}.seed*.log" for system in self.systems],
+            options=["--paper-rows", "xlmr"],  # the paper's rows of systems initialised from XLM-R
             note=None
             if self.args.gpu
             else "Trained on CPU: far from converged; the figures show that the recipe runs end to end, "
@@ -338,6 +338,8 @@ class Recipe:
             f"update-freq {self.update_freq}; run folder {self.run_dir}",
             flush=True,
         )
+        if self.batch_note:
+            print(f"{'# ' if self.dry_run else ''}xlmr recipe: {self.batch_note}", flush=True)
         if not self.dry_run and not os.environ.get("PYTHONWARNINGS"):
             os.environ["PYTHONWARNINGS"] = QUIET
         run_steps(steps, self.run_dir, self.dry_run)
@@ -404,7 +406,7 @@ def build_parser():
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (paper: 5e-4; authors' code: 3e-4)")
     p.add_argument("--warmup", type=int, default=4000, help="inverse_sqrt warm-up updates")
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens per GPU batch")
-    p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP + "; sets --update-freq 64 / --ngpu")
+    p.add_argument("--ngpu", type=int, default=1, help=NGPU_HELP + "; sets --update-freq nearest to 64 / --ngpu")
     p.add_argument("--update-freq", type=int, default=None, help="override the 64/--ngpu accumulation")
     p.add_argument("--temperature-start", type=float, default=1.0)
     p.add_argument("--temperature-end", type=float, default=5.0)

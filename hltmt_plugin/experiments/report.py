@@ -22,8 +22,9 @@ detokenized text; chrF) and writes to OUT:
 
 results.md also names the machine (``--machine``, detected when not given), the run's sizes,
 updates and tokens/s (``--run-info`` JSON from scripts/gpu_run.py), and sets the En->X
-averages beside the HLT-MT paper's WMT-10 many-to-many En->X figures (HLT-MT 23.1, MNMT 22.0,
-LS-MNMT 22.0 BLEU; the runs this reports train many-to-many models) and their deltas. Needs sacrebleu and matplotlib; the heatmap also
+averages beside the HLT-MT paper's WMT-10 many-to-many En->X rows of the run's recipe
+(``--paper-rows``: from scratch, MNMT 22.0 and no HLT-MT or LS-MNMT row; from XLM-R, XLM-R 22.4,
+LS-MNMT 22.0, HLT-MT 23.1 BLEU: experiments/paper.py) and their deltas. Needs sacrebleu and matplotlib; the heatmap also
 needs torch and fairseq (skipped, with a note, where they do not import). The plugin is
 found from this file's repository, installed or not.
 """
@@ -39,6 +40,7 @@ from collections import defaultdict
 from hltmt_plugin import records
 from hltmt_plugin.cli import add_version, register
 from hltmt_plugin.cli.output import AtomicOutput
+from hltmt_plugin.experiments.paper import RECIPES
 from hltmt_plugin.experiments.plots import pyplot
 from hltmt_plugin.experiments.recipe import VALID_KEYS, read_train_log, score
 from hltmt_plugin.experiments.runs import (
@@ -50,11 +52,6 @@ from hltmt_plugin.experiments.runs import (
     save_figure,
 )
 from hltmt_plugin.experiments.steps import detect_machine
-
-# the paper's WMT-10 En->X averages (Yang et al. 2022, table of WMT-10 results), BLEU
-# the paper's many-to-many (N-N) rows, En->X average BLEU (examples/wmt10/README.md cites them)
-PAPER_EN_X = {"mnmt": 22.0, "lsmnmt": 22.0, "hltmt": 23.1}
-PAPER_NAMES = {"mnmt": "MNMT", "lsmnmt": "LS-MNMT", "hltmt": "HLT-MT"}
 
 GROUPS = ["En->X high", "En->X low", "X->En high", "X->En low", "high", "low", "En->X", "X->En", "all"]
 
@@ -190,27 +187,29 @@ def groups_present(table, systems):
     return [g for g in GROUPS if any(table[(s, "bleu")].get(g) for s in systems)]
 
 
-def paper_lines(table, systems, baseline):
-    """Our En->X averages beside the paper's WMT-10 En->X figures, as deltas to the baseline."""
-    ours = {s: mean_std(table[(s, "bleu")].get("En->X", []))[0] for s in systems if s in PAPER_EN_X}
-    if baseline not in ours or len(ours) < 2:
+def paper_lines(table, systems, baseline, recipe="scratch"):
+    """Our En->X averages beside the paper's WMT-10 rows of ``recipe`` (experiments/paper.py), as
+    deltas to the baseline; a system without a row says why."""
+    rows = RECIPES[recipe].rows
+    ours = {s: mean_std(table[(s, "bleu")].get("En->X", []))[0] for s in systems if s in rows}
+    base = rows.get(baseline)
+    if baseline not in ours or len(ours) < 2 or base is None or base.bleu is None:
         return []
     lines = [
         "",
         "## Beside the paper (En->X average BLEU)",
         "",
-        "The paper's figures are WMT-10 many-to-many (Yang et al. 2022); ours are DebMT-10 (other data, other "
-        "sizes, other training length): compare the deltas to the baseline, not the levels.",
+        "The paper's figures are WMT-10 many-to-many (Yang et al. 2022), its rows of systems "
+        f"{'initialised from XLM-R' if recipe == 'xlmr' else 'trained from scratch'}; ours are this run's (other "
+        "data, other sizes, other training length): compare the deltas to the baseline, not the levels.",
         "",
-        "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
+        f"| system | paper WMT-10 En->X | paper delta to {base.name} | ours En->X | our delta to {base.name} |",
         "|---|---|---|---|---|",
     ]
-    for s in sorted(ours, key=lambda x: list(PAPER_EN_X).index(x)):
-        paper, mine = PAPER_EN_X[s], ours[s]
-        lines.append(
-            f"| {PAPER_NAMES[s]} ({s}) | {paper:.1f} | {paper - PAPER_EN_X[baseline]:+.1f} | {mine:.2f} | "
-            f"{mine - ours[baseline]:+.2f} |"
-        )
+    for s in sorted(ours, key=list(rows).index):
+        row, mine = rows[s], ours[s]
+        paper = f"{row.bleu:.1f} | {row.bleu - base.bleu:+.1f}" if row.bleu is not None else f"{row.no_row} | "
+        lines.append(f"| {row.name} ({s}) | {paper} | {mine:.2f} | {mine - ours[baseline]:+.2f} |")
     return lines
 
 
@@ -229,6 +228,7 @@ def write_markdown(
     machine=None,
     run_info=None,
     conv=None,
+    paper_rows="scratch",
 ):
     """results.md: the run's facts, convergence, validation, and the BLEU and chrF tables."""
     lines = [
@@ -255,7 +255,7 @@ def write_markdown(
     for metric, label in (("bleu", "BLEU"), ("chrf", "chrF")):
         lines += score_lines(table, systems, directions, baseline, system, metric, label)
         if metric == "bleu":
-            lines += paper_lines(table, systems, baseline)
+            lines += paper_lines(table, systems, baseline, paper_rows)
     with AtomicOutput(path, "--out") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -461,6 +461,13 @@ def build_parser():
         "validation and their validation curve (repeatable)",
     )
     p.add_argument("--machine", default=None, help="the machine, in words (default: detected here)")
+    p.add_argument(
+        "--paper-rows",
+        choices=sorted(RECIPES),
+        default="scratch",
+        help="the paper's WMT-10 rows set beside the En->X averages: those of systems trained from scratch "
+        "(default) or initialised from XLM-R (examples/wmt10/README.md shows both)",
+    )
     path_option(
         p,
         "--run-info",
@@ -563,6 +570,7 @@ def main(argv=None):
         machine=args.machine or detect_machine(),
         run_info=run_info,
         conv=conv,
+        paper_rows=args.paper_rows,
     )
     plot_bleu(
         os.path.join(args.out, "bleu.png"), table, systems, directions, args.title, bleu_warning(conv, rows, args.note)

@@ -87,10 +87,16 @@ def test_the_tables_put_the_baseline_first_and_the_difference_last():
 def test_the_paper_lines_set_our_deltas_beside_the_papers():
     table = summarise(rows_of(["en-de"]), high=["de"])
     table[("hltmt", "bleu")]["En->X"] = [12.0]
-    lines = paper_lines(table, ["mnmt", "hltmt"], "mnmt")
+    lines = paper_lines(table, ["mnmt", "hltmt"], "mnmt", "xlmr")
+    assert lines[-3:] == [
+        "|---|---|---|---|---|",
+        "| XLM-R (mnmt) | 22.4 | +0.0 | 10.00 | +0.00 |",
+        "| HLT-MT (hltmt) | 23.1 | +0.7 | 12.00 | +2.00 |",
+    ]
+    lines = paper_lines(table, ["mnmt", "hltmt"], "mnmt")  # from scratch: the paper has no HLT-MT row
     assert lines[-2:] == [
         "| MNMT (mnmt) | 22.0 | +0.0 | 10.00 | +0.00 |",
-        "| HLT-MT (hltmt) | 23.1 | +1.1 | 12.00 | +2.00 |",
+        "| HLT-MT (hltmt) | no N-N row; the paper's ablation, two stages and SLP without XLM-R: 22.8 |  | 12.00 | +2.00 |",
     ]
     assert paper_lines(table, ["hltmt"], "mnmt") == []  # no baseline: nothing to set beside
 

@@ -64,8 +64,8 @@ def test_tiny_run_writes_at_most_eight_files_with_the_report(tiny):
         "**NOT CONVERGED**",
         "## Convergence",
         "| system | paper WMT-10 En->X | paper delta to MNMT | ours En->X | our delta to MNMT |",
-        "| HLT-MT (hltmt) | 23.1 | +1.1 |",
-        "| LS-MNMT (lsmnmt) | 22.0 | +0.0 |",
+        "| HLT-MT (hltmt) | no N-N row",  # the paper's rows of systems trained from scratch
+        "| LS-MNMT (lsmnmt) | no row",
         "**avg En->X high**",
         "**avg X->En low**",
         "Routing map after stage 1: de->m0",
