@@ -324,3 +324,29 @@ def test_several_gpus_on_the_cpu_is_one_line(capsys, script, argv, prefix):
     assert main_of(script)([*argv, "--ngpu", "8"]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(prefix) and "--ngpu 8" in lines[0], lines
+
+
+# --ngpu (and a given --update-freq) -> the --update-freq of every fairseq-train line, and the
+# note a driver prints when an update's batches are not the paper's 64
+OFF = "--ngpu {} x --update-freq {} makes an update of {} batches of --max-tokens, not the paper's 64: a batch {}"
+PAPER_BATCH = {
+    ("1",): ("64", None),
+    ("2",): ("32", None),
+    ("3",): ("21", OFF.format(3, 21, 63, "1.6% smaller")),
+    ("8",): ("8", None),
+    ("64",): ("1", None),
+    ("128",): ("1", OFF.format(128, 1, 128, "100.0% larger")),
+    ("8", "--update-freq", "4"): ("4", OFF.format(8, 4, 32, "50.0% smaller")),
+}
+
+
+@pytest.mark.parametrize("script, prefix", [("main_job", "# main job: "), ("xlmr_recipe", "# xlmr recipe: ")])
+@pytest.mark.parametrize("gpus", PAPER_BATCH)
+def test_update_freq_makes_the_papers_batch_or_says_how_far_off_it_is(tmp_path, capsys, script, prefix, gpus):
+    assert main_of(script)([*SCRIPTS[script][0](tmp_path), "--gpu", "--ngpu", *gpus]) == 0
+    out = capsys.readouterr().out
+    freq, note = PAPER_BATCH[gpus]
+    train = [x for x in command_lines(out) if fairseq_tool(x) == "train"]
+    assert train and {x[x.index("--update-freq") + 1] if "--update-freq" in x else "1" for x in train} == {freq}
+    notes = [line for line in out.splitlines() if "the paper's 64" in line]
+    assert notes == ([prefix + note] if note else []), notes

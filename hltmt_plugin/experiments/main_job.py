@@ -57,7 +57,7 @@ from typing import Dict, List
 from hltmt_plugin.cli import DEBMT10, add_version, register
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS, Comparison, Hyper, prepare_command
+from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS, Comparison, Hyper, prepare_command, update_freq
 from hltmt_plugin.experiments.steps import (
     NGPU_HELP,
     PRECISION_HELP,
@@ -173,7 +173,7 @@ class Job:
         self.systems = ["mnmt", "hltmt"] + (["lsmnmt"] if args.ls_mnmt else [])
         self.dry_run = args.dry_run
         self.device, self.precision, self.device_flags = resolve_device(args, dry_run=args.dry_run)
-        self.update_freq = args.update_freq or max(1, -(-self.size.batch_gpus // args.ngpu))
+        self.update_freq, self.batch_note = update_freq(args.ngpu, args.update_freq, self.size.batch_gpus)
         self.comparison = Comparison.from_args(
             args, self.data, langs=LANGS, high=HIGH, to_english=self.size.to_english, cpu=self.device == "cpu"
         )
@@ -378,6 +378,8 @@ class Job:
             f"{self.train_jobs} training run(s) at once, run folder {self.run_dir}",
             flush=True,
         )
+        if self.batch_note:
+            print(f"{'# ' if self.dry_run else ''}main job: {self.batch_note}", flush=True)
         run_steps(steps, self.run_dir, self.dry_run)
 
 
@@ -441,7 +443,7 @@ def build_parser():
         "--update-freq",
         type=int,
         default=0,
-        help="batches per update (default: the size's: 64 / --ngpu for base, else 1)",
+        help="batches per update (default: the size's: nearest to 64 / --ngpu for base, else 1)",
     )
     p.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # refused in one line: BF16_REFUSED
     p.add_argument(

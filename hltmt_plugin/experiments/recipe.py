@@ -33,6 +33,7 @@ SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
 BASELINE_TASK = "translation_multi_simple_epoch"  # fairseq's own multilingual task
 PLUGIN_TASK = "hltmt_translation"
 POOL_SIZE = 3  # the HLT-MT paper's T (six high-resource languages, three modules)
+PAPER_BATCH_GPUS = 64  # the HLT-MT paper's batch: --max-tokens 4096 on each of 64 GPUs
 # the segment pairs a tiny model learns within hours on a CPU: at most 12 English and 16 target
 # words, in every split (hltmt-prepare-data --segment-words; the quality study's selection)
 SHORT_SEGMENTS = (12, 16)
@@ -46,6 +47,24 @@ def pool_size(high: Sequence[str], most: int = POOL_SIZE) -> int:
 def high_among(langs: Sequence[str], high: Sequence[str]) -> List[str]:
     """The high-resource languages that are among ``langs``, in the order ``high`` gives."""
     return [x for x in high if x in langs]
+
+
+def update_freq(ngpu: int, given: int = 0, batch_gpus: int = PAPER_BATCH_GPUS) -> Tuple[int, Optional[str]]:
+    """``--update-freq`` on ``ngpu`` GPUs: ``given`` when set, else the whole number nearest to
+    ``batch_gpus / ngpu``, so that an update holds the batches of ``batch_gpus`` GPUs (the
+    paper's batch: 64; 0: no batch to hold, 1); and, when the update's batches are not exactly
+    ``batch_gpus``, a line saying how far off they are (else None)."""
+    if batch_gpus <= 0:
+        return given or 1, None
+    freq = given or max(1, round(batch_gpus / ngpu))
+    made = freq * ngpu
+    if made == batch_gpus:
+        return freq, None
+    return freq, (
+        f"--ngpu {ngpu} x --update-freq {freq} makes an update of {made} batches of --max-tokens, not the "
+        f"paper's {batch_gpus}: a batch {abs(made - batch_gpus) / batch_gpus:.1%} "
+        f"{'larger' if made > batch_gpus else 'smaller'}"
+    )
 
 
 def languages_of(
