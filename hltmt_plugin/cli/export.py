@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
-"""Export a checkpoint to CTranslate2, for serving outside fairseq.
+"""Export a checkpoint for use outside fairseq: to CTranslate2 (the default) or to Hugging Face
+transformers (``--to transformers``).
 
-    hltmt-export --checkpoint ckpt/checkpoint_best.pt --out exported/ [--quantization int8]
+    hltmt-export --checkpoint ckpt/checkpoint_best.pt --out exported/ [--quantization int8] [--whole-groups]
+    hltmt-export --to transformers --checkpoint ckpt/checkpoint_best.pt --out exported-hf/
     hltmt-translate --checkpoint exported/ --src en --tgt de < input.txt
 
 Every model the translator serves exports, except adapters and skills (refused in one line
 saying why): a plain fairseq multilingual model (``translation_multi_simple_epoch``, either
-language-token convention) as one CTranslate2 model; an HLT-MT or LS-MNMT model as one
-CTranslate2 model per pool module its routing map uses plus one for the universal layer, the
-module as one more decoder layer. The folder holds the CTranslate2 models, the sentencepiece
-model, the dictionary and ``manifest.json`` (languages, language-token convention, routing map,
-which model serves which target language, every file's SHA-256), and is written whole or not
-at all. ``hltmt-translate --checkpoint FOLDER`` and ``HltmtTranslator.load(FOLDER)`` serve it
-with the checkpoint's contract (docs/deploying.md).
+language-token convention) as one model; an HLT-MT or LS-MNMT model as one model per pool
+module its routing map uses plus one for the universal layer, the module as one more decoder
+layer. The folder holds the models (CTranslate2's, or transformers' stock classes and their
+tokenizer), the sentencepiece model, the dictionary, a model card (``README.md``: the card's
+options below set its licence, metrics and data) and ``manifest.json`` (languages,
+language-token convention, routing map, which model serves which target language, every file's
+SHA-256), and is written whole or not at all. ``hltmt-translate --checkpoint FOLDER`` and
+``HltmtTranslator.load(FOLDER)`` serve it with the checkpoint's contract (docs/deploying.md).
 
-Needs CTranslate2: ``pip install -e ".[ctranslate2]"``.
+Needs CTranslate2 (``pip install -e ".[ctranslate2]"``) or transformers (``pip install -e ".[transformers]"``).
 """
 
 import argparse
@@ -59,7 +62,14 @@ def build_parser():
         default=None,
         help="binarized data folder with the dict.*.txt (default: the stored one)",
     )
+    p.add_argument(
+        "--whole-groups",
+        action="store_true",
+        help="CTranslate2: write every group's model whole, each a folder plain ctranslate2.Translator opens "
+        "(default: the first group whole, the others as patches of it, which the serving command rebuilds)",
+    )
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    add_card_options(p)
     p.add_argument("--verbose", action="store_true", help="fairseq's log messages on stderr")
     return add_version(p)
 
@@ -76,7 +86,14 @@ def main(argv=None):
 
     try:  # --out written by atomic_files.write_folder: never an input, a user's folder or a special file
         record = export(
-            args.checkpoint, args.out, quantization=args.quantization, spm=args.spm, data=args.data, force=args.force
+            args.checkpoint,
+            args.out,
+            quantization=args.quantization,
+            spm=args.spm,
+            data=args.data,
+            force=args.force,
+            whole=args.whole_groups,
+            card=card_options(args),
         )
     except HltmtError as error:
         return fail(error)
@@ -98,8 +115,12 @@ def export_transformers(args) -> int:
 
     if args.quantization != "float32":
         return fail(f"--quantization {args.quantization} is CTranslate2's: --to transformers writes float32 weights")
+    if args.whole_groups:
+        return fail("--whole-groups is CTranslate2's: --to transformers writes every group whole")
     try:
-        record = export(args.checkpoint, args.out, spm=args.spm, data=args.data, force=args.force)
+        record = export(
+            args.checkpoint, args.out, spm=args.spm, data=args.data, force=args.force, card=card_options(args)
+        )
     except HltmtError as error:
         return fail(error)
     groups = ", ".join(
@@ -111,6 +132,47 @@ def export_transformers(args) -> int:
         f"{record['source']['transformers']}): {len(record['models'])} model(s): {groups}"
     )
     return 0
+
+
+def add_card_options(p) -> None:
+    """The model card's fields (``README.md`` of the folder), for either engine."""
+    from hltmt_plugin.paths import READ_FILE, path_option
+
+    card = p.add_argument_group("the model card (README.md; what is not given is said to be unknown)")
+    card.add_argument("--name", default=None, help="the card's title (default: the checkpoint's file name)")
+    card.add_argument(
+        "--license",
+        default=None,
+        help="the weights' licence as the Hugging Face Hub names it (mit, cc-by-sa-3.0 ..., or other with "
+        "--license-name and --license-link; default: none stated)",
+    )
+    card.add_argument("--license-name", default=None, help="with --license other: the licence's identifier")
+    card.add_argument("--license-link", default=None, help="with --license other: a file of the folder or a URL")
+    card.add_argument("--dataset", default=None, help="the training data's name (default: none stated)")
+    path_option(
+        card,
+        "--data-sizes",
+        kind=READ_FILE,
+        default=None,
+        help='JSON {"train": {direction or language: sentence pairs}} (default: counted from the binarized '
+        "train split beside the data folder, when there)",
+    )
+    path_option(
+        card,
+        "--metrics",
+        kind=READ_FILE,
+        default=None,
+        help='JSON {"scores": {direction: {"bleu": B, "chrf": C}}, "signatures": {"BLEU": .., "chrF": ..}} '
+        "(a study run's scores.json is one; default: no metrics)",
+    )
+    card.add_argument("--bleu-signature", default=None, help="sacreBLEU's signature of --metrics' BLEU scores")
+    card.add_argument("--chrf-signature", default=None, help="sacreBLEU's signature of --metrics' chrF scores")
+
+
+def card_options(args) -> dict:
+    from hltmt_plugin.export.model_card import OPTIONS
+
+    return {name: getattr(args, name) for name in OPTIONS}
 
 
 def add_engine_options(p) -> None:

@@ -34,7 +34,9 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
+from hltmt_plugin.directions import TRAINED_KEY, trained_pairs
 from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.export import model_card
 from hltmt_plugin.hub import loading, manifest  # loading registers the plugin first
 from hltmt_plugin.hub.contract import import_ctranslate2
 from hltmt_plugin.hub.patches import apply_patch, make_patch
@@ -54,13 +56,19 @@ def export(
     data: Optional[str] = None,
     force: bool = False,
     option: str = "--out",
+    whole: bool = False,
+    card: Optional[dict] = None,
 ) -> dict:
     """Export ``checkpoint`` to the folder ``out``, written whole or not at all by
     :func:`hltmt_plugin.atomic_files.write_folder` (an earlier export replaced only with
-    ``force``; never a folder of the checkpoint's inputs); returns the manifest."""
+    ``force``; never a folder of the checkpoint's inputs); returns the manifest. ``whole``: every
+    group's model whole (each one a folder plain ``ctranslate2.Translator`` opens), not the first
+    whole and the others as patches of it; ``card``: the model card's fields
+    (:data:`hltmt_plugin.export.model_card.OPTIONS`)."""
     ct2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
         raise HltmtConfigError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
+    read = model_card.read_options(card or {})
     inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
     loaded, _ = loading.load_for_translation(checkpoint, spm, data)
@@ -84,11 +92,12 @@ def export(
             spec.optimize(quantization=quantization)
             os.makedirs(os.path.join(work, models[group]))
             spec.save(os.path.join(work, models[group]))
-        patches = store_once(work, models)
+        patches = {} if whole else store_once(work, models)
         shutil.copyfile(loaded.spm, os.path.join(work, "spm.model"))
         loaded.dictionary.save(os.path.join(work, "dict.txt"))
         record = describe(loaded, targets, models, quantization, checkpoint, ct2.__version__)
         record["patches"] = patches
+        model_card.write(work, record, loaded, checkpoint, None, read)
         manifest.write(work, record)  # its files, their digests and the record's own digest
         manifest.read(work)  # what serving will check
         return record
@@ -188,7 +197,12 @@ def describe(loaded, targets, models, quantization, checkpoint, version) -> dict
         "version": manifest.VERSION,
         "engine": "ctranslate2",
         "langs": list(loaded.langs),
-        "lang_pairs": list(getattr(args, "lang_pairs", []) or []),
+        "lang_pairs": trained_pairs(
+            {
+                TRAINED_KEY: loading._stored(loaded.cfg, "model", TRAINED_KEY),
+                "lang_pairs": getattr(args, "lang_pairs", None),
+            }
+        ),
         "encoder_langtok": encoder_langtok,
         "decoder_langtok": decoder_langtok,
         "language_tokens": tokens,

@@ -37,7 +37,6 @@ adaptive softmax, activations neither class has.
 
 import json
 import os
-import shlex
 import shutil
 import time
 from typing import Dict, Optional
@@ -48,7 +47,6 @@ from hltmt_plugin.export import model_card
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
 from hltmt_plugin.hub import loading, manifest
 from hltmt_plugin.hub.contract import import_transformers
-from hltmt_plugin.models.hltmt_transformer import pool_model
 
 ACTIVATIONS = {
     "relu": "relu",
@@ -76,16 +74,17 @@ def export(
     beam: int = 5,
     lenpen: float = 1.0,
     max_len: int = 200,
-    metrics: Optional[dict] = None,
+    card: Optional[dict] = None,
     option: str = "--out",
 ) -> dict:
     """Export ``checkpoint`` to the folder ``out`` (written whole or not at all); returns the manifest.
-    ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default; ``metrics``: the
-    model card's (``scores`` {direction: BLEU}, ``signature``: sacreBLEU's), when they were recorded."""
+    ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default; ``card``: the
+    model card's fields (:data:`hltmt_plugin.export.model_card.OPTIONS`)."""
     transformers = import_transformers(writes=True)
     from hltmt_plugin.hub import arguments
 
     beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
+    read = model_card.read_options(card or {})
     inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
     started = time.perf_counter()
@@ -106,99 +105,12 @@ def export(
             os.makedirs(folder, exist_ok=True)
             write_model(transformers, loaded, None if group == "main" else group, norm, folder, search)
         write_tokenizer(loaded, work)
-        with open(os.path.join(work, "README.md"), "w", encoding="utf-8") as f:
-            f.write(model_card.card(record, dict(card_facts(loaded, checkpoint, search), metrics=metrics)))
+        model_card.write(work, record, loaded, checkpoint, search, read)
         record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
         manifest.write(work, record)  # its files, their digests and the record's own digest
         return manifest.read(work)  # what serving will check
 
     return write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)
-
-
-# ---- the model card's facts --------------------------------------------------------------
-
-# the options the reconstructed training command shows (the model's section, then the task's ...)
-COMMAND_OPTIONS = {
-    "task": (
-        "langs",
-        "lang_pairs",
-        "encoder_langtok",
-        "decoder_langtok",
-        "lang_tok_style",
-        "sampling_method",
-        "sampling_temperature",
-        "high_resource_langs",
-        "high_stage_updates",
-    ),
-    "model": (
-        "arch",
-        "share_all_embeddings",
-        "share_decoder_input_output_embed",
-        "encoder_normalize_before",
-        "decoder_normalize_before",
-        "dropout",
-        "attention_dropout",
-        "activation_fn",
-        "high_resource_langs",
-        "slp_pool_size",
-        "slp_language_specific",
-        "enable_lang_ids",
-    ),
-    "criterion": ("_name", "label_smoothing"),
-    "optimizer": ("_name", "adam_betas"),
-    "lr_scheduler": ("_name", "warmup_updates"),
-    "optimization": ("lr", "max_update", "clip_norm", "update_freq"),
-    "dataset": ("max_tokens",),
-    "common": ("seed", "fp16"),
-}
-FLAG_NAMES = {"criterion._name": "criterion", "optimizer._name": "optimizer", "lr_scheduler._name": "lr-scheduler"}
-
-
-def _option(section: str, name: str, value) -> list:
-    """``["--flag value"]`` for an option set to ``value`` (``[]`` when unset or off)."""
-    flag = "--" + FLAG_NAMES.get(f"{section}.{name}", name).replace("_", "-")
-    if value is None or value is False or value == "" or value == []:
-        return []
-    if value is True:
-        return [flag]
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        value = ",".join(map(str, value))
-    return [f"{flag} {shlex.quote(str(value))}"]
-
-
-def training_command(cfg) -> list:
-    """The fairseq-train command, reconstructed from the options a checkpoint stores: its
-    first word, then an option (with its value) per item."""
-    from hltmt_plugin.hub.loading import _stored
-
-    data = os.path.basename(os.path.abspath(str(_stored(cfg, "task", "data", "DATA")).split(os.pathsep)[0]))
-    task = _stored(cfg, "task", "_name", None)
-    words = [f"fairseq-train {data}"] + ([f"--task {task}"] if task else [])
-    if task == "hltmt_translation" or "hltmt" in str(_stored(cfg, "model", "arch", "")):
-        words.append("--user-dir hltmt_plugin")
-    shown = set()
-    for section, names in COMMAND_OPTIONS.items():
-        for name in names:
-            option = _option(section, name, _stored(cfg, section, name, None))
-            if option and option[0].split()[0] not in shown:
-                shown.add(option[0].split()[0])
-                words += option
-    return words
-
-
-def card_facts(loaded, checkpoint: str, search: dict) -> dict:
-    """What the model card says beyond the manifest."""
-    pooled = pool_model(loaded.model)
-    specific = bool(getattr(loaded.cfg.model, "slp_language_specific", False))
-    system = "plain" if pooled is None else ("lsmnmt" if specific else "hltmt")
-    folder = str(loaded.task.args.data).split(os.pathsep)[0]
-    return {
-        "name": os.path.splitext(os.path.basename(checkpoint))[0],
-        "system": system,
-        "search": search,
-        "command": training_command(loaded.cfg),
-        "data": {"folder": os.path.basename(os.path.abspath(folder))},
-    }
 
 
 # ---- what can go ---------------------------------------------------------------------------

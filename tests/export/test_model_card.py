@@ -1,15 +1,28 @@
 """hltmt_plugin.export.model_card: the card a Hub user reads, from an export's manifest record
-and the checkpoint's facts; what is not known is said to be unknown."""
+and what the project records (the checkpoint's stored options and update counts, the data,
+the licence and metrics given to hltmt-export); what is not known is said to be unknown. On the
+committed models, the card's fields against the runs' own records (their training logs and
+scores)."""
+
+import os
+import shlex
 
 import pytest
+import yaml
 
+from conftest import ROOT
+from hltmt_plugin.errors import HltmtError
 from hltmt_plugin.export import model_card
 
-pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+MODELS = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
+RUNS = os.path.join(ROOT, "docs", "results", "cpu-study", "runs")
+BLEU_SIG = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+CHRF_SIG = "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
 
 
 def record(**changes):
     found = {
+        "engine": "transformers",
         "langs": ["en", "de", "fr"],
         "lang_pairs": ["en-de", "en-fr"],
         "encoder_langtok": "tgt",
@@ -23,27 +36,126 @@ def record(**changes):
     return found
 
 
+def split(card):
+    head, body = card.split("\n---\n", 1)
+    return yaml.safe_load(head[len("---\n") :]), body
+
+
+@pytest.mark.fast
 def test_the_card_has_the_hubs_metadata_the_directions_groups_and_the_command():
     facts = {"system": "hltmt", "search": {"beam": 5, "lenpen": 1.0, "max_len": 200}, "name": "hltmt"}
     facts["command"] = ["fairseq-train data", "--task hltmt_translation", "--arch hltmt_transformer_tiny"]
-    card = model_card.card(record(), facts)
-    head, body = card.split("\n---\n", 1)
-    assert head.startswith("---\nlanguage:\n- en\n- de\n- fr\n") and "pipeline_tag: translation" in head
-    assert "library_name: transformers" in head and "license: other" in head  # no licence recorded
-    assert "Trained directions: en-de, en-fr." in body
-    assert "| `models/m0` | de |" in body and "| `models/universal` | en, fr |" in body
+    meta, body = split(model_card.card(record(), facts))
+    assert meta["language"] == ["en", "de", "fr"] and meta["library_name"] == "transformers"
+    assert "pipeline_tag" not in meta and "license" not in meta  # no translation pipeline; no licence given
+    assert "Trained directions: en-de, en-fr." in body and "(en never a target)" in body
+    assert "| `models/m0` | de |" in body and "| `models/universal` | fr |" in body  # en is no target
     assert 'subfolder="models/m0"' in body and ">>de<< The file could not be saved." in body
+    assert "translate with `generate`" in body and "model.generate(**batch)" in body
     assert "fairseq-train data \\\n    --task hltmt_translation" in body
-    assert "No metrics were recorded" in body and "not recorded with the checkpoint" in body
+    assert "No metrics were given" in body and "Licence: not given to hltmt-export" in body
 
 
+@pytest.mark.fast
 def test_zero_shot_directions_metrics_and_the_source_convention():
     facts = {
-        "metrics": {"scores": {"en-de": 14.34}, "signature": "nrefs:1|case:mixed|tok:13a|smooth:exp|version:2.6.0"}
+        "name": "m",
+        "metrics": {"scores": {"en-de": {"bleu": 14.34}}, "signatures": {"BLEU": BLEU_SIG}, "dataset": "a test"},
+        "license": {"license": "other", "license_name": "debmt10", "license_link": "LICENSE"},
     }
     card = model_card.card(record(lang_pairs=["en-de", "fr-en"], encoder_langtok="src", decoder_langtok=True), facts)
-    assert "Zero-shot directions (never trained; output often in the wrong language): en-en" not in card
-    assert "fr-de" in card.split("Zero-shot directions")[1].split("\n")[0]  # fr read, de produced: zero-shot
-    assert "forced_bos_token_id=tok.convert_tokens_to_ids('>>de<<')" in card
-    assert "| en-de | 14.34 |" in card and "sacreBLEU signature: `nrefs:1|" in card
-    assert "model-index:" in card and "value: 14.34" in card
+    meta, body = split(card)
+    assert "fr-de" in body.split("Zero-shot directions")[1].split("\n")[0]  # fr read, de produced: zero-shot
+    assert "forced_bos_token_id=tok.convert_tokens_to_ids('>>de<<')" in body
+    assert "| en-de | 14.34 |" in body and f"sacreBLEU signature, BLEU: `{BLEU_SIG}`" in body
+    assert (meta["license"], meta["license_name"], meta["license_link"]) == ("other", "debmt10", "LICENSE")
+    (result,) = meta["model-index"][0]["results"]
+    assert result["metrics"] == [{"type": "bleu", "value": 14.34, "name": "BLEU en-de", "config": BLEU_SIG}]
+    assert result["dataset"]["name"] == "a test" and result["task"]["type"] == "translation"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "given,match",
+    [
+        ({"license": "Not A Licence"}, "--license 'Not A Licence': give a licence identifier"),
+        ({"license": "other", "license_name": "x"}, "--license other needs --license-name .* and --license-link"),
+        ({"license": "mit", "license_link": "LICENSE"}, "add --license other"),
+        ({"bleu_signature": BLEU_SIG}, "go with --metrics FILE"),
+        ({"metrics": "SCORES"}, "no sacreBLEU signature for its BLEU scores: give --bleu-signature"),
+        ({"metrics": "SCORES", "bleu_signature": BLEU_SIG}, "no sacreBLEU signature for its chrF scores"),
+        ({"metrics": "PARTIAL", "bleu_signature": BLEU_SIG}, "metrics record .*lacks 'bleu': a partial record"),
+        ({"data_sizes": "PARTIAL"}, "data sizes record .*field 'train' must be a map"),
+    ],
+)
+def test_card_options_that_do_not_hold_are_one_line(tmp_path, given, match):
+    (tmp_path / "partial.json").write_text('{"scores": {"en-de": {"chrf": 40.1}}, "train": 3}')
+    files = {"SCORES": os.path.join(RUNS, "hltmt.seed1", "scores.json"), "PARTIAL": str(tmp_path / "partial.json")}
+    given = {k: files.get(v, v) for k, v in given.items()}
+    with pytest.raises(HltmtError, match=match) as refused:
+        model_card.read_options(given)
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.fast
+def test_metrics_of_a_direction_the_model_never_learned_are_refused():
+    facts = {"metrics": {"scores": {"en-de": {"bleu": 1.0}, "de-fr": {"bleu": 2.0}}, "signatures": {"BLEU": "s"}}}
+    with pytest.raises(HltmtError, match="--metrics: de-fr is not a direction the model was trained on"):
+        model_card.check_metrics(record(), facts)
+
+
+def run_command(log: str):
+    """The fairseq-train options a run's log records on its first line (``$ python -m fairseq_cli.train ...``)."""
+    with open(log, encoding="utf-8") as f:
+        words = shlex.split(f.readline()[2:])
+    return words[words.index("fairseq_cli.train") + 1 :]
+
+
+def parsed(words):
+    from fairseq import options
+
+    import hltmt_plugin
+
+    plugin = os.path.dirname(os.path.abspath(hltmt_plugin.__file__))
+    at = words.index("--user-dir") + 1
+    words = [*words[:at], plugin, *words[at + 1 :]]
+    return vars(options.parse_args_and_arch(options.get_training_parser(), input_args=words))
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", ["hltmt", "lsmnmt", "mnmt", "mnmt-staged"])
+def test_the_training_command_reads_back_as_the_one_the_run_recorded(name):
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
+
+    state = load_checkpoint(os.path.join(MODELS, f"{name}.pt"))
+    words = model_card.training_command(model_card.stored_options(state["cfg"]))
+    card = shlex.split(" ".join(words).replace('"$USER_DIR"', "USER_DIR"))[1:]
+    assert parsed(card) == parsed(run_command(os.path.join(RUNS, f"{name}.seed1", "train.log")))
+
+
+def test_the_card_of_a_committed_model_states_the_runs_records(tmp_path):
+    pytest.importorskip("transformers")
+    from hltmt_plugin.experiments.runs import read_scores
+    from hltmt_plugin.export.transformers import export
+
+    scores = os.path.join(RUNS, "hltmt.seed1", "scores.json")
+    given = {"metrics": scores, "bleu_signature": BLEU_SIG, "chrf_signature": CHRF_SIG, "dataset": "DebMT-10"}
+    given.update(license="other", license_name="debmt10-licences", license_link="https://example.org/debmt10")
+    given["data_sizes"] = os.path.join(ROOT, "docs", "results", "cpu-study", "data.json")
+    export(os.path.join(MODELS, "hltmt.pt"), str(tmp_path / "hf"), card=given)
+    meta, body = split((tmp_path / "hf" / "README.md").read_text())
+    run = read_scores(scores)
+    assert meta["license_name"] == "debmt10-licences" and "pipeline_tag" not in meta
+    found = {r["task"]["name"].split()[-1]: r["metrics"] for r in meta["model-index"][0]["results"]}
+    assert {d: (m[0]["value"], m[1]["value"]) for d, m in found.items()} == {
+        d: (s["bleu"], s["chrf"]) for d, s in run["scores"].items()
+    }
+    assert {m[0]["config"] for m in found.values()} == {BLEU_SIG} and {m[1]["config"] for m in found.values()} == {
+        CHRF_SIG
+    }
+    recorded = parsed(run_command(os.path.join(RUNS, "hltmt.seed1", "train.log")))
+    assert f"the data folder the run read, `{recorded['data']}`" in body
+    assert f"Trained for {run['setting']['updates']:,} updates" in body and "--max-update 6000" in body
+    assert "--hlt-stage high" in body and "--high-stage-updates 2000" in body
+    assert "fr 18,805" in body and "93,727 in all" in body
+    assert "| `models/universal` | lv, ro, hi, gu |" in body  # en is never a target
