@@ -8,9 +8,9 @@ downloads the URL once into OUT/downloads/ (resuming is free: a finished downloa
 a partial one is restarted), extracts the two sides and appends them to
 ``OUT/{split}.en-XX.{en,XX}``, checking that both sides have the same number of lines.
 Archive members are found by their path, or else by their file name alone (archives differ
-in their top folder). A split is written under a temporary name and renamed when complete,
-so an interrupted run never leaves a file that looks done. OUT/PROVENANCE.tsv records what
-each file holds.
+in their top folder). Every file is written whole or not at all (hltmt_plugin.atomic_files:
+a download, a split, OUT/PROVENANCE.tsv, which records what each file holds), so an
+interrupted run never leaves a file that looks done.
 
 Formats: ``tgz-pair`` / ``zip-pair`` (two plain-text members), ``gz-pair`` (two gzipped
 URLs: the ``en``/``xx`` columns hold the URLs), ``tsv-gz`` (one gzipped TSV; ``en``/``xx``
@@ -31,6 +31,8 @@ import zipfile
 from collections import OrderedDict
 from html import unescape
 from xml.etree import ElementTree
+
+from hltmt_plugin.atomic_files import AtomicFile, write_text
 
 FORMATS = ("tgz-pair", "zip-pair", "gz-pair", "tsv-gz", "tmx-gz", "sgm-tgz")
 
@@ -73,7 +75,8 @@ def fetch(url, folder, retries=3):
     for attempt in range(1, retries + 1):
         try:
             log(f"fetching {url}")
-            with urllib.request.urlopen(url, timeout=60) as response, open(target + ".part", "wb") as out:
+            with urllib.request.urlopen(url, timeout=60) as response, AtomicFile(target) as whole:
+                out = whole.open(binary=True)
                 total = int(response.headers.get("Content-Length") or 0)
                 done, last = 0, time.time()
                 while True:
@@ -85,9 +88,8 @@ def fetch(url, folder, retries=3):
                     if time.time() - last > 10:
                         log(f"  {done >> 20} MiB" + (f" of {total >> 20} MiB" if total else ""))
                         last = time.time()
-            if total and done != total:
-                raise DownloadError(f"{url}: got {done} of {total} bytes")
-            os.replace(target + ".part", target)
+                if total and done != total:  # the download is not kept
+                    raise DownloadError(f"{url}: got {done} of {total} bytes")
             return target
         except (OSError, DownloadError) as error:
             if attempt == retries:
@@ -178,8 +180,8 @@ def main(argv=None):
             if all(os.path.exists(f) for f in final):
                 log(f"[{n}/{len(groups)}] {split} en-{lang}: done earlier")
                 continue
-            parts = [f + ".partial" for f in final]
-            with open(parts[0], "w", encoding="utf-8") as fe, open(parts[1], "w", encoding="utf-8") as fx:
+            with AtomicFile(final[0]) as whole_en, AtomicFile(final[1]) as whole_xx:
+                fe, fx = whole_en.open(), whole_xx.open()
                 for e in group:
                     en_lines, xx_lines = extract(e, fetch(e["url"], os.path.join(args.out, "downloads")))
                     if len(en_lines) != len(xx_lines):
@@ -193,10 +195,12 @@ def main(argv=None):
                     fx.writelines(x.replace("\n", " ") + "\n" for x in xx_lines)
                     provenance.append((split, lang, e["corpus"], len(en_lines), e["url"]))
                     log(f"[{n}/{len(groups)}] {split} en-{lang}: {e['corpus']} {len(en_lines)} lines")
-            for part, f in zip(parts, final):
-                os.replace(part, f)
-        with open(os.path.join(args.out, "PROVENANCE.tsv"), "a", encoding="utf-8") as f:
-            f.writelines("\t".join(map(str, row)) + "\n" for row in provenance)
+        record = os.path.join(args.out, "PROVENANCE.tsv")
+        earlier = ""
+        if os.path.exists(record):  # what earlier runs fetched, kept
+            with open(record, encoding="utf-8") as f:
+                earlier = f.read()
+        write_text(record, earlier + "".join("\t".join(map(str, row)) + "\n" for row in provenance))
     except (DownloadError, tarfile.TarError, zipfile.BadZipFile, OSError, UnicodeDecodeError) as error:
         print(f"download: error: {error}", file=sys.stderr)
         return 1

@@ -34,6 +34,7 @@ def main(argv=None):
     from fairseq import options, tasks
 
     import hltmt_plugin  # noqa: F401  (registers the task and models)
+    from hltmt_plugin.atomic_files import write_text
 
     seen = set()
     with tempfile.TemporaryDirectory() as data:
@@ -51,8 +52,7 @@ def main(argv=None):
             for lang in langs:
                 path = os.path.join(data, f"dict.{lang}.txt")
                 if not os.path.exists(path):
-                    with open(path, "w", encoding="utf-8") as f:
-                        f.writelines(f"piece{i} 1\n" for i in range(args.dict_size))
+                    write_text(path, "".join(f"piece{i} 1\n" for i in range(args.dict_size)))
             train.data, train.cpu = data, True
             train.pretrained_xlmr_checkpoint = None  # the size only: XLM-R's weights need not be there
             task = tasks.setup_task(train)

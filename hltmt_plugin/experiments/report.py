@@ -161,10 +161,16 @@ def converged_summary(curves):
     return out
 
 
-# scripts/gpu_run.py's run.json: the run's facts and each system's figures
+# scripts/gpu_run.py's run.json: the run's facts and each system's figures, each a text or a number
+# (what results.md prints), and the phases' times; nothing else
+_FIGURE = records.OneOf(records.Text(max_len=10_000), records.Number())
+_LABEL = records.Text(min_len=1, max_len=200)
 RUN_INFO = records.Record(
-    {"facts": records.MapOf(records.ANYTHING, max_len=1000), "systems": records.MapOf(records.MapOf(records.ANYTHING))},
-    extra=True,
+    {
+        "facts": records.MapOf(_FIGURE, key=_LABEL, max_len=1000),
+        "systems": records.MapOf(records.MapOf(_FIGURE, key=_LABEL, max_len=100), key=_LABEL, max_len=100),
+    },
+    optional={"phases_s": records.MapOf(records.Number(low=0), key=_LABEL, max_len=100)},
 )
 
 

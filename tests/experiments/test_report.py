@@ -114,3 +114,26 @@ def test_a_valid_log_spec_without_a_system_or_a_glob_is_refused(tmp_path):
     (tmp_path / "mnmt").mkdir()
     with pytest.raises(ValueError, match="no .gen files under"):
         score_all(str(tmp_path))
+
+
+def test_the_run_info_is_read_through_its_schema(tmp_path):
+    """run.json's facts and figures are texts or numbers under names; anything else is one line."""
+    import json
+
+    from hltmt_plugin import records
+    from hltmt_plugin.errors import HltmtError
+    from hltmt_plugin.experiments.report import RUN_INFO
+
+    good = {"facts": {"size": "quick", "total wall (s)": 12}, "systems": {"mnmt": {"updates": 10}}, "phases_s": {}}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(good))
+    assert records.read_json(str(path), RUN_INFO, "--run-info") == good
+    for bad in (
+        {**good, "facts": {"size": ["a", "list"]}},
+        {**good, "systems": {"mnmt": {"updates": {"nested": 1}}}},
+        {**good, "surprise": 1},
+        {"systems": {}},
+    ):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(HltmtError, match="--run-info"):
+            records.read_json(str(path), RUN_INFO, "--run-info")
