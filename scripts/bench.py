@@ -1,31 +1,19 @@
 #!/usr/bin/env python3
 """Side-by-side speed of the plain fairseq ``transformer`` and HLT-MT (alone, with adapters,
-with skills) of the same sizes.
+with skills) of the same sizes (docs/benchmarks.md).
 
     python scripts/bench.py --data runs/bench-data/bin                   # CPU (hltmt-prepare-data --out runs/bench-data)
     python scripts/bench.py --data DATA --device cuda --dtype bf16         # GPU
+    python scripts/bench.py --data DATA --fairseq-train [--profile]       # fairseq's own training step
 
-One process builds every system on the same task and data, takes the same training batches
-(a fixed list from the real multilingual sampler: mixed directions) and measures, with the
-systems interleaved round by round so that machine noise hits all of them alike:
-
-- training target words/s of each system: ``hltmt`` (stage all, fixed map), ``hltmt high``
-  (stage high, hard/soft drawn per update with p = 0.5), ``hltmt+adapters`` (MAD-X: language,
-  shared, decoder and invertible adapters), ``hltmt+skills`` (SkillNet-X skill FFNs and
-  language-specific attention) and the baseline;
-- a mixed-direction batch against single-direction batches of the same tokens (HLT-MT);
-- beam-5 generation tokens/s on test sentences of one high- and one low-resource direction,
-  every hypothesis held to the same length (``min_len = max_len``) so that each system runs
-  the same number of search steps whatever its (untrained) outputs would be;
-- parameters, and training memory: on any device the bytes a training step holds (weights,
-  gradients and Adam's two moments, plus the activations saved for the backward pass, counted
-  with ``torch.autograd.graph.saved_tensors_hooks``); on CUDA also the measured
-  ``torch.cuda.max_memory_allocated`` of a training run in its own process.
-
-The *predicted* time ratio of a system is its arithmetic over the baseline's on the same
-work, counted with ``torch.utils.flop_counter.FlopCounterMode`` (matrix products and
-attention; routed modules count only the rows they ran on). A benchmark measures; nothing
-here passes or fails.
+One process builds every system on the same task and data and times them interleaved round
+by round on the same batches (bench_speed.py): training target words/s (``hltmt``: stage
+all, fixed map; ``hltmt high``: hard/soft drawn per update; ``hltmt+adapters``;
+``hltmt+skills``), a mixed-direction batch against single-direction batches of the same
+tokens, beam-5 tokens/s with every hypothesis held to one length, parameters and training
+memory. Each time ratio stands beside the one its arithmetic predicts (FLOPs counted by
+``torch.utils.flop_counter``). ``--fairseq-train``: fairseq's Trainer of both systems in one
+process at several sizes (bench_profile.py). A benchmark measures; nothing here passes or fails.
 """
 
 import argparse
@@ -34,10 +22,10 @@ import sys
 
 import torch
 
-from bench_profile import profile_pair_child
+from bench_profile import fairseq_train_main, pair_child, parse_train_options
 from bench_speed import cuda_memory_child, speed_main
-from bench_systems import ARCHS, SYSTEMS, TRAIN_SYSTEMS, BenchError, derive_languages
-from bench_train import fairseq_train_main, parse_train_options, profile_child
+from bench_systems import ARCHS, SYSTEMS, BenchError, derive_languages
+from timing import child_main
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -105,7 +93,6 @@ def build_parser():
         help="what the speeds are measured in: cpu (this process's CPU time: robust to other processes' "
         "load, right for one thread), wall; auto: cpu on a CPU with one torch thread, wall otherwise",
     )
-    p.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--json", default=None, help="also write the figures here")
     p.add_argument("--png", default=None, help="also draw the ratios here")
     add_train_options(p)
@@ -114,39 +101,29 @@ def build_parser():
 
 def add_train_options(p):
     """The options of --fairseq-train (and its --profile)."""
-    g = p.add_argument_group("the real training step: fairseq-train itself, instead of the measures above")
+    g = p.add_argument_group("the real training step: fairseq's own Trainer, instead of the measures above")
     g.add_argument(
         "--fairseq-train",
         action="store_true",
-        help="time fairseq-train runs of the plain transformer and HLT-MT of the same sizes (words/s from "
-        "its --log-format json log; the stage-high directions, hard routing at every update), "
-        "interleaved over --rounds, at each of --train-sizes",
+        help="time fairseq's Trainer.train_step of the plain transformer and HLT-MT of the same sizes, both "
+        "built as fairseq-train builds them in one process, updates alternating on the same batches (the "
+        "stage-high directions, hard routing at every update), at each of --train-sizes",
     )
     g.add_argument("--train-sizes", default="tiny,small,base", help=f"model sizes ({','.join(ARCHS)})")
     g.add_argument(
         "--train-updates",
         default="tiny=60,small=40,base=20",
-        help="updates per fairseq-train run: one number, or SIZE=N for each size",
-    )
-    g.add_argument("--train-log-interval", type=int, default=5, help="updates per logged words/s figure")
-    g.add_argument(
-        "--train-systems",
-        default="hltmt",
-        help=f"systems run against the baseline: {', '.join(n for n in TRAIN_SYSTEMS if n != 'baseline')} "
-        "('hltmt lsce': the HLT-MT model with fairseq's label_smoothed_cross_entropy, to tell the "
-        "criterion's cost from the model's)",
+        help="updates timed per system and size (after 3 of warm-up): one number, or SIZE=N for each size",
     )
     g.add_argument(
         "--profile",
-        default=None,
-        metavar="DIR",
-        help="with --fairseq-train: also profile the real training step of both systems (fairseq's "
-        "Trainer, both in one process, updates alternating): phases, cProfile, torch.profiler; the "
-        "profiles are kept in DIR",
+        action="store_true",
+        help="with --fairseq-train: also profile the training step at --profile-size: the CPU time of its "
+        "phases and the operators (torch.profiler) whose time differs most",
     )
     g.add_argument("--profile-size", default="small", choices=sorted(ARCHS), help="model size profiled")
     g.add_argument("--profile-updates", type=int, default=20, help="updates profiled, after 3 of warm-up")
-    g.add_argument("--profile-top", type=int, default=12, help="functions and operators listed")
+    g.add_argument("--profile-top", type=int, default=12, help="operators listed")
 
 
 def check_args(p, args):
@@ -158,16 +135,7 @@ def check_args(p, args):
         p.error(f"unknown system {','.join(unknown)}; choose from {','.join(SYSTEMS)}")
     if not os.path.exists(os.path.join(args.data, "dict.en.txt")):
         p.error(f"--data {args.data}: no binarized data there (dict.en.txt missing); run hltmt-prepare-data")
-    for name in (
-        "max_tokens",
-        "batches",
-        "rounds",
-        "gen_sentences",
-        "gen_len",
-        "train_log_interval",
-        "profile_updates",
-        "profile_top",
-    ):
+    for name in ("max_tokens", "batches", "rounds", "gen_sentences", "gen_len", "profile_updates", "profile_top"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.gen_batch_size < 0:
@@ -198,13 +166,12 @@ def fill_defaults(p, args):
 
 
 def main(argv=None):
-    """The command: a child process's job (--profile-child, --profile-pair-child SPEC), or the
+    """The command: a child process's measure (``--child pair`` or ``--child memory``), or the
     options checked and the measures they ask for run."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--profile-child"]:
-        return profile_child(argv[1])
-    if argv[:1] == ["--profile-pair-child"]:
-        return profile_pair_child(argv[1])
+    child = child_main(argv, {"pair": pair_child, "memory": cuda_memory_child})
+    if child is not None:
+        return child
     p = build_parser()
     args = p.parse_args(argv)
     args.derived = []
@@ -212,15 +179,13 @@ def main(argv=None):
     import hltmt_plugin  # noqa: F401
 
     fill_defaults(p, args)
-    if args.memory_child:
-        return cuda_memory_child(args, args.memory_child)
-    if args.fairseq_train:
-        try:
-            return fairseq_train_main(args)
-        except BenchError as error:
-            print(f"bench: error: {error}", file=sys.stderr)
-            return 1
-    return speed_main(args, names)
+    if not args.fairseq_train:
+        return speed_main(args, names)
+    try:
+        return fairseq_train_main(args)
+    except BenchError as error:
+        print(f"bench: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -4,18 +4,17 @@ training words/s, a mixed-direction batch against single-direction ones, beam-5 
 tokens/s, parameters and training memory, each speed with the ratio its arithmetic predicts
 (:func:`~bench_systems.flops`); the table, the JSON figures and the plot."""
 
+import argparse
 import json
 import os
-import subprocess
-import sys
 
 import torch
 
-from bench_systems import BENCH, DTYPES, batches, build, comparison, flops, for_model, train_step_fn
+from bench_systems import BENCH, DTYPES, BenchError, batches, build, comparison, flops, for_model, train_step_fn
 from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.experiments.recipe import PLUGIN_TASK
 from hltmt_plugin.experiments.runs import save_figure
-from timing import Clock, alternating, markdown_table, median
+from timing import Clock, alternating, markdown_table, median, run_child
 
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
 RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)", "size": "size: system / baseline"}
@@ -195,48 +194,31 @@ def training_bytes(args, system, samples):
     return 4 * trainable + frozen + peak
 
 
-def cuda_memory_child(args, name):
-    """Measured peak CUDA memory of a training loop of one system, in its own process (MiB)."""
-    system = build(args, name)
-    samples = batches(args, system["task"], args.batches)
+MEMORY_OPTIONS = ("data", "langs", "high", "size", "pool_size", "max_tokens", "device", "dtype")
+
+
+def cuda_memory_child(spec):
+    """Measured peak CUDA memory (MiB) of a training loop of one system, in its own process."""
+    args = argparse.Namespace(**spec["options"])
+    system = build(args, spec["system"])
     step = train_step_fn(args, system)
     torch.cuda.reset_peak_memory_stats()
-    for i, sample in enumerate(samples):
+    for i, sample in enumerate(batches(args, system["task"], spec["batches"])):
         step(sample, i)
-    print(json.dumps({"peak_mib": torch.cuda.max_memory_allocated() / 2**20}))
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def measured_cuda_memory(args, names):
     """Peak CUDA memory (MiB) of each system's training run, each in its own process
-    (``bench.py --memory-child NAME``); ``None`` where that process failed."""
+    (``bench.py --child memory``); ``None`` where that process failed."""
+    options = {name: getattr(args, name) for name in MEMORY_OPTIONS}
     measured = {}
     for name in names:
-        cmd = [
-            sys.executable,
-            BENCH,
-            "--data",
-            args.data,
-            "--langs",
-            args.langs,
-            "--high",
-            args.high,
-            "--size",
-            args.size,
-            "--pool-size",
-            str(args.pool_size),
-            "--max-tokens",
-            str(args.max_tokens),
-            "--batches",
-            str(min(args.batches, 10)),
-            "--device",
-            args.device,
-            "--dtype",
-            args.dtype,
-            "--memory-child",
-            name,
-        ]
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        measured[name] = json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"] if out.returncode == 0 else None
+        spec = {"options": options, "system": name, "batches": min(args.batches, 10)}
+        try:
+            measured[name] = run_child(BENCH, "memory", spec, env=os.environ.copy())
+        except BenchError:
+            measured[name] = None
     return measured
 
 
@@ -265,75 +247,63 @@ def measure(args, names):
     return got
 
 
+def figure(measure, system, base, value, kind, predicted=None):
+    """One row of the table: a ``kind`` of ratio ("speed": a time ratio, "size"), None where a figure is missing."""
+    ratio = None if base is None or value is None else (base / value if kind == "speed" else value / base)
+    return dict(
+        measure=measure,
+        system=system,
+        baseline=base,
+        value=value,
+        ratio=ratio,
+        ratio_is=RATIO_IS[kind],
+        predicted=predicted,
+    )
+
+
 def table_rows(names, got):
-    """(measure, system, baseline figure, system figure, kind, predicted) of every row."""
+    """The figures of every row: each system's against the baseline's."""
     med = {name: median(v) for name, v in got["rates"].items()}
     work, gen, gen_work, memory, measured = (got[k] for k in ("work", "gen", "gen_work", "memory", "measured"))
-    rows = []
-    base_model = got["systems"]["baseline"]["model"]
+    base_model, rows = got["systems"]["baseline"]["model"], []
     for name in names[1:]:
-        rows.append(("parameters", name, params(base_model), params(got["systems"][name]["model"]), "size", None))
-        rows.append(("train words/s", name, med["baseline"], med[name], "speed", work[name] / work["baseline"]))
-        for d in got["gen_dirs"]:
-            if name in got["gen_systems"]:
-                rows.append(
-                    (
-                        f"beam-5 tokens/s {d}",
-                        name,
-                        median(gen[("baseline", d)]),
-                        median(gen[(name, d)]),
-                        "speed",
-                        gen_work[(name, d)] / gen_work[("baseline", d)],
-                    )
+        rows.append(figure("parameters", name, params(base_model), params(got["systems"][name]["model"]), "size"))
+        rows.append(figure("train words/s", name, med["baseline"], med[name], "speed", work[name] / work["baseline"]))
+        for d in got["gen_dirs"] if name in got["gen_systems"] else []:
+            pred = gen_work[(name, d)] / gen_work[("baseline", d)]
+            rows.append(
+                figure(
+                    f"beam-5 tokens/s {d}", name, median(gen[("baseline", d)]), median(gen[(name, d)]), "speed", pred
                 )
-        rows.append(("training memory (MiB, model)", name, memory["baseline"], memory[name], "size", None))
+            )
+        rows.append(figure("training memory (MiB, model)", name, memory["baseline"], memory[name], "size"))
         if measured:
-            rows.append(("peak CUDA memory (MiB)", name, measured["baseline"], measured[name], "size", None))
+            rows.append(figure("peak CUDA memory (MiB)", name, measured["baseline"], measured[name], "size"))
     if got["mix_rates"]:
+        mix = got["mix_rates"]
         rows.append(
-            (
-                "train words/s, mixed vs single-direction batches",
-                "hltmt",
-                got["mix_rates"]["single"],
-                got["mix_rates"]["mixed"],
-                "speed",
-                1.0,
+            figure(
+                "train words/s, mixed vs single-direction batches", "hltmt", mix["single"], mix["mixed"], "speed", 1.0
             )
         )
     return rows
 
 
 def print_table(rows):
-    """Print the rows as a Markdown table; the figures of the rows that have both numbers."""
-    figures, lines = [], []
-    for measure, name, base, ours, kind, pred in rows:
-        if base is None or ours is None:
-            lines.append([measure, name, base, ours, "", "", ""])
-            continue
-        ratio = base / ours if kind == "speed" else ours / base
-        digits = 0 if measure == "parameters" else 1
-        lines.append(
-            [measure, name, f"{base:,.{digits}f}", f"{ours:,.{digits}f}", f"{ratio:.3f}", RATIO_IS[kind]]
-            + ["" if pred is None else f"{pred:.3f}"]
-        )
-        figures.append(
-            {
-                "measure": measure,
-                "system": name,
-                "baseline": base,
-                "value": ours,
-                "ratio": ratio,
-                "ratio_is": RATIO_IS[kind],
-                "predicted": pred,
-            }
-        )
+    """Print the rows as a Markdown table; the rows that have both figures."""
+    lines = []
+    for f in rows:
+        digits, pred = 0 if f["measure"] == "parameters" else 1, f["predicted"]
+        cells = ["", ""] if f["ratio"] is None else [f"{f['baseline']:,.{digits}f}", f"{f['value']:,.{digits}f}"]
+        ratio = "" if f["ratio"] is None else f"{f['ratio']:.3f}"
+        lines.append([f["measure"], f["system"], *cells, ratio, f["ratio_is"], "" if pred is None else f"{pred:.3f}"])
     header = ["measure", "system", "baseline", "system", "ratio", "the ratio is", "predicted"]
     print("\n" + markdown_table(header, lines))
     print(
         "\n(speed rows: the ratio is a time ratio, > 1 when the system is slower; size rows: > 1 when the "
         "system is larger. 'predicted' is the system's arithmetic over the baseline's on the same work.)"
     )
-    return figures
+    return [f for f in rows if f["ratio"] is not None]
 
 
 def speed_main(args, names):
@@ -352,16 +322,9 @@ def speed_main(args, names):
             f"{args.clock} clock, generation batches of {args.gen_batch_size or 'up to 4,000 tokens'}",
         )
     if args.json:
-        record = {
-            "device": args.device,
-            "threads": torch.get_num_threads(),
-            "clock": args.clock,
-            "load": os.getloadavg()[0],
-            "torch": torch.__version__,
-            "rows": figures,
-            "train_rounds": rates,
-            "gen_rounds": {f"{n} {d}": v for (n, d), v in got["gen"].items()},
-        }
+        record = dict(device=args.device, threads=torch.get_num_threads(), clock=args.clock, load=os.getloadavg()[0])
+        record.update(torch=torch.__version__, rows=figures, train_rounds=rates)
+        record["gen_rounds"] = {f"{n} {d}": v for (n, d), v in got["gen"].items()}
         write_text(args.json, json.dumps(record, indent=1), "--json")
     return 0
 
@@ -380,13 +343,8 @@ def plot(figures, path, title):
     pred = [(i, f["predicted"]) for i, f in enumerate(rows) if f["predicted"] is not None]
     ax.scatter([p for _, p in pred], [i for i, _ in pred], color="#dd8452", zorder=3, label="predicted (arithmetic)")
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.axvline(
-        TARGET,
-        color="grey",
-        ls="--",
-        lw=0.8,
-        label=f"{TARGET}: the target for HLT-MT's time ratios (none for adapters, skills)",
-    )
+    target = f"{TARGET}: the target for HLT-MT's time ratios (none for adapters, skills)"
+    ax.axvline(TARGET, color="grey", ls="--", lw=0.8, label=target)
     ax.set_yticks(list(y), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(

@@ -13,6 +13,7 @@ import torch
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW
 from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, high_among, pool_size
 from hltmt_plugin.sizes import MODEL_SIZES
+from timing import BenchError
 
 # the command the benchmarks' child processes run (python scripts/bench.py --...-child SPEC)
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench.py")
@@ -35,18 +36,9 @@ LR = 1e-4  # every bench's learning rate (speed only: the rate does not change a
 # (its default, concat: no temperature sampling), nothing saved, no validation
 BENCH_RUN = ["--sampling-method", "concat", "--no-save", "--disable-validation"]
 
-# name -> (the recipe's system, criterion other than its own); every run trains the stage-high
-# directions (each high-resource language with English, both ways) on the same batches;
-# HLT-MT routes hard at every update
-TRAIN_SYSTEMS = {
-    "baseline": ("mnmt", None),
-    "hltmt": ("hltmt", None),
-    "hltmt lsce": ("hltmt", "label_smoothed_cross_entropy"),  # the same model, fairseq's criterion
-}
-
-
-class BenchError(Exception):
-    pass
+# the systems of the real training step (bench_profile.py): name -> the recipe's system; both
+# train the stage-high directions on the same batches, HLT-MT routing hard at every update
+TRAIN_SYSTEMS = {"baseline": "mnmt", "hltmt": "hltmt"}
 
 
 def hyper(size, max_tokens):
@@ -221,17 +213,15 @@ def fairseq_train_cmd(args, system, size, save_dir, updates):
     """fairseq-train's options (after the program) of one system: the recipe's plain
     ``transformer`` on fairseq's own ``translation_multi_simple_epoch`` task, or HLT-MT of the
     same sizes on ``hltmt_translation`` (stage high, hard routing at every update); the
-    stage-high directions, the same data, options and seed, so the same batches; a JSON
-    progress line every --train-log-interval updates."""
-    recipe_system, criterion = TRAIN_SYSTEMS[system]
+    stage-high directions, the same data, options and seed, so the same batches."""
+    recipe_system = TRAIN_SYSTEMS[system]
     return comparison(args, high_pairs(args)).train_args(
         recipe_system,
         hyper(size, args.max_tokens),
         seed=1,
         updates=updates,
         save_dir=save_dir,
-        log_interval=args.train_log_interval,
-        options=[*BENCH_RUN, "--log-format", "json", *(["--slp-hard-prob", "1"] if recipe_system == "hltmt" else [])],
+        log_interval=1,
+        options=[*BENCH_RUN, *(["--slp-hard-prob", "1"] if recipe_system == "hltmt" else [])],
         pool=args.pool_size,
-        criterion=criterion,
     )

@@ -1,48 +1,34 @@
 #!/usr/bin/env python3
 """Serving all 20 DebMT-10 directions: one mixed-direction call vs one call per direction vs
-one process per direction, side by side in one run.
+one process per direction, side by side in one run (docs/benchmarks.md).
 
     python scripts/bench_translate.py --work runs/bench_translate            # prepares and trains a model
     python scripts/bench_translate.py --checkpoint CKPT                      # a model of all 20 directions
 
-Modes (same checkpoint, the same N test sentences of every direction, same beam, length
-limit and batch size):
-
-- ``mixed``: one process loads the model once (``hltmt_plugin.hub``) and translates all
-  sentences of all directions in one ``translate_batch`` call (shuffled; sorted by length and
-  batched by tokens across directions).
-- ``per-direction``: one process loads the model once and makes one ``translate`` call per
-  direction.
-- ``per-process``: fairseq's own way (fairseq issue 4536): one ``fairseq-interactive
-  -s SRC -t TGT --bpe sentencepiece`` process per direction, each loading the model.
-
-Each mode runs in its own processes, so its peak memory is its own (the peak resident set of
-the process, ``ru_maxrss``; for per-process, the largest of its 20 processes, plus their sum
-for keeping 20 such servers up at once). Rates are sentences/s over the translation only
-(model loaded: a server) and end to end (start of the process to its end, load included);
-per-process has only the latter. Rounds are interleaved (mixed, per-direction, per-process,
-then again) and each figure is the median over the rounds. The hypotheses of the three modes
-are compared (mixed and per-direction must be identical; fairseq-interactive batches
-differently, so a float tie may rarely differ).
-
-Without ``--checkpoint``, ``--work`` gets a DebMT-10 model of its own: hltmt-prepare-data
-(all 10 languages, --max-train lines per pair), then HLT-MT ``hltmt_transformer_tiny`` trained
-for --train-updates (half stage high, half stage all) with the experiment recipe's optimiser
-settings (the main job's).
+The same checkpoint, N test sentences of every direction, beam, length limit and batch size in
+every mode: ``mixed`` (one process loads the model once, ``hltmt_plugin.hub``, and translates
+everything in one ``translate_batch`` call), ``per-direction`` (one ``translate`` call per
+direction), ``per-process`` (fairseq's own way: one ``fairseq-interactive`` process per
+direction, each loading the model). Each mode runs in its own processes (peak memory: their
+``ru_maxrss``), rounds interleaved, medians over the rounds; sentences/s translating (model
+loaded) and end to end; the hypotheses of the modes compared. Without ``--checkpoint``,
+``--work`` gets a model of its own: hltmt-prepare-data (--max-train lines per pair), then
+``hltmt_transformer_tiny`` trained for --train-updates (half stage high, half stage all).
 """
 
 import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import time
 
+from hltmt_plugin import records
 from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.cli import PLUGIN
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
 from hltmt_plugin.experiments import recipe
+from hltmt_plugin.experiments.steps import StepFailed, run_quiet
 from timing import child_env, markdown_table, median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,11 +43,12 @@ def log(message):
 
 
 def check_call(cmd, log_path):
-    with open(log_path, "w") as out:
-        done = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-    if done.returncode != 0:
-        tail = open(log_path, encoding="utf-8", errors="replace").read().splitlines()[-20:]
-        sys.exit("bench_translate: error: command failed; last lines of " + log_path + ":\n" + "\n".join(tail))
+    """Run ``cmd``, its output in the log ``log_path``; exits with the command's own error line
+    (or its log's last lines) when it fails."""
+    try:
+        run_quiet(cmd, log_path, tail=20)
+    except StepFailed as error:
+        sys.exit(f"bench_translate: error: {error}")
 
 
 def directions(langs):
@@ -174,15 +161,15 @@ def resolve_model(args):
 
 
 def worker(args):
-    """Load once, translate as the mode says; print one JSON line (timings and hypotheses)."""
+    """Load once, translate the items on standard input (JSON) as the mode says; print one JSON
+    line (timings and hypotheses)."""
     import torch
 
     start = time.perf_counter()
     torch.set_num_threads(args.threads)
     from hltmt_plugin.hub import HltmtTranslator
 
-    with open(args.items, encoding="utf-8") as f:
-        items = [tuple(item) for item in json.load(f)]
+    items = [tuple(item) for item in records.parse_json(sys.stdin.read(), "the items of a worker")]
     translator = HltmtTranslator.load(
         args.checkpoint, spm=args.spm, data=args.data, device=args.device, max_tokens=args.max_tokens
     )
@@ -209,33 +196,13 @@ def run_checked(cmd, env, stdin_path=None):
     return wall, rss, text
 
 
-def worker_command(mode, args, items_path):
-    """This script as a worker of ``mode`` (mixed or per-direction) on the items of ``items_path``."""
+def worker_command(mode, args):
+    """This script as a worker of ``mode`` (mixed or per-direction); its items come on standard input."""
     return [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        mode,
-        "--items",
-        items_path,
-        "--checkpoint",
-        args.checkpoint,
-        "--spm",
-        args.spm,
-        "--data",
-        args.data,
-        "--beam",
-        str(args.beam),
-        "--max-len",
-        str(args.max_len),
-        "--lenpen",
-        str(args.lenpen),
-        "--max-tokens",
-        str(args.max_tokens),
-        "--threads",
-        str(args.threads),
-        "--device",
-        args.device,
+        *[sys.executable, os.path.abspath(__file__), "--worker", mode, "--checkpoint", args.checkpoint],
+        *["--spm", args.spm, "--data", args.data, "--beam", str(args.beam), "--max-len", str(args.max_len)],
+        *["--lenpen", str(args.lenpen), "--max-tokens", str(args.max_tokens), "--threads", str(args.threads)],
+        *["--device", args.device],
     ]
 
 
@@ -245,37 +212,11 @@ def interactive_command(args, src, tgt, sentences_in):
 
     return [
         *fairseq_cli("interactive"),
-        args.data,
-        "--user-dir",
-        PLUGIN,
-        "--task",
-        "hltmt_translation",
-        "--langs",
-        args.langs_option,
-        "--lang-pairs",
-        args.pairs_option,
-        "--encoder-langtok",
-        "tgt",
-        "-s",
-        src,
-        "-t",
-        tgt,
-        "--path",
-        args.checkpoint,
-        "--bpe",
-        "sentencepiece",
-        "--sentencepiece-model",
-        args.spm,
-        "--beam",
-        str(args.beam),
-        "--max-len-b",
-        str(args.max_len),
-        "--lenpen",
-        str(args.lenpen),
-        "--max-tokens",
-        str(args.max_tokens),
-        "--buffer-size",
-        str(sentences_in),
+        *[args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", args.langs_option],
+        *["--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt", "-s", src, "-t", tgt],
+        *["--path", args.checkpoint, "--bpe", "sentencepiece", "--sentencepiece-model", args.spm],
+        *["--beam", str(args.beam), "--max-len-b", str(args.max_len), "--lenpen", str(args.lenpen)],
+        *["--max-tokens", str(args.max_tokens), "--buffer-size", str(sentences_in)],
         *(["--cpu"] if args.device == "cpu" else []),
     ]
 
@@ -294,8 +235,8 @@ def run_mode(mode, args, items, items_path, env, work):
     """One round of ``mode``: its sentences, times, peak memory, processes and outputs."""
     n = len(items)
     if mode in ("mixed", "per-direction"):
-        wall, rss, text = run_checked(worker_command(mode, args, items_path), env)
-        result = json.loads(text.strip().splitlines()[-1])
+        wall, rss, text = run_checked(worker_command(mode, args), env, stdin_path=items_path)
+        result = records.parse_json(text.strip().splitlines()[-1], f"the result of the {mode} worker")
         return {
             "sentences": n,
             "translate_s": result["translate_s"],
@@ -308,8 +249,7 @@ def run_mode(mode, args, items, items_path, env, work):
     outputs, walls, peaks = [None] * n, [], []
     for (src, tgt), where in by_direction(items).items():
         path = os.path.join(work, f"in.{src}-{tgt}.txt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(items[i][2] + "\n" for i in where)
+        write_text(path, "".join(items[i][2] + "\n" for i in where))
         wall, rss, text = run_checked(interactive_command(args, src, tgt, len(where)), env, stdin_path=path)
         walls.append(wall)
         peaks.append(rss)
@@ -455,7 +395,6 @@ def build_parser():
     p.add_argument("--train-updates", type=int, default=300, help="updates of the own model")
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--worker", choices=["mixed", "per-direction"], help=argparse.SUPPRESS)
-    p.add_argument("--items", help=argparse.SUPPRESS)
     return p
 
 

@@ -33,11 +33,13 @@ import glob
 import hashlib
 import io
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+
+from hltmt_plugin.atomic_files import copy_file, write_bytes, write_folder, write_text
+from hltmt_plugin.errors import HltmtError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLATFORMS = [
@@ -77,9 +79,9 @@ def record_line(name, data):
 
 
 def slim_wheel(src, dst):
-    """Rewrite the fairseq wheel without DROP_PREFIXES; RECORD rebuilt from what is kept.
-    Returns (kept files, dropped files)."""
-    kept, dropped = 0, 0
+    """Rewrite the fairseq wheel without DROP_PREFIXES; RECORD rebuilt from what is kept. The new
+    wheel is built in memory and written whole. Returns (kept files, dropped files)."""
+    kept, dropped, buf = 0, 0, io.BytesIO()
     with zipfile.ZipFile(src) as zin:
         names = zin.namelist()
         record = next((n for n in names if n.endswith(".dist-info/RECORD")), None)
@@ -88,9 +90,8 @@ def slim_wheel(src, dst):
         for need in KEEP_REQUIRED:
             if not any(n.startswith(need) and n.endswith(".so") for n in names):
                 raise BundleError(f"{src} has no compiled {need}*.so: not the cp312 manylinux build")
-        dist_info = record.rsplit("/", 1)[0]
-        rows = []
-        with zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
+        dist_info, rows = record.rsplit("/", 1)[0], []
+        with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zout:
             for info in zin.infolist():
                 name = info.filename
                 if name == record or name.endswith("/"):
@@ -100,22 +101,19 @@ def slim_wheel(src, dst):
                     continue
                 data = zin.read(info)
                 if name == f"{dist_info}/top_level.txt":
-                    data = b"".join(
-                        line + b"\n"
-                        for line in data.splitlines()
-                        if line.strip() and not line.startswith(b"alignment_train")
-                    )
+                    lines = [
+                        line for line in data.splitlines() if line.strip() and not line.startswith(b"alignment_train")
+                    ]
+                    data = b"".join(line + b"\n" for line in lines)
                 out = zipfile.ZipInfo(name, date_time=info.date_time)
-                out.external_attr = info.external_attr
-                out.compress_type = zipfile.ZIP_DEFLATED
+                out.external_attr, out.compress_type = info.external_attr, zipfile.ZIP_DEFLATED
                 zout.writestr(out, data)
                 rows.append(record_line(name, data))
                 kept += 1
-            buf = io.StringIO()
-            writer = csv.writer(buf, lineterminator="\n")
-            writer.writerows(rows)
-            writer.writerow([record, "", ""])
-            zout.writestr(zipfile.ZipInfo(record, date_time=(2024, 1, 1, 0, 0, 0)), buf.getvalue())
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerows([*rows, [record, "", ""]])
+            zout.writestr(zipfile.ZipInfo(record, date_time=(2024, 1, 1, 0, 0, 0)), text.getvalue())
+    write_bytes(dst, buf.getvalue())
     return kept, dropped
 
 
@@ -137,57 +135,60 @@ def verify_wheel(path):
             raise BundleError(f"{path}: RECORD lists missing files, e.g. {sorted(extra)[0]}")
 
 
-def build(out):
-    os.makedirs(out, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = os.path.join(tmp, "raw")
-        plat = [a for p in PLATFORMS for a in ("--platform", p)]
-        for spec in BINARY:
-            log(f"download {spec} (cp312 manylinux x86-64, no deps)")
-            pip(
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--python-version",
-                "3.12",
-                "--implementation",
-                "cp",
-                *plat,
-                "-d",
-                raw,
-                spec,
-            )
-        for spec in SDIST:
-            log(f"build a pure-Python wheel of {spec} from its sdist")
-            pip("wheel", "--no-deps", "--no-binary", ":all:", "-w", raw, spec)
-        wheels = sorted(glob.glob(os.path.join(raw, "*.whl")))
-        if len(wheels) != len(BINARY) + len(SDIST):
-            raise BundleError(
-                f"expected {len(BINARY) + len(SDIST)} wheels, got {[os.path.basename(w) for w in wheels]}"
-            )
-        for old in glob.glob(os.path.join(out, "*.whl")):
-            os.remove(old)
-        for wheel in wheels:
-            name = os.path.basename(wheel)
-            if name.startswith("antlr4") and not name.endswith("-py3-none-any.whl"):
-                raise BundleError(f"{name} is not a pure-Python wheel")
-            if name.startswith("fairseq_fixed"):
-                if "-cp312-cp312-" not in name:
-                    raise BundleError(f"{name} is not the cp312 wheel")
-                kept, dropped = slim_wheel(wheel, os.path.join(out, name))
-                log(
-                    f"slimmed {name}: {os.path.getsize(wheel) / 2**20:.1f} MiB -> "
-                    f"{os.path.getsize(os.path.join(out, name)) / 2**20:.1f} MiB ({kept} files kept, {dropped} dropped)"
-                )
-            else:
-                shutil.copy(wheel, os.path.join(out, name))
-    for wheel in sorted(glob.glob(os.path.join(out, "*.whl"))):
-        verify_wheel(wheel)
-    with open(os.path.join(out, "README.txt"), "w") as f:
-        f.write(
-            "Wheels for the GPU machine (CPython 3.12, manylinux x86-64), made by scripts/gpu_bundle.py.\n"
-            "Install: python3 -m pip install --no-index --no-deps --target DIR *.whl\n"
+def download(raw):
+    """The wheels of BINARY (cp312 manylinux x86-64) and SDIST (built here) into ``raw``."""
+    plat = [a for p in PLATFORMS for a in ("--platform", p)]
+    for spec in BINARY:
+        log(f"download {spec} (cp312 manylinux x86-64, no deps)")
+        pip(
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.12",
+            "--implementation",
+            "cp",
+            *plat,
+            "-d",
+            raw,
+            spec,
         )
+    for spec in SDIST:
+        log(f"build a pure-Python wheel of {spec} from its sdist")
+        pip("wheel", "--no-deps", "--no-binary", ":all:", "-w", raw, spec)
+    wheels = sorted(glob.glob(os.path.join(raw, "*.whl")))
+    if len(wheels) != len(BINARY) + len(SDIST):
+        raise BundleError(f"expected {len(BINARY) + len(SDIST)} wheels, got {[os.path.basename(w) for w in wheels]}")
+    return wheels
+
+
+def fill(out, wheels):
+    """The bundle folder's content: every wheel (fairseq's slimmed), each checked, and a README."""
+    for wheel in wheels:
+        name = os.path.basename(wheel)
+        if name.startswith("antlr4") and not name.endswith("-py3-none-any.whl"):
+            raise BundleError(f"{name} is not a pure-Python wheel")
+        if name.startswith("fairseq_fixed") and "-cp312-cp312-" not in name:
+            raise BundleError(f"{name} is not the cp312 wheel")
+        if name.startswith("fairseq_fixed"):
+            kept, dropped = slim_wheel(wheel, os.path.join(out, name))
+            log(
+                f"slimmed {name}: {os.path.getsize(wheel) / 2**20:.1f} MiB -> {os.path.getsize(os.path.join(out, name)) / 2**20:.1f} MiB ({kept} files kept, {dropped} dropped)"
+            )
+        else:
+            copy_file(wheel, os.path.join(out, name))
+        verify_wheel(os.path.join(out, name))
+    readme = "Wheels for the GPU machine (CPython 3.12, manylinux x86-64), made by scripts/gpu_bundle.py.\n"
+    write_text(
+        os.path.join(out, "README.txt"),
+        readme + "Install: python3 -m pip install --no-index --no-deps --target DIR *.whl\n",
+    )
+
+
+def build(out):
+    """The bundle folder ``out`` written whole (atomic_files.write_folder): one made by this script is replaced."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_folder(out, lambda work: fill(work, download(tmp)), kind="gpu_bundle", force=True)
 
 
 def show(out):
@@ -213,7 +214,7 @@ def main(argv=None):
         if not args.check:
             build(args.out)
         show(args.out)
-    except BundleError as error:
+    except (BundleError, HltmtError) as error:  # a download that failed; an --out it did not make
         print(f"gpu_bundle: error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -1,50 +1,34 @@
 #!/usr/bin/env python3
-"""The GPU run: DebMT-10, the three systems, one GPU, report in under 8 minutes of wall time.
+"""The GPU run: DebMT-10, the three systems, one GPU, report in under 8 minutes of wall time
+(docs/gpu-run.md).
 
     bash scripts/gpu_run.sh                      # on the GPU machine (installs the wheel bundle first)
     bash scripts/gpu_run.sh --size tiny          # the smallest size: a few minutes on a CPU
     bash scripts/gpu_run.sh --gpu --dry-run      # print every command it would run, run nothing
     bash scripts/gpu_run.sh --gpu --ngpu 8 --size base --budget-s 3600
 
-Steps, each timed (the budget counts from the start of scripts/gpu_run.sh):
+Steps, each timed against the budget (counted from the start of scripts/gpu_run.sh): 1. prepare
+DebMT-10 with every core; 2. calibrate: the plain fairseq ``transformer`` MNMT, HLT-MT and
+LS-MNMT start together on the one GPU, run until each has logged a few progress lines and are
+stopped; the slowest one's updates/s and the start-up size the number of updates N that fits
+the budget (``--updates N`` skips this); 3. train the three again from scratch, at the same
+time, N updates each (HLT-MT's stage high for N/2 updates, then stage all, in one run;
+validation every N/8 updates; ``--stop-time-hours`` guards the budget); 4. decode every
+direction of every system with beam 5 over parallel workers; 5. score and report
+(hltmt-report). At most 8 files go to ``--out``: results.md, results.csv, bleu.png,
+valid_loss.png, gate_heatmap.png, run.json, gpu_run.log and logs.tar.gz.
 
-1. prepare DebMT-10 (all training data of the size, the test split) with every core:
-   sentencepiece threads and fairseq-preprocess workers from the core count;
-2. calibrate: the plain fairseq ``transformer`` MNMT, HLT-MT and LS-MNMT start together as
-   three processes on the one GPU (``OMP_NUM_THREADS=1`` each), run until each has logged a
-   few progress lines, and are stopped; their measured updates/s (the slowest of the three)
-   and start-up time size the number of updates N that fits the budget (``--updates N``
-   skips this);
-3. train the three systems again from scratch, at the same time, N updates each (same data,
-   batch size, learning-rate schedule, seed): MNMT, HLT-MT with both stages in one run
-   (stage high for N/2 updates, then stage all: ``--high-stage-updates``), LS-MNMT
-   (``--slp-language-specific``, one module per target language); validation every N/8
-   updates gives each a validation-loss curve; ``--stop-time-hours`` guards the budget;
-4. decode every direction of every system with beam 5 (fp16 on a GPU), several worker
-   processes at once, each decoding its directions in one Python (hltmt_plugin/cli/decode.py);
-5. score with sacreBLEU and write the report (hltmt-report): machine, sizes, updates,
-   tokens/s, convergence from the validation curves, BLEU tables high/low and En->X/X->En,
-   the paper's WMT-10 deltas beside ours.
+On a GPU, training runs with ``--amp`` by default; ``--precision fp16`` is ``--fp16
+--fp16-no-flatten-grads`` (one float32 copy per parameter: a flat copy would move the pool
+modules and the gate that an update did not use). Each run gets ``--distributed-world-size
+--ngpu`` and, with several GPUs, ``--ddp-backend legacy_ddp``. fairseq 0.12's ``--bf16`` is its
+TPU path and is not offered. ``--dry-run`` prints every command, one per line as a shell would
+run it, notes as ``#`` lines; the training lines show ``--updates`` when given, else the size's
+minimum.
 
-At most 8 files go to the output folder (``--out``, default ``$OUT``): results.md,
-results.csv, bleu.png, valid_loss.png, gate_heatmap.png, run.json, gpu_run.log and
-logs.tar.gz (every training, calibration, preparation and decoding log and the decoded
-test sets).
-
-On a GPU, training runs with ``--amp`` by default (float16 autocast over float32 weights);
-``--precision fp16`` is ``--fp16 --fp16-no-flatten-grads``, fairseq's fp16 optimizer with one
-float32 copy per parameter (a bare ``--fp16`` steps one flat copy of all weights, which would
-move the pool modules and the gate that an update did not use). Each fairseq-train run gets
-``--distributed-world-size --ngpu`` (default 1: fairseq would otherwise use every GPU it
-sees; the three systems share them), and with several GPUs ``--ddp-backend legacy_ddp``,
-which all-reduces every gradient so the task can leave the modules no worker used out of
-the update. fairseq 0.12's ``--bf16`` is its TPU path and is not offered.
-
-``--dry-run`` prints every command the run would start (hltmt-prepare-data, the calibration
-and training fairseq-train runs, one fairseq-generate line per decoded direction,
-hltmt-report), one per line as a shell would run it, notes as ``#`` lines, and runs and writes
-nothing; ``--gpu`` is then taken as given. The number of updates comes from the calibration,
-so the training lines show ``--updates`` when given, else the size's minimum (a note says so).
+The script has three parts: :class:`RunPlan` (the size, the folders and every command line),
+:class:`Runner` (starting, watching and timing the steps) and :class:`RunRecord` (run.json as
+the run goes, and the output folder).
 """
 
 import argparse
@@ -59,30 +43,13 @@ import time
 from dataclasses import dataclass, field
 from typing import List
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-from hltmt_plugin.atomic_files import (  # noqa: E402
-    AtomicFile,
-    FolderRefused,
-    copy_file,
-    fresh_folder,
-    write_text,
-)
-from hltmt_plugin.cli.launch import stop_ranks  # noqa: E402
-from hltmt_plugin.corpora import (  # noqa: E402
-    DEBMT10_HIGH as HIGH,
-    DEBMT10_LANGS as LANGS,
-)
-from hltmt_plugin.errors import HltmtConfigError  # noqa: E402
-from hltmt_plugin.experiments import steps  # noqa: E402
-from hltmt_plugin.experiments.recipe import (  # noqa: E402
-    Comparison,
-    Hyper,
-    prepare_command,
-    read_train_log,
-)
-from hltmt_plugin.experiments.steps import (  # noqa: E402
+from hltmt_plugin.atomic_files import AtomicFile, FolderRefused, copy_file, fresh_folder, write_text
+from hltmt_plugin.cli.launch import stop_ranks
+from hltmt_plugin.corpora import DEBMT10_HIGH as HIGH, DEBMT10_LANGS as LANGS
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.experiments import steps
+from hltmt_plugin.experiments.recipe import Comparison, Hyper, prepare_command, read_train_log
+from hltmt_plugin.experiments.steps import (
     BF16_REFUSED,
     NGPU_HELP,
     PRECISION_FLAGS,
@@ -90,16 +57,19 @@ from hltmt_plugin.experiments.steps import (  # noqa: E402
     StepFailed,
     decode,
     decode_jobs,
+    detect_machine,
     gpu_flags,
     log_tail,
     nproc,
     print_command,
+    read_log,
     reader_gone,
     report_command,
     resolve_device,
     run_quiet,
 )
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 SYSTEMS = ["mnmt", "hltmt", "lsmnmt"]
 MAX_OUT_FILES = 8
@@ -175,62 +145,30 @@ class Tee:
         self.file.flush()
 
 
-def say(t0, msg):
-    steps.say(msg, who="gpu_run", since=t0)
+class RunPlan:
+    """The plan of the runs: the size, the folders, the data and every command line of the run
+    (prepare, calibrate, train, decode, report) and how many updates the budget allows. It
+    starts and writes nothing (``--dry-run`` prints it)."""
 
-
-class GpuRun:
-    def __init__(self, args, t0):
-        self.args, self.t0 = args, t0
-        self.size = SIZES[args.size]
+    def __init__(self, args):
+        self.args, self.size = args, SIZES[args.size]
         self.work = work_dir(args)
         self.out = os.path.abspath(args.out)
         self.data = os.path.join(self.work, "data", "bin")
         self.logs = os.path.join(self.work, "logs")
         self.budget = args.budget_s or self.size.budget_s
-        self.info = {"facts": {}, "systems": {s: {} for s in SYSTEMS}, "phases_s": {}}
-        self.procs = []
-        self.fell_back = False
-        self.dry_run = args.dry_run
         device, self.precision, _ = resolve_device(args, dry_run=args.dry_run)
         self.cuda = device == "cuda"
         self.comparison = Comparison.from_args(
             args, self.data, langs=self.size.langs, high=self.size.high, cpu=not self.cuda
         )
         self.langs, self.high, self.directions = self.comparison.langs, self.comparison.high, self.comparison.pairs
+        self.train_window = 0.0  # seconds the training may take (--stop-time-hours): set by the sizing
 
-    # ---- bookkeeping --------------------------------------------------------------------
-    def elapsed(self):
-        return time.time() - self.t0
-
-    def fact(self, key, value):
-        self.info["facts"][key] = value
-
-    def save_info(self):
-        write_text(os.path.join(self.work, "run.json"), json.dumps(self.info, indent=1))
-
-    def fresh(self, path):
-        """``path`` made anew, empty: removed only when this script made it (atomic_files.fresh_folder)."""
-        try:
-            return fresh_folder(path, "gpu_run")
-        except FolderRefused as error:
-            raise StepFailed(f"{error} (or give another --work)") from None
-
-    def phase(self, name, fn, *a):
-        say(self.t0, f"{name} ...")
-        t = time.time()
-        result = fn(*a)
-        self.info["phases_s"][name] = round(time.time() - t, 1)
-        self.fact("phase times (s)", ", ".join(f"{k} {v:.0f}" for k, v in self.info["phases_s"].items()))
-        say(self.t0, f"{name} done in {time.time() - t:.1f}s")
-        self.save_info()
-        return result
-
-    # ---- 1. data ------------------------------------------------------------------------
-    def prepare(self):
-        s = self.size
-        cores = ["--workers", str(nproc()), "--threads", str(nproc())]
-        cmd = prepare_command(
+    def prepare_cmd(self):
+        """hltmt-prepare-data of the size's data with every core."""
+        s, cores = self.size, ["--workers", str(nproc()), "--threads", str(nproc())]
+        return prepare_command(
             self.args.raw,
             os.path.join(self.work, "data"),
             self.langs,
@@ -240,29 +178,7 @@ class GpuRun:
             max_valid=s.max_valid,
             max_test=s.max_test,
         )
-        if self.dry_run:
-            print_command(cmd)
-            return
-        stamp = os.path.join(self.work, "data", ".gpu_run-prepared")
-        want = " ".join(cmd[2:])
-        if os.path.isdir(self.data) and os.path.exists(stamp) and open(stamp).read() == want:
-            say(self.t0, f"data already prepared in {self.data} (same options): reused")
-            return
-        os.makedirs(self.logs, exist_ok=True)
-        log = os.path.join(self.logs, "prepare.log")
-        with open(log, "w") as f:
-            done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-        if done.returncode != 0:
-            lines = open(log, encoding="utf-8", errors="replace").read().splitlines()
-            error = next((line for line in reversed(lines) if "error:" in line), None)
-            raise StepFailed(
-                f"data preparation failed: {error}"
-                if error
-                else f"data preparation failed (exit {done.returncode}):\n{log_tail(log)}"
-            )
-        write_text(stamp, want)
 
-    # ---- fairseq-train command lines -----------------------------------------------------
     def train_cmd(self, system, updates, save, calibrate):
         """One system's fairseq-train run (the recipe's), ``updates`` updates (HLT-MT switches
         to stage all at half of them), warm-up an eighth of them (4 to 4000)."""
@@ -272,18 +188,9 @@ class GpuRun:
         if calibrate:
             options += ["--disable-validation", "--no-save"]
         else:
-            every = max(1, updates // s.validations)
-            guard_h = (self.train_window + 60) / 3600
-            options += [
-                "--validate-interval-updates",
-                str(every),
-                "--validate-interval",
-                "1000000",
-                "--save-interval",
-                "1000000",
-                "--stop-time-hours",
-                f"{guard_h:.4f}",
-            ]
+            every, guard_h = max(1, updates // s.validations), (self.train_window + 60) / 3600
+            options += ["--validate-interval-updates", str(every), "--validate-interval", "1000000"]
+            options += ["--save-interval", "1000000", "--stop-time-hours", f"{guard_h:.4f}"]
         return self.comparison.train_command(
             system,
             hyper,
@@ -299,79 +206,141 @@ class GpuRun:
     def precision_flags(self):
         return gpu_flags(self.precision, self.args.ngpu) if self.cuda else PRECISION_FLAGS[self.precision]
 
-    def launch(self, system, cmd, log):
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-        f = open(log, "w", encoding="utf-8")
-        f.write("$ " + " ".join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
-        f.close()
-        self.procs.append(proc)
-        return proc
+    def calibrate_dir(self, system):
+        return os.path.join(self.work, "calibrate", system)
 
-    def stop_all(self):
-        stop_ranks(self.procs)
-        self.procs = []
+    def model_dir(self, system):
+        return os.path.join(self.work, "models", system)
 
-    # ---- 2. calibration -----------------------------------------------------------------
-    def calibrate(self):
-        """The three systems started together and stopped once each has logged a few progress
-        lines: (the slowest one's updates/s, the start-up time). A system that fails in mixed
-        precision makes the three calibrate again in fp32."""
-        launched = time.time()
-        runs = {}
-        for system in SYSTEMS:
-            log = os.path.join(self.logs, f"calibrate_{system}.log")
-            save = os.path.join(self.work, "calibrate", system)
-            runs[system] = (self.launch(system, self.train_cmd(system, 10**7, save, calibrate=True), log), log)
-        try:
-            seen = self.await_progress(runs, launched)
-        finally:
-            self.stop_all()
-        if seen is None:
-            return self.calibrate()
-        lines, first_seen = seen
-        return self.calibration_rates(lines, first_seen, launched)
+    def decode_dir(self, system):
+        return os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
 
-    def await_progress(self, runs, launched):
-        """Every half second, the calibration logs read until each system has logged
-        calib_lines + 1 progress lines: ({system: its TrainLog}, {system: when its first line
-        appeared}); None when a system failed in mixed precision (then the precision is fp32)."""
+    def decode_plan(self):
+        """The decoding jobs (label, checkpoint, src, tgt, output), fairseq-generate's common
+        options, and the number of worker processes."""
+        checkpoints = {system: os.path.join(self.model_dir(system), "checkpoint_last.pt") for system in SYSTEMS}
+        jobs = decode_jobs(checkpoints, self.directions, self.decode_dir, "decode {system} {direction}", redo=True)
+        workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
+        common = self.comparison.generate_args(
+            max_tokens=24000 if self.cuda else 8000,
+            gen_len=self.size.gen_len,
+            fp16=self.cuda and self.precision != "fp32",
+        )
+        return jobs, common, max(1, min(workers, len(jobs)))
+
+    def report_cmd(self, machine):
+        seed = self.args.seed
+        return report_command(
+            os.path.join(self.work, "decode"),
+            os.path.join(self.work, "report"),
+            high=self.high,
+            title=f"DebMT-10 GPU run (`{self.args.size}`)",
+            gate_checkpoint=os.path.join(self.model_dir("hltmt"), "checkpoint_last.pt"),
+            options=["--machine", machine, "--run-info", os.path.join(self.work, "run.json")],
+            valid_logs=[f"{system}={self.logs}/train_{system}.seed{seed}.log" for system in SYSTEMS],
+            note=f"Size `{self.args.size}`: {self.size.notes}." if self.size.notes else None,
+        )
+
+    def fixed_updates(self, remaining):
+        """--updates (made even), the training window of ``remaining`` seconds set; the reason."""
+        self.train_window = max(30.0, remaining - self.size.decode_reserve_s - 20)
+        return self.args.updates - self.args.updates % 2, "given by --updates"
+
+    def size_updates(self, rate, startup, remaining):
+        """The number of updates N that fits ``remaining`` seconds at ``rate`` updates/s after
+        ``startup`` seconds (the training window set); (N, why, the unclamped figure)."""
         s = self.size
-        first_seen = {}
-        deadline = launched + max(120.0, 0.4 * self.budget)
-        while True:
-            time.sleep(0.5)
-            lines = {sys_: read_train_log(log) for sys_, (_, log) in runs.items()}
-            for sys_, pl in lines.items():
-                if pl.progress and sys_ not in first_seen:
-                    first_seen[sys_] = time.time()
-            for sys_, (proc, log) in runs.items():
-                if proc.poll() is not None:
-                    if self.precision != "fp32" and not self.fell_back:
-                        self.fall_back_to_fp32(sys_, log)
-                        return None
-                    raise StepFailed(f"calibration of {sys_} stopped (exit {proc.returncode}):\n{log_tail(log)}")
-            if all(len(pl.progress) >= s.calib_lines + 1 for pl in lines.values()):
-                return lines, first_seen
-            if time.time() > deadline:
-                raise StepFailed(
-                    "calibration: no steady progress within "
-                    f"{deadline - launched:.0f}s: "
-                    + ", ".join(f"{k} {len(v.progress)} progress lines" for k, v in lines.items())
-                )
+        reserve = max(s.decode_reserve_s, 0.2 * remaining) if s.decode_reserve_s else 0.0
+        self.train_window = max(30.0, remaining - reserve - 20)
+        usable = self.train_window - startup - 3.0 * s.validations  # about 3 s a validation
+        sized = int(0.85 * rate * max(0.0, usable))
+        n = max(s.min_updates, min(s.max_updates, sized))
+        n -= n % 2
+        why = (
+            f"0.85 x {rate:.2f} updates/s (slowest system) x {usable:.0f}s usable of a {self.train_window:.0f}s "
+            f"training window = {sized}" + (f", clamped to [{s.min_updates}, {s.max_updates}]" if sized != n else "")
+        )
+        return n, why, sized
 
-    def fall_back_to_fp32(self, system, log):
-        """A mixed-precision failure must not cost the device run: say why and switch all three
-        systems to fp32 (the same precision for all)."""
-        last = log_tail(log, 1).strip()
-        self.fact("precision fallback", f"{self.precision} failed for {system} ({last[:200]}); all systems run in fp32")
-        say(self.t0, f"warning: {system} failed in {self.precision} ({last[:200]}); calibrating again in fp32")
-        self.precision, self.fell_back = "fp32", True
+    def facts(self):
+        """The run's description: machine, size, data, languages, precision, batch, budget."""
+        s = self.size
+        return {
+            "machine": detect_machine(),
+            "size": f"{self.args.size}: {s.hltmt_arch} (HLT-MT, LS-MNMT) and {s.baseline_arch} (MNMT)",
+            "data": f"DebMT-10 en<->{','.join(self.langs)} ({len(self.directions)} directions), training lines "
+            f"per pair: {s.max_train or 'all'}, test lines per pair: {s.max_test or 'all'}, {s.vocab}-piece "
+            "joint sentencepiece",
+            "high-resource languages": ",".join(self.high),
+            "precision": self.precision + (" (GPU)" if self.cuda else " (CPU)"),
+            "batch": f"{s.max_tokens} tokens, lr {s.lr} inverse_sqrt, temperature-5 sampling, seed {self.args.seed}",
+            "budget (s)": self.budget,
+        }
 
-    def calibration_rates(self, lines, first_seen, launched):
-        """Each system's median updates/s and tokens/s over its steady progress lines (recorded in
-        run.json), and the start-up time: (the slowest system's updates/s, start-up seconds)."""
+    def print_plan(self):
+        """--dry-run: every command of the run, one per line, in order; notes as # lines."""
+        s = self.size
+        gpus = f"{self.args.ngpu} GPU(s) shared by the three systems" if self.cuda else "CPU"
+        print(
+            f"# gpu run: size {self.args.size}, {len(self.directions)} directions, {gpus}, {self.precision}, "
+            f"budget {self.budget}s, work {self.work}"
+        )
+        print("# 1. prepare")
+        print_command(self.prepare_cmd())
+        if self.args.updates:
+            updates, _ = self.fixed_updates(self.budget)
+        else:
+            print(
+                f"# 2. calibrate: the three start together, run until each has logged {s.calib_lines + 1} "
+                "progress lines, and are stopped"
+            )
+            for system in SYSTEMS:
+                print_command(self.train_cmd(system, 10**7, self.calibrate_dir(system), True))
+            updates = s.min_updates
+            self.train_window = max(30.0, self.budget - s.decode_reserve_s - 20)
+            print(
+                f"# the calibration sizes the number of updates N to the budget; shown here with N = {updates} "
+                "(the size's minimum; --updates N fixes it)"
+            )
+        print(f"# 3. train: the three at once, {updates} updates each")
+        for system in SYSTEMS:
+            print_command(self.train_cmd(system, updates, self.model_dir(system), False))
+        jobs, common, workers = self.decode_plan()
+        decode(
+            jobs,
+            common,
+            self.data,
+            workers,
+            "",
+            dry_run=True,
+            plan=("4. decode", self.decode_dir("SYSTEM") + "/SRC-TGT.gen"),
+        )
+        print("# 5. report")
+        print_command(self.report_cmd(self.facts()["machine"]))
+
+
+class RunRecord:
+    """What the run writes: run.json (the facts, the phases' times, each system's figures) as it
+    goes, and at the end the output folder."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.info = {"facts": {}, "systems": {s: {} for s in SYSTEMS}, "phases_s": {}}
+
+    def fact(self, key, value):
+        self.info["facts"][key] = value
+
+    def save(self):
+        write_text(os.path.join(self.plan.work, "run.json"), json.dumps(self.info, indent=1))
+
+    def phase(self, name, seconds):
+        self.info["phases_s"][name] = round(seconds, 1)
+        self.fact("phase times (s)", ", ".join(f"{k} {v:.0f}" for k, v in self.info["phases_s"].items()))
+        self.save()
+
+    def calibration(self, lines, first_seen, launched):
+        """Each system's median updates/s and tokens/s over its steady progress lines, and the
+        start-up time: (the slowest system's updates/s, start-up seconds)."""
         rates, startup = {}, 0.0
         for system, log in lines.items():
             ups, wps = log.steady("ups"), log.steady("wps")
@@ -380,267 +349,56 @@ class GpuRun:
             self.info["systems"][system]["calibration tokens/s (3 at once)"] = round(wps)
             first_interval = log.progress[0]["num_updates"] / ups if ups > 0 else 0.0
             startup = max(startup, first_seen[system] - launched - first_interval)
-        self.info["facts"]["calibration"] = (
-            "the three systems trained together until each logged "
-            f"{self.size.calib_lines + 1} progress lines ({time.time() - launched:.0f}s); start-up {startup:.0f}s; "
-            + ", ".join(f"{k} {v:.2f} updates/s" for k, v in rates.items())
+        self.fact(
+            "calibration",
+            f"the three systems trained together until each logged {self.plan.size.calib_lines + 1} progress lines "
+            f"({time.time() - launched:.0f}s); start-up {startup:.0f}s; "
+            + ", ".join(f"{k} {v:.2f} updates/s" for k, v in rates.items()),
         )
         return min(rates.values()), startup
 
-    def size_updates(self, rate, startup):
-        s = self.size
-        remaining = self.budget - self.elapsed()
-        reserve = max(s.decode_reserve_s, 0.2 * remaining) if s.decode_reserve_s else 0.0
-        self.train_window = max(30.0, remaining - reserve - 20)
-        usable = self.train_window - startup - 3.0 * s.validations  # about 3 s a validation
-        n = int(0.85 * rate * max(0.0, usable))
-        sized = n
-        n = max(s.min_updates, min(s.max_updates, n))
-        n -= n % 2
-        why = (
-            f"0.85 x {rate:.2f} updates/s (slowest system) x {usable:.0f}s usable of a {self.train_window:.0f}s "
-            f"training window = {sized}" + (f", clamped to [{s.min_updates}, {s.max_updates}]" if sized != n else "")
-        )
-        if sized < s.min_updates:
-            say(
-                self.t0,
-                f"warning: the budget allows only {sized} updates; training {n} (the size's minimum), "
-                "so the run will overrun --budget-s",
-            )
-        return n, why
-
-    # ---- 3. training --------------------------------------------------------------------
-    def train(self, updates):
-        runs = {}
-        for system in SYSTEMS:
-            save = self.fresh(os.path.join(self.work, "models", system))
-            log = os.path.join(self.logs, f"train_{system}.seed{self.args.seed}.log")
-            runs[system] = (self.launch(system, self.train_cmd(system, updates, save, calibrate=False), log), log)
-        launched = time.time()
-        deadline = launched + self.train_window + 180
-        last_report = launched
-        try:
-            while any(p.poll() is None for p, _ in runs.values()):
-                time.sleep(1.0)
-                for system, (proc, log) in runs.items():
-                    if proc.poll() not in (None, 0):
-                        raise StepFailed(f"training {system} failed (exit {proc.returncode}):\n{log_tail(log)}")
-                if time.time() - last_report >= self.args.status_every:
-                    last_report = time.time()
-                    say(
-                        self.t0,
-                        "train: "
-                        + ", ".join(
-                            f"{k} {int((read_train_log(log).progress or [{'num_updates': 0}])[-1]['num_updates'])}/{updates}"
-                            for k, (_, log) in runs.items()
-                        ),
-                    )
-                if time.time() > deadline:
-                    raise StepFailed(f"training ran past its window ({self.train_window:.0f}s + 180s): stopped")
-        finally:
-            self.stop_all()
-        for system, (proc, log) in runs.items():
-            if proc.returncode != 0:
-                raise StepFailed(f"training {system} failed (exit {proc.returncode}):\n{log_tail(log)}")
-            self.read_train_log(system, log, updates)
-
-    def read_train_log(self, system, path, updates):
+    def training(self, system, path, updates):
+        """A system's figures from its training log."""
         log = read_train_log(path)
-        row = self.info["systems"][system]
-        done_updates = log.updates
-        steady = log.progress != []
+        row, steady = self.info["systems"][system], log.progress != []
         row.update(
             {
                 "parameters": f"{log.params:,}" if log.params else "?",
-                "updates": done_updates,
+                "updates": log.updates,
                 "tokens/s (training, 3 at once)": round(log.steady("wps")) if steady else "?",
                 "updates/s": round(log.steady("ups"), 2) if steady else "?",
                 "training wall (s)": log.wall if log.wall is not None else "?",
             }
         )
-        if done_updates < updates:
-            row["note"] = f"stopped early by the time guard at {done_updates} of {updates} updates"
-        if system == "hltmt":
-            switch = re.search(r"HLT-MT stage all \(.*", open(path, encoding="utf-8", errors="replace").read())
-            if switch:
-                self.fact("HLT-MT stage switch", switch.group(0)[:300])
+        if log.updates < updates:
+            row["note"] = f"stopped early by the time guard at {log.updates} of {updates} updates"
+        switch = re.search(r"HLT-MT stage all \(.*", "\n".join(read_log(path) or [])) if system == "hltmt" else None
+        if switch:
+            self.fact("HLT-MT stage switch", switch.group(0)[:300])
 
-    # ---- 4. decoding --------------------------------------------------------------------
-    def decode_plan(self):
-        """The decoding jobs (label, checkpoint, src, tgt, output), fairseq-generate's common
-        options, and the number of worker processes."""
-        checkpoints = {system: os.path.join(self.work, "models", system, "checkpoint_last.pt") for system in SYSTEMS}
-        jobs = decode_jobs(checkpoints, self.directions, self.decode_dir, "decode {system} {direction}", redo=True)
-        workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
-        workers = max(1, min(workers, len(jobs)))
-        common = self.comparison.generate_args(
-            max_tokens=24000 if self.cuda else 8000,
-            gen_len=self.size.gen_len,
-            fp16=self.cuda and self.precision != "fp32",
-        )
-        return jobs, common, workers
-
-    def decode_dir(self, system):
-        return os.path.join(self.work, "decode", system, f"seed{self.args.seed}")
-
-    def decode(self, dry_run=False):
-        jobs, common, workers = self.decode_plan()
-        if dry_run:
-            plan = ("4. decode", self.decode_dir("SYSTEM") + "/SRC-TGT.gen")
-            return decode(jobs, common, self.data, workers, "", dry_run=True, plan=plan)
-        for system in SYSTEMS:
-            self.fresh(self.decode_dir(system))
-        env = dict(
-            os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1" if self.cuda else str(max(1, nproc() // workers))
-        )
-        self.fact(
-            "decoding",
-            f"beam 5, {len(jobs)} directions x systems over {workers} worker processes"
-            + (", fp16" if "--fp16" in common else ", fp32"),
-        )
-        try:
-            decode(jobs, common, self.data, workers, os.path.join(self.logs, "decode"), env=env, echo=None)
-        except StepFailed as error:
-            if "--fp16" not in common:
-                raise
-            todo = [j for j in jobs if not os.path.exists(j[4])]
-            say(
-                self.t0,
-                f"warning: fp16 decoding failed ({str(error).splitlines()[0]}); "
-                f"the {len(todo)} directions left again in fp32",
-            )
-            self.fact(
-                "decoding fallback", f"fp16 decoding failed; {len(todo)} of {len(jobs)} directions decoded in fp32"
-            )
-            common.remove("--fp16")
-            decode(todo, common, self.data, workers, os.path.join(self.logs, "decode_fp32"), env=env, echo=None)
-
-    # ---- 5. report ----------------------------------------------------------------------
-    def report_cmd(self):
-        seed = self.args.seed
-        return report_command(
-            os.path.join(self.work, "decode"),
-            os.path.join(self.work, "report"),
-            high=self.high,
-            title=f"DebMT-10 GPU run (`{self.args.size}`)",
-            gate_checkpoint=os.path.join(self.work, "models", "hltmt", "checkpoint_last.pt"),
-            options=["--machine", self.info["facts"]["machine"], "--run-info", os.path.join(self.work, "run.json")],
-            valid_logs=[f"{system}={self.logs}/train_{system}.seed{seed}.log" for system in SYSTEMS],
-            note=f"Size `{self.args.size}`: {self.size.notes}." if self.size.notes else None,
-        )
-
-    def report(self):
-        run_quiet(
-            self.report_cmd(), os.path.join(self.logs, "report.log"), env=dict(os.environ, PYTHONWARNINGS="ignore")
-        )
-
-    # ---- the whole run ------------------------------------------------------------------
-    def describe(self):
-        from hltmt_plugin.experiments.steps import detect_machine
-
-        s = self.size
-        self.fact("machine", detect_machine())
-        self.fact("size", f"{self.args.size}: {s.hltmt_arch} (HLT-MT, LS-MNMT) and {s.baseline_arch} (MNMT)")
-        self.fact(
-            "data",
-            f"DebMT-10 en<->{','.join(self.langs)} ({len(self.directions)} directions), "
-            f"training lines per pair: {s.max_train or 'all'}, test lines per pair: "
-            f"{s.max_test or 'all'}, {s.vocab}-piece joint sentencepiece",
-        )
-        self.fact("high-resource languages", ",".join(self.high))
-        self.fact("precision", self.precision + (" (GPU)" if self.cuda else " (CPU)"))
-        self.fact(
-            "batch", f"{s.max_tokens} tokens, lr {s.lr} inverse_sqrt, temperature-5 sampling, seed {self.args.seed}"
-        )
-        self.fact("budget (s)", self.budget)
-
-    def print_plan(self):
-        """--dry-run: every command of the run, one per line, in order; notes as # lines."""
-        s = self.size
-        self.describe()
-        gpus = f"{self.args.ngpu} GPU(s) shared by the three systems" if self.cuda else "CPU"
-        print(
-            f"# gpu run: size {self.args.size}, {len(self.directions)} directions, {gpus}, {self.precision}, "
-            f"budget {self.budget}s, work {self.work}"
-        )
-        print("# 1. prepare")
-        self.prepare()
-        if self.args.updates:
-            updates = self.args.updates - self.args.updates % 2
-        else:
-            print(
-                f"# 2. calibrate: the three start together, run until each has logged {s.calib_lines + 1} "
-                "progress lines, and are stopped"
-            )
-            for system in SYSTEMS:
-                print_command(self.train_cmd(system, 10**7, os.path.join(self.work, "calibrate", system), True))
-            updates = s.min_updates
-            print(
-                f"# the calibration sizes the number of updates N to the budget; shown here with N = {updates} "
-                "(the size's minimum; --updates N fixes it)"
-            )
-        self.train_window = max(30.0, self.budget - s.decode_reserve_s - 20)
-        print(f"# 3. train: the three at once, {updates} updates each")
-        for system in SYSTEMS:
-            print_command(self.train_cmd(system, updates, os.path.join(self.work, "models", system), False))
-        self.decode(dry_run=True)
-        print("# 5. report")
-        print_command(self.report_cmd())
-
-    def run(self):
-        os.makedirs(self.work, exist_ok=True)
-        self.describe()
-        say(
-            self.t0,
-            f"size {self.args.size}, {len(self.directions)} directions, work {self.work}, out {self.out}, "
-            f"budget {self.budget}s; {self.info['facts']['machine']}",
-        )
-        self.phase("prepare", self.prepare)
-        if self.args.updates:
-            updates = self.args.updates - self.args.updates % 2
-            self.train_window = max(30.0, self.budget - self.elapsed() - self.size.decode_reserve_s - 20)
-            why = "given by --updates"
-        else:
-            rate, startup = self.phase("calibrate", self.calibrate)
-            updates, why = self.size_updates(rate, startup)
-        self.fact("updates per system", f"{updates} ({why})")
-        self.fact("HLT-MT schedule", f"stage high {updates // 2} updates, then stage all to {updates} (one run)")
-        self.fact("validation", f"every {max(1, updates // self.size.validations)} updates")
-        say(self.t0, f"training the three systems at once, {updates} updates each ({why})")
-        self.phase("train", self.train, updates)
-        self.phase("decode", self.decode)
-        self.phase("report", self.report)
-        self.fact("total wall (s)", round(self.elapsed()))
-        self.save_info()
-
-
-def collect(run):
-    """The output folder: the report's files, run.json, gpu_run.log and one tarball of the rest."""
-    work, out = run.work, run.out
-    report = os.path.join(work, "report")
-    wanted = ["results.md", "results.csv", "bleu.png", "valid_loss.png", "gate_heatmap.png"]
-    copied = []
-    for name in wanted:
-        if os.path.exists(os.path.join(report, name)):
+    def collect(self):
+        """The output folder: the report's files, run.json, gpu_run.log and one tarball of the rest."""
+        work, out = self.plan.work, self.plan.out
+        report = os.path.join(work, "report")
+        wanted = ["results.md", "results.csv", "bleu.png", "valid_loss.png", "gate_heatmap.png"]
+        copied = [name for name in wanted if os.path.exists(os.path.join(report, name))]
+        for name in copied:
             copy_file(os.path.join(report, name), os.path.join(out, name))
-            copied.append(name)
-    run.save_info()
-    copy_file(os.path.join(work, "run.json"), os.path.join(out, "run.json"))
-    tar_path = os.path.join(out, "logs.tar.gz")
-    logs = [(run.logs, "logs")] if os.path.isdir(run.logs) else []
-    decoded = []
-    decode = os.path.join(work, "decode")
-    for dirpath, _, files in sorted(os.walk(decode)):
-        for name in sorted(files):
-            if name.endswith(".gen"):
+        self.save()
+        copy_file(os.path.join(work, "run.json"), os.path.join(out, "run.json"))
+        logs = [(self.plan.logs, "logs")] if os.path.isdir(self.plan.logs) else []
+        decoded, decode_root = [], os.path.join(work, "decode")
+        for dirpath, _, files in sorted(os.walk(decode_root)):
+            for name in sorted(f for f in files if f.endswith(".gen")):
                 path = os.path.join(dirpath, name)
-                decoded.append((path, os.path.join("decode", os.path.relpath(path, decode))))
-    write_tarball(tar_path, logs + decoded)
-    if os.path.getsize(tar_path) > 15 * 2**20:  # over 15 MiB: the logs alone, without the decoded test sets
-        write_tarball(tar_path, logs)
-    ours = copied + ["run.json", "logs.tar.gz", "gpu_run.log"]
-    assert len(ours) <= MAX_OUT_FILES, ours
-    return ours
+                decoded.append((path, os.path.join("decode", os.path.relpath(path, decode_root))))
+        tar_path = os.path.join(out, "logs.tar.gz")
+        write_tarball(tar_path, logs + decoded)
+        if os.path.getsize(tar_path) > 15 * 2**20:  # over 15 MiB: the logs alone, without the decoded test sets
+            write_tarball(tar_path, logs)
+        ours = copied + ["run.json", "logs.tar.gz", "gpu_run.log"]
+        assert len(ours) <= MAX_OUT_FILES, ours
+        return ours
 
 
 def write_tarball(path, members):
@@ -649,6 +407,202 @@ def write_tarball(path, members):
     with AtomicFile(path) as out, tarfile.open(fileobj=out.open(binary=True), mode="w:gz") as tar:
         for source, name in members:
             tar.add(source, arcname=name)
+
+
+class Runner:
+    """Running the plan, each step timed against the budget (counted from ``t0``): data, the
+    three systems started at once (calibrated, then trained), watched and stopped; decoding;
+    the report. What it measures goes to the record."""
+
+    def __init__(self, plan, t0):
+        self.plan, self.record, self.t0 = plan, RunRecord(plan), t0
+        self.procs, self.fell_back = [], False
+
+    def say(self, msg):
+        steps.say(msg, who="gpu_run", since=self.t0)
+
+    def phase(self, name, fn, *a):
+        self.say(f"{name} ...")
+        t = time.time()
+        result = fn(*a)
+        self.record.phase(name, time.time() - t)
+        self.say(f"{name} done in {time.time() - t:.1f}s")
+        return result
+
+    def fresh(self, path):
+        """``path`` made anew, empty: removed only when this script made it (atomic_files.fresh_folder)."""
+        try:
+            return fresh_folder(path, "gpu_run")
+        except FolderRefused as error:
+            raise StepFailed(f"{error} (or give another --work)") from None
+
+    def prepare(self):
+        """The data, reused when an earlier run prepared it with the same options."""
+        cmd = self.plan.prepare_cmd()
+        stamp, want = os.path.join(self.plan.work, "data", ".gpu_run-prepared"), " ".join(cmd[2:])
+        if os.path.isdir(self.plan.data) and os.path.exists(stamp) and open(stamp).read() == want:
+            self.say(f"data already prepared in {self.plan.data} (same options): reused")
+            return
+        run_quiet(cmd, os.path.join(self.plan.logs, "prepare.log"))
+        write_text(stamp, want)
+
+    def launch(self, cmd, log):
+        """``cmd`` started in the background (one thread), its output in the log ``log``."""
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        with open(log, "w", encoding="utf-8") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self):
+        stop_ranks(self.procs)
+        self.procs = []
+
+    def calibrate(self):
+        """The three systems started together and stopped once each has logged a few progress
+        lines: (the slowest one's updates/s, the start-up time). A system that fails in mixed
+        precision makes the three calibrate again in fp32."""
+        launched, runs = time.time(), {}
+        for system in SYSTEMS:
+            log = os.path.join(self.plan.logs, f"calibrate_{system}.log")
+            cmd = self.plan.train_cmd(system, 10**7, self.plan.calibrate_dir(system), calibrate=True)
+            runs[system] = (self.launch(cmd, log), log)
+        try:
+            seen = self.await_progress(runs, launched)
+        finally:
+            self.stop_all()
+        return self.calibrate() if seen is None else self.record.calibration(*seen, launched)
+
+    def await_progress(self, runs, launched):
+        """Every half second, the calibration logs read until each system has logged
+        calib_lines + 1 progress lines: ({system: its TrainLog}, {system: when its first line
+        appeared}); None when a system failed in mixed precision (then the precision is fp32)."""
+        first_seen, deadline = {}, launched + max(120.0, 0.4 * self.plan.budget)
+        while True:
+            time.sleep(0.5)
+            lines = {system: read_train_log(log) for system, (_, log) in runs.items()}
+            for system, log in lines.items():
+                if log.progress and system not in first_seen:
+                    first_seen[system] = time.time()
+            for system, (proc, log) in runs.items():
+                if proc.poll() is not None:
+                    if self.plan.precision != "fp32" and not self.fell_back:
+                        self.fall_back_to_fp32(system, log)
+                        return None
+                    raise StepFailed(f"calibration of {system} stopped (exit {proc.returncode}):\n{log_tail(log)}")
+            if all(len(log.progress) >= self.plan.size.calib_lines + 1 for log in lines.values()):
+                return lines, first_seen
+            if time.time() > deadline:
+                raise StepFailed(
+                    f"calibration: no steady progress within {deadline - launched:.0f}s: "
+                    + ", ".join(f"{k} {len(v.progress)} progress lines" for k, v in lines.items())
+                )
+
+    def fall_back_to_fp32(self, system, log):
+        """A mixed-precision failure must not cost the device run: say why and switch all three
+        systems to fp32 (the same precision for all)."""
+        last, precision = log_tail(log, 1).strip()[:200], self.plan.precision
+        self.record.fact("precision fallback", f"{precision} failed for {system} ({last}); all systems run in fp32")
+        self.say(f"warning: {system} failed in {precision} ({last}); calibrating again in fp32")
+        self.plan.precision, self.fell_back = "fp32", True
+
+    def updates(self):
+        """The number of updates per system: --updates, else sized from the calibration; the reason."""
+        remaining = self.plan.budget - (time.time() - self.t0)
+        if self.plan.args.updates:
+            return self.plan.fixed_updates(remaining)
+        rate, startup = self.phase("calibrate", self.calibrate)
+        remaining = self.plan.budget - (time.time() - self.t0)
+        n, why, sized = self.plan.size_updates(rate, startup, remaining)
+        if sized < self.plan.size.min_updates:
+            self.say(
+                f"warning: the budget allows only {sized} updates; training {n} (the size's minimum), "
+                "so the run will overrun --budget-s"
+            )
+        return n, why
+
+    def train(self, updates):
+        """The three systems trained at once, watched (a status line every --status-every seconds)
+        and stopped when one fails or the window is passed; their figures recorded."""
+        runs = {}
+        for system in SYSTEMS:
+            save = self.fresh(self.plan.model_dir(system))
+            log = os.path.join(self.plan.logs, f"train_{system}.seed{self.plan.args.seed}.log")
+            runs[system] = (self.launch(self.plan.train_cmd(system, updates, save, calibrate=False), log), log)
+        launched = last_report = time.time()
+        deadline = launched + self.plan.train_window + 180
+        try:
+            while any(p.poll() is None for p, _ in runs.values()):
+                time.sleep(1.0)
+                for system, (proc, log) in runs.items():
+                    if proc.poll() not in (None, 0):
+                        raise StepFailed(f"training {system} failed (exit {proc.returncode}):\n{log_tail(log)}")
+                if time.time() - last_report >= self.plan.args.status_every:
+                    last_report = time.time()
+                    done = {
+                        k: (read_train_log(log).progress or [{"num_updates": 0}])[-1] for k, (_, log) in runs.items()
+                    }
+                    self.say("train: " + ", ".join(f"{k} {int(v['num_updates'])}/{updates}" for k, v in done.items()))
+                if time.time() > deadline:
+                    raise StepFailed(f"training ran past its window ({self.plan.train_window:.0f}s + 180s): stopped")
+        finally:
+            self.stop_all()
+        for system, (proc, log) in runs.items():
+            if proc.returncode != 0:
+                raise StepFailed(f"training {system} failed (exit {proc.returncode}):\n{log_tail(log)}")
+            self.record.training(system, log, updates)
+
+    def decode(self):
+        """Every direction of every system; fp16 that fails is done again in fp32."""
+        jobs, common, workers = self.plan.decode_plan()
+        for system in SYSTEMS:
+            self.fresh(self.plan.decode_dir(system))
+        threads = "1" if self.plan.cuda else str(max(1, nproc() // workers))
+        env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=threads)
+        fp16 = ", fp16" if "--fp16" in common else ", fp32"
+        self.record.fact("decoding", f"beam 5, {len(jobs)} directions x systems over {workers} worker processes{fp16}")
+        logs = os.path.join(self.plan.logs, "decode")
+        try:
+            decode(jobs, common, self.plan.data, workers, logs, env=env, echo=None)
+        except StepFailed as error:
+            if "--fp16" not in common:
+                raise
+            todo = [j for j in jobs if not os.path.exists(j[4])]
+            why = str(error).splitlines()[0]
+            self.say(f"warning: fp16 decoding failed ({why}); the {len(todo)} directions left again in fp32")
+            self.record.fact(
+                "decoding fallback", f"fp16 decoding failed; {len(todo)} of {len(jobs)} directions decoded in fp32"
+            )
+            common.remove("--fp16")
+            decode(todo, common, self.plan.data, workers, logs + "_fp32", env=env, echo=None)
+
+    def report(self):
+        cmd = self.plan.report_cmd(self.record.info["facts"]["machine"])
+        run_quiet(cmd, os.path.join(self.plan.logs, "report.log"), env=dict(os.environ, PYTHONWARNINGS="ignore"))
+
+    def run(self):
+        plan, record = self.plan, self.record
+        os.makedirs(plan.work, exist_ok=True)
+        for key, value in plan.facts().items():
+            record.fact(key, value)
+        self.say(
+            f"size {plan.args.size}, {len(plan.directions)} directions, work {plan.work}, out {plan.out}, "
+            f"budget {plan.budget}s; {record.info['facts']['machine']}"
+        )
+        self.phase("prepare", self.prepare)
+        updates, why = self.updates()
+        record.fact("updates per system", f"{updates} ({why})")
+        record.fact("HLT-MT schedule", f"stage high {updates // 2} updates, then stage all to {updates} (one run)")
+        record.fact("validation", f"every {max(1, updates // plan.size.validations)} updates")
+        self.say(f"training the three systems at once, {updates} updates each ({why})")
+        self.phase("train", self.train, updates)
+        self.phase("decode", self.decode)
+        self.phase("report", self.report)
+        record.fact("total wall (s)", round(time.time() - self.t0))
+        record.save()
 
 
 def build_parser():
@@ -711,10 +665,10 @@ def work_dir(args):
     return os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}"))
 
 
-def dry_run(args, t0):
+def dry_run(args):
     """--dry-run: the plan printed, nothing run or written; the exit code."""
     try:
-        GpuRun(args, t0).print_plan()
+        RunPlan(args).print_plan()
     except (StepFailed, HltmtConfigError) as error:
         print(f"gpu_run: error: {error}", file=sys.stderr)
         return 2
@@ -728,22 +682,25 @@ def full_run(args, t0):
     whether it finished or not, and the report printed when it finished; the exit code."""
     os.makedirs(args.out, exist_ok=True)
     sys.stdout = Tee(os.path.join(args.out, "gpu_run.log"))
-    run = None
-    ok = False
+    runner, ok = None, False
     try:
-        run = GpuRun(args, t0)
-        run.run()
+        runner = Runner(RunPlan(args), t0)
+        runner.run()
         ok = True
     except (StepFailed, HltmtConfigError) as error:
         print(f"gpu_run: error: {error}", flush=True)
     except KeyboardInterrupt:
         print("gpu_run: error: interrupted", flush=True)
     finally:
-        if run is not None:
-            run.stop_all()
+        if runner is not None:
+            runner.stop_all()
             try:
-                files = collect(run)
-                say(t0, f"{'finished' if ok else 'FAILED'}: {len(files)} files in {args.out}: {', '.join(files)}")
+                files = runner.record.collect()
+                steps.say(
+                    f"{'finished' if ok else 'FAILED'}: {len(files)} files in {args.out}: {', '.join(files)}",
+                    who="gpu_run",
+                    since=t0,
+                )
             except OSError as error:
                 print(f"gpu_run: error: collecting the outputs: {error}", flush=True)
                 ok = False
@@ -761,7 +718,7 @@ def main(argv=None):
         return refused
     if args.out is None:
         args.out = os.path.join(work_dir(args), "out")
-    return dry_run(args, t0) if args.dry_run else full_run(args, t0)
+    return dry_run(args) if args.dry_run else full_run(args, t0)
 
 
 if __name__ == "__main__":

@@ -1,54 +1,26 @@
 #!/usr/bin/env python3
-"""How the cost of multilingual training grows with the number of languages.
+"""How the cost of multilingual training grows with the number of languages (docs/benchmarks.md).
 
     python scripts/scale_bench.py --work runs/scale --json docs/scale.json --png docs/scale.png
 
-For each K (default 10, 25, 50, 100, 200) the script builds an English-centric corpus of K
-languages (2K directions, en-xx and xx-en) from the real DebMT-10 text in ``data/debmt10/``:
-the ten real languages first, then *pseudo-languages*: ``fr01`` is lines N..2N-1 of en-fr,
-``cs01`` those of en-cs, ..., ``gu19`` lines 19N..20N-1 of en-gu. Each pseudo-language has its
-own files, its own language token ``__fr01__`` and its own lines (no line is shared with
-another language), so for fairseq and the plugin it is one more language. Every pair gets
-the same ``--lines`` training lines and ``--eval-lines`` valid and test lines.
-
-Measured for each K, with the tiny architecture (``--arch transformer_hltmt_tiny`` /
-``hltmt_transformer_tiny``), each in its own process so that one measure's memory and
-caches do not leak into another's:
-
-- preparation: ``hltmt-prepare-data`` itself (joint sentencepiece, encoding, fairseq's
-  binarization of every pair in its one process; its phases timed from its own log lines) at
-  the K of ``--prepare-script-ks``, and at every K the same steps called one by one in a
-  measuring process, each phase timed (its output is compared byte for byte with the
-  script's);
-- data: task set-up (dictionaries and language tokens), loading the train split, and each of
-  two epochs of data loading (batch iterator + every batch collated, no model), with the
-  process's resident memory, for fairseq's ``translation_multi_simple_epoch`` (plain MNMT)
-  and ``hltmt_translation``;
-- ``fairseq-train`` itself (a few updates, ``--log-format json``): wall time from process
-  start to the first update, with its parts (imports, task set-up, model build, data), and
-  the size of the ``checkpoint_last.pt`` it writes, for plain MNMT, HLT-MT (T = 3, the
-  first third of the languages high-resource; ``--hlt-stage high`` with every other language
-  a pivot, so that all 2K directions train from scratch, hard routing every step), HLT-MT +
-  MAD-X adapters for every language, and HLT-MT + skills;
-- training words/s of the same four systems in one process on the same mixed-direction
-  batches (from the real multilingual sampler), rounds interleaved (``scripts/bench.py``'s
-  training step), with the arithmetic each does (FLOPs) and the routing groups per batch;
-- ``fairseq-generate`` start-up for one direction (en-fr): wall time from process start to
-  the first translated batch, and its parts.
-
-Each figure is reported as a function of K and as its ratio to K = 10 (or the smallest K
-measured); the table is printed in Markdown and written with ``--json`` / ``--png``. A
-benchmark measures; nothing here passes or fails.
+For each K of --ks an English-centric corpus of K languages (2K directions) from DebMT-10's
+real text (scale_corpus.py: the ten languages, then pseudo-languages with their own lines and
+tokens), then, each in a process of its own (scale_children.py), with the tiny models:
+hltmt-prepare-data phase by phase; task set-up and data loading with memory; fairseq-train
+from process start to the first update and its checkpoint's size; training words/s of the
+systems on the same mixed-direction batches, interleaved, with their arithmetic and the cost
+of the routing groups; fairseq-generate start-up. Each figure against K and as its ratio to
+K = 10 (scale_table.py). A benchmark measures; nothing here passes or fails.
 """
 
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 from hltmt_plugin.atomic_files import write_text
+from hltmt_plugin.errors import HltmtError
 from scale_children import SYSTEMS, import_everything
 from scale_corpus import ROOT, ScaleError, check_fits
 from scale_measure import log, measure_k
@@ -72,12 +44,6 @@ def build_parser():
         default=2000,
         help="joint sentencepiece vocabulary (small enough that every K reaches it: the models of all K "
         "then differ only by their language tokens and language-specific modules)",
-    )
-    p.add_argument(
-        "--prepare-script-ks",
-        default="auto",
-        help="the K of --ks at which hltmt-prepare-data itself is timed (in its own process, "
-        "the output compared with the phase-by-phase preparation's); auto: every K; '' for none",
     )
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems timed")
     p.add_argument("--max-tokens", type=int, default=4096)
@@ -108,19 +74,13 @@ def int_list(value, name):
 
 def check_options(args):
     """Check the options (and that every corpus fits in DebMT-10) before anything runs: raises
-    ScaleError (or OSError); sorts --ks and turns --ks, --prepare-script-ks, --systems into lists."""
+    ScaleError (or OSError); sorts --ks and turns --ks and --systems into lists."""
     args.ks = int_list(args.ks, "--ks")
-    args.prepare_script_ks = (
-        list(args.ks) if args.prepare_script_ks == "auto" else int_list(args.prepare_script_ks, "--prepare-script-ks")
-    )
     if not args.ks or any(k < 1 for k in args.ks):
         raise ScaleError(f"--ks must list numbers of languages >= 1, got {args.ks}")
     if len(set(args.ks)) != len(args.ks):
         raise ScaleError(f"--ks lists a K twice: {args.ks}")
     args.ks = sorted(args.ks)
-    extra = [k for k in args.prepare_script_ks if k not in args.ks]
-    if extra:
-        raise ScaleError(f"--prepare-script-ks {extra} not in --ks {args.ks}")
     for name in (
         "lines",
         "eval_lines",
@@ -226,7 +186,7 @@ def main(argv=None):
     )
     try:
         results = measure_all(args)
-    except (ScaleError, subprocess.TimeoutExpired) as error:
+    except (ScaleError, HltmtError) as error:  # a measure that failed; a --work folder scale_bench did not make
         print(f"scale_bench: error: {error}", file=sys.stderr)
         return 1
     report(args, argv, results, t_all, torch.__version__)

@@ -4,7 +4,7 @@
 plugin once, :func:`import_everything`) and runs one of :data:`CHILDREN` there, so that each
 measure starts from the same state and its memory and caches end with it:
 
-- ``prepare``: hltmt-prepare-data's steps called one by one, each phase timed;
+- ``prepare``: hltmt-prepare-data itself, each phase timed;
 - ``data``: task set-up, the train split and two epochs of batches (no model), with memory;
 - ``fairseq``: fairseq-train or fairseq-generate itself, its steps timed;
 - ``speed``: training words/s of the systems on the same mixed-direction batches.
@@ -16,7 +16,6 @@ system.
 import argparse
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -24,9 +23,18 @@ import time
 import traceback
 
 from bench_systems import ADAPTERS, LR, SKILLS
-from hltmt_plugin.experiments.recipe import BASELINE_TASK, PLUGIN_TASK, Comparison, Hyper, directions, optimiser_args
+from hltmt_plugin import records
+from hltmt_plugin.experiments.recipe import (
+    BASELINE_TASK,
+    PLUGIN_TASK,
+    Comparison,
+    Hyper,
+    directions,
+    optimiser_args,
+    prepare_command,
+)
 from scale_corpus import ScaleError, high_and_pool
-from timing import rss_mib, run_fairseq, span, stamp
+from timing import add_spans, rss_mib, run_fairseq, span, stamp, timed
 
 SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
 BENCH_NAME = {system: "baseline" if system == "mnmt" else system for system in SYSTEMS}  # scripts/bench.py's names
@@ -35,41 +43,19 @@ GEN_DIRECTION = ("en", "fr")
 
 
 def child_prepare(spec):
-    """The preparation of hltmt-prepare-data in one interpreter: the same reading,
-    sentencepiece model, encoding, and fairseq_cli.preprocess.main once per pair."""
-    t = {"start": stamp()}
-    import fairseq_cli.preprocess  # noqa: F401 (imports timed here, not in the binarization)
-
+    """hltmt-prepare-data itself (its ``main``, in this measuring process), its phases stamped:
+    reading the text, the sentencepiece model, encoding, and binarizing each pair."""
     import hltmt_plugin.cli.prepare_data as pd
 
-    t["imports"] = stamp()
-    langs, raw, out = spec["langs"], spec["raw"], spec["out"]
-    data = {(s, lang): pd.load_pair(raw, s, lang, None) for s in pd.SPLITS for lang in langs}
-    for lang in langs:
-        en, xx, _ = pd.drop_unusable(*data[("train", lang)], 250)
-        data[("train", lang)] = (en, xx)
-    t["read"] = stamp()
-    spm_dir, bin_dir = os.path.join(out, "spm"), os.path.join(out, "bin")
-    os.makedirs(spm_dir, exist_ok=True)
-    texts = [x for lang in langs for side in data[("train", lang)] for x in side]
-    sp = pd.train_spm(texts, os.path.join(spm_dir, "spm"), spec["vocab"], 1)
-    pd.write_dict(sp, os.path.join(spm_dir, "dict.txt"))
-    t["spm"] = stamp()
-    for (split, lang), (en, xx) in data.items():
-        for side, lines in (("en", en), (lang, xx)):
-            with open(os.path.join(spm_dir, f"{split}.en-{lang}.{side}"), "w", encoding="utf-8") as f:
-                f.writelines(" ".join(p) + "\n" for p in sp.encode(lines, out_type=str))
-    t["encode"] = stamp()
-    for lang in langs:
-        pd.binarize(spm_dir, bin_dir, lang, 1)
-    for lang in ["en"] + langs:
-        shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(bin_dir, f"dict.{lang}.txt"))
-    with open(os.path.join(bin_dir, "langs.txt"), "w") as f:
-        f.write("\n".join(["en"] + langs) + "\n")
-    pd.write_fingerprint(bin_dir)  # what hltmt-prepare-data writes besides the data
-    t["binarize"] = stamp()
-    keys = list(t)
-    return {"spans": {k: span(t[p], t[k]) for p, k in zip(keys, keys[1:])}}
+    record = {"start": stamp()}
+    for name in ("load_data", "sentencepiece_model", "encode_splits", "binarize"):
+        timed(pd, name, record, name)
+    cmd = prepare_command(spec["raw"], spec["out"], spec["langs"], vocab=spec["vocab"], options=["--workers", "1"])
+    if pd.main(cmd[3:]) != 0:
+        raise ScaleError(f"hltmt-prepare-data failed for K={len(spec['langs'])}")
+    record["end"] = stamp()
+    spans = {key: add_spans(*(span(a, b) for a, b in record[key])) for key in record if key not in ("start", "end")}
+    return {"total": span(record["start"], record["end"]), **spans}
 
 
 def comparison(spec):
@@ -237,57 +223,54 @@ def routing_groups(task, samples):
 CHILDREN = {"prepare": child_prepare, "data": child_data, "fairseq": child_fairseq, "speed": child_speed}
 
 
-def run_measure(kind, spec, work, timeout, show=False):
+def run_measure(kind, spec, timeout, show=False):
     """Run one measure in a fork of this process (which imported torch, fairseq and the plugin
     once: see ``import_everything``), so that each measure starts from the same clean state
-    and its memory and caches end with it; returns its result (a dict) and its wall time."""
-    fd, result_path = tempfile.mkstemp(suffix=".json", dir=work)
-    os.close(fd)
-    log_path = result_path[:-5] + ".log"
-    sys.stdout.flush()
-    sys.stderr.flush()
-    start = time.time()
-    pid = os.fork()
-    if pid == 0:  # the measure
-        code = 1
-        try:
-            out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            if not show:
-                os.dup2(out, 1)
-            os.dup2(out, 2)
-            result = CHILDREN[kind](dict(spec, parent_start=start))
-            with open(result_path, "w") as f:
-                json.dump(result, f)
-            code = 0
-        except BaseException:  # noqa: B902 - reported by the parent with the log's tail
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    try:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.time() - start > timeout:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                raise ScaleError(f"the {kind} measure ran past --timeout {timeout}s")
-            time.sleep(0.02)
-        wall = time.time() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            with open(log_path, errors="replace") as f:
-                tail = f.read()[-3000:]
-            raise ScaleError(f"the {kind} measure failed (exit {os.waitstatus_to_exitcode(status)}):\n{tail}")
-        with open(result_path) as f:
-            result = json.load(f)
-    finally:
-        for path in (result_path, log_path):
-            if os.path.exists(path):
-                os.remove(path)
-    result["wall_s"] = wall
+    and its memory and caches end with it; its result (a dict) and its wall time. Its output
+    and its result go through unnamed temporary files: nothing is left behind."""
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as out:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        start = time.time()
+        pid = os.fork()
+        if pid == 0:  # the measure
+            code = 1
+            try:
+                os.dup2(log.fileno(), 2)
+                sys.stderr = log
+                if not show:
+                    os.dup2(log.fileno(), 1)
+                    sys.stdout = log
+                out.write(json.dumps(CHILDREN[kind](dict(spec, parent_start=start))))
+                out.flush()
+                code = 0
+            except BaseException:  # noqa: B902 - reported by the parent with the log's tail
+                traceback.print_exc(file=log)
+            finally:
+                sys.stdout.flush()
+                log.flush()
+                os._exit(code)
+        code = wait_for(pid, start + timeout, kind)
+        if code != 0:
+            log.seek(0)
+            raise ScaleError(f"the {kind} measure failed (exit {code}):\n{log.read()[-3000:]}")
+        out.seek(0)
+        result = records.parse_json(out.read(), f"the result of the {kind} measure")
+    result["wall_s"] = time.time() - start
     return result
+
+
+def wait_for(pid, deadline, kind):
+    """The exit code of the child ``pid``; killed (a ScaleError) when it runs past ``deadline``."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.time() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise ScaleError(f"the {kind} measure ran past --timeout")
+        time.sleep(0.02)
 
 
 def import_everything():

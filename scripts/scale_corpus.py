@@ -10,13 +10,14 @@ import os
 from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.corpora import DEBMT10_LANGS
 from hltmt_plugin.experiments.recipe import pool_size
+from timing import BenchError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 REAL = DEBMT10_LANGS  # DebMT-10's ten languages, in WMT-10's order
 
 
-class ScaleError(Exception):
+class ScaleError(BenchError):
     """What the scale benchmark reports as its one error line."""
 
 

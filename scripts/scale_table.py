@@ -40,17 +40,11 @@ def rows_of(results, systems):
 
 def _preparation_rows(row, systems):
     row("pieces in the joint dictionary (before language tokens)", "", "", lambda r: r["dictionary"])
-    row("hltmt-prepare-data", "", CPU, lambda r: r["prepare_script"]["total"]["cpu"])
-    row("  the same, wall time", "", "s", lambda r: r["prepare_script"]["total"]["wall"])
-    row("  of which binarization (wall)", "", "s", lambda r: r["prepare_script"]["binarize_wall_s"])
-    row("preparation, phase by phase", "", CPU, lambda r: r["prepare_one_process"]["total"]["cpu"])
-    row("  of which sentencepiece training", "", CPU, lambda r: r["prepare_one_process"]["spm"]["cpu"])
-    row(
-        "  of which binarization (fairseq_cli.preprocess.main per pair)",
-        "",
-        CPU,
-        lambda r: r["prepare_one_process"]["binarize"]["cpu"],
-    )
+    row("hltmt-prepare-data", "", CPU, lambda r: r["prepare"]["total"]["cpu"])
+    row("  the same, wall time", "", "s", lambda r: r["prepare"]["total"]["wall"])
+    row("  of which sentencepiece training", "", CPU, lambda r: r["prepare"]["sentencepiece_model"]["cpu"])
+    binarize = "  of which binarization (fairseq_cli.preprocess.main per pair)"
+    row(binarize, "", CPU, lambda r: r["prepare"]["binarize"]["cpu"])
 
 
 def _data_rows(row, systems):
@@ -197,7 +191,6 @@ PANELS = [  # (title, measures, "ratio": each to the reference K / "value": as t
         "preparation (CPU seconds)",
         [
             "hltmt-prepare-data",
-            "preparation, phase by phase",
             "  of which sentencepiece training",
             "  of which binarization (fairseq_cli.preprocess.main per pair)",
         ],

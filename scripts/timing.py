@@ -1,23 +1,22 @@
-"""How the benchmarks measure time and memory: one small module that every benchmark script
-(bench.py, bench_translate.py, group_bench.py, scale_bench.py) imports, so that a figure in
-docs/benchmarks.md means the same thing whichever script wrote it.
+"""How the benchmarks measure time and memory, and how they run a measure in a child process:
+one small module every benchmark script imports, so that a figure in docs/benchmarks.md means
+the same thing whichever script wrote it.
 
-- :class:`Clock`: this process's CPU time (one thread on a shared machine, where the load of
-  other processes inflates wall time but not the CPU time this process spends) or wall time
-  (several threads, or a GPU), with the device synchronised around every reading;
-- :func:`per_call`: seconds per call of a function after a warm-up;
-- :func:`alternating`: seconds each of several step functions spends on its batches, the
-  functions taking turns batch by batch so that the machine's load hits every one alike;
+- :class:`Clock`: this process's CPU time (one thread on a shared machine, where other
+  processes' load inflates wall time but not this process's CPU time) or wall time (several
+  threads, or a GPU), the device synchronised around every reading; :func:`per_call`,
+  :func:`alternating` (step functions taking turns batch by batch, so load hits each alike);
 - :func:`stamp`, :func:`span`, :func:`add_spans`: (wall, CPU) readings and the spans between them;
-- :func:`rss_mib`: this process's current and peak resident memory;
-- :func:`run_measured`: a child process's wall time, peak resident memory and output;
-- :func:`child_env`: the environment of every measured child process (its threads);
-- :func:`timed`, :func:`run_fairseq`: fairseq-train or fairseq-generate itself in this
-  process, its steps (each update, task set-up, model build, data, checkpoints) stamped;
-- :func:`median`: the median of the values that were measured (``None`` left out);
-- :func:`markdown_table`, :func:`markdown_row`: the Markdown tables the benchmarks print.
+  :func:`rss_mib`: this process's resident memory;
+- :func:`run_measured`: a child process's wall time, peak memory and output; :func:`child_env`;
+- :func:`run_child` / :func:`child_main`: a measure in a child process of a bench script, its
+  spec on the child's standard input and its result on the last line of its standard output
+  (both JSON, read by :mod:`hltmt_plugin.records`: no file between them);
+- :func:`timed`, :func:`run_fairseq`: fairseq-train or fairseq-generate in this process, its steps stamped;
+- :func:`median`, :func:`markdown_table`, :func:`markdown_row`.
 """
 
+import json
 import os
 import statistics
 import subprocess
@@ -25,6 +24,14 @@ import sys
 import tempfile
 import time
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from hltmt_plugin import records
+
+CHILD = "--child"  # a bench script's first argument when it runs one measure as a child process
+
+
+class BenchError(Exception):
+    """What a benchmark reports as its one error line (``NAME: error: ...``)."""
 
 
 class Clock:
@@ -132,6 +139,29 @@ def child_env(threads: Optional[int] = None, **extra: str) -> dict:
     else:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
+
+
+def run_child(script: str, kind: str, spec: dict, env: Optional[dict] = None, what: Optional[str] = None):
+    """``python SCRIPT --child KIND`` with ``spec`` as JSON on its standard input (``env``: default
+    :func:`child_env`); the JSON value on the last line of its standard output. A failed child
+    is one :class:`BenchError` naming ``what`` (default KIND) with the tail of its output."""
+    cmd = [sys.executable, script, CHILD, kind]
+    done = subprocess.run(cmd, input=json.dumps(spec), capture_output=True, text=True, env=env or child_env())
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise BenchError(f"{what or kind} failed (exit {done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}")
+    return records.parse_json(lines[-1], f"the result of {what or kind}")
+
+
+def child_main(argv: Sequence[str], kinds: Dict[str, Callable[[dict], object]]) -> Optional[int]:
+    """The child side of :func:`run_child`: when ``argv`` is ``--child KIND``, ``kinds[KIND]``
+    run on the spec read from standard input, its result printed as the last line; 0. ``None``
+    when ``argv`` asks for no child."""
+    if list(argv[:1]) != [CHILD] or len(argv) != 2 or argv[1] not in kinds:
+        return None
+    result = kinds[argv[1]](records.parse_json(sys.stdin.read(), f"the spec of {argv[1]}"))
+    print(json.dumps(result), flush=True)
+    return 0
 
 
 def timed(owner, name: str, record: dict, key: str, after: Optional[Callable] = None):

@@ -30,10 +30,7 @@ FEW_CHECKS = {
     "experiments/study_report.py": "its report.md is read back whole from real hltmt-study runs "
     "(tests/experiments/test_study.py: test_significance_and_report, --report-only)",
 }
-SCRIPT_FEW_CHECKS = {
-    "bench_profile.py": "a bench whose phases are fairseq's own methods, timed in one real training run",
-    "bench_train.py": "a bench of whole fairseq-train runs; each of its tests is such a run, read back",
-}
+SCRIPT_FEW_CHECKS = {}
 
 
 def mirrored_test(module, tests="tests"):

@@ -44,10 +44,10 @@ def test_the_fairseq_train_lines_are_the_recipes_on_the_stage_high_directions(da
     for system in bs.TRAIN_SYSTEMS:
         argv = bs.fairseq_train_cmd(args, system, "small", "/tmp/never", 12)
         parsed[system] = fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(), argv)
-    base, hltmt, lsce = parsed["baseline"], parsed["hltmt"], parsed["hltmt lsce"]
+    base, hltmt = parsed["baseline"], parsed["hltmt"]
     assert (base.task, base.arch, base.criterion) == (
         "translation_multi_simple_epoch",
-        *bs.ARCHS["small"][:1],
+        bs.ARCHS["small"][0],
         "label_smoothed_cross_entropy",
     )
     assert (hltmt.task, hltmt.arch, hltmt.criterion) == (
@@ -55,7 +55,6 @@ def test_the_fairseq_train_lines_are_the_recipes_on_the_stage_high_directions(da
         bs.ARCHS["small"][1],
         "hltmt_cross_entropy",
     )
-    assert (lsce.arch, lsce.criterion, lsce.hlt_stage) == (hltmt.arch, "label_smoothed_cross_entropy", "high")
     assert (hltmt.hlt_stage, hltmt.slp_hard_prob, hltmt.slp_pool_size, hltmt.high_resource_langs) == (
         "high",
         1.0,
@@ -64,14 +63,7 @@ def test_the_fairseq_train_lines_are_the_recipes_on_the_stage_high_directions(da
     )
     for run in parsed.values():  # the same data, batch, updates and seed: the same batches
         assert run.lang_pairs == "en-fr,en-de,fr-en,de-en" and run.sampling_method == "concat"
-        assert (run.max_tokens, run.max_update, run.seed, run.lr, run.log_format, run.log_interval) == (
-            1024,
-            12,
-            1,
-            [bs.LR],
-            "json",
-            2,
-        )
+        assert (run.max_tokens, run.max_update, run.seed, run.lr) == (1024, 12, 1, [bs.LR])
         assert run.no_save and run.disable_validation and run.cpu
 
 

@@ -85,16 +85,10 @@ def options(**extra):
 
 
 def test_the_worker_command_parses_back_to_the_same_options():
-    cmd = bt.worker_command("per-direction", options(), "/w/items.json")
+    cmd = bt.worker_command("per-direction", options())
     assert cmd[:2] == [sys.executable, os.path.abspath(bt.__file__)]
     args = bt.build_parser().parse_args(cmd[2:])
-    assert (args.worker, args.items, args.checkpoint, args.spm, args.data) == (
-        "per-direction",
-        "/w/items.json",
-        "/m/c.pt",
-        "/m/spm.model",
-        "/m/bin",
-    )
+    assert (args.worker, args.checkpoint, args.spm, args.data) == ("per-direction", "/m/c.pt", "/m/spm.model", "/m/bin")
     assert (args.beam, args.max_len, args.lenpen, args.max_tokens, args.threads, args.device) == (
         4,
         30,
@@ -164,3 +158,13 @@ def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
     assert lines[-1] == (
         "- identical hypotheses: mixed = per-direction 3/4, mixed = per-process (fairseq-interactive) 2/4"
     )
+
+
+def test_a_failed_preparation_or_training_is_its_own_error_line(tmp_path):
+    """The model's steps run through the drivers' run_quiet: the command's own error line, its log named."""
+    log = tmp_path / "logs" / "prepare.log"
+    cmd = [sys.executable, "-c", "import sys; print('step'); sys.exit('hltmt-prepare-data: error: no data')"]
+    with pytest.raises(SystemExit) as stopped:
+        bt.check_call(cmd, str(log))
+    assert str(stopped.value).startswith("bench_translate: error: hltmt-prepare-data: error: no data (exit 1")
+    assert str(log) in str(stopped.value) and "step" in log.read_text()

@@ -26,8 +26,6 @@ def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):
             "8",
             "--eval-lines",
             "2",
-            "--prepare-script-ks",
-            "1",
             "--batches",
             "1",
             "--rounds",
@@ -55,7 +53,7 @@ def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):
         ):
             assert set(rows[(measure, system)]) == {"1", "10"} and min(rows[(measure, system)].values()) > 0
     assert rows[("hltmt-prepare-data", "")]["1"] > 0
-    assert figures["results"][0]["prepare_script"]["same_output"]  # the one-process preparation = the script's
+    assert rows[("  of which sentencepiece training", "")]["10"] > 0
     assert rows[("resident memory after 2 epochs of data", "hltmt")]["10"] > 50
     # more languages, more language-specific parameters
     assert rows[("parameters", "hltmt+adapters")]["10"] > rows[("parameters", "hltmt+adapters")]["1"]
@@ -68,7 +66,7 @@ def test_scale_bench_refuses_bad_options_with_one_line(tmp_path):
     for extra, message in (
         (["--ks", "10,x"], "whole numbers"),
         (["--ks", "0"], ">= 1"),
-        (["--ks", "10", "--prepare-script-ks", "25"], "not in --ks"),
+        (["--ks", "10,10"], "lists a K twice"),
         (["--lines", "0"], "--lines must be >= 1"),
         (["--ks", "200", "--lines", "500"], "DebMT-10 has"),
         (["--systems", "hltmt"], "mnmt"),
