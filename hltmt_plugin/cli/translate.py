@@ -127,14 +127,21 @@ def build_parser():
     p.add_argument("--beam", type=int, default=5, help="beam size (with --sampling: the samples drawn)")
     p.add_argument("--lenpen", type=finite_float, default=1.0, help="length penalty")
     p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
-    p.add_argument("--nbest", type=int, default=1, help="translations per line, best first (at most --beam)")
+    p.add_argument(
+        "--nbest", type=int, default=1, metavar="N", help="translations per line, best first (at most --beam)"
+    )
     p.add_argument("--sampling", action="store_true", help="draw --beam samples instead of a beam search")
     p.add_argument(
-        "--sampling-topk", type=int, default=None, help="sample from the K most likely tokens (default: all)"
+        "--sampling-topk",
+        type=int,
+        default=None,
+        metavar="K",
+        help="sample from the K most likely tokens (default: all)",
     )
     p.add_argument(
         "--sampling-topp",
         type=finite_float,
+        metavar="P",
         default=None,
         help="sample from the fewest tokens whose probability reaches P, in (0, 1] (default: all)",
     )
@@ -150,6 +157,7 @@ def build_parser():
     p.add_argument(
         "--no-repeat-ngram-size",
         type=int,
+        metavar="N",
         default=0,
         help="no n-gram of this size twice in a translation (0: off; else at least 2)",
     )

@@ -3,6 +3,7 @@ per-line errors of a call, its result, the engines' imports, and the contract ev
 keeps (one load, one translate_batch): every engine class of the hub, found by walking it, gets
 the same bounds table."""
 
+import contextlib
 import inspect
 import sys
 
@@ -11,7 +12,8 @@ import pytest
 from hltmt_plugin.directions import TrainedDirections
 from hltmt_plugin.errors import HltmtConfigError, HltmtError, HltmtInputError
 from hltmt_plugin.hub import contract
-from hltmt_plugin.hub.results import TranslationErrors
+from hltmt_plugin.hub.arguments import Search
+from hltmt_plugin.hub.results import Hypothesis, Translation, TranslationErrors
 
 pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
@@ -70,6 +72,19 @@ def test_each_item_is_admitted_or_failed_with_its_line_number():
     many = contract.admit_items([("xx", "de", "a")] * 7, 1, lambda s, t, x: admit(s, t, x))[0]
     with pytest.raises(TranslationErrors, match="; and 2 more$"):
         contract.outcome(many, details=False, errors="raise")
+
+
+def test_a_sentences_nbest_best_come_back_best_first_and_as_fairseq_orders_equal_scores():
+    result = Translation(1, "en", "de", "a")
+    hypotheses = [("b", -2.0, 3), ("a", -1.0, 2), ("c", -1.0, 4), ("d", -3.0, 5)]
+    contract.ranked(result, hypotheses, 1)
+    assert (result.text, result.score, result.tokens, result.hypotheses) == ("a", -1.0, 2, None)
+    contract.ranked(result, hypotheses, 3)
+    assert result.hypotheses == [Hypothesis("a", -1.0, 2), Hypothesis("c", -1.0, 4), Hypothesis("b", -2.0, 3)]
+    assert result.to_dict()["hypotheses"][1] == {"text": "c", "score": -1.0, "tokens": 4}
+    failed = Translation(2, "en", "xx", "b", error="unknown language 'xx'")
+    assert contract.outcome([result, failed], details=False, errors="keep", nbest=3) == [["a", "c", "b"], None]
+    assert "hypotheses" not in failed.to_dict()
 
 
 def test_without_ctranslate2_the_error_says_how_to_install_it(monkeypatch):
@@ -156,7 +171,11 @@ def recording(engine):
         def _translate_prepared(self, prepared, results, search, max_tokens, max_sentences, progress):
             calls.append(("translate", search, max_tokens, max_sentences, list(prepared)))
             for index in prepared:
-                results[index].text = "x"
+                contract.ranked(results[index], [("x", -1.0, 2)] * search.beam, search.nbest)
+
+        def _seeded(self, seed):
+            calls.append(("seeded", seed))
+            return contextlib.nullcontext()  # the engine's generators are not this test's
 
     return Recording, calls
 
@@ -190,6 +209,31 @@ TRANSLATE_BOUNDS = [
     ({"progress": "bar"}, "progress"),
     ({"zero_shot": "yes"}, "zero_shot"),
     ({"items": None}, "items is None"),
+    ({"nbest": 0}, "nbest"),
+    ({"nbest": 6}, "nbest 6 is more than the beam \\(5\\)"),
+    ({"nbest": 2.0}, "nbest"),
+    ({"sampling": 1}, "sampling must be True or False"),
+    ({"sampling_topk": 5}, "sampling_topk applies to sampling"),
+    ({"sampling_topp": 0.9}, "sampling_topp applies to sampling"),
+    ({"temperature": 0.5}, "temperature applies to sampling"),
+    ({"seed": 1}, "seed applies to sampling"),
+    ({"sampling": True, "sampling_topk": 0}, "sampling_topk must be at least 1"),
+    ({"sampling": True, "sampling_topk": 101}, "sampling_topk 101 is more than the model's vocabulary"),
+    ({"sampling": True, "sampling_topp": 0}, "sampling_topp must be more than 0 and at most 1"),
+    ({"sampling": True, "sampling_topp": 1.5}, "sampling_topp must be more than 0 and at most 1"),
+    ({"sampling": True, "sampling_topp": float("nan")}, "sampling_topp must be a finite number"),
+    ({"sampling": True, "sampling_topk": 5, "sampling_topp": 0.9}, "sampling_topk or sampling_topp, not both"),
+    ({"sampling": True, "temperature": 0}, "temperature must be from 0.01 to 100"),
+    ({"sampling": True, "temperature": -1}, "temperature must be from 0.01 to 100"),
+    ({"sampling": True, "temperature": 1e9}, "temperature must be from 0.01 to 100"),
+    ({"sampling": True, "temperature": float("inf")}, "temperature must be a finite number"),
+    ({"sampling": True, "seed": -1}, "seed must be from 0 to 2147483647"),
+    ({"sampling": True, "seed": 2**31}, "seed must be from 0 to 2147483647"),
+    ({"sampling": True, "seed": "1"}, "seed must be a whole number"),
+    ({"no_repeat_ngram_size": -1}, "no_repeat_ngram_size must be 0 \\(off\\) or at least 2"),
+    ({"no_repeat_ngram_size": 1}, "no_repeat_ngram_size must be 0 \\(off\\) or at least 2"),
+    ({"no_repeat_ngram_size": 65}, "no_repeat_ngram_size 65 is longer than any translation"),
+    ({"no_repeat_ngram_size": 2.5}, "no_repeat_ngram_size must be a whole number"),
 ]
 # sentences each engine refuses alone, with its line: the text rule, the line and position bounds
 LINE_BOUNDS = [
@@ -224,7 +268,13 @@ def test_every_engine_class_takes_the_contracts_calls_and_bounds(monkeypatch):
                 mt.translate_batch([("en", "de", text)])
         assert calls == [], (engine, calls)
         assert mt.translate_batch(OK, beam=100, lenpen=-10, max_len=10**9) == ["x"]
-        assert calls.pop() == ("translate", (100, -10.0, 63), 4000, None, [0])  # max_len: the positions' bound
+        search = Search(100, -10.0, 63)  # max_len: the positions' bound
+        assert calls.pop() == ("translate", search, 4000, None, [0])
+        sampled = dict(sampling=True, sampling_topp=1, temperature=100, seed=2**31 - 1, no_repeat_ngram_size=64)
+        assert mt.translate_batch(OK, beam=4, nbest=4, **sampled) == [["x"] * 4]
+        search = Search(4, 1.0, 63, 4, True, None, 1.0, 100.0, 2**31 - 1, 64)
+        assert calls[-2:] == [("seeded", 2**31 - 1), ("translate", search, 4000, None, [0])]
+        del calls[:]
 
 
 def test_a_call_holding_more_sentences_than_a_reader_reads_is_refused(monkeypatch):
