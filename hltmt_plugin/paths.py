@@ -257,11 +257,32 @@ bounded_int.__name__, finite_float.__name__ = "int", "float"  # argparse names t
 NUMBER_TYPES = {int: bounded_int, float: finite_float}
 
 
+def shows_default(action) -> bool:
+    """Whether ``--help`` must show ``action``'s default: an option (not a switch) with a value
+    by default, not None or empty."""
+    default = action.default
+    return (
+        bool(action.option_strings)
+        and action.nargs != 0
+        and action.help != argparse.SUPPRESS
+        and default is not None
+        and default != argparse.SUPPRESS
+        and not (isinstance(default, (str, list, tuple)) and len(default) == 0)
+    )
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose parsing also refuses an output that is, holds or lies inside an input of
     the same command line (:func:`collisions`), and reads every ``int`` option as
     :func:`bounded_int` and ``float`` option as :func:`finite_float`; every error is one line
-    (exit 2)."""
+    (exit 2). Its ``--help`` shows the default of every option that has one
+    (:func:`shows_default`), unless the option's help already says it."""
+
+    def format_help(self):
+        for action in self._actions:  # every option, of argument groups too
+            if shows_default(action) and "default" not in (action.help or ""):
+                action.help = f"{action.help} (default: %(default)s)" if action.help else "default: %(default)s"
+        return super().format_help()
 
     def add_argument(self, *args, **kwargs):
         if kwargs.get("type") in NUMBER_TYPES:
