@@ -32,22 +32,27 @@ setup(
         "Programming Language :: Python :: 3.13",
         "Topic :: Scientific/Engineering :: Artificial Intelligence",
     ],
+    # one distribution: the plugin's core (what fairseq's --user-dir loads) and its tools (the hltmt-*
+    # commands, the Python API, the exports, the experiment drivers); the tools' heavy dependencies
+    # are extras, which the core never imports (docs/architecture.md, "One distribution";
+    # tests/test_layering.py)
     install_requires=[
         # a range the CPU build satisfies, so pip does not reach for a multi-GB CUDA build
         # when torch is already installed (the set-up script installs torch first)
         "torch>=2.5",  # safe loading needs torch.serialization.safe_globals (hltmt_plugin.compat.safe_loading)
         FAIRSEQ,
         "numpy",
-        "sentencepiece",
-        "sacrebleu>=2.0",
-        "sacremoses",
+        "sentencepiece",  # the commands' and the hub's tokenizer (a 1 MB wheel)
+        "sacrebleu>=2.0",  # the experiments' scores; fairseq requires sacrebleu itself
     ],
     extras_require={
-        # the experiments' charts (hltmt-report, hltmt-study's report, the benches): never the plugin's core
+        # the experiments' charts (hltmt-report, hltmt-study's report, the benches)
         "plots": ["matplotlib"],
-        "test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6", "matplotlib"],
+        "test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6", "matplotlib", "sacremoses"],
         "ctranslate2": ["ctranslate2>=4.5"],
         "transformers": ["transformers>=5.25,<6", "safetensors>=0.4"],
+        # the WMT-10 example's cleaning (examples/wmt10/clean.py: Moses punctuation normalisation)
+        "wmt10": ["sacremoses"],
     },
     entry_points={
         "console_scripts": [

@@ -1,9 +1,13 @@
 """The layering of docs/architecture.md, read from the code: every import of one part of the
 package from another points to a lower layer (so no two parts import each other, and no
-feature knows another feature)."""
+feature knows another feature); the plugin's core (below hub/) imports no tool's dependency
+(:data:`TOOL_DEPENDENCIES`) and the tools import one only inside the function that needs it;
+setup.py installs those dependencies only with an extra (one distribution, extras for the
+tools' heavy dependencies: docs/architecture.md, "One distribution")."""
 
 import ast
 import os
+import re
 
 import pytest
 
@@ -34,6 +38,17 @@ LAYERS = [
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 # `import hltmt_plugin` registers the task, model and criterion with fairseq: what a command does first
 REGISTERS = {"hub", "cli", "experiments"}
+# the tools: the Python API, the exports, the user's commands and the experiment drivers; below them the core
+TOOLS = ("hub", "export", "cli", "experiments")
+# the tools' dependencies that a fairseq user of the core never installs (setup.py's extras)
+TOOL_DEPENDENCIES = {
+    "matplotlib": "plots",
+    "transformers": "transformers",
+    "ctranslate2": "ctranslate2",
+    "sacremoses": "wmt10",
+}
+# a dependency of the tools that fairseq itself requires (so installed with the core), never imported by the core
+NOT_IN_THE_CORE = {"sacrebleu", *TOOL_DEPENDENCIES}
 
 
 def part_of(module: str) -> str:
@@ -159,3 +174,95 @@ def test_every_import_form_against_the_layers_is_caught(source, text, monkeypatc
     real = imports
     monkeypatch.setitem(globals(), "imports", lambda p: [*real(p), *(real(p, text) if p == path else [])])
     assert [v for v in violations() if v.startswith(f"hltmt_plugin/{source}:")], text
+
+
+def outside_imports(path, text=None):
+    """(line, top-level module, whether it is imported when ``path`` is) of every import of a
+    module outside the package in ``path`` (or in ``text``, as if it were that file's): an
+    import inside a function runs only when the function does."""
+    tree = ast.parse(text if text is not None else open(path, encoding="utf-8").read(), path)
+
+    def visit(node, at_import):
+        for child in ast.iter_child_nodes(node):
+            inner = at_import and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                yield from ((child.lineno, a.name.split(".")[0], at_import) for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+                yield child.lineno, child.module.split(".")[0], at_import
+            yield from visit(child, inner)
+
+    yield from visit(tree, True)
+
+
+def is_core(dotted: str) -> bool:
+    return dotted == "hltmt_plugin" or RANK[part_of(dotted)] < RANK[TOOLS[0]]
+
+
+def dependency_violations(read=outside_imports):
+    """One line per import of a tool's dependency in the core, or in a tool at its import."""
+    found = []
+    for path, dotted in modules():
+        for line, name, at_import in read(path):
+            where = f"{os.path.relpath(path, ROOT)}:{line} imports {name}"
+            if name in NOT_IN_THE_CORE and is_core(dotted):
+                found.append(where + " (a tool's dependency, in the core)")
+            elif name in NOT_IN_THE_CORE and at_import:
+                found.append(where + " (at the import of a tool: import it in the function that needs it)")
+    return found
+
+
+def test_the_core_never_imports_a_tool_nor_a_tools_dependency():
+    into_tools = [
+        f"{dotted}:{line} imports {target}"
+        for path, dotted in modules()
+        # the registration names a plugin command's process (cli.command_name), only in that process
+        if is_core(dotted) and dotted != "hltmt_plugin"
+        for line, target in imports(path)
+        if target != "hltmt_plugin" and part_of(target) in TOOLS
+    ]
+    assert into_tools == []
+    assert dependency_violations() == []
+    core = {part_of(d) for _, d in modules() if is_core(d)}
+    assert {"pool", "models", "tasks", "routing", "records", "compat"} <= core and not core & set(TOOLS)
+
+
+@pytest.mark.parametrize(
+    "source, text",
+    [
+        ("models/decoder.py", "import matplotlib.pyplot as plt"),
+        ("pool/router.py", "def f():\n    from transformers import AutoModel"),
+        ("tasks/hltmt_translation.py", "def f():\n    import sacrebleu"),
+        ("compat/quiet.py", "try:\n    import ctranslate2\nexcept ImportError:\n    pass"),
+        ("experiments/report.py", "from sacrebleu.metrics import BLEU"),
+        ("hub/translator.py", "import matplotlib"),
+    ],
+)
+def test_a_planted_tool_dependency_is_caught(source, text):
+    path = os.path.join(PACKAGE, source)
+    found = dependency_violations(lambda p: [*outside_imports(p), *(outside_imports(p, text) if p == path else [])])
+    assert [v for v in found if v.startswith(f"hltmt_plugin/{source}:")], text
+
+
+def test_a_tool_may_import_its_dependency_where_it_is_used():
+    text = "def chart():\n    import matplotlib\n"
+    assert [i[2] for i in outside_imports(os.path.join(PACKAGE, "experiments", "plots.py"), text)] == [False]
+
+
+def setup_requirements():
+    """setup.py's install_requires and extras_require, read from its text (no code run)."""
+    tree = ast.parse(open(os.path.join(ROOT, "setup.py"), encoding="utf-8").read())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    given = {k.arg: k.value for k in call.keywords}
+
+    def names(node):
+        return [re.split(r"[<>=!\[ ]", e.value)[0] for e in node.elts if isinstance(e, ast.Constant)]
+
+    extras = given["extras_require"]
+    return names(given["install_requires"]), {k.value: names(v) for k, v in zip(extras.keys, extras.values)}
+
+
+def test_the_tools_dependencies_are_extras_of_the_one_distribution():
+    required, extras = setup_requirements()
+    assert not set(TOOL_DEPENDENCIES) & set(required), required
+    for name, extra in TOOL_DEPENDENCIES.items():
+        assert name in extras[extra], (name, extra)

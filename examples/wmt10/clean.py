@@ -21,7 +21,11 @@ def main(argv=None):
     p.add_argument("--max-words", type=int, default=250)
     p.add_argument("--max-ratio", type=float, default=3.0, help="longer side / shorter side, in words")
     args = p.parse_args(argv)
-    from sacremoses import MosesPunctNormalizer
+    try:
+        from sacremoses import MosesPunctNormalizer
+    except ImportError:
+        print('clean: error: this needs sacremoses: pip install -e ".[wmt10]"', file=sys.stderr)
+        return 1
 
     os.makedirs(args.out, exist_ok=True)
     names = sorted(f for f in os.listdir(args.raw) if f.count(".") == 2 and "-" in f and not f.endswith(".partial"))
