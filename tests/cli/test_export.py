@@ -263,3 +263,33 @@ def test_a_file_size_limit_names_the_export_folder(hltmt, tmp_path):
     line = one_error_line(done, "hltmt-export")
     assert f"could not write --out {out} (File too large): nothing was written" == line[len("hltmt-export: error: ") :]
     assert "standard output" not in line and os.listdir(tmp_path) == []
+
+
+@pytest.mark.fast
+def test_the_help_names_both_engines_and_the_cards_options():
+    from hltmt_plugin.cli.export import build_parser
+
+    text = build_parser().format_help()
+    assert "to CTranslate2 (the default) or to Hugging Face" in text and "--to {ctranslate2,transformers}" in text
+    for option in ("--whole-groups", "--license", "--license-name", "--license-link", "--metrics", "--data-sizes"):
+        assert option in text
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--to", "transformers", "--whole-groups"], "--whole-groups is CTranslate2's"),
+        (["--license", "other"], "--license other needs --license-name"),
+        (["--license", "mit", "--license-name", "mine"], "add --license other"),
+        (["--bleu-signature", "nrefs:1"], "--bleu-signature and --chrf-signature go with --metrics FILE"),
+    ],
+)
+def test_card_and_group_options_that_do_not_hold_are_one_line_and_write_nothing(tmp_path, capsys, extra, message):
+    pytest.importorskip("ctranslate2")
+    from hltmt_plugin.cli.export import main
+
+    checkpoint = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "mnmt.pt")
+    assert main(["--checkpoint", checkpoint, "--out", str(tmp_path / "out"), "--verbose", *extra]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("hltmt-export: error: ") and message in line and not os.path.exists(tmp_path / "out")

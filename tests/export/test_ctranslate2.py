@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import LANGS, PAIRS, PLUGIN, build, cli, perturbed, run, spm_of
+from conftest import LANGS, PAIRS, PLUGIN, ROOT, build, cli, perturbed, run, spm_of
 from hub_common import DIRECTIONS, sentences
 
 ct2 = pytest.importorskip("ctranslate2")
@@ -214,3 +214,58 @@ def test_adapters_and_skills_are_refused_in_one_line(data_bin, options, what):
     with pytest.raises(HltmtConfigError, match=what) as refused:
         check_exportable(SimpleNamespace(model=model, cfg=SimpleNamespace(model=args)))
     assert "\n" not in str(refused.value)
+
+
+STUDY = os.path.join(ROOT, "docs", "results", "cpu-study")
+
+
+@pytest.fixture(scope="module")
+def whole_study(tmp_path_factory):
+    """The study's HLT-MT exported with every group whole (--whole-groups)."""
+    folder = str(tmp_path_factory.mktemp("whole") / "hltmt-whole")
+    return folder, export(os.path.join(STUDY, "models", "hltmt.pt"), folder, whole=True)
+
+
+def plain_translations(folder, record, group, src, tgt, lines):
+    """``lines`` translated by ``ctranslate2.Translator`` alone, with the convention deploying.md states."""
+    import sentencepiece
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, "spm.model"))
+    model = ct2.Translator(os.path.join(folder, record["models"][group]), intra_threads=1)
+    tokens = record["language_tokens"]
+    first = [tokens[tgt if record["encoder_langtok"] == "tgt" else src]]
+    out = model.translate_batch(
+        [first + sp.encode(line, out_type=str) + ["</s>"] for line in lines], beam_size=5, max_decoding_length=200
+    )
+    return [sp.decode(o.hypotheses[0]) for o in out]
+
+
+def test_whole_groups_each_open_in_plain_ctranslate2_with_the_engines_lines(whole_study):
+    folder, record = whole_study
+    assert record["patches"] == {} and len(record["models"]) == 4
+    served = HltmtTranslator.load(folder, threads=1)
+    for group in record["models"]:
+        assert os.path.isfile(os.path.join(folder, record["models"][group], "model.bin"))
+        tgt = next(t for t in ("de", "fi", "fr", "gu") if record["targets"][t] == group)
+        with open(os.path.join(STUDY, "refs", f"en-{tgt}.en"), encoding="utf-8") as f:
+            lines = [f.readline().strip() for _ in range(6)]
+        expected = served.translate_batch([("en", tgt, line) for line in lines], beam=5, details=True)
+        found = plain_translations(folder, record, group, "en", tgt, lines)
+        assert [r.text for r in expected if r.tokens < 200] == [f for f, r in zip(found, expected) if r.tokens < 200]
+        assert sum(r.tokens < 200 for r in expected) >= 5, group
+
+
+def test_the_deploying_pages_snippet_translates_as_the_engine(whole_study):
+    import contextlib
+    import io
+
+    folder, _ = whole_study
+    with open(os.path.join(ROOT, "docs", "deploying.md"), encoding="utf-8") as f:
+        page = f.read()
+    snippet = page.split("### Using a group with CTranslate2 alone")[1].split("```python\n")[1].split("```")[0]
+    assert '"exported/hltmt-whole"' in snippet
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(snippet.replace('"exported/hltmt-whole"', repr(folder)), {})
+    expected = HltmtTranslator.load(folder, threads=1).translate(["The file could not be saved."], src="en", tgt="de")
+    assert printed.getvalue().strip() == expected[0] and expected[0]
