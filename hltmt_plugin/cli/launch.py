@@ -2,21 +2,22 @@
 """Multi-process fairseq-train: one process per rank, as fairseq 0.12 needs on CPU.
 
     hltmt-launch --nproc 2 -- DATA --user-dir hltmt_plugin --task hltmt_translation ...
-    # several machines: the same command on each, with --nnodes, --node-rank, --master-addr
-    hltmt-launch --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --nproc 4 -- DATA ...
+    # several machines of 4 GPUs: the same command on each, with --nnodes, --node-rank, --master-*
+    hltmt-launch --gpu --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc 4 -- DATA ...
 
-fairseq 0.12 on CPU does the wrong thing silently in the obvious ways (``--cpu
---distributed-world-size 2`` spawns no worker and exits 0; ``torchrun`` without
-``--distributed-world-size`` trains independent copies that overwrite each other's
-checkpoints). What works is one process per rank with an explicit TCP rendezvous; this
-launcher starts them with ``--distributed-init-method tcp://ADDR:PORT
---distributed-world-size N --distributed-rank R --distributed-no-spawn`` and the gloo backend
-(NCCL and ``--device-id`` per local rank with ``--gpu``), streams rank 0's output, writes
-every rank's output to ``LOG_DIR/rank{R}.log``, and when a rank fails stops the others and
-exits non-zero with the failed rank's log tail. It refuses the distributed options it sets
-itself. ``--ddp-backend`` defaults to ``legacy_ddp`` on CPU (fairseq's ``pytorch_ddp`` passes
-``device_ids`` and fails there); hltmt_translation keeps modules that no worker used in an
-update out of the optimizer step, so legacy_ddp's zero-filled gradients do not move them.
+fairseq 0.12 starts its workers one per GPU, so on a CPU its own ways fail (``--cpu
+--distributed-world-size 2`` stops on an assertion, exit 1, and with an init method added
+starts no worker and exits 0; ``torchrun`` without ``--distributed-world-size`` trains
+independent copies that overwrite each other's checkpoints). What works is one process per
+rank with an explicit TCP rendezvous; this launcher starts them with
+``--distributed-init-method tcp://ADDR:PORT --distributed-world-size N --distributed-rank R
+--distributed-no-spawn`` and the gloo backend (NCCL and ``--device-id`` per local rank with
+``--gpu``, refused before any rank starts unless torch sees a GPU for each), streams rank 0's
+output, writes every rank's output to ``LOG_DIR/rank{R}.log``, and when a rank fails stops the
+others and exits non-zero with the failed rank's log tail. It refuses the distributed options
+it sets itself. ``--ddp-backend`` defaults to ``legacy_ddp`` on CPU (fairseq's ``pytorch_ddp``
+passes ``device_ids`` and fails there); hltmt_translation keeps modules that no worker used in
+an update out of the optimizer step, so legacy_ddp's zero-filled gradients do not move them.
 fairseq's start-up warnings (hydra, pin_memory, tensorboardX) are kept out of the ranks' output
 unless PYTHONWARNINGS is set.
 """
@@ -94,6 +95,24 @@ def check_options(args, train):
         return "need --nproc >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes"
     if args.nnodes > 1 and args.master_port == 0:
         return "with several machines give the same --master-port on each"
+    if args.gpu and "--cpu" in train:
+        return "--gpu trains on GPUs and --cpu on the CPU: give one of them"
+    return None
+
+
+def check_gpus(args):
+    """What keeps ``--gpu`` from starting its ranks on this machine (a GPU per local rank, NCCL),
+    in one line; None when nothing does, or without ``--gpu``."""
+    if not args.gpu:
+        return None
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < args.nproc:
+        cpu = "; without --gpu the ranks train on the CPU (gloo)" if found == 0 else ""
+        return f"--gpu needs a GPU for each of the {args.nproc} ranks (--nproc) and torch sees {found} here{cpu}"
+    if not torch.distributed.is_nccl_available():
+        return "--gpu uses NCCL, which this torch build does not have"
     return None
 
 
@@ -244,7 +263,7 @@ def main(argv=None):
         )
     split = argv.index("--")
     args = p.parse_args(argv[:split])
-    problem = check_options(args, argv[split + 1 :])
+    problem = check_options(args, argv[split + 1 :]) or check_gpus(args)
     if problem:
         return refuse(problem)
     return launch(args, argv[split + 1 :])
