@@ -5,7 +5,9 @@ fairseq's own ``translation_multi_simple_epoch`` (:mod:`hltmt_plugin.compat.dire
 
 A direction ``src-tgt`` of a model is
 
-- **trained** (:data:`TRAINED`): one of its ``--lang-pairs``;
+- **trained** (:data:`TRAINED`): one of the directions it was trained on (:func:`trained_pairs`:
+  its ``--lang-pairs``, and those of the model its training started from or whose language's
+  adapters were imported into it: :func:`extend_trained`);
 - **zero-shot** (:data:`ZERO_SHOT`): not one of them, but ``src`` was the source of some
   trained direction and ``tgt`` the target of some trained direction. Served only when asked
   for (``zero_shot=True``, ``hltmt-translate --zero-shot``, fairseq's commands under ``--task
@@ -15,9 +17,10 @@ A direction ``src-tgt`` of a model is
   it) or never read ``src`` (no trained direction from it: a language seen only as a target
   is not one the encoder learned to read). Its output would not be a translation into ``tgt``.
 
-A language whose adapters were added to the model after training (``hltmt-adapters import``:
-it is in the stored ``--adapter-langs`` and in no trained direction) counts as read and
-produced: its directions are zero-shot.
+A language whose adapters were added to the model after training without a trained direction
+(``hltmt-adapters import`` of adapters trained on monolingual text: it is in the stored
+``--adapter-langs`` and in no trained direction) counts as read and produced: its directions are
+zero-shot.
 
 A model trained without a token naming the target language (neither ``--encoder-langtok
 tgt`` nor ``--decoder-langtok``) cannot be told which language to produce: when its trained
@@ -27,11 +30,17 @@ several, every direction is refused, with that reason.
 Nothing here imports torch or fairseq.
 """
 
+import re
 from typing import Iterable, List, Optional
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 TRAINED, ZERO_SHOT, REFUSED = "trained", "zero-shot", "refused"
+# a model's stored options: every direction it was trained on, comma-separated (its --lang-pairs and
+# those it kept from the model it started from or from an imported language's adapters)
+TRAINED_KEY = "hltmt_trained_directions"
+_PAIR = re.compile(r"[^\s,-]{1,64}-[^\s,-]{1,64}")
+MAX_PAIRS = 100_000
 
 
 def _names(value) -> List[str]:
@@ -44,6 +53,36 @@ def _names(value) -> List[str]:
 
 def _get(options):
     return options.get if isinstance(options, dict) else lambda name: getattr(options, name, None)
+
+
+def extend_trained(kept: Iterable[str], new: Iterable[str]) -> List[str]:
+    """The one rule of a language added to a trained model: the model keeps every direction it
+    was trained on (``kept``) and adds the new ones (``new``: the pairs of a run that started from
+    it, the directions of an imported language's adapters); each once, in order."""
+    out: List[str] = []
+    for pair in [*_names(kept), *_names(new)]:
+        if pair not in out:
+            out.append(pair)
+    return out
+
+
+def trained_pairs(options) -> List[str]:
+    """The directions a model with these stored options (a namespace or dict) was trained on:
+    :data:`TRAINED_KEY` where it is stored (checked: a list of ``src-tgt``, or one
+    :class:`HltmtInputError` line), else its ``--lang-pairs`` (a model trained from scratch, or
+    written before the key)."""
+    stored = _get(options)(TRAINED_KEY)
+    if stored is None:
+        return _names(_get(options)("lang_pairs"))
+    pairs = _names(stored) if isinstance(stored, (str, list, tuple)) else []
+    bad = next((p for p in pairs if not _PAIR.fullmatch(p)), None)
+    if not pairs or bad is not None or len(pairs) > MAX_PAIRS:
+        shown = bad or (f"{len(pairs):,} directions" if pairs else str(stored)[:40] or "nothing")
+        raise HltmtInputError(
+            f"the checkpoint's trained directions ({TRAINED_KEY}) hold {shown[:40]!r}, not a list of at most "
+            f"{MAX_PAIRS:,} directions src-tgt: use the checkpoint as its training run wrote it"
+        )
+    return pairs
 
 
 def marks_target(options) -> bool:
@@ -75,13 +114,14 @@ class TrainedDirections:
         self.marked = marked
 
     @classmethod
-    def from_options(cls, options) -> Optional["TrainedDirections"]:
-        """From a training run's options (a namespace or dict holding ``lang_pairs``, the
-        language-token options and, with adapters, ``adapter_langs``); None when they name no
-        direction."""
-        get = _get(options)
-        pairs = _names(get("lang_pairs"))
-        return cls(pairs, _names(get("adapter_langs")), marks_target(options)) if pairs else None
+    def from_options(cls, options, marked: Optional[bool] = None) -> Optional["TrainedDirections"]:
+        """From a model's stored options (a namespace or dict holding its trained directions,
+        :func:`trained_pairs`, the language-token options and, with adapters, ``adapter_langs``);
+        ``marked``: whether a token names the target, when not read from ``options``; None when
+        they name no direction."""
+        pairs = trained_pairs(options)
+        marked = marks_target(options) if marked is None else marked
+        return cls(pairs, _names(_get(options)("adapter_langs")), marked) if pairs else None
 
     def kind(self, src: str, tgt: str) -> str:
         """:data:`TRAINED`, :data:`ZERO_SHOT` or :data:`REFUSED` for the direction ``src-tgt``."""

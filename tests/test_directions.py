@@ -8,7 +8,15 @@ from argparse import Namespace
 
 import pytest
 
-from hltmt_plugin.directions import REFUSED, TRAINED, ZERO_SHOT, TrainedDirections
+from hltmt_plugin.directions import (
+    REFUSED,
+    TRAINED,
+    TRAINED_KEY,
+    ZERO_SHOT,
+    TrainedDirections,
+    extend_trained,
+    trained_pairs,
+)
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 
 pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
@@ -140,3 +148,27 @@ def test_check_command_names_what_the_command_line_gave_and_the_checkpoint():
         r"only with --task X$",
     ):
         both.check_command("de", "fr", zero_shot=False, option="--task X", given="--lang-pairs de-fr")
+
+
+# ---- the directions kept when a language is added (extend_trained, trained_pairs) ------------
+
+
+def test_a_model_trained_further_keeps_its_directions_and_adds_the_new_ones():
+    assert extend_trained("en-fr,fr-en", ["en-hi", "en-fr", "hi-en"]) == ["en-fr", "fr-en", "en-hi", "hi-en"]
+    # a run on en-hi,hi-en from a base trained on en-fr,fr-en: every direction trained, none zero-shot
+    options = Namespace(lang_pairs="en-hi,hi-en", adapter_langs="en,fr,hi", encoder_langtok="tgt")
+    setattr(options, TRAINED_KEY, ",".join(extend_trained("en-fr,fr-en", options.lang_pairs)))
+    directions = TrainedDirections.from_options(options)
+    assert [directions.kind(*p.split("-")) for p in ("en-fr", "fr-en", "en-hi", "hi-en")] == [TRAINED] * 4
+    assert directions.kind("fr", "hi") == ZERO_SHOT and directions.added == []
+    # without the stored key (a model trained from scratch): its --lang-pairs, the others added
+    del options.hltmt_trained_directions
+    assert TrainedDirections.from_options(options).kind("en", "fr") == ZERO_SHOT
+
+
+@pytest.mark.parametrize("stored", ["", "en", "en-fr,en fr", ["en-fr", "-"], 5, "en-fr,de-en-x"])
+def test_stored_trained_directions_that_are_not_a_list_of_directions_are_refused_in_one_line(stored):
+    options = {"lang_pairs": "en-fr", TRAINED_KEY: stored}
+    with pytest.raises(HltmtInputError, match=rf"^the checkpoint's trained directions \({TRAINED_KEY}\) hold "):
+        trained_pairs(options)
+    assert trained_pairs({"lang_pairs": "en-fr", TRAINED_KEY: "en-fr,en-hi"}) == ["en-fr", "en-hi"]

@@ -2,9 +2,11 @@
 
 ``export_language`` writes a language's adapters and its language-token rows to a small file
 that records a fingerprint of the base model (every parameter that is not an adapter or a
-language token row) and the adapter sizes; ``import_language`` puts them into a model of the
-same base and sizes, taking only that language's own tensors, with the model's names, shapes
-and dtype and finite values, and refuses anything else with one line. ``add_language`` gives
+language token row), the adapter sizes and the directions naming the language that the model was
+trained on; ``import_language`` puts them into a model of the same base and sizes, taking only
+that language's own tensors, with the model's names, shapes and dtype and finite values, and
+refuses anything else with one line; the model keeps the directions it was trained on and adds
+the file's (:func:`hltmt_plugin.directions.extend_trained`). ``add_language`` gives
 a trained model a new language (identity-initialised adapters). ``hltmt-adapters`` is
 the command line for all three. Every file is written whole or not at all
 (:func:`hltmt_plugin.atomic_files.save_torch`) and read weights-only
@@ -24,12 +26,13 @@ from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
 from hltmt_plugin.atomic_files import save_torch
 from hltmt_plugin.compat.safe_loading import load_plugin_file
+from hltmt_plugin.directions import TRAINED_KEY, extend_trained, trained_pairs
 from hltmt_plugin.errors import HltmtInputError
 
 logger = logging.getLogger(__name__)
 
 FILE_FORMAT = "hltmt_plugin.language_adapters"
-FILE_VERSION = 1
+FILE_VERSION = 2  # version 1 recorded no trained directions: read as none
 
 
 def _layout(model):
@@ -74,6 +77,7 @@ def export_language(model, lang: str, path: str) -> Dict[str, object]:
     if lang not in layout.adapter_langs:
         raise HltmtInputError(f"this model has no adapters for {lang!r} (it has {','.join(layout.adapter_langs)})")
     tensors = {n: p.detach().cpu().clone() for n, p in language_parameters(model, lang).items()}
+    directions = [pair for pair in trained_directions(model) if lang in pair.split("-", 1)]
     rows = {}
     for name, (p, index) in model.language_token_rows(lang).items():
         rows[name] = {"index": index, "row": p.detach()[index].cpu().clone()}
@@ -83,6 +87,7 @@ def export_language(model, lang: str, path: str) -> Dict[str, object]:
         "lang": lang,
         "base": base_fingerprint(model),
         "sizes": layout.sizes(),
+        "directions": directions,
         "tensors": tensors,
         "token_rows": rows,
     }
@@ -94,18 +99,30 @@ def export_language(model, lang: str, path: str) -> Dict[str, object]:
     return blob
 
 
+def trained_directions(model):
+    """The directions ``model`` was trained on, from the options it was built with
+    (:func:`hltmt_plugin.directions.trained_pairs`)."""
+    return trained_pairs(getattr(model, "args", None))
+
+
 _TENSOR = records.Instance(Tensor, "a tensor")
-SCHEMA = records.Record(
-    {
-        "format": records.Text(choices=[FILE_FORMAT]),
-        "version": records.Int(low=FILE_VERSION, high=FILE_VERSION),
-        "lang": records.Text(min_len=1, max_len=64, pattern=r"[\w-]+"),
-        "base": records.SHA256,
-        "sizes": records.MapOf(records.ANYTHING, max_len=100),
-        "tensors": records.MapOf(_TENSOR, max_len=100_000),
-        "token_rows": records.MapOf(records.Record({"index": records.Int(low=0), "row": _TENSOR}), max_len=100),
-    }
-)
+_FIELDS = {
+    "format": records.Text(choices=[FILE_FORMAT]),
+    "lang": records.Text(min_len=1, max_len=64, pattern=r"[\w-]+"),
+    "base": records.SHA256,
+    "sizes": records.MapOf(records.ANYTHING, max_len=100),
+    "tensors": records.MapOf(_TENSOR, max_len=100_000),
+    "token_rows": records.MapOf(records.Record({"index": records.Int(low=0), "row": _TENSOR}), max_len=100),
+}
+_DIRECTION = records.Text(min_len=3, max_len=129, pattern=r"[^\s,-]+-[^\s,-]+")
+# each version's record: version 2 adds the trained directions naming the language (possibly none)
+SCHEMAS = {
+    1: records.Record({**_FIELDS, "version": records.Int(low=1, high=1)}),
+    FILE_VERSION: records.Record(
+        {**_FIELDS, "version": records.Int(low=2, high=2), "directions": records.ListOf(_DIRECTION, max_len=10_000)}
+    ),
+}
+SCHEMA = SCHEMAS[FILE_VERSION]
 MAX_ABS = 1e4  # trained adapter weights and embedding rows are O(1); larger values are not a trained adapter
 
 
@@ -127,11 +144,15 @@ def read_language_file(path: str) -> Dict[str, object]:
         raise HltmtInputError(
             f"{path} is not an adapter file written by hltmt_plugin (export_language / hltmt-adapters export)"
         )
-    if blob.get("version") != FILE_VERSION:
+    version = blob.get("version")
+    if type(version) is not int or version not in SCHEMAS:
         raise HltmtInputError(
-            f"adapter file {path} has version {str(blob.get('version'))[:20]}; this plugin reads version {FILE_VERSION}"
+            f"adapter file {path} has version {str(version)[:20]}; this plugin reads versions "
+            f"{','.join(map(str, SCHEMAS))}"
         )
-    return records.check(blob, SCHEMA, f"adapter file {path}")
+    blob = dict(records.check(blob, SCHEMAS[version], f"adapter file {path}"))
+    blob.setdefault("directions", [])  # (version 1 recorded none)
+    return blob
 
 
 def _check_tensor(path: str, name: str, t: Tensor, shape: Tuple[int, ...], dtype: torch.dtype) -> None:
@@ -290,5 +311,18 @@ def import_language(model, path: str) -> str:
         for name, row in blob["token_rows"].items():
             p, _ = tables[name]
             p[row["index"]] = row["row"].to(p)
+    _note_import(model, blob["directions"])
     logger.info(f"imported the adapters of {lang} from {path}")
     return lang
+
+
+def _note_import(model, directions) -> None:
+    """The model's options after an import: its adapter languages, and the directions it was
+    trained on extended by the file's whose languages all have adapters here (the rule:
+    :func:`hltmt_plugin.directions.extend_trained`)."""
+    layout, args = _layout(model), getattr(model, "args", None)
+    if args is None:
+        return
+    served = [pair for pair in directions if all(side in layout.adapter_langs for side in pair.split("-", 1))]
+    setattr(args, TRAINED_KEY, ",".join(extend_trained(trained_directions(model), served)))
+    setattr(args, "adapter_langs", ",".join(layout.adapter_langs))

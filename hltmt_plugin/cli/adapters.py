@@ -34,6 +34,7 @@ logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)  # "
 
 from hltmt_plugin.atomic_files import check_output  # noqa: E402
 from hltmt_plugin.cli import add_version, register  # noqa: E402
+from hltmt_plugin.directions import TRAINED_KEY  # noqa: E402
 from hltmt_plugin.errors import HltmtInputError  # noqa: E402
 from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FILE, ArgumentParser, path_option  # noqa: E402
 
@@ -87,17 +88,25 @@ def import_(args):
     lang = import_language(model, args.adapters)
     state = load_state(args.path)  # as written, weights-only
     state["model"] = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    langs = ",".join(model.encoder.adapter_layout.adapter_langs)
-    for cfg in (state.get("cfg") or {}).get("model"), state.get("args"):
-        if cfg is None:
-            continue
-        if isinstance(cfg, dict):
-            cfg["adapter_langs"] = langs
-        else:
-            setattr(cfg, "adapter_langs", langs)
+    # the model's options as the import left them: its adapter languages and trained directions
+    changed = {name: getattr(model.args, name) for name in ("adapter_langs", TRAINED_KEY)}
+    store_options(state, changed)
     save_torch(state, args.out)  # never a partial file, also when --out is --path
     same = os.path.abspath(args.out) == os.path.abspath(args.path)
-    print(f"imported {lang} into {args.out}{' (replacing it)' if same else ''} (adapter languages {langs})")
+    print(
+        f"imported {lang} into {args.out}{' (replacing it)' if same else ''} (adapter languages "
+        f"{changed['adapter_langs']}; trained directions {changed[TRAINED_KEY]})"
+    )
+
+
+def store_options(state, changed) -> None:
+    """Model options set in a checkpoint's state (its ``cfg.model``, or a legacy ``args``)."""
+    for cfg in (state.get("cfg") or {}).get("model"), state.get("args"):
+        for name, value in changed.items() if cfg is not None else ():
+            if isinstance(cfg, dict):
+                cfg[name] = value
+            else:
+                setattr(cfg, name, value)
 
 
 def build_parser():

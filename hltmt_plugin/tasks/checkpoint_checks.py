@@ -168,9 +168,10 @@ def checkpoint_to_load(args):
     return (finetune, FINETUNE) if finetune and os.path.isfile(finetune) else (None, None)
 
 
-def check_checkpoint_to_load(args, task) -> None:
+def check_checkpoint_to_load(args, task):
     """Refuse, in one line, a checkpoint that fairseq-train would load but whose weights mean
-    something else under these options. A resumed run keeps every model option; a run that starts
+    something else under these options; its state (None when none is loaded, or on a rank other
+    than the first, which writes no checkpoint). A resumed run keeps every model option; a run that starts
     from another run's checkpoint (``--restore-file``, ``--finetune-from-model``) may change the
     architecture's name and the plugin's features (a dense model turned into HLT-MT, adapters of a
     new language added: their weights are new), but not the shapes of the weights it takes over."""
@@ -196,6 +197,7 @@ def check_checkpoint_to_load(args, task) -> None:
     )
     if how != FINETUNE and not getattr(args, "reset_optimizer", False):
         _check_training_state(path, state, args)
+    return state
 
 
 def _check_training_state(path: str, state, args) -> None:

@@ -18,8 +18,9 @@ from argparse import Namespace
 from fairseq.tasks import register_task
 from fairseq.tasks.translation_multi_simple_epoch import TranslationMultiSimpleEpochTask
 
+from hltmt_plugin.compatibility import stored_options
 from hltmt_plugin.config import check_finite
-from hltmt_plugin.directions import ZERO_SHOT, TrainedDirections
+from hltmt_plugin.directions import TRAINED_KEY, ZERO_SHOT, TrainedDirections, extend_trained, trained_pairs
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
 from hltmt_plugin.pool.config import SlpConfig
@@ -85,13 +86,16 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         check_data(args)
         save_dir.prepare(args)
         task = super().setup_task(args, **kwargs)
-        check_checkpoint_to_load(args, task)  # resume, --restore-file, --finetune-from-model
+        loaded = check_checkpoint_to_load(args, task)  # resume, --restore-file, --finetune-from-model
+        # the directions the model this run starts from was trained on: kept (extend_trained)
+        task.trained_before = trained_pairs(stored_options(loaded)) if loaded is not None else []
         return task
 
     def __init__(self, args, langs, dicts, training):
         super().__init__(args, langs, dicts, training)
         self.data_manager = StageDataManager(args, self.lang_pairs, langs, dicts, self.sampling_method)
         self.model = None
+        self.trained_before = []  # the trained directions of the checkpoint this run starts from (setup_task)
         self.train_stage = None  # the stage of the loaded training data
         self.idle_gradients = IdleGradients()
         self.stages = None  # HLT-MT's stage schedule; None: the parent task's training
@@ -121,6 +125,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         model = super().build_model(args, from_checkpoint)
         if not from_checkpoint:
             stamp_record(args, self)  # saved in every checkpoint
+            setattr(args, TRAINED_KEY, ",".join(extend_trained(self.trained_before, self.lang_pairs)))
         ours = plugin_model(model) is not None
         if self.training and ours:
             check_ddp_backend(args)

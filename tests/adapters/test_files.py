@@ -16,6 +16,8 @@ from adapters_common import BASE_PAIRS, train
 from conftest import LANGS, MADX, PLUGIN, ROOT, build, cli, file_size_limit, mixed_sample, run
 from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
 from hltmt_plugin.compat.safe_loading import load_state
+from hltmt_plugin.compatibility import stored_options
+from hltmt_plugin.directions import TRAINED, TrainedDirections
 from hltmt_plugin.errors import HltmtInputError
 from hltmt_plugin.hub.loading import load_model
 
@@ -132,6 +134,10 @@ def test_adding_a_language_changes_only_its_adapters_and_token_row(base, with_hi
     # the optimizer holds exactly the trainable tensors: hi's adapters and the encoder embedding table
     optimizer = after_state["last_optimizer_state"]
     assert len(optimizer["param_groups"][0]["params"]) == len(new) + 1
+    # the run keeps the base's trained directions and adds its own: none of them is zero-shot
+    assert stored_options(after_state).hltmt_trained_directions == f"{BASE_PAIRS},en-hi,hi-en"
+    directions = TrainedDirections.from_options(stored_options(after_state))
+    assert {directions.kind(*pair.split("-")) for pair in OLD + NEW} == {TRAINED}
     assert "train only adapters:hi,lang-token-rows:hi:" in with_hi[1]
     assert "(languages hi); they start at identity" in with_hi[1]
 
@@ -162,6 +168,10 @@ def test_export_import_round_trip_through_the_cli_gives_identical_outputs(task, 
     _, trained_hi = load(with_hi[0])
     _, imported = load(str(merged))
     assert imported.encoder.adapter_layout.adapter_langs == ["en", "de", "fr", "gu", "hi"]
+    # the base's trained directions, and the file's: en-hi and hi-en are trained, not zero-shot
+    assert "trained directions en-de,en-fr,en-gu,de-en,gu-en,en-hi,hi-en)" in done.stdout
+    assert load_state(str(merged))["cfg"]["model"].hltmt_trained_directions == f"{BASE_PAIRS},en-hi,hi-en"
+    assert load_state(path)["directions"] == ["en-hi", "hi-en"]
     wanted = trained_hi.state_dict()
     assert all(torch.equal(v, wanted[k]) for k, v in imported.state_dict().items() if "routing_map" not in k)
     sample = mixed_sample(task, NEW * 3 + OLD, seed=2)
@@ -257,7 +267,13 @@ def test_generation_with_the_new_language_and_a_language_without_adapters(data_b
     # told that it was trained into hi, the model still meets no adapter for hi in its decoder
     done = run(
         generate_args(
-            data_bin, base[0], "en", "hi", "--enable-lang-ids", "--model-overrides", "{'lang_pairs': 'en-de,en-hi'}"
+            data_bin,
+            base[0],
+            "en",
+            "hi",
+            "--enable-lang-ids",
+            "--model-overrides",
+            "{'hltmt_trained_directions': 'en-de,en-hi'}",
         )
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
