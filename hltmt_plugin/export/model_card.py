@@ -12,12 +12,15 @@ from the manifest record and these facts (no model code). What is not known is s
 unknown, never made up.
 """
 
+import contextlib
+import io
+import itertools
 import json
 import os
 import re
 import shlex
 from argparse import Namespace
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from hltmt_plugin import records
 from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections, marks_target
@@ -62,7 +65,8 @@ METRICS = records.Record(
 SIZES = records.Record({"train": records.MapOf(records.Int(low=0), key=records.Text(1, 130), min_len=1)}, extra=True)
 # options the command does not show: the ones it names first, and what the task derives from others
 PLUGIN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # --user-dir: the plugin's folder
-NOT_SHOWN = {"data", "user_dir", "task", "arch", "criterion", "optimizer", "lr_scheduler", "_name", "langtoks"}
+NAMED = ("task", "arch", "criterion", "optimizer", "lr_scheduler")  # named first: they bring their own options
+NOT_SHOWN = {"data", "user_dir", "_name", "langtoks", *NAMED}
 
 
 # ---- what the user gives hltmt-export ----------------------------------------------------
@@ -153,20 +157,15 @@ def _parse(stored: dict, words: List[str]):
     architecture, criterion, optimizer and scheduler, then ``words``."""
     from fairseq import options
 
-    named = [
-        w
-        for key in NOT_SHOWN
-        if key in ("task", "arch", "criterion", "optimizer", "lr_scheduler") and stored.get(key)
-        for w in (f"--{key.replace('_', '-')}", str(stored[key]))
-    ]
+    named = [w for key in NAMED if stored.get(key) for w in (f"--{key.replace('_', '-')}", str(stored[key]))]
     user_dir = ["--user-dir", PLUGIN_DIR] if stored.get("user_dir") else []
     parser = options.get_training_parser()
     try:
-        return parser, vars(
-            options.parse_args_and_arch(parser, input_args=[str(stored.get("data")), *user_dir, *named, *words])
-        )
+        with contextlib.redirect_stderr(io.StringIO()):  # argparse's usage lines: the error is one line
+            found = options.parse_args_and_arch(parser, input_args=[str(stored.get("data")), *user_dir, *named, *words])
     except SystemExit:
         raise HltmtConfigError("the checkpoint's stored options do not read back as a fairseq-train command") from None
+    return parser, vars(found)
 
 
 def _words(action, value) -> Optional[List[str]]:
@@ -178,38 +177,30 @@ def _words(action, value) -> Optional[List[str]]:
     return [flag, _text(value)]
 
 
-def training_command(stored: dict) -> List[str]:
-    """The ``fairseq-train`` command the run was given, from its stored options: the data
-    folder, ``--user-dir`` (the plugin's folder, ``$USER_DIR``), the task, architecture, criterion,
-    optimizer and scheduler, then every option whose value is not what fairseq gives without it,
-    in the parser's order; an option fairseq derives from another is left out (the command read
-    back gives it). One word per option (with its value), the program first."""
+def training_command(stored: dict) -> Tuple[List[str], List[str]]:
+    """``(command, unshown)``: the ``fairseq-train`` command the run was given, from its stored
+    options: the data folder, ``--user-dir`` (the plugin's folder, ``$USER_DIR``), the task,
+    architecture, criterion, optimizer and scheduler, then every option whose value is not what
+    fairseq gives without it, in the parser's order, one word per option with its value; an
+    option fairseq derives from another is left out (the command read back gives it).
+    ``unshown``: the options whose stored value the command read back does not give."""
     parser, default = _parse(stored, [])
     actions = {a.dest: a for a in reversed(parser._actions) if a.option_strings}
     chosen: Dict[str, List[str]] = {}
-    for action in parser._actions:
-        dest = action.dest
-        if dest in NOT_SHOWN or dest in chosen or dest not in stored or dest not in default:
-            continue
-        if not _same(stored[dest], default[dest]):
-            words = _words(actions[dest], stored[dest])
-            chosen[dest] = (
-                words
-                if words is not None
-                else [f"{max(actions[dest].option_strings, key=len)} <not shown: {_text(stored[dest])[:60]}>"]
-            )
+    for dest in dict.fromkeys(a.dest for a in parser._actions):
+        if dest not in NOT_SHOWN and dest in stored and dest in default and not _same(stored[dest], default[dest]):
+            chosen[dest] = _words(actions[dest], stored[dest]) or []
     for dest in list(chosen):  # derived from the others: the command gives it without its option
         rest = [w for d, ws in chosen.items() if d != dest for w in ws]
         if _same(_parse(stored, rest)[1].get(dest), stored[dest]):
             del chosen[dest]
-    named = [
-        f"--{k.replace('_', '-')} {shlex.quote(str(stored[k]))}"
-        for k in ("task", "arch", "criterion", "optimizer", "lr_scheduler")
-        if stored.get(k)
-    ]
+    read_back = _parse(stored, [w for ws in chosen.values() for w in ws])[1]
+    unshown = [max(actions[d].option_strings, key=len) for d in chosen if not _same(read_back.get(d), stored[d])]
+    named = [f"--{k.replace('_', '-')} {shlex.quote(str(stored[k]))}" for k in NAMED if stored.get(k)]
     program = f"fairseq-train {shlex.quote(str(stored.get('data')))}"
     user_dir = ['--user-dir "$USER_DIR"'] if stored.get("user_dir") else []
-    return [program, *user_dir, *named, *(" ".join(map(shlex.quote, ws)) for ws in chosen.values())]
+    words = [" ".join(map(shlex.quote, ws)) for ws in chosen.values() if ws]
+    return [program, *user_dir, *named, *words], unshown
 
 
 def binarized_sizes(folders: List[str], pairs: List[str]) -> Dict[str, int]:
@@ -222,10 +213,10 @@ def binarized_sizes(folders: List[str], pairs: List[str]) -> Dict[str, int]:
         for pair in pairs:
             src, tgt = pair.split("-", 1)
             for a, b in ((src, tgt), (tgt, src)):
-                prefixes = [os.path.join(folder, f"train{k or ''}.{a}-{b}.{src}") for k in range(1000)]
-                found = [p for p in prefixes if os.path.isfile(p + ".idx")]
+                shards = (os.path.join(folder, f"train{k or ''}.{a}-{b}.{src}") for k in itertools.count())
+                found = list(itertools.takewhile(lambda prefix: os.path.isfile(prefix + ".idx"), shards))
                 if found:
-                    sizes[pair] = sum(binarized_length(p) or 0 for p in found)
+                    sizes[pair] = sum(binarized_length(prefix) or 0 for prefix in found)
                     break
         if sizes:
             return sizes
@@ -245,20 +236,18 @@ def card_facts(loaded, checkpoint: str, search: dict, read: dict) -> dict:
     pooled = pool_model(loaded.model)
     system = "plain" if pooled is None else "lsmnmt" if stored.get("slp_language_specific") else "hltmt"
     recorded = str(stored.get("data") or "").split(os.pathsep)[0]
-    pairs = (
-        [p for p in (stored.get("lang_pairs") or []) if "-" in p]
-        if isinstance(stored.get("lang_pairs"), list)
-        else str(stored.get("lang_pairs") or "").split(",")
-    )
+    command, unshown = training_command(stored)
+    pairs = [p for p in _text(stored.get("lang_pairs") or "").split(",") if "-" in p]
     sizes, sizes_from = read.get("sizes"), "given to hltmt-export with --data-sizes"
     if sizes is None:
         folders = str(loaded.task.args.data).split(os.pathsep)[:1] + [recorded]
-        sizes, sizes_from = binarized_sizes(folders, [p for p in pairs if p]), "the binarized train split"
+        sizes, sizes_from = binarized_sizes(folders, pairs), "the binarized train split"
     return {
         "name": given.get("name") or os.path.splitext(os.path.basename(checkpoint))[0],
         "system": system,
         "search": search,
-        "command": training_command(stored),
+        "command": command,
+        "unshown": unshown,
         "updates": [int(h["num_updates"]) for h in history if isinstance(h, dict) and "num_updates" in h],
         "max_update": stored.get("max_update"),
         "data": {"folder": recorded or None, "name": given.get("dataset"), "sizes": sizes, "sizes_from": sizes_from},
@@ -523,7 +512,11 @@ def _training(facts: dict) -> List[str]:
         "```bash",
         " \\\n    ".join(facts.get("command") or ["(not recorded)"]),
         "```",
-    ]
+    ] + (
+        ["", f"Stored options that no command line gives back, not shown: {', '.join(facts['unshown'])}."]
+        if facts.get("unshown")
+        else []
+    )
 
 
 def _how_to_use(record: dict, facts: dict) -> List[str]:
@@ -544,7 +537,7 @@ def _how_to_use(record: dict, facts: dict) -> List[str]:
 def card(record: dict, facts: dict) -> str:
     """The model card (``README.md``) of an export folder: ``record`` its manifest record,
     ``facts`` what the project records beyond it (:func:`card_facts`): ``name``, ``system``
-    (hltmt, lsmnmt, plain), ``search`` (beam, lenpen, max_len), ``command``, ``updates``,
+    (hltmt, lsmnmt, plain), ``search`` (beam, lenpen, max_len), ``command`` and ``unshown``, ``updates``,
     ``max_update``, ``data`` (``folder``, ``name``, ``sizes``, ``sizes_from``), ``license``,
     ``metrics`` (``scores`` {direction: {bleu, chrf}}, ``signatures``, ``dataset``)."""
     served = directions(record)

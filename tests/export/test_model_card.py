@@ -128,9 +128,22 @@ def test_the_training_command_reads_back_as_the_one_the_run_recorded(name):
     from hltmt_plugin.compat.safe_loading import load_checkpoint
 
     state = load_checkpoint(os.path.join(MODELS, f"{name}.pt"))
-    words = model_card.training_command(model_card.stored_options(state["cfg"]))
+    words, unshown = model_card.training_command(model_card.stored_options(state["cfg"]))
+    assert unshown == []
     card = shlex.split(" ".join(words).replace('"$USER_DIR"', "USER_DIR"))[1:]
     assert parsed(card) == parsed(run_command(os.path.join(RUNS, f"{name}.seed1", "train.log")))
+
+
+@pytest.mark.fast
+def test_a_stored_option_no_command_line_gives_back_is_named_not_dropped():
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
+
+    stored = model_card.stored_options(load_checkpoint(os.path.join(MODELS, "mnmt.pt"))["cfg"])
+    stored["num_workers"] = None  # no command line gives None (its default is 1)
+    words, unshown = model_card.training_command(stored)
+    assert unshown == ["--num-workers"] and "--max-tokens 4096" in words
+    card = model_card.card(record(), {"command": words, "unshown": unshown})
+    assert "Stored options that no command line gives back, not shown: --num-workers." in card
 
 
 def test_the_card_of_a_committed_model_states_the_runs_records(tmp_path):
