@@ -21,6 +21,11 @@ Normalizing an already normalized vector changes it by a factor ``1/sqrt(var + e
 at most ``eps/2`` (``5e-6`` with fairseq's ``eps = 1e-5``) of the hidden state, below the
 rounding differences of two matrix libraries.
 
+On disk the first group's ``model.bin`` is whole and every other group's a patch of it
+(:func:`store_once`), which the serving engine rebuilds; ``whole`` (``--whole-groups``) writes
+every group whole, each a folder plain ``ctranslate2.Translator`` opens. The folder's model card
+is :mod:`hltmt_plugin.export.model_card`'s.
+
 Refused, each with one line saying why: adapters and skills (modules chosen by the source
 language inside the encoder layers, which a CTranslate2 encoder layer has no place for),
 ``--lang-tok-replacing-bos-eos`` (refused on load already), activations and
