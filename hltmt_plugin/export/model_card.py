@@ -520,6 +520,8 @@ def _training(facts: dict) -> List[str]:
 
 
 def _how_to_use(record: dict, facts: dict) -> List[str]:
+    if not targets(record):
+        return ["It serves no direction: it produces several languages and no token names the one to produce."]
     if record.get("engine") == "ctranslate2":
         return [_input_rule(record), "", *_usage_ctranslate2(record)]
     search = facts.get("search") or {}

@@ -98,6 +98,12 @@ def test_card_options_that_do_not_hold_are_one_line(tmp_path, given, match):
 
 
 @pytest.mark.fast
+def test_a_model_that_serves_no_direction_says_so():
+    card = model_card.card(record(encoder_langtok=None, language_codes={}), {})
+    assert "It serves no direction" in card and "translated into: none" in card
+
+
+@pytest.mark.fast
 def test_metrics_of_a_direction_the_model_never_learned_are_refused():
     facts = {"metrics": {"scores": {"en-de": {"bleu": 1.0}, "de-fr": {"bleu": 2.0}}, "signatures": {"BLEU": "s"}}}
     with pytest.raises(HltmtError, match="--metrics: de-fr is not a direction the model was trained on"):
