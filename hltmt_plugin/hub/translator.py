@@ -278,10 +278,13 @@ class HltmtTranslator(contract.Translator):
             if unset:  # fairseq's generator looks up one target-language token; each row brings its own (_run)
                 task_args.target_lang = self.langs[0]
             try:
-                self._generators[key] = self.task.build_generator([self.model], args)
+                generator = self.task.build_generator([self.model], args)
             finally:
                 if unset:
                     task_args.target_lang = None
+            if getattr(generator, "repeat_ngram_blocker", None) is not None:
+                generator.repeat_ngram_blocker = _generated_so_far(generator.repeat_ngram_blocker)
+            self._generators[key] = generator
         return self._generators[key]
 
     # ---- translation -------------------------------------------------------------------
@@ -345,6 +348,23 @@ class HltmtTranslator(contract.Translator):
                 for h in found[:nbest]
             ]
             contract.ranked(results[index], hypotheses, nbest)
+
+
+def _generated_so_far(block):
+    """fairseq's n-gram block given the tokens generated so far: fairseq 0.12's generator gives it
+    the whole token buffer, whose last places (padding) its CPU code reads as the latest n-gram,
+    so that on the CPU ``--no-repeat-ngram-size`` blocked nothing."""
+    import torch
+
+    class GeneratedSoFar(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = block
+
+        def forward(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
+            return self.block(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+    return GeneratedSoFar()
 
 
 def _device(device: Optional[str]) -> "torch.device":

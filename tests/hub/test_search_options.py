@@ -1,0 +1,86 @@
+"""The search options of the translator's contract (hltmt_plugin.hub.arguments.Search) mean the
+same on every engine: the study's committed HLT-MT served as its checkpoint (fairseq's
+generator), exported to CTranslate2 and to transformers. n-best: how many, best first, the
+checkpoint's; sampling: top-k 1 and a tiny top-p are the greedy search, a seed gives the same
+samples, another seed others, samples are not the beam's translation; no-repeat n-grams: no
+n-gram of pieces twice (which hypothesis the blocked beam finds may differ between engines)."""
+
+import os
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("transformers")
+
+CHECKPOINT = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
+ITEMS = [
+    ("en", "de", "The file is open."),
+    ("en", "fi", "The file could not be saved."),
+    ("en", "fr", "Save the file."),
+    ("en", "fr", "The file, the file, the file, the file."),
+]
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    from hltmt_plugin.export import ctranslate2, transformers
+    from hltmt_plugin.hub import HltmtTranslator
+
+    folder = tmp_path_factory.mktemp("search_options")
+    ctranslate2.export(CHECKPOINT, str(folder / "ct2"))
+    transformers.export(CHECKPOINT, str(folder / "hf"))
+    return {
+        "checkpoint": HltmtTranslator.load(CHECKPOINT, device="cpu"),
+        "ctranslate2": HltmtTranslator.load(str(folder / "ct2"), threads=1),
+        "transformers": HltmtTranslator.load(str(folder / "hf"), threads=1),
+    }
+
+
+@pytest.fixture(scope="module")
+def checkpoints(engines):
+    """The checkpoint's answers, which every engine must give."""
+    mt = engines["checkpoint"]
+    return {
+        "nbest": mt.translate_batch(ITEMS, beam=4, nbest=3),
+        "greedy": mt.translate_batch(ITEMS, beam=1),
+        "no_repeat": mt.translate_batch(ITEMS, no_repeat_ngram_size=2),  # blocked as fairseq-generate on a GPU
+    }
+
+
+@pytest.mark.parametrize("engine", ["checkpoint", "ctranslate2", "transformers"])
+def test_each_search_option_means_the_same_on_every_engine(engines, checkpoints, engine):
+    mt = engines[engine]
+    found = mt.translate_batch(ITEMS, beam=4, nbest=3, details=True)
+    best = mt.translate_batch(ITEMS, beam=4)
+    for result, text in zip(found, best):
+        scores = [h.score for h in result.hypotheses]
+        assert len(result.hypotheses) == 3 and scores == sorted(scores, reverse=True), result
+        assert result.text == result.hypotheses[0].text == text and result.score == scores[0]
+    assert [[h.text for h in r.hypotheses] for r in found] == checkpoints["nbest"]
+
+    greedy = checkpoints["greedy"]
+    for options in ({"sampling_topk": 1}, {"sampling_topp": 1e-6}):  # only the likeliest token is left
+        assert mt.translate_batch(ITEMS, beam=1, sampling=True, seed=5, **options) == greedy, options
+    drawn = mt.translate_batch(ITEMS, beam=3, nbest=3, sampling=True, seed=7)
+    assert drawn == mt.translate_batch(ITEMS, beam=3, nbest=3, sampling=True, seed=7)
+    assert drawn != mt.translate_batch(ITEMS, beam=3, nbest=3, sampling=True, seed=8)
+    assert drawn != mt.translate_batch(ITEMS, beam=3, nbest=3, sampling=True, seed=7, temperature=3.0)
+    assert [texts[0] for texts in drawn] != best and all(len(texts) == 3 for texts in drawn)
+
+    blocked = mt.translate_batch(ITEMS, no_repeat_ngram_size=2)
+    assert repeats(mt, best[3]) and [repeats(mt, text) for text in blocked] == [False] * len(ITEMS), blocked
+
+
+def repeats(mt, text) -> bool:
+    """Whether the pieces of ``text`` hold a bigram twice."""
+    pieces = mt.bpe.encode(text).split() if hasattr(mt, "bpe") else mt.pieces.encode([text])[0]
+    return len(set(zip(pieces, pieces[1:]))) < len(pieces) - 1
+
+
+def test_the_checkpoint_blocks_repeated_ngrams_on_the_cpu(engines, checkpoints):
+    """fairseq 0.12's generator reads the padding for the latest n-gram on the CPU (blocking
+    nothing); the checkpoint's translator gives it the tokens generated so far."""
+    assert repeats(engines["checkpoint"], checkpoints["greedy"][3])
+    assert checkpoints["no_repeat"][3] == "Le fichier de fichier, choisissez Fichier, le fichier."
