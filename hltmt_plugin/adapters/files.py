@@ -16,7 +16,8 @@ the command line for all three. Every file is written whole or not at all
 import hashlib
 import logging
 import os
-from typing import Dict, Tuple
+import re
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -26,13 +27,20 @@ from hltmt_plugin.adapters.feature import add_language as add_adapter_language
 from hltmt_plugin.adapters.report import adapter_language, is_adapter_parameter
 from hltmt_plugin.atomic_files import save_torch
 from hltmt_plugin.compat.safe_loading import load_plugin_file
+from hltmt_plugin.compatibility import RECORD_KEY, build_record, stored_options, stored_record
 from hltmt_plugin.directions import TRAINED_KEY, extend_trained, trained_pairs
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.languages import names_of, names_tensor
 
 logger = logging.getLogger(__name__)
 
 FILE_FORMAT = "hltmt_plugin.language_adapters"
 FILE_VERSION = 2  # version 1 recorded no trained directions: read as none
+
+
+def check_adapters(model) -> None:
+    """``model`` has adapters, or one :class:`HltmtInputError` line."""
+    _layout(model)
 
 
 def _layout(model):
@@ -208,8 +216,7 @@ def add_language(model, lang: str) -> None:
     if lang not in layout.langs:
         raise HltmtInputError(
             f"{lang!r} is not in this model's language list ({','.join(layout.langs)}): its "
-            "vocabulary has no __" + lang + "__ token; list every language a model may serve "
-            "in --langs when training the base"
+            "vocabulary has no __" + lang + "__ token; give the checkpoint one with hltmt-adapters add-language"
         )
     if lang in layout.adapter_langs:
         return
@@ -326,3 +333,95 @@ def _note_import(model, directions) -> None:
     served = [pair for pair in directions if all(side in layout.adapter_langs for side in pair.split("-", 1))]
     setattr(args, TRAINED_KEY, ",".join(extend_trained(trained_directions(model), served)))
     setattr(args, "adapter_langs", ",".join(layout.adapter_langs))
+
+
+# ---- a language outside the base's --langs ---------------------------------------------------
+
+TOKEN_TABLES = ("embed_tokens.weight", "output_projection.weight")  # the tables with a row per symbol
+_LANG_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+def _unfit(options, task, tokens) -> Optional[str]:
+    """Why a model cannot be given a language token row (None when it can)."""
+    if getattr(options, "lang_dict", None):
+        return "--lang-dict (a file lists its languages)"
+    if getattr(options, "extra_data", None):
+        return "--extra-data (its dictionary holds more tokens after the language tokens)"
+    if getattr(options, "skill_ffn", False) or getattr(options, "skill_attention", False):
+        return "skills (its --skill-matrix names its languages)"
+    if list(task.source_dictionary.symbols)[-len(tokens) :] != tokens:
+        return "a dictionary that does not end with the language tokens of --langs"
+    return None
+
+
+def _check_new_language(options, task, lang: str) -> str:
+    """``lang`` can be given a token row: a new name, a model whose dictionary ends with the language
+    tokens of ``--langs`` (the task appends them there, and appends the token of a language added at
+    the end of ``--langs`` after them); its token."""
+    from fairseq.data.multilingual.multilingual_utils import get_lang_tok
+
+    langs = list(task.langs)
+    if not _LANG_NAME.fullmatch(lang):
+        raise HltmtInputError(f"--lang {lang[:70]!r}: a language name is letters, digits and _ (at most 64)")
+    if lang in langs:
+        raise HltmtInputError(
+            f"{lang} is already in this model's language list ({','.join(langs)}): it has its token; train its "
+            f"adapters with --adapter-langs ...,{lang} --train-only adapters:{lang},lang-token-rows:{lang}"
+        )
+    style = getattr(task.args, "lang_tok_style", None) or "multilingual"
+    why = _unfit(options, task, [get_lang_tok(x, style) for x in langs])
+    if why is not None:
+        raise HltmtInputError(f"cannot add a language to this model: it was trained with {why}")
+    token = get_lang_tok(lang, style)
+    if token in task.source_dictionary.symbols:
+        raise HltmtInputError(f"cannot add {lang}: {token} is already a symbol of the model's dictionary")
+    return token
+
+
+def store_options(state, changed: Dict[str, object]) -> None:
+    """Options set in a checkpoint's state, in every section that holds them (``cfg.model``,
+    ``cfg.task``, a legacy ``args``): a list stays a list, anything else is written as given."""
+    cfg = state.get("cfg") or {}
+    for section in cfg.get("model"), cfg.get("task"), state.get("args"):
+        for name, value in changed.items() if section is not None else ():
+            get = section.get if isinstance(section, dict) else lambda n: getattr(section, n, None)
+            if section is not cfg.get("model") and get(name) is None:
+                continue  # (the task's section holds only the task's options)
+            value = value.split(",") if isinstance(get(name), list) and isinstance(value, str) else value
+            if isinstance(section, dict):
+                section[name] = value
+            else:
+                setattr(section, name, value)
+
+
+def add_new_language(state, task, lang: str) -> str:
+    """Give a checkpoint's state (as :func:`~hltmt_plugin.compat.safe_loading.load_state` reads
+    it; ``task``: its task, rebuilt) a language outside its ``--langs``: ``lang`` appended to the
+    stored ``--langs``, so that the task appends its token after the others (the dictionary's
+    other indices unchanged); one row appended to every token table (the mean of the language
+    tokens' rows: a start like theirs; every other row unchanged); the language table's saved
+    names; the compatibility record's vocabulary and languages (made by
+    :func:`~hltmt_plugin.compatibility.build_record`). Nothing else changes; the language's
+    adapters start at identity in the run that trains them. Returns the new token."""
+    options = stored_options(state)
+    token = _check_new_language(options, task, lang)
+    langs, symbols = list(task.langs), list(task.source_dictionary.symbols)
+    rows = list(range(len(symbols) - len(langs), len(symbols)))
+    weights = state["model"]
+    for name, t in list(weights.items()):
+        if name.endswith(".lang_names") and names_of(t) == langs:
+            weights[name] = names_tensor(langs + [lang])
+        elif t.dim() > 0 and t.size(0) == len(symbols):
+            if not name.endswith(TOKEN_TABLES) or t.dim() != 2:
+                raise HltmtInputError(
+                    f"cannot add a language to this model: {name} has a row per symbol and is not a token "
+                    f"table ({', '.join(TOKEN_TABLES)})"
+                )
+            weights[name] = torch.cat([t, t[rows].mean(0, keepdim=True)])
+    record = stored_record(options)
+    if record is None:
+        raise HltmtInputError(f"cannot add a language to this model: it has no compatibility record ({RECORD_KEY})")
+    fresh = build_record(options, symbols=symbols + [token], languages=langs + [lang])
+    record.update(vocabulary=fresh["vocabulary"], languages=fresh["languages"])
+    store_options(state, {"langs": ",".join(langs + [lang]), RECORD_KEY: record})
+    return token

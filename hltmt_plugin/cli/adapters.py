@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Export one language's adapters from a checkpoint, or import them into another checkpoint
-of the same base model.
+"""Export one language's adapters from a checkpoint, import them into another checkpoint of
+the same base model, or give a checkpoint a language outside its ``--langs``.
 
     hltmt-adapters export --path ckpt_hi/checkpoint_last.pt --lang hi --out hi.adapters.pt
     hltmt-adapters import --path base/checkpoint_last.pt --adapters hi.adapters.pt \\
         --out base_plus_hi.pt
+    hltmt-adapters add-language --path base/checkpoint_last.pt --lang gu --out base_plus_gu.pt
 
 The file holds the language's language and invertible adapters and its ``__xx__`` token rows,
 with a fingerprint of the base model and the adapter sizes; ``import`` refuses a file from
 another base or of other sizes. The model is rebuilt from the checkpoint's own options;
 ``--data`` names the binarized data folder (for its dictionaries) if it has moved since
 training. ``import`` writes a new checkpoint whose ``--adapter-langs`` include the language
-(resume training from it with ``--reset-optimizer``).
+and whose trained directions are its own and the file's (resume training from it with
+``--reset-optimizer``). ``add-language`` writes a checkpoint whose ``--langs`` end with the new
+language: its ``__xx__`` token appended to the dictionary, one row more in each token table, every
+other weight unchanged; its adapters then train as any language's (docs/adapters.md).
 
 ``import`` trusts nothing in the file: it takes only the language's own adapter tensors and
 token rows, with this model's names, shapes and dtype, finite and of plausible size, and
@@ -77,7 +81,7 @@ def export(args):
 
 
 def import_(args):
-    from hltmt_plugin.adapters.files import import_language, read_language_file
+    from hltmt_plugin.adapters.files import import_language, read_language_file, store_options
     from hltmt_plugin.atomic_files import save_torch
     from hltmt_plugin.compat.safe_loading import load_state
 
@@ -99,14 +103,23 @@ def import_(args):
     )
 
 
-def store_options(state, changed) -> None:
-    """Model options set in a checkpoint's state (its ``cfg.model``, or a legacy ``args``)."""
-    for cfg in (state.get("cfg") or {}).get("model"), state.get("args"):
-        for name, value in changed.items() if cfg is not None else ():
-            if isinstance(cfg, dict):
-                cfg[name] = value
-            else:
-                setattr(cfg, name, value)
+def add_language(args):
+    from hltmt_plugin.adapters.files import add_new_language, check_adapters
+    from hltmt_plugin.atomic_files import save_torch
+    from hltmt_plugin.compat.safe_loading import load_state
+    from hltmt_plugin.hub.loading import load_model
+
+    refuse_inputs("add-language --out", args.out, {}, args.data)
+    model, _, task = load_model(args.path, args.data)
+    check_adapters(model)
+    state = load_state(args.path)  # as written, weights-only
+    token = add_new_language(state, task, args.lang)
+    save_torch(state, args.out)  # never a partial file, also when --out is --path
+    langs = ",".join([*task.langs, args.lang])
+    print(
+        f"added {args.lang} to {args.out}: token {token} (row {len(task.source_dictionary)}), languages {langs}; "
+        f"train its adapters with --langs {langs}"
+    )
 
 
 def build_parser():
@@ -123,7 +136,13 @@ def build_parser():
     path_option(
         i, "--out", kind=WRITE_FILE, in_place=("--path",), required=True, help="the checkpoint to write (may be --path)"
     )
-    for sp in (e, i):
+    a = sub.add_parser("add-language", help="give a checkpoint a language outside its --langs (a new token row)")
+    path_option(a, "--path", kind=READ_FILE, required=True, help="checkpoint to add the language to")
+    a.add_argument("--lang", required=True, help="the new language (appended to the checkpoint's --langs)")
+    path_option(
+        a, "--out", kind=WRITE_FILE, in_place=("--path",), required=True, help="the checkpoint to write (may be --path)"
+    )
+    for sp in (e, i, a):
         path_option(
             sp,
             "--data",
@@ -138,10 +157,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     check_output(args.out, "--out")  # a device, FIFO or stream path: refused before any work
     register()  # the task and model, safe loading: once the arguments are read
-    if args.command == "export":
-        export(args)
-    else:
-        import_(args)
+    {"export": export, "import": import_, "add-language": add_language}[args.command](args)
     return 0
 
 

@@ -5,7 +5,7 @@ fairseq's ``translation_multi_simple_epoch`` decodes whatever direction it is gi
 not: ``fairseq-interactive -s de -t en`` of a model trained on English into other languages
 writes text in no language, exit 0. With the plugin loaded, the task's ``build_model`` keeps the
 training directions of each model it builds (from the options it is built with: a checkpoint's
-stored options, or this training run's), and its ``build_generator``, where every decoding starts
+stored options, or this training run's; :func:`hltmt_plugin.directions.trained_pairs`), and its ``build_generator``, where every decoding starts
 (fairseq-generate, fairseq-interactive, the hub's ``translate`` / ``generate``), checks each
 direction the task decodes against each model (a checkpoint's model is checked as soon as it is
 built when ``-s/-t`` are given: fairseq-generate reads its test split only after that):

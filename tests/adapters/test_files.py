@@ -13,8 +13,14 @@ import pytest
 import torch
 
 from adapters_common import BASE_PAIRS, train
-from conftest import LANGS, MADX, PLUGIN, ROOT, build, cli, file_size_limit, mixed_sample, run
-from hltmt_plugin.adapters.files import base_fingerprint, export_language, import_language
+from conftest import LANGS, MADX, PLUGIN, ROOT, build, cli, file_size_limit, generate, mixed_sample, run
+from hltmt_plugin.adapters.files import (
+    TOKEN_TABLES,
+    add_new_language,
+    base_fingerprint,
+    export_language,
+    import_language,
+)
 from hltmt_plugin.compat.safe_loading import load_state
 from hltmt_plugin.compatibility import stored_options
 from hltmt_plugin.directions import TRAINED, TrainedDirections
@@ -406,3 +412,42 @@ def test_export_over_its_own_checkpoint_is_refused(with_hi, tmp_path):
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"error: --out {ckpt} is --path {ckpt}, an input of this command" in done.stderr
     assert ckpt.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------
+# a language outside the base's --langs: a new token row (hltmt-adapters add-language)
+
+
+def test_a_new_language_gets_a_token_row_and_the_base_translates_as_before_token_for_token(task, base, tmp_path):
+    out = tmp_path / "base_plus_xx.pt"
+    done = run([ADAPTERS, "add-language", "--path", base[0], "--lang", "xx", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"added xx to {out}: token __xx__ (row " in done.stdout
+    (old_task, old), (new_task, new) = load(base[0]), load(str(out))
+    assert new_task.langs == [*LANGS.split(","), "xx"]
+    assert new_task.source_dictionary.symbols == [*old_task.source_dictionary.symbols, "__xx__"]
+    assert new.encoder.languages.token_index("xx") == len(old_task.source_dictionary)
+    before, after = old.state_dict(), new.state_dict()
+    assert set(after) == set(before)
+    grown = [name for name in before if name.endswith(TOKEN_TABLES)]
+    assert grown and all(torch.equal(after[name][:-1], before[name]) for name in grown)  # one row more
+    assert all(torch.equal(after[n], before[n]) for n in before if n not in grown and not n.endswith("lang_names"))
+    record = stored_options(load_state(str(out))).hltmt_compat
+    assert record["languages"][-1] == "xx" and record["vocabulary"]["symbols"] == len(new_task.source_dictionary)
+    # every direction of the base: the same hypotheses, token for token
+    sample = mixed_sample(task, OLD * 2, seed=3)
+    for was, now in zip(generate(old_task, old, sample), generate(new_task, new, sample)):
+        assert [h["tokens"].tolist() for h in now] == [h["tokens"].tolist() for h in was]
+
+
+def test_add_language_refuses_a_known_language_and_a_table_it_cannot_grow_in_one_line(base):
+    task, _ = load(base[0])
+    state = load_state(base[0])
+    with pytest.raises(HltmtInputError, match=r"^hi is already in this model's language list \(en,de,fr,gu,hi\)"):
+        add_new_language(state, task, "hi")
+    with pytest.raises(HltmtInputError, match=r"^--lang 'x-y': a language name is letters, digits and _"):
+        add_new_language(state, task, "x-y")
+    rows = state["model"]["encoder.embed_tokens.weight"].size(0)
+    state["model"]["decoder.output_bias"] = torch.zeros(rows)  # a planted per-symbol tensor
+    with pytest.raises(HltmtInputError, match="decoder.output_bias has a row per symbol and is not a token table"):
+        add_new_language(state, task, "xx")

@@ -26,3 +26,14 @@ def test_the_model_is_rebuilt_in_eval_mode_or_refused_in_one_line(trained, data_
     monkeypatch.setattr(checkpoint_utils, "load_model_ensemble_and_task", missing_dictionary)
     with pytest.raises(HltmtInputError, match=rf"^cannot rebuild the model of {trained[0]}: .*give --data DIR"):
         adapters.load(trained[0], data_bin)
+
+
+def test_add_language_takes_a_checkpoint_a_language_and_an_output_and_checks_them_at_parsing(tmp_path, capsys):
+    (tmp_path / "b.pt").write_bytes(b"")  # (an input is checked at parsing too)
+    args = adapters.build_parser().parse_args(
+        ["add-language", "--path", str(tmp_path / "b.pt"), "--lang", "gu", "--out", str(tmp_path / "o.pt")]
+    )
+    assert (args.command, args.lang, args.data) == ("add-language", "gu", None)
+    with pytest.raises(SystemExit) as stop:
+        adapters.main(["add-language", "--path", str(tmp_path / "b.pt"), "--lang", "gu", "--out", str(tmp_path)])
+    assert stop.value.code == 2 and f"argument --out: {tmp_path}: it is a folder" in capsys.readouterr().err
