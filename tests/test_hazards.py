@@ -5,7 +5,9 @@ Two tables: :data:`LOAD_ROUTES` (fairseq's commands under the plugin's task, fai
 three ways of starting from a checkpoint, fairseq's hub, the plugin's commands and Python API)
 against :data:`LOAD_HAZARDS` (a data folder of other dictionaries, other language-token
 options, other languages, edited stored options, code in a stored option, a truncated file),
-and :data:`WRITE_ROUTES` (every command option that names a file to write) against
+and :data:`WRITE_ROUTES` (every command option that names a file to write, found from the
+installed commands' parsers: a new one joins by itself, and fails until :data:`WRITE_ARGS` gives
+its command's other arguments) against
 :data:`WRITE_HAZARDS` (a FIFO, a device, a ``/dev/std*`` path, a file-size limit, a file whose
 mode and owner must stay). A route answers each hazard with the phrase of its one-line refusal
 or with the reason it cannot meet that hazard (:data:`NOT_MET`): a new route joins a table and
@@ -13,6 +15,7 @@ meets every hazard at once. docs/bad-input.md holds :func:`doc_table`'s renderin
 tables (``test_the_bad_input_page_shows_the_tables``).
 """
 
+import functools
 import os
 import re
 import shutil
@@ -306,31 +309,85 @@ WRITE_HAZARDS = {
 }
 
 
-def translate_to(out, data_bin, ckpt, tmp):
-    return run(
-        [cli("hltmt-translate"), "--checkpoint", ckpt, "--src", "en", "--tgt", "de", "-o", out],
-        input="The file is open.\n",
-    )
+def installed_commands():
+    """``{command: module}`` of every console script the installed package declares."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value.split(":")[0] for ep in entry_points(group="console_scripts")}
+    return {name: module for name, module in sorted(found.items()) if module.startswith("hltmt_plugin.")}
 
 
-def average_to(out, data_bin, ckpt, tmp):
-    return run([cli("hltmt-average-checkpoints"), "--inputs", ckpt, "--output", out])
+def command_parser(module):
+    import importlib
+
+    return importlib.import_module(module).build_parser()
 
 
-def export_adapters_to(out, data_bin, ckpt, tmp):
-    return run([cli("hltmt-adapters"), "export", "--path", ckpt, "--lang", "de", "--out", out])
+@functools.lru_cache(maxsize=None)
+def path_options():
+    """``(command, subcommand, option, kind)`` of every declared path option, from the parsers."""
+    from hltmt_plugin import paths
+
+    found = []
+    for command, module in installed_commands().items():
+        for sub, action in paths.declared(command_parser(module)):
+            if paths.path_kind(action):
+                found.append((command, sub, paths.option_name(action), paths.path_kind(action)))
+    return tuple(found)
 
 
-def import_adapters_to(out, data_bin, ckpt, tmp):
-    return run([cli("hltmt-adapters"), "import", "--path", ckpt, "--adapters", ckpt, "--out", out])
-
-
-WRITE_ROUTES = {
-    "hltmt-translate -o": translate_to,
-    "hltmt-average-checkpoints --output": average_to,
-    "hltmt-adapters export --out": export_adapters_to,
-    "hltmt-adapters import --out": import_adapters_to,
+# the other arguments of each command that writes a file ({ckpt}: a trained checkpoint, which also stands
+# for any file the command reads); the routes themselves are found from the parsers (write_routes)
+WRITE_ARGS = {
+    ("hltmt-translate", ""): ["--checkpoint", "{ckpt}", "--src", "en", "--tgt", "de"],
+    ("hltmt-average-checkpoints", ""): ["--inputs", "{ckpt}"],
+    ("hltmt-adapters", "export"): ["--path", "{ckpt}", "--lang", "de"],
+    ("hltmt-adapters", "import"): ["--path", "{ckpt}", "--adapters", "{ckpt}"],
+    ("hltmt-adapters", "add-language"): ["--path", "{ckpt}", "--lang", "gu"],
+    ("hltmt-train-language-adapter", ""): ["--path", "{ckpt}", "--lang", "de", "--text", "{ckpt}", "--spm", "{ckpt}"],
 }
+
+
+def write_routes(options=None):
+    """``{"command [subcommand] option": (command, subcommand, option)}`` of every declared option
+    that names a file to write, found from every installed command's parser (``options``: the
+    declared path options, :func:`path_options` by default): a new one joins the table by itself."""
+    from hltmt_plugin import paths
+
+    found = [
+        o for o in (path_options() if options is None else options) if o[3] in (paths.WRITE_FILE, paths.WRITE_STREAM)
+    ]
+    return {" ".join(filter(None, (c, s, o))): (c, s, o) for c, s, o, _ in found}
+
+
+WRITE_ROUTES = write_routes()
+
+
+def write_to(route, out, ckpt):
+    """The command of ``route`` run with its other arguments and ``out`` as its output."""
+    command, sub, option = WRITE_ROUTES[route]
+    argv = [*([sub] if sub else []), *(a.format(ckpt=ckpt) for a in WRITE_ARGS[(command, sub)]), option, out]
+    return run([cli(command), *argv], input="The file is open.\n")
+
+
+def test_every_writing_route_has_its_arguments():
+    assert sorted(routes_without_arguments(WRITE_ROUTES)) == [] and len(WRITE_ROUTES) >= 5
+    assert sorted(set(WRITE_ARGS) - {(c, s) for c, s, _ in WRITE_ROUTES.values()}) == []  # none stale
+
+
+def routes_without_arguments(routes):
+    return [route for route, (command, sub, _) in routes.items() if (command, sub) not in WRITE_ARGS]
+
+
+def test_a_planted_command_that_writes_a_file_is_found():
+    planted = [
+        *path_options(),
+        ("hltmt-new", "", "--destination", "write-file"),
+        ("hltmt-new", "", "--in", "read-file"),
+    ]
+    routes = write_routes(planted)
+    assert routes["hltmt-new --destination"] == ("hltmt-new", "", "--destination") and "hltmt-new --in" not in routes
+    assert routes_without_arguments(routes) == ["hltmt-new --destination"]
 
 
 def write_cases():
@@ -342,7 +399,7 @@ def test_every_writing_route_refuses_a_destination_that_is_not_a_file(data_bin, 
     _, make, phrase = WRITE_HAZARDS[hazard]
     out, still = make(tmp_path)
     before = set(os.listdir(tmp_path))
-    done = WRITE_ROUTES[route](out, data_bin, trained[0], tmp_path)
+    done = write_to(route, out, trained[0])
     assert done.returncode != 0 and phrase in done.stderr, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert still() and set(os.listdir(tmp_path)) == before
@@ -357,7 +414,7 @@ def test_a_replaced_output_keeps_its_mode_and_owner_and_a_size_limit_is_one_line
         owner = (65534, 65534)
     except PermissionError:
         owner = (os.getuid(), os.getgid())
-    done = average_to(str(out), None, trained[0], tmp_path)
+    done = write_to("hltmt-average-checkpoints --output", str(out), trained[0])
     assert done.returncode == 0, done.stderr[-2000:]
     st = os.stat(out)
     assert stat.S_IMODE(st.st_mode) == 0o640 and (st.st_uid, st.st_gid) == owner
@@ -375,32 +432,6 @@ def test_a_replaced_output_keeps_its_mode_and_owner_and_a_size_limit_is_one_line
 
 
 # ---- the generated table: every declared path option of every installed command, by itself
-def installed_commands():
-    """``{command: module}`` of every console script the installed package declares."""
-    from importlib.metadata import entry_points
-
-    found = {ep.name: ep.value.split(":")[0] for ep in entry_points(group="console_scripts")}
-    return {name: module for name, module in sorted(found.items()) if module.startswith("hltmt_plugin.")}
-
-
-def command_parser(module):
-    import importlib
-
-    return importlib.import_module(module).build_parser()
-
-
-def path_options():
-    """``(command, subcommand, option, kind)`` of every declared path option, from the parsers."""
-    from hltmt_plugin import paths
-
-    found = []
-    for command, module in installed_commands().items():
-        for sub, action in paths.declared(command_parser(module)):
-            if paths.path_kind(action):
-                found.append((command, sub, paths.option_name(action), paths.path_kind(action)))
-    return found
-
-
 # what an undeclared path option looks like, read from its action (its name is one sign of four):
 # a name, a metavar, a help text or a type that says the value names a file or folder
 PATH_NAMES = re.compile(
