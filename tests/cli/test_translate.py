@@ -500,3 +500,62 @@ def test_an_export_is_served_without_importing_torch_or_fairseq(hltmt, translato
         done = probe(*args)
         assert done.stdout.strip().splitlines()[-1] == "EXIT 2 HEAVY []", done.stderr[-2000:]
         assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (["--nbest", "6"], "nbest 6 is more than the beam (5)"),
+        (["--sampling-topk", "5"], "sampling_topk applies to sampling: give --sampling with it"),
+        (["--temperature", "0.5"], "temperature applies to sampling: give --sampling with it"),
+        (["--sampling", "--temperature", "0"], "temperature must be from 0.01 to 100"),
+        (["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.5"], "sampling_topk or sampling_topp, not both"),
+        (["--sampling", "--sampling-topp", "2"], "sampling_topp must be more than 0 and at most 1"),
+        (["--sampling", "--seed", "-1"], "seed must be from 0 to 2147483647"),
+        (["--no-repeat-ngram-size", "1"], "no_repeat_ngram_size must be 0 (off) or at least 2"),
+    ],
+)
+def test_search_options_out_of_their_bounds_are_refused_at_parsing(options, message, capsys):
+    from hltmt_plugin.cli import translate as command
+
+    with pytest.raises(SystemExit) as done:
+        command.parse_args(["--checkpoint", STUDY_MODEL, *options])
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert done.value.code == 2 and len(lines) == 1 and lines[0].startswith("hltmt-translate: error: "), err
+    assert message in lines[0] and lines[0].endswith(" (see --help)"), err
+
+
+@pytest.mark.fast
+def test_nbest_writes_n_lines_per_input_line_and_json_holds_the_hypotheses(tmp_path, capsys):
+    import logging
+
+    from hltmt_plugin.cli import translate as command
+
+    source = tmp_path / "in.tsv"
+    source.write_text("en\tde\tThe file is open.\nen\txx\tThe file is open.\nen\tfr\tSave the file.\n")
+    argv = ["--checkpoint", STUDY_MODEL, "--input", str(source), "--no-progress", "--nbest", "2", "--device", "cpu"]
+    try:
+        assert command.main(argv) == 1
+        plain = capsys.readouterr().out.splitlines()
+        assert command.main([*argv, "--json"]) == 1
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    finally:
+        logging.disable(logging.NOTSET)  # the command turns fairseq's log off for its process
+    assert len(plain) == 6 and plain[2:4] == ["", ""] and plain[0] == "Der Datei ist geöffnet.", plain
+    assert len(records) == 3 and "hypotheses" not in records[1] and "error" in records[1]
+    for k in (0, 2):
+        hypotheses = records[k]["hypotheses"]
+        assert [h["translation"] for h in hypotheses] == plain[2 * k : 2 * k + 2]
+        assert (
+            records[k]["translation"] == hypotheses[0]["translation"] and records[k]["score"] == hypotheses[0]["score"]
+        )
+        assert hypotheses[0]["score"] >= hypotheses[1]["score"] and set(hypotheses[0]) == {
+            "translation",
+            "score",
+            "tokens",
+        }
