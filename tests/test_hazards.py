@@ -439,6 +439,8 @@ PATH_NAMES = re.compile(
     r"work|save|bundle|manifest|pretrained|dest|archive)",
 )
 PATH_METAVARS = re.compile(r"(FILE|DIR|PATH|FOLDER|OUT|CKPT|CHECKPOINT|MODEL|SPM|JSON|LOG|TSV|TXT)")
+# the metavars that say an option's value is not a path, whatever its name or help mention
+NOT_PATH_METAVARS = {"LANG", "LANGS", "NAME", "TEXT", "URL"}
 PATH_HELP = re.compile(
     r"\b(files?|folders?|director(y|ies)|paths?|checkpoints?|written|writes?|saved?|read from|[\w-]+\.(pt|txt|json|tsv|log))\b",
     re.I,
@@ -489,6 +491,8 @@ def looks_like_a_path(action) -> bool:
         return False
     if action.choices is not None or numeric_type(action.type) or action.nargs == 0:
         return False
+    if action.metavar in NOT_PATH_METAVARS:  # what --help shows the value to be: a name, not a path
+        return False
     name = " ".join(action.option_strings) or action.dest
     return bool(path_signs(name, action.metavar, action.help, action.type))
 
@@ -527,13 +531,46 @@ def test_every_installed_command_builds_its_parser_and_declares_every_path_optio
             for sub, a in paths.declared(parser)
             if not paths.path_kind(a) and looks_like_a_path(a)
         ]
-    for group, field in plugin_fairseq_fields():
-        if paths.field_kind(field) is None and field.type in (str, Optional[str]):
-            if path_signs(field.name, None, field.metadata.get("help"), None) and not field.name.endswith(
-                ("_langs", "_layers", "_type", "_dim", "_only")
-            ):
-                undeclared.append(f"{group}.{field.name}")
+    undeclared += undeclared_fields(plugin_fairseq_fields())
     assert not undeclared, f"path options not declared (hltmt_plugin/paths.py): {undeclared}"
+
+
+def undeclared_fields(fields):
+    """``group.field`` of each of ``fields`` (``(group, field)``) that takes a path (by its name or
+    help) without declaring it (``metadata={"path": KIND}``)."""
+    from hltmt_plugin import paths
+
+    return [
+        f"{group}.{field.name}"
+        for group, field in fields
+        if paths.field_kind(field) is None
+        and field.type in (str, Optional[str])
+        and path_signs(field.name, None, field.metadata.get("help"), None)
+        and not field.name.endswith(("_langs", "_layers", "_type", "_dim", "_only"))
+    ]
+
+
+def test_a_planted_option_group_of_the_plugin_is_found_and_its_path_field_checked():
+    """A new FairseqDataclass of the plugin joins the check by itself: found among fairseq's
+    dataclasses, its undeclared path field named."""
+    import gc
+    from dataclasses import dataclass, field
+
+    from fairseq.dataclass import FairseqDataclass
+
+    @dataclass
+    class PlantedConfig(FairseqDataclass):
+        planted_output: Optional[str] = field(default=None, metadata={"help": "where the planted file is written"})
+        planted_count: int = field(default=1, metadata={"help": "how many"})
+
+    PlantedConfig.__module__ = "hltmt_plugin.planted"
+    try:
+        fields = [f for f in plugin_fairseq_fields() if f[0] == "PlantedConfig"]
+        assert {"planted_output", "planted_count"} <= {f.name for _, f in fields}
+        assert undeclared_fields(fields) == ["PlantedConfig.planted_output"]
+    finally:
+        del PlantedConfig, fields
+        gc.collect()  # fairseq's dataclasses are found through __subclasses__: the planted one goes
 
 
 def test_an_option_that_names_a_file_is_found_undeclared_by_the_check():
@@ -570,6 +607,8 @@ def test_an_option_named_otherwise_that_takes_a_file_is_found_by_its_action(kw):
     ]
     assert undeclared == ["--to" if kw else "--destination"], kw
     assert not looks_like_a_path(argparse.ArgumentParser().add_argument("--to", help="target language"))
+    # a value shown as a name is not a path, whatever its help mentions
+    assert not looks_like_a_path(argparse.ArgumentParser().add_argument("--name", metavar="NAME", help="file name"))
 
 
 def _special(kind_of, tmp):

@@ -138,7 +138,9 @@ def build_parser():
     )
     a = sub.add_parser("add-language", help="give a checkpoint a language outside its --langs (a new token row)")
     path_option(a, "--path", kind=READ_FILE, required=True, help="checkpoint to add the language to")
-    a.add_argument("--lang", required=True, help="the new language (appended to the checkpoint's --langs)")
+    a.add_argument(
+        "--lang", required=True, metavar="LANG", help="the new language (appended to the checkpoint's --langs)"
+    )
     path_option(
         a, "--out", kind=WRITE_FILE, in_place=("--path",), required=True, help="the checkpoint to write (may be --path)"
     )

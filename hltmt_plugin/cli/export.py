@@ -139,7 +139,9 @@ def add_card_options(p) -> None:
     from hltmt_plugin.paths import READ_FILE, path_option
 
     card = p.add_argument_group("the model card (README.md; what is not given is said to be unknown)")
-    card.add_argument("--name", default=None, help="the card's title (default: the checkpoint's file name)")
+    card.add_argument(
+        "--name", default=None, metavar="NAME", help="the card's title (default: the checkpoint's file name)"
+    )
     card.add_argument(
         "--license",
         default=None,
@@ -147,8 +149,10 @@ def add_card_options(p) -> None:
         "--license-name and --license-link; default: none stated)",
     )
     card.add_argument("--license-name", default=None, help="with --license other: the licence's identifier")
-    card.add_argument("--license-link", default=None, help="with --license other: a file of the folder or a URL")
-    card.add_argument("--dataset", default=None, help="the training data's name (default: none stated)")
+    card.add_argument(
+        "--license-link", default=None, metavar="URL", help="with --license other: a file of the folder or a URL"
+    )
+    card.add_argument("--dataset", default=None, metavar="NAME", help="the training data's name (default: none stated)")
     path_option(
         card,
         "--data-sizes",
