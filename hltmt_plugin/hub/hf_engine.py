@@ -4,29 +4,39 @@ the translator's contract: :meth:`HltmtTranslator.load` of such a folder returns
 ``direction`` and the same refusals (:mod:`hltmt_plugin.hub.contract`).
 
 The folder is checked on load (:func:`hltmt_plugin.hub.manifest.read`), and each model by
-transformers' own load report, which must be empty (:func:`load_model`). Each sentence is
-prepared as the checkpoint's translator prepares it: the sentencepiece pieces of the line as the
-dictionary's ids plus end of sentence, the language token ``--encoder-langtok`` puts first. The
-sentences go to the model of their target language's group, sorted by length and batched by
-tokens; with ``--decoder-langtok`` a batch holds one target language, whose token is forced first.
+transformers' own load report, which must be empty (:func:`load_model`). A pool model's groups
+are one model in memory: the first group's is loaded, and each other group whose settings and
+weights are that model's but for the decoder's top layer (the pool module: how the export writes
+them) adds only that layer, read from its ``model.safetensors`` (:func:`group_layer`); a group
+that differs elsewhere is loaded whole. Each sentence is prepared as the checkpoint's translator
+prepares it: the sentencepiece pieces of the line as the dictionary's ids plus end of sentence,
+the language token ``--encoder-langtok`` puts first. The sentences go to the model of their
+target language's group, sorted by length and batched by tokens; with ``--decoder-langtok`` a
+batch holds one target language, whose token is forced first.
+
 The search is ``generate``'s with the folder's generation settings (fairseq's) and the call's
-beam, length penalty and length limit; all the beam's finished hypotheses come back, and the
-best is taken by fairseq's score: with a forced target-language token, its log-probability
-(which ``generate`` leaves out) is counted, as fairseq counts it.
+search options (:meth:`HfTranslator.generate_options`); the hypotheses are ranked by fairseq's
+score, the model's log-probability of every token of a hypothesis and of its end of sentence
+(the forced target-language token's and the end of sentence forced at the length limit
+included, which ``generate`` counts as 0), computed for the hypotheses whose rank can change in
+one pass over them (:meth:`HfTranslator._log_probs`), not kept step by step by ``generate``.
 """
 
 import contextlib
+import copy
 import logging
 import math
 import os
 import re
 import warnings
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
+
+LOGITS_PER_PASS = 2**24  # the most logits one pass of _log_probs holds (64 MiB in float32)
 
 
 class HfTranslator(contract.ExportedTranslator):
@@ -48,7 +58,8 @@ class HfTranslator(contract.ExportedTranslator):
         """Load the export ``folder`` (checked first, unless ``record`` is its manifest just
         read), the shared options checked by the contract
         (:meth:`~hltmt_plugin.hub.contract.Translator.load`). ``device``: cpu (default) or cuda;
-        ``threads``: torch's threads (default: torch's choice); ``fp16``: half precision (GPU)."""
+        ``threads``: torch's threads (default: torch's choice, ``$OMP_NUM_THREADS`` if set);
+        ``fp16``: half precision (GPU). A pool model's groups share one model (the module docstring)."""
         if compute_type is not None:
             raise HltmtConfigError(
                 f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 "
@@ -61,10 +72,18 @@ class HfTranslator(contract.ExportedTranslator):
         if threads:
             torch.set_num_threads(threads)
         device = _device(torch, device)
-        models = {}
-        for group, place in record["models"].items():
-            model = load_model(transformers, folder, place).eval().to(device)
-            models[group] = model.half() if fp16 else model
+        (first, place), *others = record["models"].items()
+        base = load_model(transformers, folder, place).eval().to(device)
+        base = base.half() if fp16 else base
+        models = {first: base}
+        for group, other in others:
+            layer = group_layer(folder, place, other, base)
+            if layer is None:  # not the same model but for the top layer: loaded whole
+                model = load_model(transformers, folder, other).eval().to(device)
+                models[group] = model.half() if fp16 else model
+            else:
+                layer = layer.eval().to(device)
+                models[group] = with_top_layer(base, layer.half() if fp16 else layer)
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))
         pieces = Pieces(os.path.join(folder, "source.spm"))
         return cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences)
@@ -74,81 +93,106 @@ class HfTranslator(contract.ExportedTranslator):
         forced first for the whole batch."""
         return self.record["targets"][tgt], tgt if self.record["decoder_langtok"] else ""
 
+    def generate_options(self, search) -> dict:
+        """``generate``'s options for the call's search (:class:`~hltmt_plugin.hub.arguments.Search`,
+        fairseq's meaning): ``search.beam`` hypotheses a sentence, at most ``search.max_len`` tokens
+        then the end of sentence; beam search with the length penalty, or sampling (from the
+        ``sampling_topk`` most likely tokens or the fewest reaching ``sampling_topp``, at the
+        ``temperature``); no n-gram of ``no_repeat_ngram_size`` twice; no end of sentence before
+        ``min_len`` tokens."""
+        options = dict(num_return_sequences=search.beam, max_new_tokens=search.max_len + 1)
+        if getattr(search, "min_len", 1) > 1:  # no end of sentence before min_len tokens (fairseq's --min-len)
+            options.update(min_new_tokens=search.min_len)
+        if getattr(search, "sampling", False):
+            options.update(
+                do_sample=True,
+                num_beams=1,
+                top_k=search.sampling_topk or 0,
+                top_p=1.0 if search.sampling_topp is None else search.sampling_topp,
+                temperature=search.temperature,
+            )
+        else:
+            options.update(num_beams=search.beam, length_penalty=search.lenpen)
+        return dict(options, no_repeat_ngram_size=getattr(search, "no_repeat_ngram_size", 0))
+
     def _run(self, key: Tuple[str, str], batch, results: List[Translation], search) -> None:
-        """``generate`` on one batch, every finished hypothesis returned; the best by fairseq's score."""
+        """``generate`` on one batch, every hypothesis returned; ranked by fairseq's score. Beam
+        search returns them by ``generate``'s score, which is fairseq's when no token of theirs was
+        forced: then only the first ``nbest`` are scored again (:meth:`_log_probs`), else all."""
         import torch
 
         group, forced = key[0], key[1] or None
         model = self.models[group]
-        beam, lenpen, max_len = search.beam, search.lenpen, search.max_len
+        beam, nbest = search.beam, getattr(search, "nbest", 1)
+        lenpen, max_len = search.lenpen, search.max_len
+        sampling = getattr(search, "sampling", False)
         pad = self.dictionary.pad_index
         width = max(len(ids) for _, ids in batch)
         input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
         for k, (_, ids) in enumerate(batch):
             input_ids[k, : len(ids)] = torch.tensor(ids)
-        inputs = {"input_ids": input_ids.to(self.device), "attention_mask": (input_ids != pad).long().to(self.device)}
+        input_ids = input_ids.to(self.device)
+        mask = (input_ids != pad).long()
         extra = {"forced_bos_token_id": self.lang_ids[forced]} if forced is not None else {}
-        if search.sampling:  # beam samples, their tokens' log-probabilities (at the temperature) kept
-            extra.update(
-                do_sample=True,
-                top_k=search.sampling_topk or 0,  # 0: the whole vocabulary
-                top_p=1.0 if search.sampling_topp is None else search.sampling_topp,
-                temperature=search.temperature,
-                output_logits=True,
-            )
         with torch.no_grad():
+            encoded = model.get_encoder()(input_ids=input_ids, attention_mask=mask)
             out = model.generate(
-                **inputs,
-                num_beams=1 if search.sampling else beam,
-                num_return_sequences=beam,
-                length_penalty=lenpen,
-                max_new_tokens=max_len + 1,
-                no_repeat_ngram_size=search.no_repeat_ngram_size,
-                return_dict_in_generate=True,
-                output_scores=True,
+                input_ids=input_ids,
+                attention_mask=mask,
+                encoder_outputs=type(encoded)(last_hidden_state=encoded.last_hidden_state),  # expanded by generate
+                **self.generate_options(search),
                 **extra,
             )
-            first = self._forced_log_prob(model, inputs, forced) if forced is not None else [0.0] * len(batch)
-        sequences = out.sequences.view(len(batch), beam, -1).tolist()
-        if search.sampling:  # fairseq's score of a sample: its tokens' log-probabilities, forced ones included
-            logp = torch.stack(out.logits, 1).float().div(search.temperature).log_softmax(-1)
-            picked = logp.gather(-1, out.sequences[:, 1:, None])[..., 0].view(len(batch), beam, -1).tolist()
-        else:
-            scores = out.sequences_scores.view(len(batch), beam).tolist()
+        sequences = out.view(len(batch), beam, -1).tolist()
+        wanted = []  # (sentence, hypothesis) whose fairseq score is needed
+        hypotheses = [[_hypothesis(s, self.dictionary) for s in sequences[k]] for k in range(len(batch))]
+        for k, found in enumerate(hypotheses):
+            cut = any(len(h) >= max_len for h in found)  # generate forced the end of sentence, scored 0
+            count = beam if forced is not None or cut or sampling else nbest
+            wanted += [(k, b) for b in range(count)]
+        totals = self._log_probs(model, encoded, mask, wanted, hypotheses, getattr(search, "temperature", 1.0))
+        scored: Dict[int, list] = {}
+        for (k, b), total in zip(wanted, totals):
+            ids = hypotheses[k][b]
+            score = total / (len(ids) + 1) ** lenpen
+            scored.setdefault(k, []).append(
+                (self.dictionary.text(ids, self.leave_out), score / math.log(2), len(ids) + 1)
+            )
         for k, (index, _) in enumerate(batch):
-            hypotheses = []
-            for b in range(beam):
-                ids = _hypothesis(sequences[k][b], self.dictionary)
-                if search.sampling:
-                    fairseq = sum(picked[k][b][: len(ids) + 1]) / (len(ids) + 1) ** lenpen
-                else:
-                    fairseq = self._score(model, inputs, k, sequences[k][b], scores[k][b], lenpen, max_len, first[k])
-                hypotheses.append((self.dictionary.text(ids, self.leave_out), fairseq / math.log(2), len(ids) + 1))
-            contract.ranked(results[index], hypotheses, search.nbest)  # end of sentence counted in the tokens
+            contract.ranked(results[index], scored[k], nbest)
 
-    def _score(self, model, inputs, row: int, sequence, score: float, lenpen: float, max_len: int, forced: float):
-        """fairseq's score of a hypothesis (natural log): ``generate``'s normalized score with the
-        log-probabilities it leaves out counted: the forced target-language token's (``forced``) and,
-        for a hypothesis cut at ``max_len``, the end of sentence forced there (scored again here)."""
+    def _log_probs(self, model, encoded, mask, wanted, hypotheses, temperature: float) -> List[float]:
+        """The model's log-probability (natural log, at ``temperature``) of each ``(sentence,
+        hypothesis)`` of ``wanted``: of each of its tokens and of the end of sentence after them,
+        given its source (``encoded``, ``mask``): the decoder run once over them, teacher-forced,
+        at most :data:`LOGITS_PER_PASS` logits at a time."""
         import torch
 
-        length = len(_hypothesis(sequence, self.dictionary)) + 1
-        total = score * length**lenpen + forced
-        if length > max_len:  # cut: generate gave the forced end of sentence log-probability 0
-            decoder = torch.tensor([sequence[:length]], device=self.device)
-            one = {name: value[row : row + 1] for name, value in inputs.items()}
+        eos, pad = self.dictionary.eos_index, self.dictionary.pad_index
+        targets = [hypotheses[k][b] + [eos] for k, b in wanted]
+        rows = torch.tensor([k for k, _ in wanted], device=self.device)
+        width = max(len(t) for t in targets)
+        step = max(1, LOGITS_PER_PASS // (width * model.config.vocab_size))
+        totals: List[float] = []
+        for start in range(0, len(targets), step):
+            part = targets[start : start + step]
+            target = torch.full((len(part), width), pad, dtype=torch.long)
+            for k, tokens in enumerate(part):
+                target[k, : len(tokens)] = torch.tensor(tokens)
+            target = target.to(self.device)
+            decoder = torch.cat([torch.full_like(target[:, :1], eos), target[:, :-1]], dim=1)
+            chosen = rows[start : start + step]
             with torch.no_grad():
-                logits = model(**one, decoder_input_ids=decoder).logits[0, -1].float()
-            total += float(torch.log_softmax(logits, -1)[self.dictionary.eos_index])
-        return total / length**lenpen
-
-    def _forced_log_prob(self, model, inputs, forced: str) -> List[float]:
-        """The model's log-probability of the forced target-language token as the first token."""
-        import torch
-
-        start = torch.full((inputs["input_ids"].shape[0], 1), self.dictionary.eos_index, device=self.device)
-        logits = model(**inputs, decoder_input_ids=start).logits[:, -1, :].float()
-        return torch.log_softmax(logits, dim=-1)[:, self.lang_ids[forced]].tolist()
+                logits = model(
+                    encoder_outputs=(encoded.last_hidden_state[chosen],),
+                    attention_mask=mask[chosen],
+                    decoder_input_ids=decoder,
+                ).logits.float()
+                logp = torch.log_softmax(logits / temperature, dim=-1).gather(-1, target[..., None])[..., 0]
+            lengths = torch.tensor([len(t) for t in part], device=self.device)
+            inside = torch.arange(width, device=self.device)[None, :] < lengths[:, None]
+            totals += torch.where(inside, logp, 0.0).sum(dim=1).tolist()
+        return totals
 
 
 def load_model(transformers, folder: str, place: str):
@@ -185,6 +229,67 @@ def load_model(transformers, folder: str, place: str):
             "and weights disagree: export the checkpoint again)"
         )
     return model
+
+
+def group_layer(folder: str, place: str, other: str, model):
+    """The decoder's top layer of ``folder``'s subfolder ``other`` as a module (a copy of
+    ``model``'s, given ``other``'s weights), when ``other`` is ``model`` (loaded from ``place``)
+    but for that layer: the same settings (``config.json`` but the targets it serves,
+    ``generation_config.json``), the same weight names, and every weight outside the layer
+    equal. None otherwise (the group is then loaded whole). Read with safetensors: no code runs."""
+    import torch
+    from safetensors import safe_open
+
+    for name in ("config.json", "generation_config.json"):
+        if _settings(os.path.join(folder, other, name)) != _settings(os.path.join(folder, place, name)):
+            return None
+    top = f"model.decoder.layers.{len(model.get_decoder().layers) - 1}."
+    with (
+        safe_open(os.path.join(folder, place, "model.safetensors"), "pt") as mine,
+        safe_open(os.path.join(folder, other, "model.safetensors"), "pt") as theirs,
+    ):
+        if set(mine.keys()) != set(theirs.keys()):
+            return None
+        for key in mine.keys():
+            if not key.startswith(top) and not torch.equal(mine.get_tensor(key), theirs.get_tensor(key)):
+                return None
+        layer = copy.deepcopy(model.get_decoder().layers[-1])
+        weights = {key[len(top) :]: theirs.get_tensor(key) for key in theirs.keys() if key.startswith(top)}
+    try:
+        layer.load_state_dict({k: v.to(next(layer.parameters()).dtype) for k, v in weights.items()}, strict=True)
+    except RuntimeError:  # other names or shapes than the layer's
+        return None
+    return layer
+
+
+def with_top_layer(model, layer):
+    """``model`` with ``layer`` as its decoder's top layer: a new model object sharing every
+    other module and weight of ``model`` (which is left as it was), so that each group's model
+    serves its batches while others run."""
+    import torch
+
+    decoder = model.get_decoder()
+    path = [name for name, module in model.named_modules() if module is decoder][0].split(".")
+    outer = copy.copy(model)
+    outer._modules = dict(model._modules)
+    parent = outer
+    for name in path[:-1]:  # the modules above the decoder, each a copy holding the next copy
+        child = copy.copy(parent._modules[name])
+        child._modules = dict(child._modules)
+        parent._modules[name] = parent = child
+    mine = copy.copy(decoder)
+    mine._modules = dict(decoder._modules)
+    mine._modules["layers"] = torch.nn.ModuleList([*decoder.layers[:-1], layer])
+    parent._modules[path[-1]] = mine
+    return outer
+
+
+def _settings(path: str) -> Optional[dict]:
+    """A model's settings file as JSON (bounded), without the ``hltmt`` record of the targets it serves."""
+    from hltmt_plugin import records
+
+    found = records.parse_json(records.read_text(path, "model settings"), f"model settings {path}")
+    return {k: v for k, v in found.items() if k != "hltmt"} if isinstance(found, dict) else None
 
 
 @contextlib.contextmanager
