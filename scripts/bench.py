@@ -25,18 +25,7 @@ import torch
 from bench_profile import fairseq_train_main, pair_child, parse_train_options
 from bench_speed import cuda_memory_child, speed_main
 from bench_systems import ARCHS, SYSTEMS, BenchError, derive_languages
-from timing import child_main
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The module docstring as written, and every option's default in --help (unless its help
-    already says what the default is, or there is none)."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if "default" in text or action.default in (None, False) or action.default is argparse.SUPPRESS:
-            return text
-        return super()._get_help_string(action)
+from timing import HelpFormatter, child_main
 
 
 def build_parser():

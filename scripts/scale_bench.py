@@ -25,16 +25,14 @@ from scale_children import SYSTEMS, import_everything
 from scale_corpus import ROOT, ScaleError, check_fits
 from scale_measure import log, measure_k
 from scale_table import markdown, plot, reference_k, rows_of
+from timing import HelpFormatter, below
 
 # the corpus: scale_corpus.py; the measures run in their own processes: scale_children.py;
 # the measures of one K: scale_measure.py; the table and the chart: scale_table.py
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=type("F", (argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter), {}),
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--ks", default="10,25,50,100,200", help="numbers of languages besides English")
     p.add_argument("--lines", type=int, default=100, help="training lines per pair (the same for every K)")
     p.add_argument("--eval-lines", type=int, default=5, help="valid and test lines per pair")
@@ -81,7 +79,7 @@ def check_options(args):
     if len(set(args.ks)) != len(args.ks):
         raise ScaleError(f"--ks lists a K twice: {args.ks}")
     args.ks = sorted(args.ks)
-    for name in (
+    names = (
         "lines",
         "eval_lines",
         "vocab_size",
@@ -91,9 +89,9 @@ def check_options(args):
         "batches",
         "rounds",
         "timeout",
-    ):
-        if getattr(args, name) < 1:
-            raise ScaleError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    )
+    if below(args, names):
+        raise ScaleError(below(args, names))
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown or "mnmt" not in args.systems:
@@ -128,19 +126,9 @@ def report(args, argv, results, t_all, torch_version):
     rows = rows_of(results, args.systems)
     table = markdown(rows, results)
     print("\n" + table)
-    meta = {
-        "ks": args.ks,
-        "lines": args.lines,
-        "eval_lines": args.eval_lines,
-        "vocab_size": args.vocab_size,
-        "max_tokens": args.max_tokens,
-        "systems": args.systems,
-        "cpus": os.cpu_count(),
-        "torch": torch_version,
-        "threads_per_measure": 1,
-        "wall_s": time.time() - t_all,
-        "command": " ".join(["scripts/scale_bench.py"] + argv),
-    }
+    meta = dict(ks=args.ks, lines=args.lines, eval_lines=args.eval_lines, vocab_size=args.vocab_size)
+    meta.update(max_tokens=args.max_tokens, systems=args.systems, cpus=os.cpu_count(), torch=torch_version)
+    meta.update(threads_per_measure=1, wall_s=time.time() - t_all, command=" ".join(["scripts/scale_bench.py", *argv]))
     print(
         f"\n(whole run {meta['wall_s']:.0f}s; load per K: "
         + ", ".join(f"K={r['k']} {r['load_start']:.2f}->{r['load_end']:.2f}" for r in results)

@@ -16,6 +16,7 @@ the same thing whichever script wrote it.
 - :func:`median`, :func:`markdown_table`, :func:`markdown_row`.
 """
 
+import argparse
 import json
 import os
 import statistics
@@ -139,6 +140,25 @@ def child_env(threads: Optional[int] = None, **extra: str) -> dict:
     else:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """A bench's --help: its module docstring as written, and every option's default (unless its
+    help already says what the default is, or there is none)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, False) or action.default is argparse.SUPPRESS:
+            return text
+        return super()._get_help_string(action)
+
+
+def below(args, names: Iterable[str], low: int = 1) -> Optional[str]:
+    """The one-line problem of the first option of ``names`` (``args``' attributes) below ``low``; None if none is."""
+    for name in names:
+        if getattr(args, name) < low:
+            return f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
+    return None
 
 
 def run_child(script: str, kind: str, spec: dict, env: Optional[dict] = None, what: Optional[str] = None):

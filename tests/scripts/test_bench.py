@@ -75,7 +75,7 @@ def test_bench_help_shows_defaults_and_derivation():
         "interleaved rounds of every measure (default: 3)",
         "(default: all of them, from its langs.txt",
         "(default: min(3, number of high-resource",
-        "updates timed per system and size (after 3 of warm-up): one number, or SIZE=N for each size (default: tiny=60,",
+        "one number, or SIZE=N for each size (default: tiny=60,small=40,base=20)",
     ):
         assert shown in text, shown
 

@@ -8,7 +8,6 @@ import json
 import os
 import sys
 import tarfile
-import time
 import zipfile
 
 import pytest
@@ -202,17 +201,17 @@ def test_sizing_fits_the_budget():
             "auto",
             1,
         )
-        gpu, ngpu, dry_run, bf16 = False, 1, False, False
+        gpu, ngpu, dry_run, bf16, updates = False, 1, False, False, 0
 
-    r = gpu_run.GpuRun(Args, t0=0)
-    r.t0 = time.time() - 60  # prepare took a minute
-    n, why = r.size_updates(rate=10.0, startup=20.0)
-    # 420 - 60 = 360 left; decoding keeps max(90, 72); 20 for the report -> a 250 s window,
+    plan = gpu_run.RunPlan(Args)  # the plan alone: nothing started or written
+    n, why, sized = plan.size_updates(rate=10.0, startup=20.0, remaining=360.0)  # prepare took a minute of 420
+    # 360 s left; decoding keeps max(90, 72); 20 for the report -> a 250 s window,
     # 20 s start-up and 8 validations of 3 s off: 0.85 * 10 * 206 = 1751 -> even
-    assert abs(n - 1750) <= 4 and n % 2 == 0 and "slowest system" in why
-    assert r.train_window == pytest.approx(250, abs=1)
-    n, _ = r.size_updates(rate=0.01, startup=20.0)
-    assert n == gpu_run.SIZES["small"].min_updates
+    assert abs(n - 1750) <= 4 and n % 2 == 0 and sized == 1751 and "slowest system" in why
+    assert plan.train_window == pytest.approx(250, abs=1)
+    n, why, sized = plan.size_updates(rate=0.01, startup=20.0, remaining=360.0)
+    assert n == gpu_run.SIZES["small"].min_updates > sized and "clamped to" in why
+    assert plan.fixed_updates(360.0) == (0, "given by --updates") and plan.train_window == pytest.approx(250)
 
 
 def test_languages_that_cannot_work_are_one_line_before_any_work(tmp_path):

@@ -1,5 +1,6 @@
 """scripts/timing.py: the clock, spans, memory and child-process measures every benchmark uses."""
 
+import argparse
 import os
 import sys
 import time
@@ -135,3 +136,35 @@ def test_a_markdown_table_is_its_header_a_rule_and_a_line_per_row():
         "|  | b |",
     ]
     assert timing.markdown_table(["only"], []) == "| only |\n|---|"
+
+
+CHILD_SCRIPT = """import sys
+sys.path.insert(0, {scripts!r})
+import timing
+timing.child_main(sys.argv[1:], {{"double": lambda spec: [2 * x for x in spec["xs"]], "fail": lambda spec: 1 / 0}})
+"""
+
+
+def test_a_child_gets_its_spec_on_stdin_and_gives_its_result_on_its_last_line(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_SCRIPT.format(scripts=os.path.join(ROOT, "scripts")))
+    assert timing.run_child(str(script), "double", {"xs": [1, 2]}) == [2, 4]
+    with pytest.raises(timing.BenchError, match=r"^the failing measure failed \(exit 1\):\n(.|\n)*ZeroDivisionError"):
+        timing.run_child(str(script), "fail", {}, what="the failing measure")
+    with pytest.raises(timing.BenchError, match=r"nothing failed \(exit 0\)"):  # no --child KIND it knows: no result
+        timing.run_child(str(script), "other", {}, what="nothing")
+
+
+def test_a_result_that_is_not_json_is_one_line_from_the_reader(tmp_path):
+    from hltmt_plugin.errors import HltmtInputError
+
+    script = tmp_path / "child.py"
+    script.write_text("print('{\"half\": ')\n")
+    with pytest.raises(HltmtInputError, match=r"^the result of odd is not valid JSON"):
+        timing.run_child(str(script), "odd", {})
+
+
+def test_below_names_the_first_option_under_its_bound():
+    args = argparse.Namespace(rounds=3, batches=0, reps=-1)
+    assert timing.below(args, ("rounds", "batches", "reps")) == "--batches must be >= 1, got 0"
+    assert timing.below(args, ("rounds", "reps"), low=-1) is None
