@@ -58,7 +58,6 @@ SAVE_DIR = (
 PROBE = "proves the output folder writable with a file removed at once"
 WORK = "a file in the bench's own --work folder, read back by the same run (never a result a user reads)"
 CHILD = "the job handed to a child process and its answer, in a temporary or log folder of the run"
-TRAIN_LOG = "fairseq's --log-format json progress lines inside a training log, each parsed on its own (not a record)"
 BUNDLE = "builds the slimmed wheel in memory (io.BytesIO), which atomic_files.write_bytes then writes whole"
 
 # (file, function) -> why it may write or read there
@@ -67,7 +66,6 @@ EXCEPTIONS = {
     ("hltmt_plugin/experiments/steps.py", "reader_gone"): DEVNULL,
     ("hltmt_plugin/experiments/steps.py", "run_logged"): LOG,
     ("hltmt_plugin/experiments/steps.py", "run_quiet"): LOG,
-    ("hltmt_plugin/experiments/recipe.py", "parse_train_log"): TRAIN_LOG,
     ("hltmt_plugin/experiments/runs.py", "save_figure"): STREAM,
     ("hltmt_plugin/cli/output.py", "AtomicOutput.__init__"): STREAM,
     (

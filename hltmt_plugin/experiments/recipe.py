@@ -19,14 +19,14 @@ The systems (the same data, batch, learning-rate schedule and seed for all):
   first, then all): what the stages do without the pool.
 """
 
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from hltmt_plugin import records
 from hltmt_plugin.cli import PLUGIN, fairseq_cli, plugin_cli
-from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.sizes import MODEL_SIZES
 
 SYSTEMS = ("mnmt", "hltmt", "lsmnmt", "mnmt-staged")
@@ -381,6 +381,8 @@ VALID_LINE = re.compile(r"valid on 'valid' subset \|(.*)")
 VALID_KEYS = ("loss", "nll_loss", "ppl", "num_updates")
 UPDATES = re.compile(r"num_updates[= ](\d+)")
 FIELD = re.compile(r"(\w+)=([-\d.e]+)")
+# a progress line of fairseq's --log-format json: its fields, each a text or a number
+PROGRESS_LINE = records.MapOf(records.OneOf(records.Text(max_len=1000), records.Number(), records.Null()), max_len=1000)
 PARAMS = re.compile(r"num\. (?:shared|expert) model params: ([\d,]+)")
 DONE = re.compile(r"done training in ([\d.]+) seconds")
 
@@ -418,9 +420,12 @@ def parse_train_log(text: str) -> TrainLog:
             body = inner.group(1).strip()
             if body.startswith("{"):
                 try:
-                    progress.append({k: float(v) for k, v in json.loads(body).items() if _number(v)})
-                except ValueError:
-                    pass  # a line cut while being written
+                    fields = records.check(
+                        records.parse_json(body, "a progress line"), PROGRESS_LINE, "a progress line"
+                    )
+                except HltmtInputError:
+                    continue  # a line cut while being written
+                progress.append({k: float(v) for k, v in fields.items() if _number(v)})
             else:
                 progress.append({k: float(v) for k, v in FIELD.findall(body)})
             continue

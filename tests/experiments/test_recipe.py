@@ -170,13 +170,14 @@ def test_every_whole_validation_is_read(tmp_path):
     assert [(p["loss"], p["num_updates"]) for p in points] == [("5.5", "100"), ("4.5", "200")]
 
 
-def test_the_data_is_prepared_by_one_hltmt_prepare_data_line():
+def test_the_data_is_prepared_by_one_hltmt_prepare_data_line(tmp_path):
     from hltmt_plugin.cli.prepare_data import build_parser
 
-    cmd = recipe.prepare_command("raw", "out", ["de", "gu"], vocab=600, segment_words=(12, 16), max_test=8)
+    raw = str(tmp_path)  # an input that is there: the parser refuses a missing one
+    cmd = recipe.prepare_command(raw, "out", ["de", "gu"], vocab=600, segment_words=(12, 16), max_test=8)
     assert cmd[1:3] == ["-m", "hltmt_plugin.cli.prepare_data"]
     args = build_parser().parse_args(cmd[3:])
-    assert (args.raw, args.out, args.langs, args.vocab_size, args.max_test) == ("raw", "out", "de,gu", 600, 8)
+    assert (args.raw, args.out, args.langs, args.vocab_size, args.max_test) == (raw, "out", "de,gu", 600, 8)
     assert "--segment-words" in cmd and "--max-train" not in cmd and "--max-valid" not in cmd
     xlmr = recipe.prepare_command("raw", "out", ["de"], options=["--spm-model", "s.model", "--dict", "d.txt"])
     assert "--vocab-size" not in xlmr and xlmr[-4:] == ["--spm-model", "s.model", "--dict", "d.txt"]
