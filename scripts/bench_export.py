@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A checkpoint served by the translator (what ``hltmt-translate`` runs) against its CTranslate2
-export (``hltmt-export``, float32 and int8), side by side in one alternating run.
+export (``hltmt-export``, float32 and int8) and its transformers export, side by side in one
+alternating run.
 
     python scripts/bench_export.py --work /tmp/bench_export --out /tmp/bench_export/result.json
 
@@ -12,7 +13,12 @@ that the study's rule keeps: at most 12 English and 16 target words), beam 5, le
 only (model loaded), and the process's peak resident memory (load included). Two modes: the
 whole set in one call (``batch``: sorted by length and batched by tokens) and one sentence per
 call (``single``). The order alternates engines innermost (checkpoint, float32, int8, then the
-next mode or thread count), so that a change in the machine's load falls on all three.
+next mode or thread count), so that a change in the machine's load falls on all of them. Beside
+each CTranslate2 run its raw ceiling (``raw_sent_per_s``): CTranslate2's ``translate_batch``
+called directly on the same tokens, groups and search, so that the translator's own cost shows.
+``--fixed-len``: no end of sentence before --max-len tokens, then the end (``min_len=max_len``:
+fairseq's --min-len, CTranslate2's min_decoding_length, generate's min_new_tokens), the same
+work on every engine whatever the weights.
 
 Then, from the one-thread batch runs: the lines identical to the checkpoint's, BLEU and chrF
 (sacreBLEU) against the references, and the largest difference between the decoder's
@@ -46,7 +52,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
 RAW = os.path.join(ROOT, "data", "debmt10")
-ENGINES = ("checkpoint", "float32", "int8")
+ENGINES = ("checkpoint", "float32", "int8", "transformers")
 
 
 def parse_args(argv=None):
@@ -67,6 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--spm", default=None, help="sentencepiece model (default: found beside the checkpoint)")
     p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
+    p.add_argument("--fixed-len", action="store_true", help="every translation exactly --max-len tokens (see above)")
     p.add_argument("--via", default="api", choices=["api", "command"], help="what is measured (see above)")
     p.add_argument("--serve-env", default=None, help="the environment whose hltmt-translate serves the exports")
     p.add_argument("--paper-size", action="store_true", help="untrained models of the recipe's size (see above)")
@@ -80,6 +87,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.per_direction < 1 or args.beam < 1 or args.max_len < 1:
         p.error("--per-direction, --beam and --max-len must be at least 1")
+    if args.fixed_len and args.via == "command":
+        p.error("--fixed-len measures the API (hltmt-translate has no --min-len)")
     return args
 
 
@@ -128,11 +137,13 @@ def worker(args) -> None:
     options = {"threads": threads} if exported else {"device": "cpu", "spm": args.spm}
     mt = HltmtTranslator.load(args.model, **options)
     loaded, cpu = time.perf_counter(), time.process_time()
+    search = dict(beam=args.beam, max_len=args.max_len, min_len=args.max_len if args.fixed_len else 1)
     if args.mode == "batch":
-        texts = mt.translate_batch(items, beam=args.beam, max_len=args.max_len, max_tokens=4000)
+        texts = mt.translate_batch(items, max_tokens=4000, **search)
     else:
-        texts = [mt.translate_batch([item], beam=args.beam, max_len=args.max_len)[0] for item in items]
+        texts = [mt.translate_batch([item], **search)[0] for item in items]
     done, cpu = time.perf_counter(), time.process_time() - cpu
+    raw = raw_ceiling(mt, items, args.mode, search) if getattr(mt, "engine", "") == "ctranslate2" else None
     with open(args.hyp, "w", encoding="utf-8") as f:
         json.dump(texts, f, ensure_ascii=False)
     print(
@@ -145,9 +156,39 @@ def worker(args) -> None:
                 "translate_cpu_s": cpu,  # this process's CPU time: at one thread, what other processes' load leaves out
                 "sent_per_cpu_s": len(items) / cpu,
                 "peak_mib": peak_mib(),
+                "raw_sent_per_s": raw and len(items) / raw,  # CTranslate2 alone on the same tokens
             }
         )
     )
+
+
+def raw_ceiling(mt, items, mode, search) -> float:
+    """Seconds CTranslate2's own ``translate_batch`` takes on the tokens the translator gives it
+    (the same groups, sources, target prefixes and search): the translator's cost is the rest."""
+    from hltmt_plugin.hub import arguments
+    from hltmt_plugin.hub.ct2_engine import ENGINE_BATCH_TOKENS, decoding, min_decoding_length
+
+    checked = arguments.search(**search)
+    _, prepared = mt._prepare_items(items, 1)
+    by_group = {}
+    for index, source in prepared:
+        by_group.setdefault(mt.batch_key(items[index][1]), []).append((items[index][1], source))
+    calls = [(g, rows) for g, rows in by_group.items()]
+    calls = calls if mode == "batch" else [(g, [row]) for g, rows in calls for row in rows]
+    prefix = mt.record["decoder_langtok"]
+    start = time.perf_counter()
+    for group, rows in calls:
+        mt.models[group].translate_batch(
+            [source for _, source in rows],
+            target_prefix=[[mt.record["language_tokens"][tgt]] for tgt, _ in rows] if prefix else None,
+            max_decoding_length=checked.max_len,
+            min_decoding_length=min_decoding_length(checked.min_len, prefix),
+            max_batch_size=ENGINE_BATCH_TOKENS,
+            batch_type="tokens",
+            return_scores=True,
+            **decoding(checked),
+        )
+    return time.perf_counter() - start
 
 
 # ---- the run ---------------------------------------------------------------------------
@@ -159,8 +200,9 @@ def measure(args, name, model, engine, threads, mode, items_path):
     else:
         result = measure_api(args, model, threads, mode, items_path, f"{name}.{engine}.{threads}t.{mode}")
     result.update(model=name, engine=engine, threads=threads, mode=mode)
+    raw = f" (raw {result['raw_sent_per_s']:.2f})" if result.get("raw_sent_per_s") else ""
     print(
-        f"{name:10s} {engine:10s} {threads}t {mode:6s} {result['sent_per_s']:7.2f} sent/s "
+        f"{name:10s} {engine:12s} {threads}t {mode:6s} {result['sent_per_s']:7.2f} sent/s{raw} "
         f"({result.get('sent_per_cpu_s', 0):7.2f} per CPU s)  "
         f"peak {result['peak_mib']:7.1f} MiB  load {result['load_s']:.1f} s",
         flush=True,
@@ -188,7 +230,7 @@ def measure_api(args, model, threads, mode, items_path, stem):
         str(args.beam),
         "--max-len",
         str(args.max_len),
-    ]
+    ] + (["--fixed-len"] if args.fixed_len else [])
     if args.spm:
         cmd += ["--spm", args.spm]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
@@ -267,15 +309,17 @@ def measure_command(args, model, engine, threads, mode, items_path):
 
 
 def export_all(args, models):
-    from hltmt_plugin.export.ctranslate2 import export
+    from hltmt_plugin.export import ctranslate2, transformers
 
     paths = {}
     for name, checkpoint in models.items():
         paths[(name, "checkpoint")] = checkpoint
         for quantization in ("float32", "int8"):
             folder = os.path.join(args.work, f"{name}-{quantization}")
-            export(checkpoint, folder, quantization=quantization, spm=args.spm, force=True)
+            ctranslate2.export(checkpoint, folder, quantization=quantization, spm=args.spm, force=True)
             paths[(name, quantization)] = folder
+        paths[(name, "transformers")] = os.path.join(args.work, f"{name}-transformers")
+        transformers.export(checkpoint, paths[(name, "transformers")], spm=args.spm, force=True)
     return paths
 
 

@@ -78,11 +78,14 @@ class Search(NamedTuple):
     """A call's search options, checked (:func:`search`), the same meaning in every engine:
     fairseq-generate's ``--beam``, ``--lenpen``, ``--max-len-b`` (``--max-len-a 0``),
     ``--nbest``, ``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--temperature``,
-    ``--seed``, ``--no-repeat-ngram-size``. With ``sampling`` the ``beam`` hypotheses are
+    ``--seed``, ``--no-repeat-ngram-size``, ``--min-len``. With ``sampling`` the ``beam`` hypotheses are
     samples drawn one token at a time (from the ``sampling_topk`` most likely tokens, or the
     fewest whose probability reaches ``sampling_topp``; None: the whole vocabulary), at
     ``temperature``; ``seed`` (None: not seeded) makes a call's samples the same every time.
-    The ``nbest`` best hypotheses by score come back."""
+    The ``nbest`` best hypotheses by score come back. ``min_len``: no end of sentence before
+    that many tokens (a forced target-language token counts; 1, fairseq's default: none at the
+    first step); with ``min_len == max_len`` every translation is exactly ``max_len`` tokens and
+    its end of sentence, the same work on every engine."""
 
     beam: int = 5
     lenpen: float = 1.0
@@ -94,6 +97,7 @@ class Search(NamedTuple):
     temperature: float = 1.0
     seed: Optional[int] = None
     no_repeat_ngram_size: int = 0
+    min_len: int = 1
 
 
 def search(
@@ -107,12 +111,14 @@ def search(
     temperature=1.0,
     seed=None,
     no_repeat_ngram_size=0,
+    min_len=1,
 ) -> Search:
     """The search options checked, each bound a model does not set (:func:`model_bounds` sets
     the others): ``nbest`` at most ``beam``; the sampling options only with ``sampling``, and
     ``sampling_topk`` or ``sampling_topp``, not both (fairseq keeps one of them, the other engines
     both); ``sampling_topp`` in (0, 1]; ``temperature`` in [MIN_TEMPERATURE, MAX_TEMPERATURE];
-    ``seed`` from 0 to MAX_SEED; ``no_repeat_ngram_size`` 0 (off) or at least 2."""
+    ``seed`` from 0 to MAX_SEED; ``no_repeat_ngram_size`` 0 (off) or at least 2; ``min_len`` from 1
+    to ``max_len``."""
     beam, lenpen, max_len = generation(beam, lenpen, max_len)
     nbest = positive_int("nbest", nbest)
     if nbest > beam:
@@ -154,6 +160,9 @@ def search(
             f"no_repeat_ngram_size must be 0 (off) or at least 2, got {no_repeat_ngram_size} (with 1 a translation "
             "could never end on every engine)"
         )
+    min_len = positive_int("min_len", min_len)
+    if min_len > max_len:
+        raise HltmtConfigError(f"min_len {min_len} is more than max_len {max_len}: no translation could end")
     return Search(
         beam,
         lenpen,
@@ -165,14 +174,21 @@ def search(
         temperature,
         None if seed is None else int(seed),
         int(no_repeat_ngram_size),
+        min_len,
     )
 
 
 def model_bounds(options: Search, vocab_size: int, max_positions: int) -> Search:
     """``options`` within a model of ``vocab_size`` symbols and ``max_positions`` target
     positions, the same for every engine: the beam and length of :func:`search_bounds`, at most
-    ``vocab_size`` tokens to sample from, an n-gram no longer than a translation can be."""
+    ``vocab_size`` tokens to sample from, an n-gram no longer than a translation can be, a
+    ``min_len`` no longer than its longest translation."""
     beam, max_len = search_bounds(options.beam, options.max_len, vocab_size, max_positions)
+    if options.min_len > max_len:
+        raise HltmtConfigError(
+            f"min_len {options.min_len} is more than this model's longest translation ({max_len} tokens: "
+            f"{max_positions} target positions)"
+        )
     if options.sampling_topk is not None and options.sampling_topk > vocab_size:
         raise HltmtConfigError(
             f"sampling_topk {options.sampling_topk} is more than the model's vocabulary ({vocab_size} symbols)"

@@ -305,6 +305,7 @@ class Translator:
         temperature: float = 1.0,
         seed: Optional[int] = None,
         no_repeat_ngram_size: int = 0,
+        min_len: int = 1,
         details: bool = False,
         errors: str = "raise",
         max_tokens: Optional[int] = None,
@@ -328,6 +329,9 @@ class Translator:
                 (the same samples every call; None: not seeded). See
                 :class:`~hltmt_plugin.hub.arguments.Search`.
             no_repeat_ngram_size: no n-gram of this size twice in a translation (0: off).
+            min_len: no end of sentence before this many tokens (1 to ``max_len``; 1: none at the
+                first step, fairseq's ``--min-len``); ``min_len=max_len`` gives every translation
+                exactly ``max_len`` tokens on every engine (the same work, for a benchmark).
             details: return :class:`Translation` objects (text, score, routing, error) instead
                 of strings.
             errors: ``"raise"``: if any sentence fails, raise :class:`TranslationErrors` (one
@@ -356,6 +360,7 @@ class Translator:
             temperature=temperature,
             seed=seed,
             no_repeat_ngram_size=no_repeat_ngram_size,
+            min_len=min_len,
         )
         items, search, max_tokens, max_sentences = arguments.translate_batch(
             items, options, errors, max_tokens, max_sentences, first_line, progress

@@ -18,7 +18,7 @@ log-probabilities, end of sentence included, over the length to the power ``lenp
 and so are the ``nbest`` best. The other search options are CTranslate2's own (:func:`decoding`):
 sampling draws ``beam`` samples (``num_hypotheses``, a beam of 1) with ``sampling_topk`` (the
 whole vocabulary without it), ``sampling_topp``, ``sampling_temperature``, seeded by
-``set_random_seed``; ``no_repeat_ngram_size``.
+``set_random_seed``; ``no_repeat_ngram_size``; ``min_len`` (:func:`min_decoding_length`).
 
 Where it runs (:func:`engine_options`, :func:`check_machine`): ``device`` cpu, cuda or cuda:N
 (default: cuda when CTranslate2 sees one, else cpu), ``compute_type`` CTranslate2's
@@ -120,6 +120,13 @@ def decoding(search: arguments.Search) -> dict:
     }
 
 
+def min_decoding_length(min_len: int, prefix: bool) -> int:
+    """CTranslate2's ``min_decoding_length`` for fairseq's ``min_len`` (no end of sentence before
+    that many tokens, a forced target-language token counted). With the default 1, fairseq forbids
+    the end of sentence at the first step only, which a forced token already fills: 0."""
+    return min_len if not prefix or min_len > 1 else 0
+
+
 class Ct2Translator(contract.ExportedTranslator):
     """An export folder's CTranslate2 models, serving any of its directions, mixed in one call."""
 
@@ -199,7 +206,7 @@ class Ct2Translator(contract.ExportedTranslator):
             max_decoding_length=max_len,
             return_scores=True,
             **decoding(search),
-            min_decoding_length=0 if prefix else 1,  # fairseq: no end of sentence at the first step only
+            min_decoding_length=min_decoding_length(search.min_len, prefix is not None),
             max_batch_size=ENGINE_BATCH_TOKENS,
             batch_type="tokens",
         )
@@ -216,8 +223,11 @@ class Ct2Translator(contract.ExportedTranslator):
 
 
 def _load_model(ct2, folder: str, record: dict, group: str, options: dict):
-    """The CTranslate2 model of ``group`` (a patched one rebuilt in memory); one line if
-    CTranslate2 cannot load it."""
+    """The CTranslate2 model of ``group`` (a patched one rebuilt in memory, and released once
+    CTranslate2 has loaded it: the groups are loaded one at a time, so at most one rebuilt
+    model.bin is held beside the loaded models); one line if CTranslate2 cannot load it.
+    CTranslate2 shares no weights between two models: each group holds all its weights
+    (docs/deploying.md: int8 for a pool model)."""
     path = os.path.join(folder, record["models"][group])
     try:
         return ct2.Translator(path, files=_patched_files(folder, record, group), **options)

@@ -267,6 +267,7 @@ class HltmtTranslator(contract.Translator):
                 lenpen=search.lenpen,
                 max_len_a=0,
                 max_len_b=search.max_len,
+                min_len=search.min_len,
                 sampling=search.sampling,
                 sampling_topk=-1 if search.sampling_topk is None else search.sampling_topk,
                 sampling_topp=-1.0 if search.sampling_topp is None else search.sampling_topp,
