@@ -33,13 +33,30 @@ for arg in "$@"; do [ "$arg" = "--dry-run" ] && DRY=1; done
 step() {  # run a command, or with --dry-run print it as a shell would run it
   if [ -n "$DRY" ]; then "$PY" -c 'import shlex, sys; print(shlex.join(sys.argv[1:]))' "$@"; else "$@"; fi
 }
-JOB=("$PY" -m hltmt_plugin.experiments.main_job --raw "${RAW:-$RUN/clean}" --run-dir "$RUN/job" --size base
-  --high fr,cs,de,fi,lv,et --ls-mnmt --title "WMT-10" "$@")
-# the arguments checked before anything is downloaded: the job's dry run prints its commands and writes nothing
-[ -n "$DRY" ] || "${JOB[@]}" --dry-run > /dev/null
+JOB=("$PY" -m hltmt_plugin.experiments.main_job --run-dir "$RUN/job" --size base --high fr,cs,de,fi,lv,et --ls-mnmt
+  --title "WMT-10" "$@")
+# the job refuses a --raw folder that is not there, a dry run too: until clean.py has made it, the job's
+# dry run reads an empty stand-in folder, named in what it prints as the folder clean.py makes
+planned() {  # the job's dry run with --raw $1 standing in for $RUN/clean
+  "${JOB[@]}" --raw "$1" --dry-run | "$PY" -c 'import shlex, sys
+stand_in, real = sys.argv[1:]
+for line in sys.stdin:
+    if line.startswith("#") or stand_in not in line:
+        print(line, end="")
+    else:
+        print(shlex.join(w.replace(stand_in, real) for w in shlex.split(line)))' "$1" "$RUN/clean"
+}
+if [ -z "${RAW:-}" ] && [ ! -d "$RUN/clean" ]; then
+  STAND_IN=$(mktemp -d)
+  trap 'rmdir "$STAND_IN"' EXIT
+  # the arguments checked before anything is downloaded: the job's dry run writes nothing
+  if [ -n "$DRY" ]; then PLAN=$(planned "$STAND_IN"); else planned "$STAND_IN" > /dev/null; fi
+else
+  [ -n "$DRY" ] || "${JOB[@]}" --raw "${RAW:-$RUN/clean}" --dry-run > /dev/null
+fi
 if [ -z "${RAW:-}" ]; then
   step "$PY" "$ROOT/examples/wmt10/download.py" --manifest "$ROOT/examples/wmt10/manifest.tsv" --out "$RUN/raw"
   step "$PY" "$ROOT/examples/wmt10/clean.py" --raw "$RUN/raw" --out "$RUN/clean"
   RAW=$RUN/clean
 fi
-"${JOB[@]}"
+if [ -n "${PLAN:-}" ]; then echo "$PLAN"; else "${JOB[@]}" --raw "$RAW"; fi
