@@ -38,9 +38,6 @@ import sys
 import tempfile
 import zipfile
 
-from hltmt_plugin.atomic_files import copy_file, write_bytes, write_folder, write_text
-from hltmt_plugin.errors import HltmtError
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLATFORMS = [
     "manylinux_2_28_x86_64",
@@ -81,6 +78,8 @@ def record_line(name, data):
 def slim_wheel(src, dst):
     """Rewrite the fairseq wheel without DROP_PREFIXES; RECORD rebuilt from what is kept. The new
     wheel is built in memory and written whole. Returns (kept files, dropped files)."""
+    from hltmt_plugin.atomic_files import write_bytes  # the plugin (and fairseq, where it is) only to write
+
     kept, dropped, buf = 0, 0, io.BytesIO()
     with zipfile.ZipFile(src) as zin:
         names = zin.namelist()
@@ -164,6 +163,8 @@ def download(raw):
 
 def fill(out, wheels):
     """The bundle folder's content: every wheel (fairseq's slimmed), each checked, and a README."""
+    from hltmt_plugin.atomic_files import copy_file, write_text
+
     for wheel in wheels:
         name = os.path.basename(wheel)
         if name.startswith("antlr4") and not name.endswith("-py3-none-any.whl"):
@@ -187,8 +188,14 @@ def fill(out, wheels):
 
 def build(out):
     """The bundle folder ``out`` written whole (atomic_files.write_folder): one made by this script is replaced."""
-    with tempfile.TemporaryDirectory() as tmp:
-        write_folder(out, lambda work: fill(work, download(tmp)), kind="gpu_bundle", force=True)
+    from hltmt_plugin.atomic_files import write_folder
+    from hltmt_plugin.errors import HltmtError
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_folder(out, lambda work: fill(work, download(tmp)), kind="gpu_bundle", force=True)
+    except HltmtError as error:  # an --out it did not make; a file it could not write
+        raise BundleError(str(error)) from None
 
 
 def show(out):
@@ -214,7 +221,7 @@ def main(argv=None):
         if not args.check:
             build(args.out)
         show(args.out)
-    except (BundleError, HltmtError) as error:  # a download that failed; an --out it did not make
+    except BundleError as error:
         print(f"gpu_bundle: error: {error}", file=sys.stderr)
         return 1
     return 0
