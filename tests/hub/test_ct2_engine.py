@@ -1,6 +1,8 @@
 """hltmt_plugin.hub.ct2_engine: an exported model served with the translator's contract: any
 mix of directions in one call, results in input order, per-line errors, the same refusals."""
 
+import os
+
 import pytest
 
 from hub_common import DIRECTIONS, sentences
@@ -155,3 +157,36 @@ def test_on_this_machine_a_missing_gpu_is_one_line(exported):
     for options in ({"device": "cuda"}, {"device": "cuda", "compute_type": "int8_float16"}, {"fp16": True}):
         with pytest.raises(HltmtConfigError, match="not available here|does not run on cpu"):
             HltmtTranslator.load(exported, **options)
+
+
+def test_the_search_options_as_ctranslate2_takes_them():
+    from hltmt_plugin.hub.arguments import Search
+    from hltmt_plugin.hub.ct2_engine import decoding
+
+    assert decoding(Search(4, nbest=2)) == {"beam_size": 4, "num_hypotheses": 4, "no_repeat_ngram_size": 0}
+    sampled = Search(3, sampling=True, sampling_topp=0.9, temperature=0.5, no_repeat_ngram_size=3)
+    assert decoding(sampled) == {
+        "beam_size": 1,  # beam samples
+        "num_hypotheses": 3,
+        "sampling_topk": 0,  # the whole vocabulary, cut by top-p
+        "sampling_topp": 0.9,
+        "sampling_temperature": 0.5,
+        "no_repeat_ngram_size": 3,
+    }
+    assert decoding(Search(2, sampling=True, sampling_topk=5))["sampling_topk"] == 5
+
+
+def test_a_seeded_call_draws_the_same_samples_from_the_folder_checked_again(exported, tmp_path):
+    import shutil
+
+    from hltmt_plugin.errors import HltmtError
+
+    folder = str(tmp_path / "copy")
+    shutil.copytree(exported, folder)
+    mt = HltmtTranslator.load(folder, threads=1)
+    drawn = mt.translate(["The file is open."], "en", "de", sampling=True, beam=3, nbest=3, seed=3)
+    assert drawn == mt.translate(["The file is open."], "en", "de", sampling=True, beam=3, nbest=3, seed=3)
+    with open(os.path.join(folder, "dict.txt"), "a", encoding="utf-8") as f:
+        f.write("planted 1\n")  # the folder changed after its load: its models are not loaded again
+    with pytest.raises(HltmtError, match="dict.txt"):
+        mt.translate(["The file is open."], "en", "de", sampling=True, seed=3)
