@@ -195,3 +195,50 @@ def load_pretrained(model, path: str, dictionary: Dictionary, init_decoder: bool
         f"embedding rows (the rest, e.g. language tokens, keep their initialisation)"
         + (f", {len(decoder_copies)} decoder tensors" if init_decoder else "")
     )
+
+
+# ---- fine-tuning a released checkpoint -----------------------------------------------------
+
+# taken from the checkpoint when not given, and free to change (no weight depends on them)
+TAKEN_OPTIONS = (
+    "share_decoder_input_output_embed",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "max_source_positions",
+    "max_target_positions",
+)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def architecture_from_checkpoint(args) -> None:
+    """``--finetune-from-model CKPT`` (a fairseq release such as M2M-100's or NLLB-200's, or any
+    fairseq transformer): every architecture option the command line leaves out is CKPT's
+    stored one (its ``cfg.model``, or an older release's ``args``), so that only what the run
+    changes is typed (the pool, adapters, skills, data). An option given that contradicts CKPT
+    (one its weights depend on) is refused, each named, in one line. Called by the
+    architectures before their defaults, while ``args`` holds only what was typed; a model's
+    stored options (every option present) are left as they are."""
+    from hltmt_plugin.compatibility import SHAPE_OPTIONS, stored_options
+
+    path = getattr(args, "finetune_from_model", None)
+    if not path or not os.path.isfile(path) or all(hasattr(args, name) for name in SHAPE_OPTIONS):
+        return
+    stored = vars(stored_options(load_state(path)))
+    contradictions = []
+    for name in SHAPE_OPTIONS + TAKEN_OPTIONS:
+        if name not in stored:
+            continue
+        if not hasattr(args, name):
+            setattr(args, name, stored[name])
+        elif name in SHAPE_OPTIONS and getattr(args, name) != stored[name]:
+            contradictions.append(f"{_flag(name)} {getattr(args, name)} (the checkpoint's: {stored[name]})")
+    if contradictions:
+        raise HltmtConfigError(
+            f"--finetune-from-model {path}: the command line contradicts the checkpoint's architecture: "
+            + "; ".join(contradictions)
+            + " (leave these options out: they are read from the checkpoint)"
+        )

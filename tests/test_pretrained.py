@@ -7,7 +7,7 @@ import torch
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.data import Dictionary
 
-from conftest import build
+from conftest import MADX, build, make_sample, with_lang_ids
 from hltmt_plugin.errors import HltmtConfigError
 
 pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
@@ -107,3 +107,107 @@ def test_a_model_built_unlike_the_pretrained_encoder_is_refused(data_bin, robert
 def test_missing_file_is_a_clear_error(data_bin, tmp_path):
     with pytest.raises(HltmtConfigError, match="does not exist"):
         build(data_bin, *SHAPE, *XLMR_LIKE, "--pretrained-xlmr-checkpoint", str(tmp_path / "nope.pt"))
+
+
+# ---- a released checkpoint: its architecture read from it ----------------------------------
+
+M2M_LIKE = [  # M2M-100's options (pre-norm, shared embeddings, ReLU) at a tiny size
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "48",
+    "--decoder-embed-dim",
+    "48",
+    "--encoder-ffn-embed-dim",
+    "96",
+    "--decoder-ffn-embed-dim",
+    "96",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--encoder-normalize-before",
+    "--decoder-normalize-before",
+    "--share-all-embeddings",
+    "--attention-dropout",
+    "0.1",
+]
+
+
+@pytest.fixture(scope="module")
+def release(data_bin, tmp_path_factory):
+    """A fairseq ``transformer`` with M2M-100's options, saved as fairseq 0.12 saves a release
+    (its options as the legacy ``args``): (path, its options)."""
+    from conftest import LANGS, PAIRS, PLUGIN
+
+    parser = options.get_training_parser()
+    words = [data_bin, "--user-dir", PLUGIN, "--task", "translation_multi_simple_epoch", "--arch", "transformer"]
+    words += ["--langs", LANGS, "--lang-pairs", PAIRS, "--encoder-langtok", "src", "--decoder-langtok", "--cpu"]
+    args = options.parse_args_and_arch(parser, words + M2M_LIKE)
+    torch.manual_seed(0)
+    model = tasks.setup_task(args).build_model(args)
+    path = str(tmp_path_factory.mktemp("release") / "model.pt")
+    history = [{"criterion_name": "LabelSmoothedCrossEntropyCriterion", "num_updates": 0, "best_loss": None}]
+    state = {"args": args, "model": model.state_dict(), "optimizer_history": history, "extra_state": {}}
+    checkpoint_utils.torch_persistent_save(state, path)
+    return path, args, model.eval()
+
+
+def _parsed(data_bin, *extra):
+    from conftest import train_args
+
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, train_args(data_bin, "--arch", "hltmt_transformer", *extra))
+
+
+def test_a_released_checkpoints_architecture_needs_no_option(data_bin, release):
+    path, stored, _ = release
+    args = _parsed(data_bin, "--finetune-from-model", path)
+    for name in ("encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_ffn_embed_dim", "activation_fn"):
+        assert getattr(args, name) == getattr(stored, name), name
+    assert args.encoder_normalize_before and args.decoder_normalize_before and args.share_all_embeddings
+    assert args.attention_dropout == 0.1
+    assert _parsed(data_bin, "--finetune-from-model", path, "--attention-dropout", "0.2").attention_dropout == 0.2
+    assert _parsed(data_bin).encoder_layers == 6  # without a checkpoint, the architecture's own sizes
+
+
+def test_each_option_that_contradicts_the_checkpoint_is_named_in_one_line(data_bin, release):
+    path, _, _ = release
+    with pytest.raises(HltmtConfigError) as caught:
+        _parsed(data_bin, "--finetune-from-model", path, "--encoder-layers", "3", "--activation-fn", "gelu")
+    message = str(caught.value)
+    assert (
+        "--encoder-layers 3 (the checkpoint's: 2)" in message
+        and "--activation-fn gelu (the checkpoint's: relu)" in message
+    )
+    assert "\n" not in message and "--decoder-layers" not in message
+
+
+DIRECTIONS = ["en-de", "en-fr", "en-gu", "en-hi", "de-en", "gu-en"] * 3
+CAPACITIES = {
+    "pool": [],
+    "pool+adapters": MADX,
+    "pool+skills": ["--skill-ffn", "--skill-attention", "--enable-lang-ids"],
+}
+
+
+@pytest.mark.parametrize("case", list(CAPACITIES))
+def test_capacities_added_to_a_release_start_as_the_identity(data_bin, release, case):
+    """The pool (and adapters or skills) added to the released checkpoint, no architecture option
+    typed, loaded as fairseq-train's --finetune-from-model loads it (strict): at update 0 every
+    target token's log-probability is the released model's, and so is each predicted token."""
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
+
+    path, _, plain = release
+    args = _parsed(data_bin, "--finetune-from-model", path, "--dropout", "0", *CAPACITIES[case])
+    task = tasks.setup_task(args)
+    model = task.build_model(args).eval()
+    model.load_state_dict(load_checkpoint(path)["model"], strict=True, model_cfg=args)
+    sample = make_sample(task, DIRECTIONS, max_len=9)
+    with torch.no_grad():
+        theirs = plain.get_normalized_probs(plain(**sample["net_input"]), log_probs=True)
+        ours = model.get_normalized_probs(model(**with_lang_ids(task, sample, DIRECTIONS)["net_input"]), log_probs=True)
+    assert (ours - theirs).abs().max() < 1e-5
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))

@@ -5,12 +5,15 @@ are those of the one size table, :mod:`hltmt_plugin.sizes`."""
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer.transformer_legacy import base_architecture, transformer_wmt_en_de_big
 
+from hltmt_plugin.pretrained import architecture_from_checkpoint
 from hltmt_plugin.sizes import MODEL_SIZES
 
 
 @register_model_architecture("hltmt_transformer", "hltmt_transformer")
 def hltmt_transformer(args):
-    """Transformer-base sizes (d 512, FFN 2048, 6+6 layers, 8 heads)."""
+    """Transformer-base sizes (d 512, FFN 2048, 6+6 layers, 8 heads); with
+    ``--finetune-from-model``, the checkpoint's options where none is given."""
+    architecture_from_checkpoint(args)
     base_architecture(args)
 
 
