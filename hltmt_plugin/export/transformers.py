@@ -103,7 +103,10 @@ def export(
         for group, place in models.items():
             folder = os.path.join(work, place)
             os.makedirs(folder, exist_ok=True)
-            write_model(transformers, loaded, None if group == "main" else group, norm, folder, search)
+            served = sorted(lang for lang, served in targets.items() if served == group)
+            write_model(transformers, loaded, None if group == "main" else group, norm, folder, search, served)
+        if groups != ["main"]:
+            write_pointer(work, targets, models)
         write_tokenizer(loaded, work)
         model_card.write(work, record, loaded, checkpoint, search, read)
         record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
@@ -361,20 +364,38 @@ def generation_config(transformers, loaded, search: dict):
     )
 
 
-def write_model(transformers, loaded, group, norm, folder, search) -> None:
-    """One group's model: config.json, generation_config.json, model.safetensors."""
+def write_model(transformers, loaded, group, norm, folder, search, served) -> None:
+    """One group's model: config.json (with ``hltmt``: the target languages it serves, ``served``,
+    and their codes), generation_config.json, model.safetensors."""
     from safetensors.torch import save_file
 
     state = weights(loaded.model, group, norm)
     config = config_of(transformers, loaded, group, norm, state)
+    config.hltmt = {"group": group or "main", "targets": served, "codes": [language_code(lang) for lang in served]}
     config.save_pretrained(folder)
     generation_config(transformers, loaded, search).save_pretrained(folder)
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
 
 
+def write_pointer(work: str, targets: dict, models: dict) -> None:
+    """A pool model's folder's own config.json, which no library loads: its ``model_type`` says
+    which subfolder serves which target language, so that ``from_pretrained`` of the folder
+    itself fails with that sentence (transformers names the model type it does not know)."""
+    served = {place: [lang for lang in targets if targets[lang] == group] for group, place in models.items()}
+    sentence = "; ".join(f"subfolder='{place}' for {', '.join(langs)}" for place, langs in served.items())
+    pointer = {
+        "model_type": f"hltmt-pool: this folder holds one model per group of target languages, load one: {sentence}",
+        "hltmt": {"models": {place: langs for place, langs in served.items()}},
+    }
+    with open(os.path.join(work, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(pointer, f, ensure_ascii=False, indent=1)
+
+
 def write_tokenizer(loaded, work: str) -> None:
     """MarianTokenizer's files: the sentencepiece model (source and target), the dictionary as
-    its vocabulary with the language tokens as language codes, and its settings."""
+    its vocabulary with the language tokens as language codes, and its settings, read alike by
+    transformers 4 and 5 (the codes as ``additional_special_tokens``: transformers 4 refuses
+    ``extra_special_tokens`` as a list)."""
     d = loaded.dictionary
     names = {loaded.languages.token(lang): language_code(lang) for lang in loaded.langs}
     vocab = {}
@@ -393,8 +414,7 @@ def write_tokenizer(loaded, work: str) -> None:
         "pad_token": d.pad_word,
         "model_max_length": int(loaded.max_source_positions),
         "separate_vocabs": False,
-        "additional_special_tokens": codes,
-        "extra_special_tokens": codes,
+        "additional_special_tokens": codes,  # transformers 5 reads them as its extra_special_tokens
     }
     with open(os.path.join(work, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(settings, f, ensure_ascii=False, indent=1)

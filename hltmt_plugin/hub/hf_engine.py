@@ -29,7 +29,7 @@ import math
 import os
 import re
 import warnings
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import contract
@@ -229,6 +229,73 @@ def load_model(transformers, folder: str, place: str):
             "and weights disagree: export the checkpoint again)"
         )
     return model
+
+
+CODE = re.compile(r">>[^<>\s]*<<")  # a language code in a line, as MarianTokenizer splits it off
+
+
+def from_pretrained(folder: str, tgt: str, subfolder: Optional[str] = None):
+    """``(tokenizer, model)`` of the export ``folder`` that serve the target language ``tgt``,
+    for ``generate`` (a transformers user's loader: the folder's group for ``tgt`` found, no
+    model of another group given). The folder is checked (its manifest); an unknown ``tgt``, a
+    ``subfolder`` (as ``from_pretrained(folder, subfolder=...)`` names one) that does not serve
+    ``tgt``, or a model whose config.json does not name ``tgt`` among its targets is one
+    HltmtInputError. With ``--decoder-langtok`` the model's generation settings force ``tgt``'s
+    code first. The tokenizer (:class:`CheckedTokenizer`) refuses a line holding a language
+    code the folder does not know, or (with ``--encoder-langtok tgt``) the code of a target the
+    model does not serve."""
+    from hltmt_plugin.hub.manifest import read as read_manifest
+
+    folder = os.fspath(folder)
+    record = read_manifest(folder)
+    if record["engine"] != "transformers":
+        raise HltmtConfigError(f"{folder} is an export for {record['engine']!r:.40}, not transformers")
+    contract.check_languages(list(record["langs"]), tgt, tgt)
+    place = record["models"][record["targets"][tgt]]
+    if subfolder is not None and os.path.normpath(subfolder) != os.path.normpath(place):
+        raise HltmtInputError(
+            f"{folder}: {subfolder!r:.100} does not serve {tgt} ({place} does): load subfolder={place!r}"
+        )
+    transformers = contract.import_transformers("this is an export to transformers and ")
+    model = load_model(transformers, folder, place).eval()
+    served = (getattr(model.config, "hltmt", None) or {}).get("targets", [])
+    if tgt not in served:
+        raise HltmtInputError(f"{folder}: the config.json of {place} does not name {tgt} among its targets")
+    if record["decoder_langtok"]:
+        model.generation_config.forced_bos_token_id = Dictionary.load(os.path.join(folder, "dict.txt")).index(
+            record["language_tokens"][tgt]
+        )
+    with _transformers_quiet(transformers):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    codes = record["language_codes"]
+    allowed = [codes[lang] for lang in served] if record["encoder_langtok"] == "tgt" else list(codes.values())
+    return CheckedTokenizer(tokenizer, allowed, sorted(codes.values())), model
+
+
+class CheckedTokenizer:
+    """A tokenizer that refuses, in one HltmtInputError, a line holding a language code outside
+    ``allowed`` (``known``: every code of the folder) before tokenizing it; everything else is
+    the tokenizer's own (``batch_decode``, ``convert_tokens_to_ids`` ...)."""
+
+    def __init__(self, tokenizer, allowed: Sequence[str], known: Sequence[str]):
+        self.tokenizer, self.allowed, self.known = tokenizer, set(allowed), list(known)
+
+    def __call__(self, text, *args, **kwargs):
+        for line in [text] if isinstance(text, str) else list(text):
+            for code in CODE.findall(line) if isinstance(line, str) else []:
+                if code not in self.known:
+                    raise HltmtInputError(
+                        f"unknown language code {code!r:.40} (this model knows {', '.join(self.known)})"
+                    )
+                if code not in self.allowed:
+                    raise HltmtInputError(
+                        f"{code} is not a target this model serves ({', '.join(sorted(self.allowed))}): load the "
+                        "model of its target language"
+                    )
+        return self.tokenizer(text, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
 
 
 def group_layer(folder: str, place: str, other: str, model):

@@ -152,6 +152,17 @@ def test_the_study_models_generate_the_checkpoints_lines(name, tmp_path):
     card = (tmp_path / name / "README.md").read_text(encoding="utf-8")
     assert card.startswith("---\nlanguage:\n- en\n") and "pipeline_tag" not in card  # no pipeline in transformers 5
     assert "en-de" in card and "fairseq-train" in card
+    # each model's config.json names the targets it serves; transformers 4 and 5 read the tokenizer's codes
+    for group, place in record["models"].items():
+        config = json.loads((tmp_path / name / place / "config.json").read_text())
+        served = sorted(lang for lang, by in record["targets"].items() if by == group)
+        assert config["hltmt"] == {"group": group, "targets": served, "codes": [f">>{lang}<<" for lang in served]}
+    settings = json.loads((tmp_path / name / "tokenizer_config.json").read_text())
+    assert settings["additional_special_tokens"] == list(record["language_codes"].values())
+    assert "extra_special_tokens" not in settings  # a list under that name: transformers 4 cannot load it
+    pointer = (tmp_path / name / "config.json").read_text()  # a pool model's folder: which subfolder to load
+    assert (groups == 1) == ('"model_type": "marian"' in pointer)
+    assert (groups > 1) == ("load one: subfolder='models/" in pointer)
 
 
 SMALL = "--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64"

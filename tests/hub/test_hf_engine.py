@@ -176,3 +176,62 @@ def test_a_refused_load_leaves_transformers_logging_as_it_was(plain, tmp_path):
         root.propagate,
         transformers.utils.logging.is_progress_bar_enabled(),
     ) == before
+
+
+# ---- a pool model's groups: one model in memory, each group's top layer swapped in ------------------
+def test_the_groups_share_one_model_but_their_top_layer(folder):
+    served = HltmtTranslator.load(folder)
+    layers = {group: model.get_decoder().layers for group, model in served.models.items()}
+    assert sorted(layers) == ["m0", "m1", "m2", "universal"]
+    assert len({id(group[-1]) for group in layers.values()}) == 4  # each group's own top layer
+    assert all(group[0] is layers["m0"][0] for group in layers.values())  # the rest shared
+    shared = {id(p) for model in served.models.values() for p in model.parameters()}
+    one = sum(1 for _ in served.models["m0"].parameters())
+    assert len(shared) == one + 3 * sum(1 for _ in layers["m1"][-1].parameters())
+
+
+def test_a_group_that_differs_beyond_its_top_layer_is_loaded_whole(folder, tmp_path):
+    """A planted difference outside the top layer (an encoder weight of models/m1, the folder
+    sealed again): m1 is not given m0's weights, it is loaded whole and translates with its own."""
+    from safetensors.torch import load_file, save_file
+
+    def edit(copy):
+        path = os.path.join(copy, "models", "m1", "model.safetensors")
+        state = load_file(path)
+        state["model.encoder.layers.0.fc1.bias"] = state["model.encoder.layers.0.fc1.bias"] + 1.0
+        save_file(state, path, metadata={"format": "pt"})
+
+    served = HltmtTranslator.load(edited(folder, tmp_path, edit))
+    m0, m1 = served.models["m0"], served.models["m1"]
+    assert m1.get_encoder() is not m0.get_encoder()
+    assert served.models["m2"].get_encoder() is m0.get_encoder()
+    bias = m1.get_encoder().layers[0].fc1.bias - m0.get_encoder().layers[0].fc1.bias
+    assert float(bias.min()) == float(bias.max()) == 1.0
+
+
+# ---- a transformers user's loader: the group of the target, codes checked ----------------------------
+def test_the_loader_gives_the_targets_group_and_refuses_any_other(folder):
+    from hltmt_plugin.errors import HltmtInputError
+    from hltmt_plugin.hub.hf_engine import from_pretrained
+
+    tok, model = from_pretrained(folder, "de")
+    assert model.config.hltmt == {"group": "m0", "targets": ["cs", "de"], "codes": [">>cs<<", ">>de<<"]}
+    lines = [text for _, tgt, text in items() if tgt == "de"]
+    batch = tok([f">>de<< {line}" for line in lines], return_tensors="pt", padding=True)
+    expected = HltmtTranslator.load(folder).translate(lines, "en", "de", beam=5)
+    assert tok.batch_decode(model.generate(**batch), skip_special_tokens=True) == expected
+    with pytest.raises(HltmtInputError, match=r"unknown language 'xx' \(this model knows en,fr,cs"):
+        from_pretrained(folder, "xx")
+    with pytest.raises(HltmtInputError, match="'models/m1' does not serve de \\(models/m0 does\\)"):
+        from_pretrained(folder, "de", subfolder="models/m1")
+    with pytest.raises(HltmtInputError, match="unknown language code '>>xx<<'"):
+        tok([">>de<< A line.", ">>xx<< The file."])
+    with pytest.raises(HltmtInputError, match=">>fi<< is not a target this model serves"):
+        tok(">>fi<< The file.")
+
+
+def test_the_pool_folder_itself_names_the_subfolders_to_load(folder):
+    import transformers
+
+    with pytest.raises(ValueError, match="load one: subfolder='models/m0' for cs, de; subfolder='models/m1' for fi"):
+        transformers.AutoConfig.from_pretrained(folder)
