@@ -55,6 +55,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import time
 
@@ -196,11 +197,13 @@ def check_args(p, args):
         p.error("--buffer-size must be at least 1")
     try:
         search_options(args)
-    except HltmtConfigError as error:  # the Python API's bound, named as the option
-        p.error(str(error).replace("sampling=True (--sampling)", "--sampling"))
+    except HltmtConfigError as error:  # the Python API's bound, each argument named as its option
+        message = str(error).replace("sampling=True (--sampling)", "--sampling")
+        p.error(re.sub(rf"\b({'|'.join(SEARCH_NAMES)})\b", lambda m: "--" + m.group(1).replace("_", "-"), message))
 
 
 SEARCH = ("beam", "lenpen", "max_len", "nbest", "sampling", "sampling_topk", "sampling_topp", "temperature", "seed")
+SEARCH_NAMES = sorted(set(SEARCH + ("no_repeat_ngram_size",)) - {"sampling"}, key=len, reverse=True)
 
 
 def search_options(args) -> dict:

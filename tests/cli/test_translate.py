@@ -509,14 +509,17 @@ STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltm
 @pytest.mark.parametrize(
     "options,message",
     [
-        (["--nbest", "6"], "nbest 6 is more than the beam (5)"),
-        (["--sampling-topk", "5"], "sampling_topk applies to sampling: give --sampling with it"),
-        (["--temperature", "0.5"], "temperature applies to sampling: give --sampling with it"),
-        (["--sampling", "--temperature", "0"], "temperature must be from 0.01 to 100"),
-        (["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.5"], "sampling_topk or sampling_topp, not both"),
-        (["--sampling", "--sampling-topp", "2"], "sampling_topp must be more than 0 and at most 1"),
-        (["--sampling", "--seed", "-1"], "seed must be from 0 to 2147483647"),
-        (["--no-repeat-ngram-size", "1"], "no_repeat_ngram_size must be 0 (off) or at least 2"),
+        (["--nbest", "6"], "--nbest 6 is more than the --beam (5)"),
+        (["--sampling-topk", "5"], "--sampling-topk applies to sampling: give --sampling with it"),
+        (["--temperature", "0.5"], "--temperature applies to sampling: give --sampling with it"),
+        (["--sampling", "--temperature", "0"], "--temperature must be from 0.01 to 100"),
+        (
+            ["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.5"],
+            "give --sampling-topk or --sampling-topp, not both",
+        ),
+        (["--sampling", "--sampling-topp", "2"], "--sampling-topp must be more than 0 and at most 1"),
+        (["--sampling", "--seed", "-1"], "--seed must be from 0 to 2147483647"),
+        (["--no-repeat-ngram-size", "1"], "--no-repeat-ngram-size must be 0 (off) or at least 2"),
     ],
 )
 def test_search_options_out_of_their_bounds_are_refused_at_parsing(options, message, capsys):
