@@ -148,7 +148,9 @@ def add_card_options(p) -> None:
         help="the weights' licence as the Hugging Face Hub names it (mit, cc-by-sa-3.0 ..., or other with "
         "--license-name and --license-link; default: none stated)",
     )
-    card.add_argument("--license-name", default=None, help="with --license other: the licence's identifier")
+    card.add_argument(
+        "--license-name", default=None, metavar="NAME", help="with --license other: the licence's identifier"
+    )
     card.add_argument(
         "--license-link", default=None, metavar="URL", help="with --license other: a file of the folder or a URL"
     )
