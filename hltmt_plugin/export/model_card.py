@@ -432,7 +432,8 @@ def _input_rule(record: dict) -> str:
 
 def _groups(record: dict) -> List[str]:
     if set(record["models"]) == {"main"}:
-        return [f"One model serves every direction: `{record['models']['main']}`."]
+        place = record["models"]["main"]
+        return [f"One model serves every direction: {'the folder itself' if place == '.' else f'`{place}`'}."]
     lines = [
         "Each target language goes through its own modules (the pool module its routing map gives it, or the "
         "universal layer), so each group of target languages is a model of its own; load the one that serves "
@@ -451,15 +452,18 @@ def _groups(record: dict) -> List[str]:
 
 def _data(facts: dict) -> List[str]:
     data = facts.get("data") or {}
-    name = f"{data['name']}: " if data.get("name") else ""
     folder = f"the data folder the run read, `{data['folder']}`" if data.get("folder") else "a data folder not recorded"
+    folder = f"{data['name']}: {folder}" if data.get("name") else folder[:1].upper() + folder[1:]
     sizes = data.get("sizes") or {}
     if sizes:
         counts = ", ".join(f"{k} {n:,}" for k, n in sorted(sizes.items()))
         said = f"Training sentence pairs ({data.get('sizes_from')}): {counts}; {sum(sizes.values()):,} in all."
     else:
-        said = "Its sizes are not recorded here (its train split is not beside the checkpoint: --data-sizes FILE)."
-    return [f"{name}{folder}.", "", said]
+        said = (
+            "Its sizes are not known here: neither the data folder the export read nor the one the run read holds "
+            "its train split (give them with `--data-sizes FILE`)."
+        )
+    return [f"{folder}.", "", said]
 
 
 def _licence(facts: dict) -> str:

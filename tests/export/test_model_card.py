@@ -98,6 +98,16 @@ def test_card_options_that_do_not_hold_are_one_line(tmp_path, given, match):
 
 
 @pytest.mark.fast
+def test_one_model_in_the_folder_itself_and_a_data_folder_whose_sizes_are_not_known():
+    plain = record(targets={"en": "main", "de": "main", "fr": "main"}, models={"main": "."})
+    card = model_card.card(plain, {"data": {"folder": "/runs/data/bin", "sizes": {}}, "updates": [2000, 5000]})
+    assert "One model serves every direction: the folder itself." in card
+    assert "The data folder the run read, `/runs/data/bin`." in card and "`--data-sizes FILE`" in card
+    assert "Trained for 5,000 updates in 2 fairseq-train runs (2,000, then 5,000)" in card
+    assert "The last run's command" in card and 'from_pretrained("MODEL_FOLDER")\n' in card
+
+
+@pytest.mark.fast
 def test_a_model_that_serves_no_direction_says_so():
     card = model_card.card(record(encoder_langtok=None, language_codes={}), {})
     assert "It serves no direction" in card and "translated into: none" in card
