@@ -97,10 +97,7 @@ def main(argv=None):
         )
     except HltmtError as error:
         return fail(error)
-    groups = ", ".join(
-        f"{group} ({','.join(sorted(t for t, g in record['targets'].items() if g == group))})"
-        for group in record["models"]
-    )
+    groups = served_groups(record, {group: group for group in record["models"]})
     print(
         f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
         f"{args.quantization}): {len(record['models'])} model(s): {groups}"
@@ -123,15 +120,23 @@ def export_transformers(args) -> int:
         )
     except HltmtError as error:
         return fail(error)
-    groups = ", ".join(
-        f"{place} ({','.join(sorted(t for t, g in record['targets'].items() if g == group))})"
-        for group, place in record["models"].items()
-    )
+    groups = served_groups(record, record["models"])
     print(
         f"{PROG}: {args.checkpoint} -> {args.out} ({record['source']['class']}, transformers "
         f"{record['source']['transformers']}): {len(record['models'])} model(s): {groups}"
     )
     return 0
+
+
+def served_groups(record: dict, names: dict) -> str:
+    """``name (targets), ...``: each group of an export and the languages it translates into."""
+    from hltmt_plugin.export.model_card import targets
+
+    served = targets(record)
+    return ", ".join(
+        f"{names[group]} ({','.join(sorted(t for t in served if record['targets'][t] == group)) or 'no target'})"
+        for group in record["models"]
+    )
 
 
 def add_card_options(p) -> None:

@@ -445,8 +445,8 @@ def _groups(record: dict) -> List[str]:
     served = targets(record)
     for group, place in sorted(record["models"].items()):
         langs = [lang for lang in served if record["targets"].get(lang) == group]
-        if langs:
-            lines.append(f"| `{place}` | {', '.join(langs)} |")
+        never = [lang for lang, g in record["targets"].items() if g == group and lang not in served]
+        lines.append(f"| `{place}` | {', '.join(langs) or 'none (' + ', '.join(never) + ': never a target)'} |")
     return lines
 
 

@@ -50,6 +50,8 @@ def test_the_card_has_the_hubs_metadata_the_directions_groups_and_the_command():
     assert "pipeline_tag" not in meta and "license" not in meta  # no translation pipeline; no licence given
     assert "Trained directions: en-de, en-fr." in body and "(en never a target)" in body
     assert "| `models/m0` | de |" in body and "| `models/universal` | fr |" in body  # en is no target
+    only_en = model_card.card(record(targets={"en": "universal", "de": "m0", "fr": "m1"}), facts)
+    assert "| `models/universal` | none (en: never a target) |" in only_en
     assert 'subfolder="models/m0"' in body and ">>de<< The file could not be saved." in body
     assert "translate with `generate`" in body and "model.generate(**batch)" in body
     assert "fairseq-train data \\\n    --task hltmt_translation" in body
