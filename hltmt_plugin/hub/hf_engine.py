@@ -37,6 +37,10 @@ from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
 LOGITS_PER_PASS = 2**24  # the most logits one pass of _log_probs holds (64 MiB in float32)
+# sentences per batch unless max_sentences says otherwise: generate runs every row of a batch until the
+# batch's last hypothesis ends (fairseq and CTranslate2 drop a finished sentence), so a batch of 100
+# short lines costs the longest one's steps for all, and holds their beams' caches that long
+GENERATE_SENTENCES = 32
 
 
 class HfTranslator(contract.ExportedTranslator):
@@ -59,7 +63,8 @@ class HfTranslator(contract.ExportedTranslator):
         read), the shared options checked by the contract
         (:meth:`~hltmt_plugin.hub.contract.Translator.load`). ``device``: cpu (default) or cuda;
         ``threads``: torch's threads (default: torch's choice, ``$OMP_NUM_THREADS`` if set);
-        ``fp16``: half precision (GPU). A pool model's groups share one model (the module docstring)."""
+        ``fp16``: half precision (GPU); ``max_sentences``: default :data:`GENERATE_SENTENCES`. A
+        pool model's groups share one model (the module docstring)."""
         if compute_type is not None:
             raise HltmtConfigError(
                 f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 "
@@ -86,7 +91,7 @@ class HfTranslator(contract.ExportedTranslator):
                 models[group] = with_top_layer(base, layer.half() if fp16 else layer)
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))
         pieces = Pieces(os.path.join(folder, "source.spm"))
-        return cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences)
+        return cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences or GENERATE_SENTENCES)
 
     def batch_key(self, tgt: str) -> Tuple[str, str]:
         """The group serving ``tgt`` and, with ``--decoder-langtok``, ``tgt`` itself: its token is
