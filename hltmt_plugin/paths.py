@@ -306,6 +306,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 class _SubParser(ArgumentParser):
-    """A subcommand's parser: its options are checked by the command's parser, which sees them all."""
+    """A subcommand's parser: its options are checked by the command's parser, which sees them all;
+    its errors are the command's one line (``hltmt-adapters: error: export: ...``)."""
 
     _nested = True
+
+    def error(self, message):
+        command, _, sub = self.prog.partition(" ")
+        self.exit(2, f"{command}: error: {sub}: {message} (see --help)\n")

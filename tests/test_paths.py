@@ -103,6 +103,18 @@ def test_subcommands_are_declared_and_checked_by_the_command():
         p.parse_args(["export", "--path", "/tmp/a.pt", "--out", "/tmp/a.pt"])
 
 
+def test_a_subcommands_error_is_the_commands_one_line(tmp_path, capsys):
+    p = paths.ArgumentParser(prog="demo")
+    paths.path_option(p.add_subparsers(dest="command").add_parser("export"), "--path", kind=paths.READ_FILE)
+    with pytest.raises(SystemExit) as stop:
+        p.parse_args(["export", "--path", str(tmp_path / "none.pt")])
+    err = capsys.readouterr().err
+    assert (
+        stop.value.code == 2
+        and err == f"demo: error: export: argument --path: {tmp_path / 'none.pt'}: no such file (see --help)\n"
+    )
+
+
 def test_a_dataclass_field_declares_its_kind_and_is_checked(tmp_path):
     @dataclass
     class Options:
