@@ -146,6 +146,15 @@ def test_hltmt_pre_norm_with_the_decoder_language_token_translates_as_the_checkp
     record = export(ckpt, f"{folder}/prenorm-export", spm=spm_of(data_bin))
     assert record["encoder_langtok"] == "src" and record["decoder_langtok"]
     assert_served_alike(ckpt, f"{folder}/prenorm-export", items_of(), spm=spm_of(data_bin))
+    # each group whole: plain CTranslate2 with the source's token and the target's forced first
+    whole = f"{folder}/prenorm-whole"
+    record = export(ckpt, whole, spm=spm_of(data_bin), whole=True)
+    served = HltmtTranslator.load(whole)
+    for src, tgt in DIRECTIONS:  # this untrained model's lines run to MAX_LEN, where fairseq's choice is its own:
+        lines = sentences(src, tgt, 6)  # the engine's line is one of CTranslate2's hypotheses, the first if not cut
+        expected = served.translate_batch([(src, tgt, x) for x in lines], beam=BEAM, max_len=MAX_LEN, details=True)
+        found = plain_translations(whole, record, src, tgt, lines, beam=BEAM, max_len=MAX_LEN, every=True)
+        assert all(r.text in f and (r.tokens > MAX_LEN or r.text == f[0]) for f, r in zip(found, expected))
 
 
 @pytest.mark.parametrize("convention", ["tgt", "src"])
@@ -226,18 +235,27 @@ def whole_study(tmp_path_factory):
     return folder, export(os.path.join(STUDY, "models", "hltmt.pt"), folder, whole=True)
 
 
-def plain_translations(folder, record, group, src, tgt, lines):
-    """``lines`` translated by ``ctranslate2.Translator`` alone, with the convention deploying.md states."""
+def plain_translations(folder, record, src, tgt, lines, beam=5, max_len=200, every=False):
+    """``lines`` translated by ``ctranslate2.Translator`` alone, with the convention deploying.md
+    states: the language token, the pieces, ``</s>``; the target's token forced first with
+    ``--decoder-langtok``. ``every``: each line's ``beam`` hypotheses, best first."""
     import sentencepiece
 
     sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(folder, "spm.model"))
-    model = ct2.Translator(os.path.join(folder, record["models"][group]), intra_threads=1)
+    model = ct2.Translator(os.path.join(folder, record["models"][record["targets"][tgt]]), intra_threads=1)
     tokens = record["language_tokens"]
     first = [tokens[tgt if record["encoder_langtok"] == "tgt" else src]]
+    prefix = [[tokens[tgt]]] * len(lines) if record["decoder_langtok"] else None
     out = model.translate_batch(
-        [first + sp.encode(line, out_type=str) + ["</s>"] for line in lines], beam_size=5, max_decoding_length=200
+        [first + sp.encode(line, out_type=str) + ["</s>"] for line in lines],
+        target_prefix=prefix,
+        beam_size=beam,
+        max_decoding_length=max_len,
+        min_decoding_length=0 if prefix else 1,
+        num_hypotheses=beam if every else 1,
     )
-    return [sp.decode(o.hypotheses[0]) for o in out]
+    texts = [[sp.decode(h[1 if prefix else 0 :]) for h in o.hypotheses] for o in out]
+    return texts if every else [t[0] for t in texts]
 
 
 def test_whole_groups_each_open_in_plain_ctranslate2_with_the_engines_lines(whole_study):
@@ -250,7 +268,7 @@ def test_whole_groups_each_open_in_plain_ctranslate2_with_the_engines_lines(whol
         with open(os.path.join(STUDY, "refs", f"en-{tgt}.en"), encoding="utf-8") as f:
             lines = [f.readline().strip() for _ in range(6)]
         expected = served.translate_batch([("en", tgt, line) for line in lines], beam=5, details=True)
-        found = plain_translations(folder, record, group, "en", tgt, lines)
+        found = plain_translations(folder, record, "en", tgt, lines)
         assert [r.text for r in expected if r.tokens < 200] == [f for f, r in zip(found, expected) if r.tokens < 200]
         assert sum(r.tokens < 200 for r in expected) >= 5, group
 
