@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Serving all 20 DebMT-10 directions: one mixed-direction call vs one call per direction vs
-one process per direction, side by side in one run (docs/benchmarks.md).
+"""Serving all 20 DebMT-10 directions: one mixed-direction call vs one call per direction,
+side by side in one run (docs/benchmarks.md).
 
     python scripts/bench_translate.py --work runs/bench_translate            # prepares and trains a model
     python scripts/bench_translate.py --checkpoint CKPT                      # a model of all 20 directions
@@ -8,9 +8,7 @@ one process per direction, side by side in one run (docs/benchmarks.md).
 The same checkpoint, N test sentences of every direction, beam, length limit and batch size in
 every mode: ``mixed`` (one process loads the model once, ``hltmt_plugin.hub``, and translates
 everything in one ``translate_batch`` call), ``per-direction`` (one ``translate`` call per
-direction), ``per-process`` (fairseq's own way: one ``fairseq-interactive`` process per
-direction, each loading the model). Each mode runs in its own processes (peak memory: their
-``ru_maxrss``), rounds interleaved, medians over the rounds; sentences/s translating (model
+direction). Each mode runs in a process of its own (peak memory: its ``ru_maxrss``), rounds interleaved, medians over the rounds; sentences/s translating (model
 loaded) and end to end; the hypotheses of the modes compared. Without ``--checkpoint``,
 ``--work`` gets a model of its own: hltmt-prepare-data (--max-train lines per pair), then
 ``hltmt_transformer_tiny`` trained for --train-updates (half stage high, half stage all).
@@ -25,7 +23,6 @@ import time
 
 from hltmt_plugin import records
 from hltmt_plugin.atomic_files import write_text
-from hltmt_plugin.cli import PLUGIN
 from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
 from hltmt_plugin.experiments import recipe
 from hltmt_plugin.experiments.steps import StepFailed, run_quiet
@@ -35,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
 LANGS = DEBMT10_LANGS
 HIGH = DEBMT10_HIGH
-MODES = ("mixed", "per-direction", "per-process")
+MODES = ("mixed", "per-direction")
 
 
 def log(message):
@@ -132,8 +129,7 @@ def prepare_model(args):
 
 
 def resolve_model(args):
-    """Load the checkpoint once, as the workers will: sets args.spm, args.data and the
-    --langs / --lang-pairs options of fairseq-interactive; exits with one error line when it
+    """Load the checkpoint once, as the workers will: sets args.spm and args.data; exits with one error line when it
     cannot be loaded or does not know every language of --langs."""
     sys.path.insert(0, ROOT)
     import logging
@@ -147,12 +143,10 @@ def resolve_model(args):
     except HltmtError as error:
         sys.exit(f"bench_translate: error: {error}")
     args.spm, args.data = probe.spm, args.data or str(probe.task.args.data)
-    args.langs_option = ",".join(probe.langs)
-    args.pairs_option = ",".join(probe.task.lang_pairs)
     missing = [x for x in ["en"] + args.langs if x not in probe.langs]
     if missing:
         sys.exit(
-            f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has {args.langs_option})"
+            f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has {','.join(probe.langs)})"
         )
 
 
@@ -206,78 +200,23 @@ def worker_command(mode, args):
     ]
 
 
-def interactive_command(args, src, tgt, sentences_in):
-    """fairseq-interactive for one direction, ``sentences_in`` lines read in one buffer."""
-    from hltmt_plugin.cli import fairseq_cli
-
-    return [
-        *fairseq_cli("interactive"),
-        *[args.data, "--user-dir", PLUGIN, "--task", "hltmt_translation", "--langs", args.langs_option],
-        *["--lang-pairs", args.pairs_option, "--encoder-langtok", "tgt", "-s", src, "-t", tgt],
-        *["--path", args.checkpoint, "--bpe", "sentencepiece", "--sentencepiece-model", args.spm],
-        *["--beam", str(args.beam), "--max-len-b", str(args.max_len), "--lenpen", str(args.lenpen)],
-        *["--max-tokens", str(args.max_tokens), "--buffer-size", str(sentences_in)],
-        *(["--cpu"] if args.device == "cpu" else []),
-    ]
+def run_mode(mode, args, items_path, env):
+    """One round of ``mode``: its times, peak memory and outputs."""
+    wall, rss, text = run_checked(worker_command(mode, args), env, stdin_path=items_path)
+    result = records.parse_json(text.strip().splitlines()[-1], f"the result of the {mode} worker")
+    return {"translate_s": result["translate_s"], "wall_s": wall, "peak_rss_mib": rss, "outputs": result["outputs"]}
 
 
-def interactive_hypotheses(text):
-    """{input line number: detokenized hypothesis} from fairseq-interactive's ``D-`` lines."""
-    hyps = {}
-    for line in text.splitlines():
-        if line.startswith("D-"):
-            fields = line[2:].split("\t")
-            hyps[int(fields[0])] = fields[2] if len(fields) > 2 else ""
-    return hyps
-
-
-def run_mode(mode, args, items, items_path, env, work):
-    """One round of ``mode``: its sentences, times, peak memory, processes and outputs."""
-    n = len(items)
-    if mode in ("mixed", "per-direction"):
-        wall, rss, text = run_checked(worker_command(mode, args), env, stdin_path=items_path)
-        result = records.parse_json(text.strip().splitlines()[-1], f"the result of the {mode} worker")
-        return {
-            "sentences": n,
-            "translate_s": result["translate_s"],
-            "wall_s": wall,
-            "peak_rss_mib": rss,
-            "peak_rss_sum_mib": rss,
-            "processes": 1,
-            "outputs": result["outputs"],
-        }
-    outputs, walls, peaks = [None] * n, [], []
-    for (src, tgt), where in by_direction(items).items():
-        path = os.path.join(work, f"in.{src}-{tgt}.txt")
-        write_text(path, "".join(items[i][2] + "\n" for i in where))
-        wall, rss, text = run_checked(interactive_command(args, src, tgt, len(where)), env, stdin_path=path)
-        walls.append(wall)
-        peaks.append(rss)
-        hyps = interactive_hypotheses(text)
-        for k, i in enumerate(where):
-            outputs[i] = hyps.get(k)
-    return {
-        "sentences": n,
-        "translate_s": None,
-        "wall_s": sum(walls),
-        "peak_rss_mib": max(peaks),
-        "peak_rss_sum_mib": sum(peaks),
-        "processes": len(walls),
-        "outputs": outputs,
-    }
-
-
-def run_rounds(args, items, items_path, env, work):
+def run_rounds(args, n, items_path, env):
     """--rounds rounds of every mode, interleaved; {mode: [each round's result]}."""
     runs = {mode: [] for mode in MODES}
     for r in range(args.rounds):
         for mode in MODES:
-            result = run_mode(mode, args, items, items_path, env, work)
+            result = run_mode(mode, args, items_path, env)
             runs[mode].append(result)
-            rate = result["sentences"] / (result["translate_s"] or result["wall_s"])
             log(
-                f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, {rate:.1f} sentences/s"
-                f"{' translating' if result['translate_s'] else ''}, peak {result['peak_rss_mib']:.0f} MiB"
+                f"round {r + 1} {mode}: {result['wall_s']:.1f} s end to end, "
+                f"{n / result['translate_s']:.1f} sentences/s translating, peak {result['peak_rss_mib']:.0f} MiB"
             )
     return runs
 
@@ -288,41 +227,31 @@ def run_rounds(args, items, items_path, env, work):
 
 def mode_table(runs, n):
     """Each mode's medians over the rounds: sentences/s translating and end to end, wall time,
-    peak memory (of one process, and summed over its processes)."""
+    peak memory."""
     table = {}
     for mode in MODES:
         rs = runs[mode]
         translate_s, wall_s = median([r["translate_s"] for r in rs]), median([r["wall_s"] for r in rs])
         table[mode] = {
-            "translate_sent_per_s": n / translate_s if translate_s else None,
+            "translate_sent_per_s": n / translate_s,
             "end_to_end_sent_per_s": n / wall_s,
             "wall_s": wall_s,
             "peak_rss_mib": median([r["peak_rss_mib"] for r in rs]),
-            "peak_rss_sum_mib": median([r["peak_rss_sum_mib"] for r in rs]),
-            "processes": rs[0]["processes"],
         }
     return table
 
 
 def identical(runs):
-    """How many hypotheses of the first round mixed shares with per-direction and per-process."""
-    outs = {mode: runs[mode][0]["outputs"] for mode in MODES}
-    return {
-        "mixed=per-direction": sum(a == b for a, b in zip(outs["mixed"], outs["per-direction"])),
-        "mixed=per-process": sum(a == b for a, b in zip(outs["mixed"], outs["per-process"])),
-    }
+    """How many hypotheses of the first round mixed shares with per-direction."""
+    return sum(a == b for a, b in zip(runs["mixed"][0]["outputs"], runs["per-direction"][0]["outputs"]))
 
 
 def ratios_of(table):
-    mixed, per_dir, per_proc = table["mixed"], table["per-direction"], table["per-process"]
+    mixed, per_dir = table["mixed"], table["per-direction"]
     return {
         "mixed/per-direction translating": mixed["translate_sent_per_s"] / per_dir["translate_sent_per_s"],
         "mixed/per-direction end to end": mixed["end_to_end_sent_per_s"] / per_dir["end_to_end_sent_per_s"],
-        "mixed/per-process end to end": mixed["end_to_end_sent_per_s"] / per_proc["end_to_end_sent_per_s"],
         "mixed/per-direction peak memory": mixed["peak_rss_mib"] / per_dir["peak_rss_mib"],
-        "mixed/per-process peak memory (largest process)": mixed["peak_rss_mib"] / per_proc["peak_rss_mib"],
-        f"mixed/per-process memory ({per_proc['processes']} servers up at once)": mixed["peak_rss_mib"]
-        / per_proc["peak_rss_sum_mib"],
     }
 
 
@@ -331,16 +260,12 @@ def report_lines(table, ratios, same, n):
     cells = []
     for mode in MODES:
         row = table[mode]
-        tr = f"{row['translate_sent_per_s']:.1f}" if row["translate_sent_per_s"] else "-"
-        mem = f"{row['peak_rss_mib']:.0f}" + (f" (sum {row['peak_rss_sum_mib']:.0f})" if row["processes"] > 1 else "")
-        cells.append([mode, row["processes"], tr, f"{row['end_to_end_sent_per_s']:.1f}", f"{row['wall_s']:.1f}", mem])
-    header = ["mode", "processes", "sentences/s translating", "sentences/s end to end", "wall s", "peak RSS MiB"]
+        rates = [f"{row['translate_sent_per_s']:.1f}", f"{row['end_to_end_sent_per_s']:.1f}"]
+        cells.append([mode, *rates, f"{row['wall_s']:.1f}", f"{row['peak_rss_mib']:.0f}"])
+    header = ["mode", "sentences/s translating", "sentences/s end to end", "wall s", "peak RSS MiB"]
     lines = [*markdown_table(header, cells).split("\n"), ""]
     lines += [f"- {name}: **{value:.2f}**" for name, value in ratios.items()]
-    lines.append(
-        f"- identical hypotheses: mixed = per-direction {same['mixed=per-direction']}/{n}, "
-        f"mixed = per-process (fairseq-interactive) {same['mixed=per-process']}/{n}"
-    )
+    lines.append(f"- identical hypotheses: mixed = per-direction {same}/{n}")
     return lines
 
 
@@ -408,10 +333,9 @@ def main(argv=None):
         args.data, args.spm = args.data or data, args.spm or spm
     resolve_model(args)
 
-    work = os.path.abspath(args.work)
-    os.makedirs(work, exist_ok=True)
+    os.makedirs(args.work, exist_ok=True)
     items = select_items(args.raw, args.langs, args.per_direction)
-    items_path = os.path.join(work, "items.json")
+    items_path = os.path.abspath(os.path.join(args.work, "items.json"))
     write_text(items_path, json.dumps(items, ensure_ascii=False))
     log(
         f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
@@ -419,9 +343,8 @@ def main(argv=None):
         f"{args.rounds} round(s)"
     )
     env = child_env(args.threads, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    runs = run_rounds(args, items, items_path, env, work)
-
     n = len(items)
+    runs = run_rounds(args, n, items_path, env)
     table = mode_table(runs, n)
     ratios, same = ratios_of(table), identical(runs)
     print("\n".join(report_lines(table, ratios, same, n)))

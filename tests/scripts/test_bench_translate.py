@@ -1,6 +1,6 @@
 """scripts/bench_translate.py without a model: its one-line errors, the sentences it serves,
-how it reads fairseq-interactive's output, the worker's command line and the summary it
-prints. The measurement itself (a trained model, three modes) is in docs/benchmarks.md."""
+the worker's command line and the summary it prints. The measurement itself (a trained
+model, two modes) is in docs/benchmarks.md."""
 
 import argparse
 import os
@@ -58,15 +58,6 @@ def test_directions_and_the_sentences_of_each(tmp_path):
     assert all(items[i][:2] == key for key, where in groups.items() for i in where)
 
 
-def test_interactive_hypotheses_read_the_detokenized_lines_by_input_line():
-    text = (
-        "S-1\tsecond\nW-1\t0.1\tseconds\nH-1\t-0.3\t▁zweite\nD-1\t-0.3\tzweite\nP-1\t-0.1 -0.2\n"
-        "S-0\tfirst\nD-0\t-0.5\terste Zeile\tmit Tab\nD-2\t-9.0\n2024-01-01 | INFO | fairseq | done\n"
-    )
-    assert bt.interactive_hypotheses(text) == {0: "erste Zeile", 1: "zweite", 2: ""}
-    assert bt.interactive_hypotheses("") == {}
-
-
 def options(**extra):
     values = dict(
         checkpoint="/m/c.pt",
@@ -78,8 +69,6 @@ def options(**extra):
         max_tokens=900,
         threads=2,
         device="cpu",
-        langs_option="en,de,gu",
-        pairs_option="en-de,de-en",
     )
     return argparse.Namespace(**{**values, **extra})
 
@@ -97,39 +86,16 @@ def test_the_worker_command_parses_back_to_the_same_options():
         2,
         "cpu",
     )
-    cmd = bt.interactive_command(options(device="cuda"), "gu", "en", 7)
-    assert cmd[1:3] == ["-m", "fairseq_cli.interactive"] and "--cpu" not in cmd
-    assert cmd[cmd.index("-s") + 1] == "gu" and cmd[cmd.index("-t") + 1] == "en"
-    assert cmd[cmd.index("--buffer-size") + 1] == "7" and cmd[cmd.index("--max-len-b") + 1] == "30"
-    assert "--cpu" in bt.interactive_command(options(), "gu", "en", 7)
 
 
-def round_of(processes, translate_s, wall_s, peak, peak_sum, outputs):
-    return {
-        "sentences": len(outputs),
-        "translate_s": translate_s,
-        "wall_s": wall_s,
-        "peak_rss_mib": peak,
-        "peak_rss_sum_mib": peak_sum,
-        "processes": processes,
-        "outputs": outputs,
-    }
+def round_of(translate_s, wall_s, peak, outputs):
+    return {"translate_s": translate_s, "wall_s": wall_s, "peak_rss_mib": peak, "outputs": outputs}
 
 
 def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
     runs = {
-        "mixed": [
-            round_of(1, 2.0, 4.0, 100.0, 100.0, ["a", "b", "c", "d"]),
-            round_of(1, 4.0, 6.0, 300.0, 300.0, ["x"] * 4),
-        ],
-        "per-direction": [
-            round_of(1, 4.0, 8.0, 50.0, 50.0, ["a", "b", "c", "z"]),
-            round_of(1, 4.0, 8.0, 50.0, 50.0, ["a"] * 4),
-        ],
-        "per-process": [
-            round_of(4, None, 16.0, 40.0, 160.0, ["a", "y", None, "d"]),
-            round_of(4, None, 16.0, 40.0, 160.0, ["a"] * 4),
-        ],
+        "mixed": [round_of(2.0, 4.0, 100.0, ["a", "b", "c", "d"]), round_of(4.0, 6.0, 300.0, ["x"] * 4)],
+        "per-direction": [round_of(4.0, 8.0, 50.0, ["a", "b", "c", "z"]), round_of(4.0, 8.0, 50.0, ["a"] * 4)],
     }
     table = bt.mode_table(runs, 4)
     assert table["mixed"] == {
@@ -137,27 +103,22 @@ def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
         "end_to_end_sent_per_s": 4 / 5.0,
         "wall_s": 5.0,
         "peak_rss_mib": 200.0,
-        "peak_rss_sum_mib": 200.0,
-        "processes": 1,
     }
-    assert table["per-process"]["translate_sent_per_s"] is None and table["per-process"]["processes"] == 4
     same = bt.identical(runs)  # the first round's hypotheses
-    assert same == {"mixed=per-direction": 3, "mixed=per-process": 2}
+    assert same == 3
     ratios = bt.ratios_of(table)
     assert ratios["mixed/per-direction translating"] == pytest.approx(4 / 3.0)
-    assert ratios["mixed/per-process end to end"] == pytest.approx(16 / 5.0)
-    assert ratios["mixed/per-process memory (4 servers up at once)"] == pytest.approx(200 / 160)
+    assert ratios["mixed/per-direction end to end"] == pytest.approx(8 / 5.0)
+    assert ratios["mixed/per-direction peak memory"] == pytest.approx(200 / 50)
     lines = bt.report_lines(table, ratios, same, 4)
     assert lines[:2] == [
-        "| mode | processes | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
-        "|---|---|---|---|---|---|",
+        "| mode | sentences/s translating | sentences/s end to end | wall s | peak RSS MiB |",
+        "|---|---|---|---|---|",
     ]
-    assert lines[2] == "| mixed | 1 | 1.3 | 0.8 | 5.0 | 200 |"
-    assert lines[4] == "| per-process | 4 | - | 0.2 | 16.0 | 40 (sum 160) |"
-    assert lines[5] == "" and lines[6] == "- mixed/per-direction translating: **1.33**"
-    assert lines[-1] == (
-        "- identical hypotheses: mixed = per-direction 3/4, mixed = per-process (fairseq-interactive) 2/4"
-    )
+    assert lines[2] == "| mixed | 1.3 | 0.8 | 5.0 | 200 |"
+    assert lines[3] == "| per-direction | 1.0 | 0.5 | 8.0 | 50 |"
+    assert lines[4] == "" and lines[5] == "- mixed/per-direction translating: **1.33**"
+    assert lines[-1] == "- identical hypotheses: mixed = per-direction 3/4"
 
 
 def test_a_failed_preparation_or_training_is_its_own_error_line(tmp_path):
