@@ -23,7 +23,7 @@ import sys
 import torch
 
 from bench_profile import fairseq_train_main, pair_child, parse_train_options
-from bench_speed import cuda_memory_child, speed_main
+from bench_speed import speed_main
 from bench_systems import ARCHS, SYSTEMS, BenchError, derive_languages
 from timing import HelpFormatter, child_main
 
@@ -107,12 +107,10 @@ def add_train_options(p):
     g.add_argument(
         "--profile",
         action="store_true",
-        help="with --fairseq-train: also profile the training step at --profile-size: the CPU time of its "
-        "phases and the operators (torch.profiler) whose time differs most",
+        help="with --fairseq-train: also profile the training step at --profile-size: the CPU time of its phases",
     )
     g.add_argument("--profile-size", default="small", choices=sorted(ARCHS), help="model size profiled")
     g.add_argument("--profile-updates", type=int, default=20, help="updates profiled, after 3 of warm-up")
-    g.add_argument("--profile-top", type=int, default=12, help="operators listed")
 
 
 def check_args(p, args):
@@ -124,7 +122,7 @@ def check_args(p, args):
         p.error(f"unknown system {','.join(unknown)}; choose from {','.join(SYSTEMS)}")
     if not os.path.exists(os.path.join(args.data, "dict.en.txt")):
         p.error(f"--data {args.data}: no binarized data there (dict.en.txt missing); run hltmt-prepare-data")
-    for name in ("max_tokens", "batches", "rounds", "gen_sentences", "gen_len", "profile_updates", "profile_top"):
+    for name in ("max_tokens", "batches", "rounds", "gen_sentences", "gen_len", "profile_updates"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if args.gen_batch_size < 0:
@@ -155,10 +153,10 @@ def fill_defaults(p, args):
 
 
 def main(argv=None):
-    """The command: a child process's measure (``--child pair`` or ``--child memory``), or the
+    """The command: a child process's measure (``--child pair``), or the
     options checked and the measures they ask for run."""
     argv = sys.argv[1:] if argv is None else argv
-    child = child_main(argv, {"pair": pair_child, "memory": cuda_memory_child})
+    child = child_main(argv, {"pair": pair_child})
     if child is not None:
         return child
     p = build_parser()

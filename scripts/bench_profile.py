@@ -3,7 +3,7 @@ same size, both built as fairseq-train builds them in one process and fed the sa
 updates alternating one by one so that the machine's load hits both alike (``scripts/bench.py
 --fairseq-train``): the time ratio per size beside the ratio the arithmetic predicts, and with
 ``--profile`` where HLT-MT's extra time goes: the phases (CPU time of fairseq's and the
-plugin's methods) and the operators (torch.profiler).
+plugin's methods).
 
 The pair runs in a child process (:func:`pair_child`, ``bench.py --child pair`` through
 :func:`timing.run_child`), so that each size starts from a fresh process."""
@@ -116,22 +116,10 @@ def build_trainer(argv):
     return trainer, epoch_itr
 
 
-def _operators(ops, trainer, sample):
-    """One update under torch.profiler; its operators' own time and calls added to ``ops``."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        trainer.train_step([sample])
-    for e in prof.key_averages():
-        got = ops.setdefault(e.key, {"self_us": 0.0, "count": 0})
-        got["self_us"] += e.self_cpu_time_total
-        got["count"] += e.count
-
-
 def pair_child(spec):
     """Both systems' Trainers in this process, the same batches, WARMUP updates of each, then
-    ``spec["updates"]`` updates alternating one by one under each of ``spec["tools"]``: "phases"
-    (each update's wall and CPU time, the phase timers on) and "torch" (operators); the figures."""
+    ``spec["updates"]`` updates alternating one by one, each update's wall and CPU time taken
+    and the phase timers on; the figures."""
     from fairseq import metrics
 
     import hltmt_plugin  # noqa: F401
@@ -145,32 +133,28 @@ def pair_child(spec):
     itr = epoch_itr.next_epoch_itr(shuffle=True)  # the last one built; every system's batches are the same
     samples = [next(itr) for _ in range(WARMUP + spec["updates"])]
     out = {"cpu": dict.fromkeys(names, 0.0), "wall": dict.fromkeys(names, 0.0), "update_cpu": {n: [] for n in names}}
-    out.update(words=sum(int(s["ntokens"]) for s in samples[WARMUP:]), phases=phases, ops={n: {} for n in names})
-    for tool in [None, *spec["tools"]]:
-        for i, sample in enumerate(samples[:WARMUP] if tool is None else samples[WARMUP:]):
-            for name in names if i % 2 == 0 else names[::-1]:
-                start, active["on"] = stamp(), name if tool == "phases" else None
-                with metrics.aggregate("train_inner"):
-                    if tool == "torch":
-                        _operators(out["ops"][name], trainers[name], sample)
-                    else:
-                        trainers[name].train_step([sample])
-                active["on"] = None
-                if tool == "phases":
-                    spent = span(start, stamp())
-                    out["cpu"][name] += spent["cpu"]
-                    out["wall"][name] += spent["wall"]
-                    out["update_cpu"][name].append(spent["cpu"])
+    out.update(words=sum(int(s["ntokens"]) for s in samples[WARMUP:]), phases=phases)
+    for i, sample in enumerate(samples):
+        for name in names if i % 2 == 0 else names[::-1]:
+            start, active["on"] = stamp(), name if i >= WARMUP else None
+            with metrics.aggregate("train_inner"):
+                trainers[name].train_step([sample])
+            active["on"] = None
+            if i >= WARMUP:
+                spent = span(start, stamp())
+                out["cpu"][name] += spent["cpu"]
+                out["wall"][name] += spent["wall"]
+                out["update_cpu"][name].append(spent["cpu"])
     return out
 
 
-def run_pair(args, size, n, tools):
+def run_pair(args, size, n):
     """:func:`pair_child` of both systems at one size, in a child process; its figures."""
     with tempfile.TemporaryDirectory() as save:  # fairseq-train's --save-dir: nothing is saved there
         argv = {
             name: fairseq_train_cmd(args, name, size, os.path.join(save, name), 10**6) for name in ("baseline", "hltmt")
         }
-        spec = {"updates": n, "tools": tools, "argv": argv}
+        spec = {"updates": n, "argv": argv}
         return run_child(BENCH, "pair", spec, what=f"the training steps of {size} in one process")
 
 
@@ -209,7 +193,7 @@ def step_row(args, size):
     """One size: fairseq's Trainer.train_step of both systems in one process, updates
     alternating: the time ratio (CPU, wall; CPU over each half of the updates) and the predicted one."""
     t = time.time()
-    got = run_pair(args, size, args.train_updates[size], ["phases"])
+    got = run_pair(args, size, args.train_updates[size])
     b, h = got["update_cpu"]["baseline"], got["update_cpu"]["hltmt"]
     half = len(b) // 2
     row = {
@@ -283,41 +267,15 @@ def _phase_table(got, size, n):
     return phases, total
 
 
-def _operator_table(ops, n, top):
-    """Print the operators' total self time per update and the ``top`` operators whose time
-    differs most (torch.profiler); (their figures, the totals in ms)."""
-    tb, th = (sum(v["self_us"] for v in ops[name].values()) / n / 1000 for name in ("baseline", "hltmt"))
-    print(
-        f"\nOperators (torch.profiler, self time per update): baseline {tb:.1f} ms, HLT-MT {th:.1f} ms "
-        f"({th / tb:.3f}x); those whose time differs most:\n"
-    )
-    zero = {"self_us": 0.0, "count": 0}
-    ms = lambda name, op: ops[name].get(op, zero)["self_us"] / n / 1000  # noqa: E731
-    worst = sorted(set(ops["baseline"]) | set(ops["hltmt"]), key=lambda op: ms("hltmt", op) - ms("baseline", op))
-    figures, lines = [], []
-    for op in worst[::-1][:top]:
-        calls = [ops[name].get(op, zero)["count"] / n for name in ("baseline", "hltmt")]
-        figures.append({"operator": op, "baseline_ms": ms("baseline", op), "hltmt_ms": ms("hltmt", op), "calls": calls})
-        lines.append(
-            [op, f"{calls[0]:.0f} / {calls[1]:.0f}", f"{ms('baseline', op):.2f} ms", f"{ms('hltmt', op):.2f} ms"]
-            + [f"{ms('hltmt', op) - ms('baseline', op):+.2f} ms"]
-        )
-    print(
-        markdown_table(["operator", "calls per update (baseline / HLT-MT)", "baseline", "HLT-MT", "difference"], lines)
-    )
-    return figures, {"baseline": tb, "hltmt": th}
-
-
 def profile_fairseq_train(args):
     """Where HLT-MT's extra time in a real fairseq training step goes (size --profile-size): per
-    update, the CPU time of each phase, then the operators whose own time differs most."""
+    update, the CPU time of each phase."""
     size, n = args.profile_size, args.profile_updates
-    got = run_pair(args, size, n, ["phases", "torch"])
+    got = run_pair(args, size, n)
     report = {"size": size, "updates": n, "warmup": WARMUP}
     report["phases"], total = _phase_table(got, size, n)
     report["update_ms"] = {k: v * 1000 for k, v in total.items()}
     report["time_ratio"] = total["hltmt"] / total["baseline"]
-    report["operators"], report["operator_totals_ms"] = _operator_table(got["ops"], n, args.profile_top)
     return report
 
 

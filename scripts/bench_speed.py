@@ -4,17 +4,16 @@ training words/s, a mixed-direction batch against single-direction ones, beam-5 
 tokens/s, parameters and training memory, each speed with the ratio its arithmetic predicts
 (:func:`~bench_systems.flops`); the table, the JSON figures and the plot."""
 
-import argparse
 import json
 import os
 
 import torch
 
-from bench_systems import BENCH, DTYPES, BenchError, batches, build, comparison, flops, for_model, train_step_fn
+from bench_systems import BENCH, DTYPES, batches, build, comparison, flops, for_model, train_step_fn
 from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.experiments.recipe import PLUGIN_TASK
 from hltmt_plugin.experiments.runs import save_figure
-from timing import Clock, alternating, markdown_table, median, run_child
+from timing import Clock, alternating, markdown_table, median
 
 # what the ratio column holds, per kind of row: speed rows give a time ratio (so > 1 is slower)
 RATIO_IS = {"speed": "time: system / baseline (= baseline speed / system speed)", "size": "size: system / baseline"}
@@ -194,37 +193,9 @@ def training_bytes(args, system, samples):
     return 4 * trainable + frozen + peak
 
 
-MEMORY_OPTIONS = ("data", "langs", "high", "size", "pool_size", "max_tokens", "device", "dtype")
-
-
-def cuda_memory_child(spec):
-    """Measured peak CUDA memory (MiB) of a training loop of one system, in its own process."""
-    args = argparse.Namespace(**spec["options"])
-    system = build(args, spec["system"])
-    step = train_step_fn(args, system)
-    torch.cuda.reset_peak_memory_stats()
-    for i, sample in enumerate(batches(args, system["task"], spec["batches"])):
-        step(sample, i)
-    return torch.cuda.max_memory_allocated() / 2**20
-
-
-def measured_cuda_memory(args, names):
-    """Peak CUDA memory (MiB) of each system's training run, each in its own process
-    (``bench.py --child memory``); ``None`` where that process failed."""
-    options = {name: getattr(args, name) for name in MEMORY_OPTIONS}
-    measured = {}
-    for name in names:
-        spec = {"options": options, "system": name, "batches": min(args.batches, 10)}
-        try:
-            measured[name] = run_child(BENCH, "memory", spec, env=os.environ.copy())
-        except BenchError:
-            measured[name] = None
-    return measured
-
-
 def measure(args, names):
     """Every measure of the systems ``names``: training, mixed against single-direction
-    batches, generation, memory (and on CUDA the measured peak memory)."""
+    batches, generation, memory."""
     systems = {name: build(args, name) for name in names}
     samples = batches(args, systems["hltmt" if "hltmt" in systems else "baseline"]["task"], args.batches)
     tgt_tokens = sum(int(s["ntokens"]) for s in samples)
@@ -243,13 +214,12 @@ def measure(args, names):
     got["gen_systems"] = {n: s for n, s in systems.items() if n != "hltmt high"}  # stage high decodes as stage all
     got["gen"], got["gen_work"] = time_generation(args, got["gen_systems"], got["gen_dirs"])
     got["memory"] = {name: training_bytes(args, s, samples[:5]) / 2**20 for name, s in systems.items()}
-    got["measured"] = measured_cuda_memory(args, names) if args.device == "cuda" else {}
     return got
 
 
 def figure(measure, system, base, value, kind, predicted=None):
-    """One row of the table: a ``kind`` of ratio ("speed": a time ratio, "size"), None where a figure is missing."""
-    ratio = None if base is None or value is None else (base / value if kind == "speed" else value / base)
+    """One row of the table: a ``kind`` of ratio ("speed": a time ratio, "size")."""
+    ratio = base / value if kind == "speed" else value / base
     return dict(
         measure=measure,
         system=system,
@@ -264,7 +234,7 @@ def figure(measure, system, base, value, kind, predicted=None):
 def table_rows(names, got):
     """The figures of every row: each system's against the baseline's."""
     med = {name: median(v) for name, v in got["rates"].items()}
-    work, gen, gen_work, memory, measured = (got[k] for k in ("work", "gen", "gen_work", "memory", "measured"))
+    work, gen, gen_work, memory = (got[k] for k in ("work", "gen", "gen_work", "memory"))
     base_model, rows = got["systems"]["baseline"]["model"], []
     for name in names[1:]:
         rows.append(figure("parameters", name, params(base_model), params(got["systems"][name]["model"]), "size"))
@@ -277,8 +247,6 @@ def table_rows(names, got):
                 )
             )
         rows.append(figure("training memory (MiB, model)", name, memory["baseline"], memory[name], "size"))
-        if measured:
-            rows.append(figure("peak CUDA memory (MiB)", name, measured["baseline"], measured[name], "size"))
     if got["mix_rates"]:
         mix = got["mix_rates"]
         rows.append(
@@ -290,20 +258,19 @@ def table_rows(names, got):
 
 
 def print_table(rows):
-    """Print the rows as a Markdown table; the rows that have both figures."""
+    """Print the rows as a Markdown table; the rows."""
     lines = []
     for f in rows:
         digits, pred = 0 if f["measure"] == "parameters" else 1, f["predicted"]
-        cells = ["", ""] if f["ratio"] is None else [f"{f['baseline']:,.{digits}f}", f"{f['value']:,.{digits}f}"]
-        ratio = "" if f["ratio"] is None else f"{f['ratio']:.3f}"
-        lines.append([f["measure"], f["system"], *cells, ratio, f["ratio_is"], "" if pred is None else f"{pred:.3f}"])
+        cells = [f"{f['baseline']:,.{digits}f}", f"{f['value']:,.{digits}f}", f"{f['ratio']:.3f}"]
+        lines.append([f["measure"], f["system"], *cells, f["ratio_is"], "" if pred is None else f"{pred:.3f}"])
     header = ["measure", "system", "baseline", "system", "ratio", "the ratio is", "predicted"]
     print("\n" + markdown_table(header, lines))
     print(
         "\n(speed rows: the ratio is a time ratio, > 1 when the system is slower; size rows: > 1 when the "
         "system is larger. 'predicted' is the system's arithmetic over the baseline's on the same work.)"
     )
-    return [f for f in rows if f["ratio"] is not None]
+    return rows
 
 
 def speed_main(args, names):

@@ -94,7 +94,7 @@ def test_bench_refuses_languages_the_data_does_not_have(data_bin):
 
 def test_bench_times_and_profiles_the_real_fairseq_train_step(data_bin, tmp_path):
     """--fairseq-train: fairseq's Trainer of the plain transformer and HLT-MT in one process,
-    updates alternating on the same batches, beside the arithmetic; --profile: phases, operators."""
+    updates alternating on the same batches, beside the arithmetic; --profile: its phases."""
     out = tmp_path / "train.json"
     options = ["--fairseq-train", "--train-sizes", "tiny", "--train-updates", "4", "--batches", "2", "--profile"]
     options += [
@@ -114,7 +114,7 @@ def test_bench_times_and_profiles_the_real_fairseq_train_step(data_bin, tmp_path
     assert row["size"] == "tiny" and row["cpu_ratio"] > 0 and len(row["halves"]) == 2 and 1.0 < row["predicted"] < 1.3
     prof = figures["profile"]
     phases = {p["phase"]: p for p in prof["phases"]}
-    assert phases["update (Trainer.train_step)"]["hltmt_ms"] > 0 and prof["operators"]
+    assert phases["update (Trainer.train_step)"]["hltmt_ms"] > 0
     for slp in ("SLP routing decision", "SLP modules"):
         assert phases[slp]["baseline_ms"] == 0 < phases[slp]["hltmt_ms"], slp
     assert (tmp_path / "t.png").stat().st_size > 1000

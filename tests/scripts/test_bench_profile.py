@@ -45,13 +45,11 @@ def test_both_training_steps_timed_phase_by_phase_in_one_process(data_bin, capsy
     args = argparse.Namespace(
         data=data_bin, langs="de,fr,gu,hi", high="fr,de", pool_size=2, max_tokens=1024, device="cpu"
     )
-    got = bench_profile.run_pair(args, "tiny", 2, ["phases", "torch"])
+    got = bench_profile.run_pair(args, "tiny", 2)
     assert [len(got["update_cpu"][name]) for name in ("baseline", "hltmt")] == [2, 2] and got["words"] > 0
     phases, total = bench_profile._phase_table(got, "tiny", 2)
     by_name = {p["phase"]: p for p in phases}
     assert by_name["update (Trainer.train_step)"]["baseline_ms"] > 0 and total["hltmt"] > 0
     for slp in ("SLP routing decision", "SLP modules"):
         assert by_name[slp]["baseline_ms"] == 0 < by_name[slp]["hltmt_ms"], slp
-    operators, totals = bench_profile._operator_table(got["ops"], 2, 3)
-    assert len(operators) == 3 and totals["hltmt"] > 0 and "aten::mm" in got["ops"]["hltmt"]
     assert "### One fairseq training step, tiny" in capsys.readouterr().out

@@ -42,7 +42,7 @@ def test_the_measures_of_two_systems_make_the_table(data_bin, capsys):
     assert 1.0 < got["work"]["hltmt"] / got["work"]["baseline"] < 1.3  # one pool module per target token more
     assert set(got["mix_rates"]) == {"mixed", "single"} and min(got["mix_rates"].values()) > 0
     assert {k for k in got["gen"]} == {(n, d) for n in names for d in ("en-de", "en-gu")}
-    assert got["memory"]["hltmt"] > got["memory"]["baseline"] > 0 and got["measured"] == {}
+    assert got["memory"]["hltmt"] > got["memory"]["baseline"] > 0
     figures = bench_speed.print_table(bench_speed.table_rows(names, got))
     out = capsys.readouterr().out
     assert "| train words/s | hltmt |" in out and "| beam-5 tokens/s en-gu | hltmt |" in out
