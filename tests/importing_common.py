@@ -1,9 +1,11 @@
-"""A tiny M2M-100-style transformers folder built offline with transformers' own classes
-(tests/export/test_importing.py, tests/cli/test_import_model.py): a sentencepiece model trained on
-DebMT-10 lines, an ``M2M100Tokenizer``'s vocabulary (fairseq's four symbols first) with WMT-21's
-eight language codes, and a random 2-layer ``M2M100ForConditionalGeneration`` (d_model 32) saved
-as safetensors. Its output projection (untied) and decoder's final norm make the end of sentence
-likely enough that translations end by themselves, at different lengths."""
+"""Tiny M2M-100-style and NLLB-200-style transformers folders built offline with transformers'
+own classes (tests/export/test_importing.py, tests/cli/test_import_model.py): a sentencepiece
+model trained on DebMT-10 lines; an ``M2M100Tokenizer``'s vocabulary (fairseq's four symbols
+first) with WMT-21's eight language codes and M2M-100's eight made-up words after them, or an
+``NllbTokenizer`` (fairseq's offset of one, three NLLB codes, ``<mask>`` and two padding rows
+after them, as NLLB-200's 256,206 rows); a random 2-layer ``M2M100ForConditionalGeneration``
+(d_model 32) saved as safetensors. Its output projection (untied) and decoder's final norm make
+the end of sentence likely enough that translations end by themselves, at different lengths."""
 
 import json
 import os
@@ -12,14 +14,13 @@ from conftest import ROOT
 
 RAW = os.path.join(ROOT, "data", "debmt10")
 LANG_CODES = "wmt21"  # en, ha, is, ja, cs, ru, zh, de
+MADEUP = 8  # M2M-100's made-up words after the language tokens
+NLLB_CODES = {"en": "eng_Latn", "de": "deu_Latn", "cs": "ces_Latn"}
 
 
-def build_m2m_folder(out, seed=0, eos=2.5):
+def _spm(out, **options):
     import sentencepiece
-    import torch
-    from transformers import M2M100Config, M2M100ForConditionalGeneration
 
-    os.makedirs(out, exist_ok=True)
     lines = []
     for name in ("train.en-de.en", "train.en-de.de", "train.en-cs.cs"):
         with open(os.path.join(RAW, name), encoding="utf-8") as f:
@@ -29,24 +30,21 @@ def build_m2m_folder(out, seed=0, eos=2.5):
         sentence_iterator=iter(lines),
         model_prefix=prefix,
         vocab_size=160,
-        model_type="unigram",
         character_coverage=1.0,
         minloglevel=2,
+        **options,
     )
     os.remove(prefix + ".vocab")
-    sp = sentencepiece.SentencePieceProcessor(model_file=prefix + ".model")
-    vocab = {s: i for i, s in enumerate(["<s>", "<pad>", "</s>", "<unk>"])}
-    for i in range(sp.get_piece_size()):
-        if not (sp.is_control(i) or sp.is_unknown(i)):
-            vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    settings = {"tokenizer_class": "M2M100Tokenizer", "language_codes": LANG_CODES, "num_madeup_words": 0}
-    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump(settings, f)
+    return sentencepiece.SentencePieceProcessor(model_file=prefix + ".model")
+
+
+def _model(out, rows, seed, eos):
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration
+
     torch.manual_seed(seed)
     config = M2M100Config(
-        vocab_size=len(vocab) + 8,
+        vocab_size=rows,
         d_model=32,
         encoder_layers=2,
         decoder_layers=2,
@@ -69,6 +67,45 @@ def build_m2m_folder(out, seed=0, eos=2.5):
     return out
 
 
+def build_nllb_folder(out, seed=0, eos=4.5):
+    """An NllbTokenizer over a BPE sentencepiece model (``<unk> <s> </s>`` its first pieces, as
+    NLLB's), its language codes and ``<mask>`` given NLLB's ids (after the pieces, in order)."""
+    from transformers import NllbTokenizer
+
+    os.makedirs(out, exist_ok=True)
+    sp = _spm(out, model_type="bpe", unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    vocab = {s: i for i, s in enumerate(["<s>", "<pad>", "</s>", "<unk>"])}
+    for i in range(3, sp.get_piece_size()):
+        vocab[sp.id_to_piece(i)] = i + 1
+    codes = list(NLLB_CODES.values())
+    for token in codes + ["<mask>"]:
+        vocab[token] = len(vocab)
+    tok = NllbTokenizer(**NllbTokenizer.convert_to_native_format(vocab=vocab, extra_special_tokens=codes))
+    tok.save_pretrained(out)
+    return _model(out, len(vocab) + 2, seed, eos)
+
+
+def nllb_tokenizer_of(folder):
+    from transformers import NllbTokenizer
+
+    return NllbTokenizer.from_pretrained(folder)
+
+
+def build_m2m_folder(out, seed=0, eos=4.5):
+    os.makedirs(out, exist_ok=True)
+    sp = _spm(out, model_type="unigram")
+    vocab = {s: i for i, s in enumerate(["<s>", "<pad>", "</s>", "<unk>"])}
+    for i in range(sp.get_piece_size()):
+        if not (sp.is_control(i) or sp.is_unknown(i)):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    settings = {"tokenizer_class": "M2M100Tokenizer", "language_codes": LANG_CODES, "num_madeup_words": MADEUP}
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(settings, f)
+    return _model(out, len(vocab) + 8 + MADEUP, seed, eos)
+
+
 def tokenizer_of(folder):
     from transformers import M2M100Tokenizer
 
@@ -76,14 +113,17 @@ def tokenizer_of(folder):
         os.path.join(folder, "vocab.json"),
         os.path.join(folder, "sentencepiece.bpe.model"),
         language_codes=LANG_CODES,
-        num_madeup_words=0,
+        num_madeup_words=MADEUP,
     )
 
 
-def rows(n=8):
-    """(src, tgt, text): DebMT-10 test lines of at most 100 characters, three directions."""
+def rows(n=8, codes=None):
+    """(src, tgt, text): DebMT-10 test lines of at most 100 characters, three directions (the
+    languages as ``codes`` names them: NLLB_CODES)."""
     found = []
     for src, tgt, name in (("en", "de", "test.en-de.en"), ("de", "en", "test.en-de.de"), ("cs", "en", "test.en-cs.cs")):
         with open(os.path.join(RAW, name), encoding="utf-8") as f:
             found += [(src, tgt, line.strip()) for line in f if 0 < len(line.strip()) <= 100][:n]
+    if codes:
+        found = [(codes[src], codes[tgt], text) for src, tgt, text in found]
     return found

@@ -23,6 +23,7 @@ vocabulary and language tokens, another decoder start, another tokenizer).
 """
 
 import os
+import re
 import shutil
 from typing import Dict, List
 
@@ -74,6 +75,7 @@ CONFIG = records.Record(
 )
 TOKENIZER_CONFIG = records.Record({"tokenizer_class": records.Text(max_len=100)}, extra=True)
 VOCAB_SIZE = 10_000_000  # entries of a vocabulary (vocab.json)
+MADEUP_WORDS = 8  # rows after the language tokens: fairseq pads its dictionary to a multiple of 8
 
 
 # ---- the folder's records ------------------------------------------------------------------
@@ -138,29 +140,89 @@ def _by_id(vocab: Dict[str, int], where: str) -> List[str]:
 
 def read_tokenizer(folder: str) -> dict:
     """The vocabulary in the model's ids, the languages and their tokens, the input's
-    convention and the sentencepiece model: from an export's manifest, else from an
-    ``M2M100Tokenizer``'s files."""
+    convention, the sentencepiece model and the names of the rows after the language tokens:
+    from an export's manifest, else from an ``M2M100Tokenizer``'s or ``NllbTokenizer``'s files."""
     from hltmt_plugin.hub import manifest
 
     if manifest.is_export(folder):
         return _exported_tokenizer(folder, manifest.read(folder))
     settings = _json(folder, "tokenizer_config.json", TOKENIZER_CONFIG, "the tokenizer's settings")
     name = settings["tokenizer_class"]
-    if name != "M2M100Tokenizer":
+    if name not in TOKENIZERS:
         raise HltmtConfigError(
-            f"{folder}: tokenizer {name[:60]} is not one hltmt-import reads yet (M2M100Tokenizer, or a folder "
+            f"{folder}: tokenizer {name[:60]} is not one hltmt-import reads ({', '.join(TOKENIZERS)}, or a folder "
             "hltmt-export --to transformers wrote)"
         )
+    found = TOKENIZERS[name](folder, settings)
+    pairs = [f"{a}-{b}" for a in found["langs"] for b in found["langs"] if a != b]
+    return dict(found, pairs=pairs, encoder_langtok="src", decoder_langtok=True)
+
+
+def _m2m100(folder: str, settings: dict) -> dict:
+    """``M2M100Tokenizer``: vocab.json (fairseq's ids), then a token ``__xx__`` per language of
+    its ``language_codes``, then its ``num_madeup_words`` rows (fairseq's padding of the
+    dictionary, ``madeupword0000``...)."""
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
     codes = settings.get("language_codes", "m2m100")
     if codes not in FAIRSEQ_LANGUAGE_CODES:
         raise HltmtConfigError(f"{folder}: language_codes {str(codes)[:40]!r} is not one M2M100Tokenizer knows")
+    madeup = settings.get("num_madeup_words", 8)  # M2M100Tokenizer's default
+    if not isinstance(madeup, int) or isinstance(madeup, bool) or not 0 <= madeup <= MADEUP_WORDS:
+        raise HltmtConfigError(
+            f"{folder}/tokenizer_config.json: num_madeup_words {str(madeup)[:20]} is not a count of 0 to {MADEUP_WORDS}"
+        )
     langs = list(FAIRSEQ_LANGUAGE_CODES[codes])
     symbols = _by_id(_vocab(folder), f"{folder}/vocab.json") + [f"__{lang}__" for lang in langs]
     spm = os.path.join(folder, str(settings.get("spm_file") or "sentencepiece.bpe.model"))
-    pairs = [f"{a}-{b}" for a in langs for b in langs if a != b]
-    return dict(symbols=symbols, langs=langs, pairs=pairs, encoder_langtok="src", decoder_langtok=True, spm=spm)
+    extra = [f"madeupword{i:04d}" for i in range(madeup)]
+    return dict(symbols=symbols, langs=langs, spm=spm, extra=extra, extra_min=madeup)
+
+
+def _nllb(folder: str, settings: dict) -> dict:
+    """``NllbTokenizer``: fairseq's four symbols, the sentencepiece model's pieces after its own
+    ``<unk> <s> </s>`` (fairseq's offset of one), a token ``__xxx_Xxxx__`` per language code (the
+    settings' list, else NLLB-200's 202), then ``<mask>`` and at most seven rows of fairseq's
+    padding of the dictionary (``madeupword0000``...)."""
+    import sentencepiece
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    spm = os.path.join(folder, "sentencepiece.bpe.model")
+    if not os.path.isfile(spm):
+        raise HltmtInputError(f"{folder} has no sentencepiece model sentencepiece.bpe.model")
+    codes = settings.get("extra_special_tokens") or settings.get("additional_special_tokens") or FAIRSEQ_LANGUAGE_CODES
+    if not isinstance(codes, list) or not all(
+        isinstance(c, str) and re.fullmatch(r"[a-z]{3}_[A-Za-z]{4}", c) for c in codes
+    ):
+        raise HltmtConfigError(f"{folder}/tokenizer_config.json: the language codes are not NLLB's (eng_Latn, ...)")
+    try:
+        sp = sentencepiece.SentencePieceProcessor(model_file=spm)
+    except (OSError, RuntimeError) as error:
+        raise HltmtInputError(f"{spm} is not a sentencepiece model ({str(error).strip()[:200]})") from None
+    if sp.get_piece_size() < 4 or not (sp.is_unknown(0) and sp.is_control(1) and sp.is_control(2)):
+        raise HltmtConfigError(
+            f"{spm}: its first pieces are not <unk> <s> </s>, whose ids NllbTokenizer offsets by one"
+        )
+    pieces = [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]
+    symbols = SPECIALS + pieces + [f"__{code}__" for code in codes]
+    if os.path.isfile(os.path.join(folder, "tokenizer.json")):  # the ids the folder's own tokenizer gives
+        from transformers import NllbTokenizer
+
+        try:
+            tok = NllbTokenizer.from_pretrained(folder)
+        except (OSError, ValueError) as error:
+            raise HltmtInputError(f"{folder}/tokenizer.json is not NllbTokenizer's ({str(error)[:200]})") from None
+        ids = tok.convert_tokens_to_ids(list(codes) + ["<mask>"])
+        if ids != list(range(len(SPECIALS) + len(pieces), len(symbols) + 1)):
+            raise HltmtConfigError(
+                f"{folder}/tokenizer.json: the language codes and <mask> have the ids {ids[:3]}..., not the ones after "
+                f"the sentencepiece model's pieces ({len(SPECIALS) + len(pieces)}...) that NLLB's dictionary gives them"
+            )
+    extra = ["<mask>"] + [f"madeupword{i:04d}" for i in range(MADEUP_WORDS - 1)]
+    return dict(symbols=symbols, langs=list(codes), spm=spm, extra=extra, extra_min=0)
+
+
+TOKENIZERS = {"M2M100Tokenizer": _m2m100, "NllbTokenizer": _nllb}
 
 
 def _exported_tokenizer(folder: str, record: dict) -> dict:
@@ -179,12 +241,15 @@ def _exported_tokenizer(folder: str, record: dict) -> dict:
         encoder_langtok=record["encoder_langtok"],
         decoder_langtok=bool(record["decoder_langtok"]),
         spm=os.path.join(folder, "source.spm"),
+        extra=[],
+        extra_min=0,
     )
 
 
 def check_vocabulary(tokenizer: dict, config: dict, where: str) -> None:
-    """Refused: fairseq's four first symbols elsewhere, a language token
-    missing, rows of the embedding that are no symbol, a symbol fairseq's dictionary cannot hold."""
+    """The rows after the language tokens named (``tokenizer["symbols"]`` then holds one symbol
+    per row); refused: fairseq's four first symbols elsewhere, a language token missing, rows of
+    the embedding the tokenizer does not name, a symbol fairseq's dictionary cannot hold."""
     symbols = tokenizer["symbols"]
     if symbols[:4] != SPECIALS:
         raise HltmtConfigError(f"{where}: the first ids are {symbols[:4]}, not fairseq's {SPECIALS}")
@@ -192,12 +257,14 @@ def check_vocabulary(tokenizer: dict, config: dict, where: str) -> None:
     missing = sorted(set(tokens) - set(symbols))
     if missing:
         raise HltmtConfigError(f"{where}: the language token {missing[0]} is not in the vocabulary")
-    if len(symbols) != config["vocab_size"]:
+    rows = config["vocab_size"] - len(symbols)
+    if not tokenizer["extra_min"] <= rows <= len(tokenizer["extra"]):
         raise HltmtConfigError(
             f"{where}: the model has {config['vocab_size']} embedding rows, the vocabulary and language tokens "
-            f"{len(symbols)}: fairseq's dictionary has one row per symbol (rows beyond the language tokens, such "
-            "as M2M-100's made-up words, are not imported yet)"
+            f"{len(symbols)}, and the tokenizer names {len(tokenizer['extra'])} rows after them: fairseq's "
+            "dictionary has one row per symbol"
         )
+    symbols = tokenizer["symbols"] = symbols + tokenizer["extra"][:rows]
     odd = next((s for s in symbols[4:] if not s or any(c.isspace() for c in s)), None)
     if odd is not None:
         raise HltmtConfigError(f"{where}: the symbol {odd!r} cannot be a line of fairseq's dict.txt")
@@ -208,22 +275,63 @@ def check_vocabulary(tokenizer: dict, config: dict, where: str) -> None:
 # ---- weights -------------------------------------------------------------------------------
 
 
-def read_weights(folder: str) -> dict:
-    """``model.safetensors``'s tensors (safetensors only: nothing in the file runs)."""
-    path = os.path.join(folder, "model.safetensors")
-    if not os.path.isfile(path):
-        found = [
-            n for n in ("pytorch_model.bin", "model.safetensors.index.json") if os.path.exists(os.path.join(folder, n))
-        ]
-        hint = f" (it holds {found[0]}: hltmt-import reads one safetensors file, which runs no code)" if found else ""
-        raise HltmtInputError(f"{folder} has no model.safetensors{hint}")
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+WEIGHT_FILES = (  # (one file, the index of a sharded one): safetensors first
+    ("model.safetensors", "model.safetensors.index.json"),
+    ("pytorch_model.bin", "pytorch_model.bin.index.json"),
+)
+INDEX = records.Record(
+    {"weight_map": records.MapOf(records.Text(1, 200, pattern=r"[\w.-]+"), max_len=1_000_000)},
+    optional={"metadata": records.ANYTHING},
+)
 
-    try:
-        return load_file(path)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise HltmtInputError(f"{path} is not a safetensors file ({str(error).strip()[:200]})") from None
+
+def _weight_file(path: str) -> dict:
+    """One file's tensors: safetensors, or a ``torch.save`` of tensors read weights-only
+    through the plugin's one loader (no code runs)."""
+    if path.endswith(".safetensors"):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(path)
+        except (SafetensorError, OSError, ValueError) as error:
+            raise HltmtInputError(f"{path} is not a safetensors file ({str(error).strip()[:200]})") from None
+    import torch
+
+    from hltmt_plugin.compat.safe_loading import load_state
+
+    tensors = load_state(path)
+    if not isinstance(tensors, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in tensors.items()
+    ):
+        raise HltmtInputError(f"{path} is not a map of weight names to tensors")
+    return dict(tensors)
+
+
+def read_weights(folder: str) -> dict:
+    """The folder's tensors and the file they were read from: ``model.safetensors``, its shards
+    (``model.safetensors.index.json``), else ``pytorch_model.bin`` or its shards, weights-only;
+    a shard's tensors are the ones its index names for it, each once."""
+    for single, index in WEIGHT_FILES:
+        if os.path.isfile(os.path.join(folder, single)):
+            return _weight_file(os.path.join(folder, single)), os.path.join(folder, single)
+        if not os.path.isfile(os.path.join(folder, index)):
+            continue
+        where = os.path.join(folder, index)
+        weight_map = records.read_json(where, INDEX, "the index of the weight files", 64 * 1024 * 1024)["weight_map"]
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            path = os.path.join(folder, shard)
+            if not os.path.isfile(path):
+                raise HltmtInputError(f"{where} names {shard}, which the folder does not hold")
+            found = _weight_file(path)
+            named = {name for name, file in weight_map.items() if file == shard}
+            if set(found) != named:
+                odd = sorted(set(found) ^ named)[0]
+                raise HltmtInputError(f"{path}: the weight {odd} is not where {index} says")
+            tensors.update(found)
+        return tensors, where
+    raise HltmtInputError(f"{folder} has no weights ({', '.join(n for pair in WEIGHT_FILES for n in pair)})")
 
 
 LAYER_PARTS = ("self_attn", "self_attn_layer_norm", "fc1", "fc2", "final_layer_norm")
@@ -425,7 +533,8 @@ def import_folder(folder: str, out: str, force: bool = False, option: str = "--o
     if not os.path.isfile(tokenizer["spm"]):
         raise HltmtInputError(f"{folder} has no sentencepiece model {os.path.basename(tokenizer['spm'])}")
     check_vocabulary(tokenizer, config, folder)
-    state = fairseq_state(read_weights(folder), config, norm, f"{folder}/model.safetensors")
+    tensors, where = read_weights(folder)
+    state = fairseq_state(tensors, config, norm, where)
     final = os.path.abspath(out)
 
     def fill(work: str) -> dict:

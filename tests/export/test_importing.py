@@ -1,18 +1,29 @@
-"""hltmt_plugin.export.importing: a tiny random M2M-100-style folder built with transformers'
-own classes (tests/importing_common.py) imported and compared token for token with
-transformers (the same log-probabilities; the same greedy translations; beam 5: fairseq's
-choice among ``generate``'s finished hypotheses); the study's post-norm model exported with
+"""hltmt_plugin.export.importing: tiny random M2M-100-style and NLLB-200-style folders built with
+transformers' own classes (tests/importing_common.py: made-up words, NllbTokenizer's offset)
+imported and compared token for token with transformers (the same log-probabilities; the same
+greedy translations; beam 5: fairseq's choice among ``generate``'s finished hypotheses); the
+weights read from pytorch_model.bin (weights-only) and from shards as from one safetensors file;
+the study's post-norm model exported with
 ``hltmt-export --to transformers`` (MarianMTModel) and imported back translates as the
 checkpoint did; every kind of folder fairseq's model cannot hold refused in one line."""
 
 import json
 import os
 import shutil
+from datetime import date
 
 import pytest
 
 from conftest import ROOT
-from importing_common import build_m2m_folder, rows, tokenizer_of
+from importing_common import (
+    MADEUP,
+    NLLB_CODES,
+    build_m2m_folder,
+    build_nllb_folder,
+    nllb_tokenizer_of,
+    rows,
+    tokenizer_of,
+)
 
 pytest.importorskip("transformers")
 
@@ -32,20 +43,43 @@ def m2m(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def engines(m2m):
-    """(transformers' model, its tokenizer, the imported checkpoint's translator)."""
-    from transformers import M2M100ForConditionalGeneration
-
-    from hltmt_plugin.hub import HltmtTranslator
-
-    folder, out, done = m2m
-    model = M2M100ForConditionalGeneration.from_pretrained(folder).eval()
-    return model, tokenizer_of(folder), HltmtTranslator.load(done["checkpoint"], device="cpu")
+def nllb(tmp_path_factory):
+    """(the NLLB-style transformers folder, the imported folder, what the import returned)."""
+    # a random model whose translations end by themselves, at different lengths
+    folder = build_nllb_folder(str(tmp_path_factory.mktemp("nllb") / "hf"), seed=3, eos=4.0)
+    out = str(tmp_path_factory.mktemp("nllb_imported") / "imported")
+    return folder, out, importing.import_folder(folder, out)
 
 
-def _text(tok, ids):
-    """A hypothesis's text: its pieces (no language token, no end of sentence), joined."""
-    return tok.convert_tokens_to_string([tok.convert_ids_to_tokens(i) for i in ids if 3 < i < len(tok.encoder)])
+class Engines:
+    """transformers' model and tokenizer, the imported checkpoint's translator, the directions."""
+
+    def __init__(self, kind, imported):
+        from transformers import M2M100ForConditionalGeneration
+
+        from hltmt_plugin.hub import HltmtTranslator
+
+        folder, out, done = imported
+        self.model = M2M100ForConditionalGeneration.from_pretrained(folder).eval()
+        self.tok = tokenizer_of(folder) if kind == "m2m" else nllb_tokenizer_of(folder)
+        self.mt = HltmtTranslator.load(done["checkpoint"], device="cpu")
+        self.rows = rows(codes=None if kind == "m2m" else NLLB_CODES)
+        self.first_lang = min(self.lang_id(lang) for lang in done["langs"])
+
+    def lang_id(self, lang):
+        tok = self.tok
+        return tok.get_lang_id(lang) if hasattr(tok, "get_lang_id") else tok.convert_tokens_to_ids(lang)
+
+    def text(self, ids):
+        """A hypothesis's text: its pieces (no language token, no end of sentence), joined."""
+        tok = self.tok
+        return tok.convert_tokens_to_string([tok.convert_ids_to_tokens(i) for i in ids if 3 < i < self.first_lang])
+
+
+@pytest.fixture(scope="module", params=["m2m", "nllb"])
+def engines(request):
+    e = Engines(request.param, request.getfixturevalue(request.param))
+    return e.model, e.tok, e.mt, e
 
 
 def _log_probs(model, batch, ids):
@@ -71,17 +105,30 @@ def test_the_folders_options_and_files(m2m):
     assert {"checkpoint.pt", "spm.model", "langs.txt", "dict.en.txt", "dict.de.txt"} <= names
     vocab = json.load(open(os.path.join(folder, "vocab.json"), encoding="utf-8"))
     symbols = [line.split()[0] for line in open(os.path.join(out, "dict.en.txt"), encoding="utf-8")]
-    assert symbols == sorted(vocab, key=vocab.get)[4:] + [f"__{lang}__" for lang in done["langs"]]
+    madeup = [f"madeupword{i:04d}" for i in range(MADEUP)]  # M2M-100's rows after the language tokens
+    assert symbols == sorted(vocab, key=vocab.get)[4:] + [f"__{lang}__" for lang in done["langs"]] + madeup
+
+
+def test_an_nllb_folders_ids_and_languages(nllb):
+    folder, out, done = nllb
+    tok = nllb_tokenizer_of(folder)
+    assert done["langs"] == list(NLLB_CODES.values())
+    symbols = ["<s>", "<pad>", "</s>", "<unk>"]
+    symbols += [line.split()[0] for line in open(os.path.join(out, "dict.eng_Latn.txt"), encoding="utf-8")]
+    assert len(symbols) == len(tok) + 2 and symbols[-3:] == ["<mask>", "madeupword0000", "madeupword0001"]
+    tok.src_lang = "deu_Latn"
+    ids = tok("Das ist ein Test der Übersetzung.")["input_ids"]
+    assert symbols[ids[0]] == "__deu_Latn__" and [symbols[i] for i in ids[1:]] == tok.convert_ids_to_tokens(ids[1:])
 
 
 def test_the_same_log_probabilities(engines):
     import torch
 
-    model, tok, mt = engines
-    for src, tgt, text in rows(4):
+    model, tok, mt, e = engines
+    for src, tgt, text in e.rows[::2]:
         tok.src_lang = src
         batch = tok(text, return_tensors="pt")
-        prev = torch.tensor([[2, tok.get_lang_id(tgt)] + batch["input_ids"][0, 1:6].tolist()])
+        prev = torch.tensor([[2, e.lang_id(tgt)] + batch["input_ids"][0, 1:6].tolist()])
         with torch.no_grad():
             theirs = torch.log_softmax(model(**batch, decoder_input_ids=prev).logits, -1)
             ours = torch.log_softmax(
@@ -91,22 +138,22 @@ def test_the_same_log_probabilities(engines):
 
 
 def test_greedy_translations_are_generates(engines):
-    model, tok, mt = engines
+    model, tok, mt, e = engines
     found, expected = [], []
-    for src, tgt, text in rows():
+    for src, tgt, text in e.rows:
         tok.src_lang = src
         batch = tok(text, return_tensors="pt")
         out = model.generate(
             **batch,
-            forced_bos_token_id=tok.get_lang_id(tgt),
+            forced_bos_token_id=e.lang_id(tgt),
             num_beams=1,
             do_sample=False,
             max_new_tokens=MAX_LEN + 1,
             forced_eos_token_id=2,
             suppress_tokens=[1],
         )
-        expected.append(_text(tok, out[0, 1:].tolist()))
-    found = mt.translate_batch(rows(), beam=1, max_len=MAX_LEN)
+        expected.append(e.text(out[0, 1:].tolist()))
+    found = mt.translate_batch(e.rows, beam=1, max_len=MAX_LEN)
     assert found == expected
     assert len(set(found)) >= 3  # not one line for all
 
@@ -115,14 +162,14 @@ def test_beam_5_picks_fairseqs_choice_among_generates_hypotheses(engines):
     """fairseq counts the forced target-language token's log-probability in a hypothesis's
     score, ``generate`` does not: among generate's five finished hypotheses, the best by
     fairseq's score is fairseq's translation."""
-    model, tok, mt = engines
+    model, tok, mt, e = engines
     expected = []
-    for src, tgt, text in rows():
+    for src, tgt, text in e.rows:
         tok.src_lang = src
         batch = tok(text, return_tensors="pt")
         out = model.generate(
             **batch,
-            forced_bos_token_id=tok.get_lang_id(tgt),
+            forced_bos_token_id=e.lang_id(tgt),
             num_beams=5,
             num_return_sequences=5,
             early_stopping=True,
@@ -133,8 +180,8 @@ def test_beam_5_picks_fairseqs_choice_among_generates_hypotheses(engines):
         hypotheses = [[i for i in seq[1:].tolist() if i != 1] for seq in out]
         assert all(h[-1] == 2 for h in hypotheses)  # all ended by themselves
         scores = [float(_log_probs(model, batch, h).mean()) for h in hypotheses]
-        expected.append(_text(tok, hypotheses[max(range(5), key=lambda b: (scores[b], -b))]))
-    found = mt.translate_batch(rows(), beam=5, max_len=MAX_LEN)
+        expected.append(e.text(hypotheses[max(range(5), key=lambda b: (scores[b], -b))]))
+    found = mt.translate_batch(e.rows, beam=5, max_len=MAX_LEN)
     assert found == expected
     assert len(set(found)) > 5 and len({len(t) for t in found}) > 3  # different lines, different lengths
 
@@ -196,6 +243,66 @@ def _bias(t):
     t["final_logits_bias"] = torch.ones(1, t["lm_head.weight"].shape[0])
 
 
+def _pickle(folder, extra):
+    """model.safetensors as pytorch_model.bin, with ``extra`` beside its tensors."""
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    os.remove(os.path.join(folder, "model.safetensors"))
+    torch.save(
+        extra if isinstance(extra, list) else {**tensors, **({} if extra is None else {"x": extra})},
+        os.path.join(folder, "pytorch_model.bin"),
+    )
+
+
+def _shard(folder, drop=False):
+    """model.safetensors as two shards and their index (the second shard removed with ``drop``)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    os.remove(os.path.join(folder, "model.safetensors"))
+    names, weight_map = sorted(tensors), {}
+    for k, part in enumerate((names[::2], names[1::2])):
+        shard = f"model-0000{k + 1}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(folder, shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    if drop:
+        os.remove(os.path.join(folder, "model-00002-of-00002.safetensors"))
+
+
+@pytest.mark.parametrize("files", ["pytorch_model.bin", "shards"])
+def test_pickled_and_sharded_weights_import_as_one_safetensors_file(files, m2m, tmp_path):
+    from hltmt_plugin.compat.safe_loading import load_state
+
+    folder = _copy(m2m, tmp_path)
+    _pickle(folder, None) if files == "pytorch_model.bin" else _shard(folder)
+    done = importing.import_folder(folder, str(tmp_path / "out"))
+    ours, theirs = load_state(done["checkpoint"])["model"], load_state(m2m[2]["checkpoint"])["model"]
+    assert ours.keys() == theirs.keys() and all(ours[k].equal(theirs[k]) for k in ours)
+
+
+def test_nllb_language_ids_other_than_nllbs_are_refused(nllb, tmp_path):
+    """A tokenizer.json whose language codes come before <mask> (transformers' order when it adds
+    them itself, not NLLB's dictionary's): refused, nothing written."""
+    path = os.path.join(_copy(nllb, tmp_path), "tokenizer.json")
+    record = json.load(open(path, encoding="utf-8"))
+    ids = {t["content"]: t["id"] for t in record["added_tokens"]}
+    mask, codes = ids["<mask>"], [ids[c] for c in NLLB_CODES.values()]
+    for t in record["added_tokens"]:
+        if t["content"] == "<mask>" or t["content"] in NLLB_CODES.values():
+            t["id"] = {mask: min(codes), **{c: c + 1 for c in codes}}[t["id"]]
+    record["model"]["vocab"] = {
+        k: {mask: min(codes), **{c: c + 1 for c in codes}}.get(v, v) for k, v in record["model"]["vocab"].items()
+    }
+    json.dump(record, open(path, "w", encoding="utf-8"))
+    with pytest.raises(HltmtError, match="the language codes and <mask> have the ids") as caught:
+        importing.import_folder(os.path.dirname(path), str(tmp_path / "out"))
+    assert "\n" not in str(caught.value) and not os.path.exists(tmp_path / "out")
+
+
 REFUSALS = {
     "an unknown weight": (lambda f: _edit_weights(f, _extra), "model.encoder.layers.0.gate.weight has no place"),
     "a missing weight": (
@@ -204,9 +311,13 @@ REFUSALS = {
     ),
     "a shape that does not fit": (lambda f: _edit_weights(f, _shape), "size mismatch"),
     "an output bias": (lambda f: _edit_weights(f, _bias), "final_logits_bias is not zero"),
-    "pickled weights only": (
-        lambda f: os.rename(os.path.join(f, "model.safetensors"), os.path.join(f, "pytorch_model.bin")),
-        "has no model.safetensors (it holds pytorch_model.bin",
+    "pickled weights holding code": (lambda f: _pickle(f, date.today()), "refused to load checkpoint"),
+    "pickled weights not tensors": (lambda f: _pickle(f, [1, 2]), "is not a map of weight names to tensors"),
+    "no weights": (lambda f: os.remove(os.path.join(f, "model.safetensors")), "has no weights (model.safetensors"),
+    "a shard the folder lacks": (lambda f: _shard(f, drop=True), "names model-00002-of-00002.safetensors, which"),
+    "fewer made-up rows than the tokenizer names": (
+        lambda f: _edit_json(f, "tokenizer_config.json", num_madeup_words=7),
+        "the tokenizer names 7 rows after them",
     ),
     "another activation": (
         lambda f: _edit_json(f, "config.json", activation_function="quick_gelu"),
@@ -225,8 +336,8 @@ REFUSALS = {
         "field 'd_model'",
     ),
     "another tokenizer": (
-        lambda f: _edit_json(f, "tokenizer_config.json", tokenizer_class="NllbTokenizer"),
-        "tokenizer NllbTokenizer is not one hltmt-import reads yet",
+        lambda f: _edit_json(f, "tokenizer_config.json", tokenizer_class="T5Tokenizer"),
+        "tokenizer T5Tokenizer is not one hltmt-import reads",
     ),
     "another model type": (
         lambda f: _edit_json(f, "config.json", model_type="bart"),
