@@ -51,14 +51,23 @@ def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path)
             "batch",
             "--beam",
             "2",
+            "--max-len",
+            "7",
+            "--fixed-len",
         ]
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert [(r["engine"], r["mode"]) for r in result["runs"]] == [(e, "batch") for e in be.ENGINES]
+    # CTranslate2 alone on the same tokens, beside each of its runs; the other engines have none
+    assert [bool(r["raw_sent_per_s"]) for r in result["runs"]] == [e in ("float32", "int8") for e in be.ENGINES]
+    for r in result["runs"]:  # --fixed-len: every line 7 pieces (a piece is never the empty text)
+        lines = json.loads(open(r["hyp"], encoding="utf-8").read())
+        assert len(lines) == 6 and all(len(line.split()) <= 7 and line for line in lines), (r["engine"], lines)
     assert all(r["sent_per_s"] > 0 and r["peak_mib"] > 50 and r["sentences"] == 6 for r in result["runs"])
     quality = result["quality"]
     assert quality["tiny/float32"]["identical"] == quality["tiny/float32"]["lines"] == 6
+    assert quality["tiny/transformers"]["identical"] == 6
     assert 0 <= quality["tiny/int8"]["identical"] <= 6 and "bleu" in quality["tiny/int8"]
     # float32 kernels of two engines on the noised test model (every weight moved by 0.3, so its
     # logits are large): up to ~1.5e-3 seen; the study's trained models stay under 1e-4
@@ -81,6 +90,12 @@ def test_the_command_itself_is_measured_and_the_export_imports_no_torch(hltmt, t
     assert runs["float32"]["peak_mib"] < runs["checkpoint"]["peak_mib"] - 100
     lines = {engine: json.loads(open(r["hyp"], encoding="utf-8").read()) for engine, r in runs.items()}
     assert lines["float32"] == lines["checkpoint"] and len(lines["int8"]) == 3 and result["max_logprob_diff"] == {}
+
+
+def test_a_fixed_length_is_measured_through_the_api_only():
+    with pytest.raises(SystemExit):  # argparse's one line: hltmt-translate has no --min-len
+        be.parse_args(["--work", "w", "--fixed-len", "--via", "command"])
+    assert be.parse_args(["--work", "w", "--fixed-len"]).fixed_len
 
 
 def test_the_paper_size_models_are_the_main_jobs(tmp_path):
