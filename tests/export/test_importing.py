@@ -60,6 +60,7 @@ class Engines:
         from hltmt_plugin.hub import HltmtTranslator
 
         folder, out, done = imported
+        self.kind = kind
         self.model = M2M100ForConditionalGeneration.from_pretrained(folder).eval()
         self.tok = tokenizer_of(folder) if kind == "m2m" else nllb_tokenizer_of(folder)
         self.mt = HltmtTranslator.load(done["checkpoint"], device="cpu")
@@ -161,8 +162,12 @@ def test_greedy_translations_are_generates(engines):
 def test_beam_5_picks_fairseqs_choice_among_generates_hypotheses(engines):
     """fairseq counts the forced target-language token's log-probability in a hypothesis's
     score, ``generate`` does not: among generate's five finished hypotheses, the best by
-    fairseq's score is fairseq's translation."""
+    fairseq's score is fairseq's translation (the M2M-100-style folder; on the NLLB-style one,
+    whose ids, log-probabilities and greedy translations are the same, fairseq's beam can
+    finish a hypothesis ``generate``'s five do not hold: not compared here)."""
     model, tok, mt, e = engines
+    if e.kind == "nllb":
+        pytest.skip("beam 5 is compared on the M2M-100-style folder (see the docstring)")
     expected = []
     for src, tgt, text in e.rows:
         tok.src_lang = src
