@@ -121,15 +121,18 @@ def test_decoding_jobs_leave_out_what_is_decoded_and_a_dry_run_prints_each_line(
     assert not (tmp_path / "mnmt").exists()  # a dry run writes nothing
 
 
-def test_the_report_line_is_hltmt_reports():
+def test_the_report_line_is_hltmt_reports(tmp_path):
     from hltmt_plugin.experiments.report import build_parser
 
+    dec, gate = tmp_path / "dec", tmp_path / "h.pt"  # inputs that are there: the parser refuses missing ones
+    dec.mkdir()
+    gate.write_bytes(b"")
     cmd = steps.report_command(
-        "dec",
+        str(dec),
         "rep",
         high=["fr", "de"],
         title="T",
-        gate_checkpoint="h.pt",
+        gate_checkpoint=str(gate),
         valid_logs=["mnmt=a.log", "hltmt=b.log"],
         note="N",
         options=["--machine", "M"],
@@ -137,7 +140,7 @@ def test_the_report_line_is_hltmt_reports():
     assert cmd[:3] == steps.experiment_cli("report")
     args = build_parser().parse_args(cmd[3:])
     assert (args.decode_dir, args.out, args.high, args.baseline, args.system, args.title) == (
-        "dec",
+        str(dec),
         "rep",
         "fr,de",
         "mnmt",
@@ -145,7 +148,7 @@ def test_the_report_line_is_hltmt_reports():
         "T",
     )
     assert (args.gate_checkpoint, args.valid_log, args.note, args.machine) == (
-        "h.pt",
+        str(gate),
         ["mnmt=a.log", "hltmt=b.log"],
         "N",
         "M",
