@@ -9,8 +9,11 @@ tokens), then, each in a process of its own (scale_children.py), with the tiny m
 hltmt-prepare-data phase by phase; task set-up and data loading with memory; fairseq-train
 from process start to the first update and its checkpoint's size; training words/s of the
 systems on the same mixed-direction batches, interleaved, with their arithmetic and the cost
-of the routing groups; fairseq-generate start-up. Each figure against K and as its ratio to
-K = 10 (scale_table.py). A benchmark measures; nothing here passes or fails.
+of the routing groups. Each figure against K and as its ratio to K = 10 (scale_table.py).
+A benchmark measures; nothing here passes or fails.
+
+Times "from process start" add the imports every process pays (``args.import_span``,
+measured once by :func:`scale_children.import_everything`) to the time after them.
 """
 
 import argparse
@@ -19,16 +22,16 @@ import os
 import sys
 import time
 
-from hltmt_plugin.atomic_files import write_text
+from hltmt_plugin.atomic_files import fresh_folder, write_text
 from hltmt_plugin.errors import HltmtError
-from scale_children import SYSTEMS, import_everything
-from scale_corpus import ROOT, ScaleError, check_fits
-from scale_measure import log, measure_k
+from scale_children import SYSTEMS, import_everything, run_measure, training_args
+from scale_corpus import ROOT, ScaleError, check_fits, write_corpus
 from scale_table import markdown, plot, reference_k, rows_of
-from timing import HelpFormatter, below
+from timing import HelpFormatter, add_spans, below, span
 
 # the corpus: scale_corpus.py; the measures run in their own processes: scale_children.py;
-# the measures of one K: scale_measure.py; the table and the chart: scale_table.py
+# the table and the chart: scale_table.py
+KIND = "scale_bench"  # the writer named in the marker of the folders it makes (and alone removes)
 
 
 def build_parser():
@@ -50,7 +53,7 @@ def build_parser():
         "--startup-rounds",
         type=int,
         default=1,
-        help="fairseq-train / fairseq-generate runs per system and K, interleaved (the fastest is kept)",
+        help="fairseq-train runs per system and K, interleaved (the fastest is kept)",
     )
     p.add_argument("--batches", type=int, default=8, help="training batches per round (words/s)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (words/s)")
@@ -106,6 +109,100 @@ def check_options(args):
     for path in (args.json, args.png):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ScaleError(f"{path}: its folder does not exist")
+
+
+def log(msg):
+    print(f"[scale_bench] {msg}", flush=True)
+
+
+def measure_k(args, k, work):
+    """Every measure at one K (a folder of its own under ``work``, emptied at the end unless
+    --keep); returns a dict of figures."""
+    kdir = fresh_folder(os.path.join(work, f"k{k:03d}"), KIND)
+    raw = os.path.join(kdir, "raw")
+    langs = write_corpus(k, args.lines, args.eval_lines, raw)
+    res = {"k": k, "langs": len(langs), "directions": 2 * k, "load_start": os.getloadavg()[0]}
+    spec = {"langs": langs, "max_tokens": args.max_tokens, "data": os.path.join(kdir, "prep", "bin")}
+    log(f"K={k}: hltmt-prepare-data ({k} pairs)")
+    prep = run_measure(
+        "prepare",
+        {"langs": langs, "raw": raw, "out": os.path.join(kdir, "prep"), "vocab": args.vocab_size},
+        args.timeout,
+    )
+    res["prepare"] = {**prep, "total": add_spans(args.import_span, prep["total"]), "imports": args.import_span}
+    with open(os.path.join(spec["data"], "dict.en.txt"), encoding="utf-8") as f:
+        res["dictionary"] = sum(1 for _ in f)
+    res["data"] = measure_data(args, k, spec)
+    res["train"], res["checkpoint_mib"] = measure_startup(args, k, kdir, spec)
+    log(
+        f"K={k}: training words/s, {', '.join(args.systems)} interleaved ({args.rounds} rounds of {args.batches} batches)"
+    )
+    speed = dict(spec, systems=args.systems, batches=args.batches, rounds=args.rounds)
+    res["speed"] = run_measure("speed", speed, args.timeout, show=True)
+    res["load_end"] = os.getloadavg()[0]
+    if not args.keep:
+        fresh_folder(kdir, KIND)
+    return res
+
+
+def measure_data(args, k, spec):
+    """Data loading without a model, for plain MNMT's task and HLT-MT's."""
+    out = {}
+    for system in ("mnmt", "hltmt"):
+        log(f"K={k}: data loading, {system}")
+        out[system] = run_measure("data", dict(spec, system=system), args.timeout)
+    return out
+
+
+def measure_startup(args, k, kdir, spec):
+    """fairseq-train of every system, --startup-rounds rounds with the systems interleaved, the
+    fastest round of each kept; returns (train figures, checkpoint MiB), each by system."""
+    train, checkpoint_mib = {}, {}
+    for r in range(args.startup_rounds):
+        for system in args.systems:
+            log(f"K={k}: fairseq-train, {system} (round {r + 1}/{args.startup_rounds})")
+            save = fresh_folder(os.path.join(kdir, "checkpoints"), KIND)  # one system's at a time
+            argv = training_args(dict(spec, updates=args.updates), system, save)
+            rec = run_measure("train", {"argv": argv}, args.timeout)
+            keep_fastest(train, system, summarize_train(rec, args.import_span), "first_update")
+            checkpoint_mib[system] = os.path.getsize(os.path.join(save, "checkpoint_last.pt")) / 2**20
+    return train, checkpoint_mib
+
+
+def keep_fastest(table, system, figures, key):
+    """Keep ``figures`` as ``table[system]`` unless a round with less CPU time in ``key`` is there."""
+    if system not in table or figures[key]["cpu"] < table[system][key]["cpu"]:
+        table[system] = figures
+
+
+def _spans(rec, key):
+    return [span(a, b) for a, b in rec.get(key, [])]
+
+
+def summarize_train(rec, imports):
+    """fairseq-train's time line: imports (measured once), its own option handling, task
+    set-up, model build, trainer (criterion, Trainer, checkpoint look-up), train data + batch
+    iterator, the wait for the first batch (fairseq's --num-workers 1 starts a loader
+    process), the first update (which builds the optimizer); each a (wall, CPU) span."""
+    start = rec["start"]
+    setup, build, itr, step0 = (rec[k][0] for k in ("setup_task", "build_model", "get_train_iterator", "train_step"))
+    later = _spans(rec, "train_step")[1:] or _spans(rec, "train_step")
+    words = sum(rec["step_tokens"][1:] or rec["step_tokens"])
+    return {
+        "first_update": add_spans(imports, span(start, step0[1])),
+        "imports": imports,
+        "options": span(start, setup[0]),
+        "setup_task": span(*setup),
+        "build_model": span(*build),
+        "trainer": span(build[1], itr[0]),
+        "load_train": add_spans(*_spans(rec, "get_train_iterator")),
+        "first_batch_wait": span(itr[1], step0[0]),
+        "first_step": span(*step0),
+        "step_words_per_cpu_s": words / add_spans(*later)["cpu"],
+        "save": add_spans(*_spans(rec, "save_checkpoint")),
+        "total": add_spans(imports, span(start, rec["end"])),
+        "peak_rss_mib": rec["peak_rss_mib"],
+    }
 
 
 def measure_all(args):

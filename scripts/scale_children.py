@@ -6,11 +6,10 @@ measure starts from the same state and its memory and caches end with it:
 
 - ``prepare``: hltmt-prepare-data itself, each phase timed;
 - ``data``: task set-up, the train split and two epochs of batches (no model), with memory;
-- ``fairseq``: fairseq-train or fairseq-generate itself, its steps timed;
+- ``train``: fairseq-train itself, its steps timed;
 - ``speed``: training words/s of the systems on the same mixed-direction batches.
 
-Also here: the fairseq-train (the experiment recipe's) and fairseq-generate options of each
-system.
+Also here: the fairseq-train options of each system (the experiment recipe's).
 """
 
 import argparse
@@ -25,8 +24,6 @@ import traceback
 from bench_systems import ADAPTERS, LR, SKILLS
 from hltmt_plugin import records
 from hltmt_plugin.experiments.recipe import (
-    BASELINE_TASK,
-    PLUGIN_TASK,
     Comparison,
     Hyper,
     directions,
@@ -34,12 +31,10 @@ from hltmt_plugin.experiments.recipe import (
     prepare_command,
 )
 from scale_corpus import ScaleError, high_and_pool
-from timing import add_spans, rss_mib, run_fairseq, span, stamp, timed
+from timing import add_spans, rss_mib, run_fairseq_train, span, stamp, timed
 
 SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
 BENCH_NAME = {system: "baseline" if system == "mnmt" else system for system in SYSTEMS}  # scripts/bench.py's names
-GEN_SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters"]
-GEN_DIRECTION = ("en", "fr")
 
 
 def child_prepare(spec):
@@ -87,24 +82,6 @@ def training_args(spec, system, save_dir=None):
     )
 
 
-def generate_args(spec, system, ckpt):
-    """fairseq-generate options of one system: one direction (GEN_DIRECTION), test split."""
-    src, tgt = GEN_DIRECTION
-    task = BASELINE_TASK if system == "mnmt" else PLUGIN_TASK
-    return [
-        spec["data"],
-        *comparison(spec).task_args(task, [f"{src}-{tgt}"]),
-        *["-s", src, "-t", tgt, "--path", ckpt, "--gen-subset", "test", "--beam", "5", "--max-len-b", "20"],
-        *[
-            "--batch-size",
-            "16",
-            "--required-batch-size-multiple",
-            "1",
-        ],  # fairseq 0.12 drops a last partial batch otherwise
-        *([] if system == "mnmt" else ["--enable-lang-ids"]),
-    ]
-
-
 def child_data(spec):
     """Task set-up, train split and two epochs of batches (no model), with resident memory."""
     from fairseq import options, tasks
@@ -148,9 +125,9 @@ def child_data(spec):
     return out
 
 
-def child_fairseq(spec):
-    """fairseq-train or fairseq-generate itself, with its steps timed (:func:`timing.run_fairseq`)."""
-    return run_fairseq(spec["kind"], spec["argv"])
+def child_train(spec):
+    """fairseq-train itself, with its steps timed (:func:`timing.run_fairseq_train`)."""
+    return run_fairseq_train(spec["argv"])
 
 
 def child_speed(spec):
@@ -220,7 +197,7 @@ def routing_groups(task, samples):
     return groups
 
 
-CHILDREN = {"prepare": child_prepare, "data": child_data, "fairseq": child_fairseq, "speed": child_speed}
+CHILDREN = {"prepare": child_prepare, "data": child_data, "train": child_train, "speed": child_speed}
 
 
 def run_measure(kind, spec, timeout, show=False):
@@ -280,7 +257,6 @@ def import_everything():
     import torch
 
     torch.set_num_threads(1)
-    import fairseq_cli.generate  # noqa: F401
     import fairseq_cli.preprocess  # noqa: F401
     import fairseq_cli.train  # noqa: F401
     import sentencepiece  # noqa: F401

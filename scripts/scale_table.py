@@ -7,7 +7,6 @@ not inflate them; each measure runs one thread); the JSON keeps the wall time to
 import statistics
 
 from hltmt_plugin.experiments.runs import save_figure
-from scale_children import GEN_DIRECTION, GEN_SYSTEMS
 from timing import markdown_table
 
 CPU = "CPU s"
@@ -33,7 +32,7 @@ def rows_of(results, systems):
         if values:
             out.append((measure, system, unit, values))
 
-    for rows in (_preparation_rows, _data_rows, _startup_rows, _speed_rows, _batch_rows, _generate_and_size_rows):
+    for rows in (_preparation_rows, _data_rows, _startup_rows, _speed_rows, _batch_rows, _size_rows):
         rows(row, systems)
     return out
 
@@ -131,18 +130,7 @@ def _batch_rows(row, systems):
     )
 
 
-def _generate_and_size_rows(row, systems):
-    for system in GEN_SYSTEMS:
-        if system in systems:
-            g = lambda r, s=system: r["generate"][s]  # noqa: E731
-            row(
-                f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch",
-                system,
-                CPU,
-                lambda r, g=g: g(r)["first_batch"]["cpu"],
-            )
-            row("  after the imports: task set-up", system, CPU, lambda r, g=g: g(r)["setup_task"]["cpu"])
-            row("  checkpoint load", system, CPU, lambda r, g=g: g(r)["load_model"]["cpu"])
+def _size_rows(row, systems):
     for system in systems:
         row("checkpoint_last.pt (with the optimizer state)", system, "MiB", lambda r, s=system: r["checkpoint_mib"][s])
     for system in systems:
@@ -200,7 +188,6 @@ PANELS = [  # (title, measures, "ratio": each to the reference K / "value": as t
         "start-up (CPU seconds, imports included)",
         [
             "fairseq-train: process start to first update",
-            f"fairseq-generate {'-'.join(GEN_DIRECTION)}: process start to first batch",
             "task set-up (dictionaries, language tokens)",
         ],
         "ratio",

@@ -12,7 +12,7 @@ the same thing whichever script wrote it.
 - :func:`run_child` / :func:`child_main`: a measure in a child process of a bench script, its
   spec on the child's standard input and its result on the last line of its standard output
   (both JSON, read by :mod:`hltmt_plugin.records`: no file between them);
-- :func:`timed`, :func:`run_fairseq`: fairseq-train or fairseq-generate in this process, its steps stamped;
+- :func:`timed`, :func:`run_fairseq_train`: fairseq-train in this process, its steps stamped;
 - :func:`median`, :func:`markdown_table`, :func:`markdown_row`.
 """
 
@@ -203,12 +203,11 @@ def timed(owner, name: str, record: dict, key: str, after: Optional[Callable] = 
     return wrapper
 
 
-def run_fairseq(kind: str, argv: List[str]) -> dict:
-    """fairseq-train or fairseq-generate itself (``kind``; fairseq_cli's ``cli_main`` on
-    ``argv``) in this process, its steps stamped: the (start, end) stamps of every call of
-    setup_task, load_dataset, build_model, inference_step, train_step (each update; its target
-    tokens in ``step_tokens``), get_train_iterator, save_checkpoint and load_model_ensemble,
-    the stamps at the ``start`` (before fairseq's imports) and the ``end``, and the peak
+def run_fairseq_train(argv: List[str]) -> dict:
+    """fairseq-train itself (fairseq_cli's ``cli_main`` on ``argv``) in this process, its steps
+    stamped: the (start, end) stamps of every call of setup_task, load_dataset, build_model,
+    train_step (each update; its target tokens in ``step_tokens``), get_train_iterator and
+    save_checkpoint, the stamps at the ``start`` (before fairseq's imports) and the ``end``, and the peak
     resident memory (``peak_rss_mib``)."""
     start = stamp()
     import fairseq.checkpoint_utils as cu
@@ -222,7 +221,7 @@ def run_fairseq(kind: str, argv: List[str]) -> dict:
         t = stamp()
         task = setup(*args, **kwargs)
         record.setdefault("setup_task", []).append((t, stamp()))
-        for method in ("load_dataset", "build_model", "inference_step"):
+        for method in ("load_dataset", "build_model"):
             timed(task, method, record, method)
         return task
 
@@ -232,15 +231,12 @@ def run_fairseq(kind: str, argv: List[str]) -> dict:
     timed(Trainer, "train_step", record, "train_step", after=count)
     timed(Trainer, "get_train_iterator", record, "get_train_iterator")
     timed(cu, "save_checkpoint", record, "save_checkpoint")
-    timed(cu, "load_model_ensemble", record, "load_model_ensemble")
-    sys.argv = [kind] + list(argv)
+    sys.argv = ["fairseq-train", *argv]
     from hltmt_plugin import compat
 
     compat.install()  # this process now runs one of fairseq's commands: the workarounds a command gets
-    if kind == "fairseq-train":
-        from fairseq_cli.train import cli_main
-    else:
-        from fairseq_cli.generate import cli_main
+    from fairseq_cli.train import cli_main
+
     cli_main()
     record["end"] = stamp()
     record["peak_rss_mib"] = rss_mib()[1]

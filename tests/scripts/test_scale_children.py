@@ -1,5 +1,5 @@
-"""scripts/scale_children.py on the session's data slice: the fairseq-train and fairseq-generate
-options of every system read back by fairseq's parsers, one measure run in a fork of this
+"""scripts/scale_children.py on the session's data slice: the fairseq-train options of every
+system read back by fairseq's parser, one measure run in a fork of this
 process (and a failing one reported with its log), and the routing groups of real batches."""
 
 import argparse
@@ -46,15 +46,6 @@ def test_every_systems_options_parse_as_fairseq_reads_them(data_bin):
             )
             assert (run.hlt_stage, run.pivot_langs, run.slp_hard_prob) == ("high", "en,fr,gu,hi", 1.0)
             assert run.language_adapters == (system == "hltmt+adapters") and run.skill_ffn == (system == "hltmt+skills")
-    for system in sc.GEN_SYSTEMS:
-        gen = options.parse_args_and_arch(options.get_generation_parser(), sc.generate_args(spec, system, "c.pt"))
-        assert (gen.source_lang, gen.target_lang, gen.lang_pairs, gen.beam, gen.path) == (
-            "en",
-            "fr",
-            "en-fr",
-            5,
-            "c.pt",
-        )
 
 
 def test_a_measure_runs_in_a_fork_and_a_failing_one_is_reported_with_its_log(data_bin):
@@ -62,8 +53,8 @@ def test_a_measure_runs_in_a_fork_and_a_failing_one_is_reported_with_its_log(dat
     got = sc.run_measure("data", spec_of(data_bin, system="hltmt"), timeout=300)
     assert [e["batches"] > 0 for e in got["epochs"]] == [True, True] and got["wall_s"] > 0
     assert got["epochs"][0]["tokens"] == got["epochs"][1]["tokens"] > 0 and got["peak_rss_mib"] > 50
-    with pytest.raises(ScaleError, match=r"the fairseq measure failed \(exit 1\):\n(.|\n)*RuntimeError"):
-        sc.run_measure("fairseq", {"kind": "fairseq-train", "argv": [data_bin, "--no-such-option"]}, 300)
+    with pytest.raises(ScaleError, match=r"the train measure failed \(exit 1\):\n(.|\n)*RuntimeError"):
+        sc.run_measure("train", {"argv": [data_bin, "--no-such-option"]}, 300)
     assert set(os.listdir(tempfile.gettempdir())) <= before  # its log and result had no name
 
 
