@@ -41,7 +41,7 @@ import shutil
 import time
 from typing import Dict, Optional
 
-from hltmt_plugin.atomic_files import check_folder_output, write_folder
+from hltmt_plugin.atomic_files import check_folder_output, write_folder, write_text
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import model_card
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
@@ -387,8 +387,7 @@ def write_pointer(work: str, targets: dict, models: dict) -> None:
         "model_type": f"hltmt-pool: this folder holds one model per group of target languages, load one: {sentence}",
         "hltmt": {"models": {place: langs for place, langs in served.items()}},
     }
-    with open(os.path.join(work, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(pointer, f, ensure_ascii=False, indent=1)
+    write_text(os.path.join(work, "config.json"), json.dumps(pointer, ensure_ascii=False, indent=1))
 
 
 def write_tokenizer(loaded, work: str) -> None:
