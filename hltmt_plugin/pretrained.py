@@ -234,7 +234,7 @@ def architecture_from_checkpoint(args) -> None:
             continue
         if not hasattr(args, name):
             setattr(args, name, stored[name])
-        elif name in SHAPE_OPTIONS and getattr(args, name) != stored[name]:
+        elif name in SHAPE_OPTIONS and str(getattr(args, name)) != str(stored[name]):  # fairseq parses some as text
             contradictions.append(f"{_flag(name)} {getattr(args, name)} (the checkpoint's: {stored[name]})")
     if contradictions:
         raise HltmtConfigError(

@@ -211,3 +211,11 @@ def test_capacities_added_to_a_release_start_as_the_identity(data_bin, release, 
         ours = model.get_normalized_probs(model(**with_lang_ids(task, sample, DIRECTIONS)["net_input"]), log_probs=True)
     assert (ours - theirs).abs().max() < 1e-5
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def test_an_option_given_as_the_checkpoint_has_it_is_no_contradiction(data_bin, release):
+    """fairseq parses some architecture options as text (--decoder-output-dim): the value typed
+    equal to the checkpoint's is not refused (hltmt-export reads a fine-tuned model's command back)."""
+    path, stored, _ = release
+    args = _parsed(data_bin, "--finetune-from-model", path, "--decoder-output-dim", str(stored.decoder_output_dim))
+    assert str(args.decoder_output_dim) == str(stored.decoder_output_dim)
