@@ -213,9 +213,10 @@ class Ct2Translator(contract.ExportedTranslator):
         # CTranslate2 leaves a forced prefix's log-probability out of the scores; fairseq counts it
         forced = [s.log_probs[0] for s in model.score_batch(sources, prefix)] if prefix else [0.0] * len(batch)
         index_of, pad = self.dictionary.index, self.dictionary.pad_word
+        scores = _scores(model, sources, outputs, max_len, lenpen, forced)
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
             hypotheses = []
-            for tokens, score in zip(output.hypotheses, _scores(model, sources[k], output, max_len, lenpen, forced[k])):
+            for tokens, score in zip(output.hypotheses, scores[k]):
                 ids = [index_of(t if t != BLANK else pad) for t in tokens]
                 # end of sentence counted in the tokens; both scores divide by the length with it
                 hypotheses.append((self.dictionary.text(ids, self.leave_out), score / math.log(2), len(ids) + 1))
@@ -239,20 +240,32 @@ def _load_model(ct2, folder: str, record: dict, group: str, options: dict):
         ) from None
 
 
-def _scores(model, source: List[str], output, max_len: int, lenpen: float, forced: float) -> List[float]:
-    """fairseq's score of each hypothesis of ``output`` (natural log). The beam's finished
-    hypotheses are the same; fairseq's scores of them count two log-probabilities that
-    CTranslate2's scores leave out: the forced target prefix's (``forced``) and, for a
-    hypothesis cut at ``max_len``, the end of sentence fairseq forces there (such hypotheses
-    are scored again with it, by CTranslate2's ``score_batch``)."""
-    hypotheses = list(output.hypotheses)
-    scores = [
-        (float(x) * (len(h) + 1) ** lenpen + forced) / (len(h) + 1) ** lenpen for h, x in zip(hypotheses, output.scores)
-    ]
-    cut = [i for i, h in enumerate(hypotheses) if len(h) >= max_len]
+def _scores(model, sources: List[List[str]], outputs, max_len: int, lenpen: float, forced) -> List[List[float]]:
+    """fairseq's score of each hypothesis of each of ``outputs`` (natural log). The beam's
+    finished hypotheses are the same; fairseq's scores of them count two log-probabilities that
+    CTranslate2's scores leave out: the forced target prefix's (``forced``, one per sentence)
+    and, for a hypothesis cut at ``max_len``, the end of sentence fairseq forces there (such
+    hypotheses, of every sentence of the batch, are scored again with it by one call of
+    CTranslate2's ``score_batch``)."""
+    scores, cut = [], []
+    for k, output in enumerate(outputs):
+        hypotheses = list(output.hypotheses)
+        scores.append(
+            [
+                (float(x) * (len(h) + 1) ** lenpen + forced[k]) / (len(h) + 1) ** lenpen
+                for h, x in zip(hypotheses, output.scores)
+            ]
+        )
+        cut.extend((k, i, h) for i, h in enumerate(hypotheses) if len(h) >= max_len)
     if cut:
-        for i, scored in zip(cut, model.score_batch([source] * len(cut), [hypotheses[i] for i in cut])):
-            scores[i] = sum(scored.log_probs) / (len(scored.log_probs) ** lenpen)
+        again = model.score_batch(
+            [sources[k] for k, _, _ in cut],
+            [h for _, _, h in cut],
+            max_batch_size=ENGINE_BATCH_TOKENS,
+            batch_type="tokens",
+        )
+        for (k, i, _), scored in zip(cut, again):
+            scores[k][i] = sum(scored.log_probs) / (len(scored.log_probs) ** lenpen)
     return scores
 
 
