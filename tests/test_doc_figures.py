@@ -105,3 +105,37 @@ def test_the_model_cards_and_means_are_the_studys_seed_1_scores():
         row = next(line for line in lines if line.startswith(f"| {label} "))
         cells = [c.strip().strip("*") for c in row.split("|")[2:6]]
         assert cells == [means[s][n] for s in ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]], (label, cells)
+
+
+def test_the_paper_size_serving_table_is_the_benchmark_file():
+    """Each row of benchmarks.md's "Serving at the paper's size" table is its run in
+    docs/bench_paper_fixed_len.json: sentences/s, the raw ceiling, sentences per CPU second, the
+    ratio over the same model's checkpoint per CPU second, load and peak memory."""
+    with open(os.path.join(DOCS, "bench_paper_fixed_len.json"), encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    names = {"checkpoint": "checkpoint (fairseq)", "float32": "CTranslate2 float32", "int8": "CTranslate2 int8"}
+    names["transformers"] = "transformers (float32)"
+    systems = {"hltmt-base": "HLT-MT", "mnmt-base": "MNMT"}
+    with open(os.path.join(DOCS, "benchmarks.md"), encoding="utf-8") as f:
+        section = f.read().split("## Serving at the paper's size", 1)[1]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0].split(" ", 1)[0] in ("HLT-MT", "MNMT"):
+            rows[cells[0]] = cells[1:]
+    checkpoint = {r["model"]: r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"}
+    assert len(rows) == len(runs) == 8, (sorted(rows), len(runs))
+
+    def shown(cell, value):  # the cell is the value rounded to the digits it shows
+        if value is None:
+            return cell == ""
+        digits = cell.replace(",", "").split()[0]
+        places = len(digits.split(".")[1]) if "." in digits else 0
+        return abs(float(digits) - value) <= 0.5 * 10**-places + 1e-9
+
+    for r in runs:
+        wall, raw, cpu, ratio, load, peak = rows[f"{systems[r['model']]} {names[r['engine']]}"]
+        assert shown(wall, r["sent_per_s"]) and shown(cpu, r["sent_per_cpu_s"]), (r, wall, cpu)
+        assert shown(raw, r["raw_sent_per_s"]), (r, raw)
+        assert shown(ratio, r["sent_per_cpu_s"] / checkpoint[r["model"]]), (r, ratio)
+        assert shown(load, r["load_s"]) and shown(peak, r["peak_mib"]), (r, load, peak)
