@@ -605,3 +605,23 @@ def full_disk_open(after):
             self.f.close()
 
     return Full
+
+
+@pytest.fixture(scope="session")
+def study_engines(tmp_path_factory):
+    """The study's committed HLT-MT on each engine: its checkpoint, and its exports to
+    CTranslate2 and to transformers (made once per test process), one thread each."""
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("transformers")
+    from hltmt_plugin.export import ctranslate2, transformers
+    from hltmt_plugin.hub import HltmtTranslator
+
+    checkpoint = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
+    folder = tmp_path_factory.mktemp("study_engines")
+    ctranslate2.export(checkpoint, str(folder / "ct2"))
+    transformers.export(checkpoint, str(folder / "hf"))
+    return {
+        "checkpoint": HltmtTranslator.load(checkpoint, device="cpu"),
+        "ctranslate2": HltmtTranslator.load(str(folder / "ct2"), threads=1),
+        "transformers": HltmtTranslator.load(str(folder / "hf"), threads=1),
+    }

@@ -127,3 +127,30 @@ def rows(n=8, codes=None):
     if codes:
         found = [(codes[src], codes[tgt], text) for src, tgt, text in found]
     return found
+
+
+def fairseq_beam_choice(model, batch, forced_bos: int, max_len: int):
+    """fairseq's beam-5 choice among transformers ``generate``'s five finished hypotheses: the
+    ids (end of sentence included) of the best by fairseq's score, the mean log-probability of
+    its tokens (which counts the forced target-language token; ``generate``'s scores do not),
+    the earlier of two equal ones."""
+    import torch
+
+    out = model.generate(
+        **batch,
+        forced_bos_token_id=forced_bos,
+        num_beams=5,
+        num_return_sequences=5,
+        early_stopping=True,
+        max_new_tokens=max_len + 1,
+        min_new_tokens=1,
+        suppress_tokens=[1],
+    )
+    hypotheses = [[i for i in seq[1:].tolist() if i != 1] for seq in out]
+    assert all(h[-1] == 2 for h in hypotheses)  # all ended by themselves
+    scores = []
+    with torch.no_grad():
+        for h in hypotheses:
+            logits = model(**batch, decoder_input_ids=torch.tensor([[2] + h[:-1]])).logits[0]
+            scores.append(float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(h)[:, None]).mean()))
+    return hypotheses[max(range(5), key=lambda b: (scores[b], -b))]

@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from conftest import PLUGIN, cli, run
-from importing_common import build_m2m_folder, rows, tokenizer_of
+from importing_common import build_m2m_folder, fairseq_beam_choice, rows, tokenizer_of
 
 pytest.importorskip("transformers")
 pytest.importorskip("ctranslate2")
@@ -72,24 +72,7 @@ def _generates_choice(model, tok, src_ids, tgt):
     import torch
 
     batch = {"input_ids": torch.tensor([src_ids]), "attention_mask": torch.ones(1, len(src_ids), dtype=torch.long)}
-    out = model.generate(
-        **batch,
-        forced_bos_token_id=tok.get_lang_id(tgt),
-        num_beams=5,
-        num_return_sequences=5,
-        early_stopping=True,
-        max_new_tokens=MAX_LEN + 1,
-        min_new_tokens=1,
-        suppress_tokens=[1],
-    )
-    hypotheses = [[i for i in seq[1:].tolist() if i != 1] for seq in out]
-    assert all(h[-1] == 2 for h in hypotheses)  # all ended by themselves
-    scores = []
-    with torch.no_grad():
-        for h in hypotheses:
-            logits = model(**batch, decoder_input_ids=torch.tensor([[2] + h[:-1]])).logits[0]
-            scores.append(float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(h)[:, None]).mean()))
-    best = hypotheses[max(range(5), key=lambda b: (scores[b], -b))]
+    best = fairseq_beam_choice(model, batch, tok.get_lang_id(tgt), MAX_LEN)
     return [tok.convert_ids_to_tokens(i) for i in best if 3 < i < tok.get_lang_id("en")]
 
 

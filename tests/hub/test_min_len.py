@@ -5,13 +5,8 @@ With min_len equal to max_len every translation is exactly that many tokens and 
 sentence, whatever the weights: the same work on every engine (scripts/bench_export.py
 --fixed-len). A min_len no translation can reach is refused before any search."""
 
-import os
-
 import pytest
 
-from conftest import ROOT
-
-CHECKPOINT = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
 # the checkpoint ends all three in 4 to 6 tokens (end of sentence included)
 ITEMS = [("en", "de", "The file is open."), ("en", "fr", "Save the file."), ("en", "gu", "The file.")]
 
@@ -47,20 +42,8 @@ def test_ctranslate2_counts_a_forced_first_token_as_fairseq_does():
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory):
-    pytest.importorskip("ctranslate2")
-    pytest.importorskip("transformers")
-    from hltmt_plugin.export import ctranslate2, transformers
-    from hltmt_plugin.hub import HltmtTranslator
-
-    folder = tmp_path_factory.mktemp("min_len")
-    ctranslate2.export(CHECKPOINT, str(folder / "ct2"))
-    transformers.export(CHECKPOINT, str(folder / "hf"))
-    return {
-        "checkpoint": HltmtTranslator.load(CHECKPOINT, device="cpu"),
-        "ctranslate2": HltmtTranslator.load(str(folder / "ct2"), threads=1),
-        "transformers": HltmtTranslator.load(str(folder / "hf"), threads=1),
-    }
+def engines(study_engines):
+    return study_engines
 
 
 @pytest.mark.parametrize("engine", ["checkpoint", "ctranslate2", "transformers"])

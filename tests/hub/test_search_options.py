@@ -5,16 +5,11 @@ checkpoint's; sampling: top-k 1 and a tiny top-p are the greedy search, a seed g
 samples, another seed others, samples are not the beam's translation; no-repeat n-grams: no
 n-gram of pieces twice (which hypothesis the blocked beam finds may differ between engines)."""
 
-import os
-
 import pytest
-
-from conftest import ROOT
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("transformers")
 
-CHECKPOINT = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
 ITEMS = [
     ("en", "de", "The file is open."),
     ("en", "fi", "The file could not be saved."),
@@ -24,18 +19,8 @@ ITEMS = [
 
 
 @pytest.fixture(scope="module")
-def engines(tmp_path_factory):
-    from hltmt_plugin.export import ctranslate2, transformers
-    from hltmt_plugin.hub import HltmtTranslator
-
-    folder = tmp_path_factory.mktemp("search_options")
-    ctranslate2.export(CHECKPOINT, str(folder / "ct2"))
-    transformers.export(CHECKPOINT, str(folder / "hf"))
-    return {
-        "checkpoint": HltmtTranslator.load(CHECKPOINT, device="cpu"),
-        "ctranslate2": HltmtTranslator.load(str(folder / "ct2"), threads=1),
-        "transformers": HltmtTranslator.load(str(folder / "hf"), threads=1),
-    }
+def engines(study_engines):
+    return study_engines
 
 
 @pytest.fixture(scope="module")
