@@ -1,7 +1,8 @@
 """Every ```python block of the README and the documentation runs as written: each block is run
 alone by this environment's python, in a folder laid out as the pages' commands leave it (the
 README quickstart's ``runs/quickstart/`` holding a model trained by the tests, deploying.md's
-``exported/hltmt`` and ``exported/mnmt-hf`` made by its own ``hltmt-export`` commands, ``docs/`` the checkout's). A block
+``exported/hltmt``, ``exported/hltmt-whole``, ``exported/hltmt-hf`` and ``exported/mnmt-hf`` made by its own
+``hltmt-export`` commands, ``docs/`` the checkout's). A block
 marked ``<!-- runs -->`` is run by tests/test_migrating.py with the commands before it; a block
 that cannot run here is marked ``<!-- not run: WHY -->`` in its page."""
 
@@ -51,6 +52,15 @@ def workspace(tmp_path_factory, data_bin, trained):
     for command in (  # deploying.md's own export commands
         ["--checkpoint", "docs/results/cpu-study/models/hltmt.pt", "--out", "exported/hltmt"],
         ["--to", "transformers", "--checkpoint", "docs/results/cpu-study/models/mnmt.pt", "--out", "exported/mnmt-hf"],
+        ["--checkpoint", "docs/results/cpu-study/models/hltmt.pt", "--out", "exported/hltmt-whole", "--whole-groups"],
+        [
+            "--to",
+            "transformers",
+            "--checkpoint",
+            "docs/results/cpu-study/models/hltmt.pt",
+            "--out",
+            "exported/hltmt-hf",
+        ],
     ):
         done = run([cli("hltmt-export"), *command], cwd=str(folder))
         assert done.returncode == 0, done.stderr[-3000:]

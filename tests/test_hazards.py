@@ -116,7 +116,12 @@ LOAD_HAZARDS = {
     "edited-options": (
         "a stored shape option edited after training (--encoder-ffn-embed-dim)",
         edited_options,
-        "stored options were changed after it was written (--encoder-ffn-embed-dim: written 256, now 257)",
+        (
+            "stored options were changed after it was written (--encoder-ffn-embed-dim: written 256, now 257)",
+            # --finetune-from-model reads the architecture from the checkpoint: the edited option
+            # contradicts the command line's before the record is compared
+            "--encoder-ffn-embed-dim 256 (the checkpoint's: 257)",
+        ),
     ),
     "code": ("a stored option that would run code", code_in_options, "refused to load checkpoint"),
     "truncated": ("a truncated checkpoint", truncated, "is truncated or not a checkpoint"),

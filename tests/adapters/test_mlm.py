@@ -349,10 +349,9 @@ def test_bad_input_from_the_command_line(base, spm_model, tmp_path):
             str(tmp_path / "o.pt"),
         ]
     )
-    assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert (
-        done.stderr.strip().splitlines()[-1]
-        == f"hltmt-train-language-adapter: error: text file {tmp_path}/none.gu does not exist"
+    assert done.returncode == 2 and "Traceback" not in done.stderr  # refused at parsing
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"hltmt-train-language-adapter: error: argument --text: {tmp_path}/none.gu: no such file or folder (see --help)"
     )
 
 

@@ -13,8 +13,9 @@ def missing_dictionary(*args, **kwargs):
 
 
 def test_an_output_that_is_a_folder_is_refused_before_any_work(tmp_path, capsys):
-    with pytest.raises(SystemExit) as stop:  # at parsing, before the checkpoint is looked for
-        adapters.main(["export", "--path", str(tmp_path / "missing.pt"), "--lang", "de", "--out", str(tmp_path)])
+    (tmp_path / "model.pt").write_bytes(b"")  # there, but never read
+    with pytest.raises(SystemExit) as stop:  # at parsing, before the checkpoint is read
+        adapters.main(["export", "--path", str(tmp_path / "model.pt"), "--lang", "de", "--out", str(tmp_path)])
     assert stop.value.code == 2 and f"argument --out: {tmp_path}: it is a folder" in capsys.readouterr().err
 
 

@@ -82,7 +82,8 @@ def test_a_stale_reference_is_one_line_and_exit_1(tmp_path):
         f"hltmt-options --markdown > {stale}"
     ]
     done = run([cli("hltmt-options"), "--check", str(tmp_path / "missing.md")], env_extra=quiet)
-    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert "argument --check: " in done.stderr and "missing.md: no such file" in done.stderr  # refused at parsing
 
 
 def test_fairseq_help_leaves_the_plugins_options_out_as_the_reference_says():

@@ -225,7 +225,7 @@ def test_missing_sentencepiece_model(raw_de, tmp_path):
         (["--workers", "100000"], "argument --workers: 100000 is out of range"),
         (["--threads", "100000"], "argument --threads: 100000 is out of range"),
         (["--max-train", "0"], "--max-train must be at least 1, got 0"),
-        (["--dict", "dict.txt"], "--dict needs --spm-model"),
+        (["--dict", __file__], "--dict needs --spm-model"),  # a file that is there
     ],
 )
 def test_unusable_prepare_options_are_one_line(raw_de, tmp_path, extra, message):
@@ -395,7 +395,7 @@ def paths_under(folder):
 @pytest.mark.parametrize(
     "case, message",
     [
-        ("missing raw", "raw data folder"),
+        ("missing raw", "argument --raw: "),  # refused at parsing
         ("unusable option", "--max-train must be at least 1"),
         ("long evaluation line", "more than --max-eval-pieces 3"),  # refused while the output is written
     ],
