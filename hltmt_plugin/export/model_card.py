@@ -349,6 +349,11 @@ def _first_group(record: dict) -> str:
     return next(g for g in sorted(record["models"]) if g in served)
 
 
+# the transformers releases an export to transformers loads with (its tokenizer's codes as
+# additional_special_tokens, read by 4.x and by 5.x; docs/deploying.md)
+TRANSFORMERS_VERSIONS = "4.57 or later (4.x and 5.x)"
+
+
 def _usage_transformers(record: dict) -> List[str]:
     group = _first_group(record)
     src, tgt = _example(record, group)
@@ -357,8 +362,8 @@ def _usage_transformers(record: dict) -> List[str]:
     text = f"{codes[tgt] if record['encoder_langtok'] == 'tgt' else codes.get(src, '')} The file could not be saved."
     forced = f", forced_bos_token_id=tok.convert_tokens_to_ids('{codes[tgt]}')" if record["decoder_langtok"] else ""
     return [
-        'transformers 5 has no `translation` pipeline (`pipeline("translation")` fails): translate with '
-        "`generate`, as below.",
+        f"The folder loads with transformers {TRANSFORMERS_VERSIONS}. transformers 5 has no `translation` "
+        'pipeline (`pipeline("translation")` fails): translate with `generate`, as below.',
         "",
         "```python",
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",

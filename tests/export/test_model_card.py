@@ -53,6 +53,11 @@ def test_the_card_has_the_hubs_metadata_the_directions_groups_and_the_command():
     only_en = model_card.card(record(targets={"en": "universal", "de": "m0", "fr": "m1"}), facts)
     assert "| `models/universal` | none (en: never a target) |" in only_en
     assert 'subfolder="models/m0"' in body and ">>de<< The file could not be saved." in body
+    # the transformers releases the card names are the ones the deploying page states
+    assert f"loads with transformers {model_card.TRANSFORMERS_VERSIONS}" in body
+    with open(os.path.join(ROOT, "docs", "deploying.md"), encoding="utf-8") as f:
+        assert "loads with transformers 4.57 or later, 4.x and 5.x alike" in " ".join(f.read().split())
+    assert model_card.TRANSFORMERS_VERSIONS == "4.57 or later (4.x and 5.x)"
     assert "translate with `generate`" in body and "model.generate(**batch)" in body
     assert "fairseq-train data \\\n    --task hltmt_translation" in body
     assert "No metrics were given" in body and "Licence: not given to hltmt-export" in body
