@@ -36,21 +36,21 @@ step() {  # run a command, or with --dry-run print it as a shell would run it
 JOB=("$PY" -m hltmt_plugin.experiments.main_job --run-dir "$RUN/job" --size base --high fr,cs,de,fi,lv,et --ls-mnmt
   --title "WMT-10" "$@")
 # the job refuses a --raw folder that is not there, a dry run too: until clean.py has made it, the job's
-# dry run reads an empty stand-in folder, named in what it prints as the folder clean.py makes
-planned() {  # the job's dry run with --raw $1 standing in for $RUN/clean
+# dry run reads an empty placeholder folder, printed as the folder clean.py makes
+planned() {  # the job's dry run with --raw $1 printed as $RUN/clean
   "${JOB[@]}" --raw "$1" --dry-run | "$PY" -c 'import shlex, sys
-stand_in, real = sys.argv[1:]
+placeholder, real = sys.argv[1:]
 for line in sys.stdin:
-    if line.startswith("#") or stand_in not in line:
+    if line.startswith("#") or placeholder not in line:
         print(line, end="")
     else:
-        print(shlex.join(w.replace(stand_in, real) for w in shlex.split(line)))' "$1" "$RUN/clean"
+        print(shlex.join(w.replace(placeholder, real) for w in shlex.split(line)))' "$1" "$RUN/clean"
 }
 if [ -z "${RAW:-}" ] && [ ! -d "$RUN/clean" ]; then
-  STAND_IN=$(mktemp -d)
-  trap 'rmdir "$STAND_IN"' EXIT
+  PLACEHOLDER=$(mktemp -d)
+  trap 'rmdir "$PLACEHOLDER"' EXIT
   # the arguments checked before anything is downloaded: the job's dry run writes nothing
-  if [ -n "$DRY" ]; then PLAN=$(planned "$STAND_IN"); else planned "$STAND_IN" > /dev/null; fi
+  if [ -n "$DRY" ]; then PLAN=$(planned "$PLACEHOLDER"); else planned "$PLACEHOLDER" > /dev/null; fi
 else
   [ -n "$DRY" ] || "${JOB[@]}" --raw "${RAW:-$RUN/clean}" --dry-run > /dev/null
 fi
