@@ -204,8 +204,14 @@ def run_measure(kind, spec, timeout, show=False):
     """Run one measure in a fork of this process (which imported torch, fairseq and the plugin
     once: see ``import_everything``), so that each measure starts from the same clean state
     and its memory and caches end with it; its result (a dict) and its wall time. Its output
-    and its result go through unnamed temporary files: nothing is left behind."""
-    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryFile("w+") as out:
+    and its result go through unnamed temporary files, and whatever it puts in the temporary
+    folder (which ``os._exit`` does not clean) goes into one removed after it: nothing is left
+    behind."""
+    with (
+        tempfile.TemporaryFile("w+") as log,
+        tempfile.TemporaryFile("w+") as out,
+        tempfile.TemporaryDirectory(prefix="hltmt-measure-") as scratch,
+    ):
         sys.stdout.flush()
         sys.stderr.flush()
         start = time.time()
@@ -213,6 +219,7 @@ def run_measure(kind, spec, timeout, show=False):
         if pid == 0:  # the measure
             code = 1
             try:
+                tempfile.tempdir = os.environ["TMPDIR"] = scratch
                 os.dup2(log.fileno(), 2)
                 sys.stderr = log
                 if not show:
