@@ -126,23 +126,36 @@ def test_train_only_keeps_every_pretrained_tensor_byte_equal(loop):
     assert any(not torch.equal(after[name], high["model"][name]) for name in trained)  # stage all trained the pool
 
 
-CT2_BEAM = pytest.mark.xfail(
-    strict=True,
-    reason="CTranslate2's beam 5 on the targets of the universal group (en) finishes hypotheses one token longer "
-    "than fairseq's, with other scores, and picks another line on 6 of 24 (greedy: the same lines)",
-)
+def _ends_at_once(translation):
+    """Whether a translation's beam finished the hypothesis that ends right after the
+    target-language token (two tokens with the end of sentence)."""
+    return any(h.tokens == 2 for h in translation.hypotheses)
 
 
-@pytest.mark.parametrize("engine", ["transformers", pytest.param("ctranslate2", marks=CT2_BEAM)])
+@pytest.mark.parametrize("engine", ["transformers", "ctranslate2"])
 def test_the_exports_translate_as_the_fine_tuned_checkpoint(loop, engine, tmp_path):
+    """Greedy: the same lines on both engines. Beam 5: the same lines on transformers, and on
+    CTranslate2 wherever its own rule leaves the search as fairseq's: at the first step after a
+    forced target prefix, CTranslate2 keeps the end of sentence only as the best candidate
+    (docs/deploying.md). This model, two updates from random weights, often ends a sentence
+    right after the language token; a sentence where fairseq's beam finished that hypothesis and
+    CTranslate2's did not is the only kind that may differ."""
     from hltmt_plugin import hub
 
     lines = rows()
     tuned = hub.load(loop["tuned"], device="cpu")
-    greedy, expected = (tuned.translate_batch(lines, beam=beam, max_len=MAX_LEN) for beam in (1, 5))
-    assert len(set(expected)) >= 3
+    greedy = tuned.translate_batch(lines, beam=1, max_len=MAX_LEN)
+    expected = tuned.translate_batch(lines, beam=5, nbest=5, max_len=MAX_LEN, details=True)
+    assert len({t.text for t in expected}) >= 3
     out = str(tmp_path / engine)
     _ok(run([cli("hltmt-export"), "--to", engine, "--checkpoint", loop["tuned"], "--out", out]))
     exported = hub.load(out)
     assert exported.translate_batch(lines, beam=1, max_len=MAX_LEN) == greedy
-    assert exported.translate_batch(lines, beam=5, max_len=MAX_LEN) == expected
+    got = exported.translate_batch(lines, beam=5, nbest=5, max_len=MAX_LEN, details=True)
+    if engine == "transformers":
+        assert [t.text for t in got] == [t.text for t in expected]
+        return
+    same_search = [k for k, (f, c) in enumerate(zip(expected, got)) if _ends_at_once(f) == _ends_at_once(c)]
+    assert len(same_search) >= len(lines) // 2 and any(_ends_at_once(expected[k]) for k in same_search)
+    assert [got[k].text for k in same_search] == [expected[k].text for k in same_search]
+    assert all(_ends_at_once(f) and not _ends_at_once(c) for f, c in zip(expected, got) if f.text != c.text)
