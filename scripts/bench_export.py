@@ -8,7 +8,7 @@ alternating run.
 For each model (default: the study's committed MNMT and HLT-MT), the same test sentences
 (the first --per-direction segments of each direction of --directions in DebMT-10's test set
 that the study's rule keeps: at most 12 English and 16 target words), beam 5, length penalty
-1, at most 200 tokens. Every measurement is a process of its own (``--worker``), with
+1, at most 200 tokens. Every measurement is a process of its own (``timing.run_child``), with
 ``OMP_NUM_THREADS`` and the engine's threads set to 1 or 2: sentences/s over the translation
 only (model loaded), and the process's peak resident memory (load included). Two modes: the
 whole set in one call (``batch``: sorted by length and batched by tokens) and one sentence per
@@ -49,6 +49,10 @@ import subprocess
 import sys
 import time
 
+from hltmt_plugin import records
+from hltmt_plugin.atomic_files import write_text
+from timing import BenchError, child_env, child_main, rss_mib, run_child
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
 RAW = os.path.join(ROOT, "data", "debmt10")
@@ -78,12 +82,6 @@ def parse_args(argv=None):
     p.add_argument("--serve-env", default=None, help="the environment whose hltmt-translate serves the exports")
     p.add_argument("--paper-size", action="store_true", help="untrained models of the recipe's size (see above)")
     p.add_argument("--no-quality", action="store_true", help="leave out BLEU and the log-probability check")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--model", help=argparse.SUPPRESS)
-    p.add_argument("--items", help=argparse.SUPPRESS)
-    p.add_argument("--mode", help=argparse.SUPPRESS)
-    p.add_argument("--hyp", help=argparse.SUPPRESS)
-    p.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.per_direction < 1 or args.beam < 1 or args.max_len < 1:
         p.error("--per-direction, --beam and --max-len must be at least 1")
@@ -108,58 +106,45 @@ def select_items(directions, per_direction):
     return items
 
 
-# ---- the worker: one engine, one thread count, one mode ----------------------------------
+# ---- the child: one engine, one thread count, one mode ----------------------------------
 
 
-def peak_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
-def worker(args) -> None:
+def translate_child(spec) -> dict:
+    """One measurement (``spec``: the model, the items, the mode, the search, where the lines
+    go), in a process of its own at ``OMP_NUM_THREADS`` threads: its figures."""
     import logging
 
     logging.disable(logging.WARNING)
     from hltmt_plugin.hub import HltmtTranslator
 
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    if not os.path.isdir(args.model):  # a checkpoint: torch's threads (an export imports no torch)
+    threads, model = int(os.environ.get("OMP_NUM_THREADS", "1")), spec["model"]
+    exported = os.path.isdir(model)
+    if not exported:  # a checkpoint: torch's threads (an export imports no torch)
         import torch
 
         torch.set_num_threads(threads)
-    with open(args.items, encoding="utf-8") as f:
-        items = [tuple(i[:3]) for i in json.load(f)]
+    items = [tuple(i[:3]) for i in spec["items"]]
     start = time.perf_counter()
-    exported = os.path.isdir(args.model)
-    options = {"threads": threads} if exported else {"device": "cpu", "spm": args.spm}
-    mt = HltmtTranslator.load(args.model, **options)
+    mt = HltmtTranslator.load(model, **({"threads": threads} if exported else {"device": "cpu", "spm": spec["spm"]}))
     loaded, cpu = time.perf_counter(), time.process_time()
-    search = dict(beam=args.beam, max_len=args.max_len, min_len=args.max_len if args.fixed_len else 1)
-    if args.mode == "batch":
+    search = dict(beam=spec["beam"], max_len=spec["max_len"], min_len=spec["max_len"] if spec["fixed_len"] else 1)
+    if spec["mode"] == "batch":
         texts = mt.translate_batch(items, max_tokens=4000, **search)
     else:
         texts = [mt.translate_batch([item], **search)[0] for item in items]
     done, cpu = time.perf_counter(), time.process_time() - cpu
-    raw = raw_ceiling(mt, items, args.mode, search) if getattr(mt, "engine", "") == "ctranslate2" else None
-    with open(args.hyp, "w", encoding="utf-8") as f:
-        json.dump(texts, f, ensure_ascii=False)
-    print(
-        json.dumps(
-            {
-                "load_s": loaded - start,
-                "translate_s": done - loaded,
-                "sentences": len(items),
-                "sent_per_s": len(items) / (done - loaded),
-                "translate_cpu_s": cpu,  # this process's CPU time: at one thread, what other processes' load leaves out
-                "sent_per_cpu_s": len(items) / cpu,
-                "peak_mib": peak_mib(),
-                "raw_sent_per_s": raw and len(items) / raw,  # CTranslate2 alone on the same tokens
-            }
-        )
-    )
+    raw = raw_ceiling(mt, items, spec["mode"], search) if getattr(mt, "engine", "") == "ctranslate2" else None
+    write_text(spec["hyp"], json.dumps(texts, ensure_ascii=False))
+    return {
+        "load_s": loaded - start,
+        "translate_s": done - loaded,
+        "sentences": len(items),
+        "sent_per_s": len(items) / (done - loaded),
+        "translate_cpu_s": cpu,  # this process's CPU time: at one thread, what other processes' load leaves out
+        "sent_per_cpu_s": len(items) / cpu,
+        "peak_mib": rss_mib()[1],
+        "raw_sent_per_s": raw and len(items) / raw,  # CTranslate2 alone on the same tokens
+    }
 
 
 def raw_ceiling(mt, items, mode, search) -> float:
@@ -194,11 +179,11 @@ def raw_ceiling(mt, items, mode, search) -> float:
 # ---- the run ---------------------------------------------------------------------------
 
 
-def measure(args, name, model, engine, threads, mode, items_path):
+def measure(args, name, model, engine, threads, mode, items):
     if args.via == "command":
-        result = measure_command(args, model, engine, threads, mode, items_path)
+        result = measure_command(args, model, engine, threads, mode, items)
     else:
-        result = measure_api(args, model, threads, mode, items_path, f"{name}.{engine}.{threads}t.{mode}")
+        result = measure_api(args, model, threads, mode, items, f"{name}.{engine}.{threads}t.{mode}")
     result.update(model=name, engine=engine, threads=threads, mode=mode)
     raw = f" (raw {result['raw_sent_per_s']:.2f})" if result.get("raw_sent_per_s") else ""
     print(
@@ -210,36 +195,11 @@ def measure(args, name, model, engine, threads, mode, items_path):
     return result
 
 
-def measure_api(args, model, threads, mode, items_path, stem):
-    hyp = os.path.join(args.work, f"{stem}.json")
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        "--work",
-        args.work,
-        "--model",
-        model,
-        "--items",
-        items_path,
-        "--mode",
-        mode,
-        "--hyp",
-        hyp,
-        "--beam",
-        str(args.beam),
-        "--max-len",
-        str(args.max_len),
-    ] + (["--fixed-len"] if args.fixed_len else [])
-    if args.spm:
-        cmd += ["--spm", args.spm]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
-    if done.returncode != 0:
-        sys.exit(f"bench_export: error: {stem} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result.update(hyp=hyp)
-    return result
+def measure_api(args, model, threads, mode, items, stem):
+    """:func:`translate_child` in a process of its own at ``threads`` threads: its figures."""
+    spec = dict(model=model, items=items, mode=mode, spm=args.spm, beam=args.beam, max_len=args.max_len)
+    spec.update(fixed_len=args.fixed_len, hyp=os.path.abspath(os.path.join(args.work, f"{stem}.json")))
+    return dict(run_child(__file__, "translate", spec, env=child_env(threads), what=stem), hyp=spec["hyp"])
 
 
 SUMMARY = re.compile(r"(\d+) of (\d+) sentence\(s\) translated in ([\d.]+) s: ([\d.]+) sentences/s")
@@ -267,10 +227,10 @@ sys.stderr.write(f"\\nLAUNCHER {os.waitstatus_to_exitcode(status)} {usage.ru_max
 """
 
 
-def measure_command(args, model, engine, threads, mode, items_path):
-    """One run of the hltmt-translate command: its rate (its summary line), start-up (wall time
-    less the translation) and peak resident memory."""
-    tsv, hyp = items_path[: -len(".json")] + ".tsv", os.path.join(args.work, f"{os.getpid()}.out")
+def measure_command(args, model, engine, threads, mode, items):
+    """One run of the hltmt-translate command on the items' file (:func:`write_items`): its rate
+    (its summary line), start-up (wall time less the translation) and peak resident memory."""
+    tsv, hyp = os.path.join(args.work, "items.tsv"), os.path.join(args.work, f"{os.getpid()}.out")
     cmd = [translate_command(args, engine), "--checkpoint", model, "--input", tsv, "--output", hyp]
     cmd += ["--beam", str(args.beam), "--max-len", str(args.max_len), "--no-progress"]
     cmd += ["--threads", str(threads)] if engine != "checkpoint" else ["--device", "cpu"]
@@ -287,13 +247,12 @@ def measure_command(args, model, engine, threads, mode, items_path):
         text = err.read()
     found, child = SUMMARY.search(text), re.search(r"LAUNCHER (-?\d+) (\d+) ([\d.]+)", text)
     if child is None or int(child.group(1)) != 0 or found is None:
-        sys.exit(f"bench_export: error: {' '.join(cmd[:3])} failed: {(text.strip().splitlines() or ['?'])[-1]}")
+        raise BenchError(f"{' '.join(cmd[:3])} failed: {(text.strip().splitlines() or ['?'])[-1]}")
     with open(hyp, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
     os.remove(hyp)
     stem = f"{os.path.basename(model)}.{engine}.{threads}t.{mode}"
-    with open(os.path.join(args.work, f"{stem}.json"), "w", encoding="utf-8") as f:
-        json.dump(lines, f, ensure_ascii=False)
+    write_text(os.path.join(args.work, f"{stem}.json"), json.dumps(lines, ensure_ascii=False))
     sentences, rate = int(found.group(2)), float(found.group(4))
     cpu = float(child.group(3))
     return {
@@ -341,8 +300,7 @@ def quality(runs, items):
     for run in runs:
         if run["threads"] != 1 or run["mode"] != "batch":
             continue
-        with open(run["hyp"], encoding="utf-8") as f:
-            hyps = [h or "" for h in json.load(f)]
+        hyps = [h or "" for h in records.parse_json(records.read_text(run["hyp"], "a run's lines"), run["hyp"])]
         out[(run["model"], run["engine"])] = hyps
     table = {}
     for (name, engine), hyps in out.items():
@@ -419,17 +377,17 @@ def recipe_commands(work):
 def paper_data(work):
     """A data folder of the recipe's languages, each dictionary the study's pieces and fairseq's
     madeupword fill to PAPER_VOCAB entries, and the study's sentencepiece model."""
-    import shutil
+    from hltmt_plugin.atomic_files import copy_file
+    from hltmt_plugin.corpora import WMT10_LANGS
 
     data = os.path.join(work, "data")
     os.makedirs(data, exist_ok=True)
     with open(os.path.join(MODELS, "dict.en.txt"), encoding="utf-8") as f:
         lines = f.readlines()
     lines += [f"madeupword{i:05d} 0\n" for i in range(PAPER_VOCAB - len(lines))]
-    for lang in ("en", "fr", "cs", "de", "fi", "lv", "et", "ro", "hi", "tr", "gu"):
-        with open(os.path.join(data, f"dict.{lang}.txt"), "w", encoding="utf-8") as f:
-            f.writelines(lines)
-    shutil.copyfile(os.path.join(MODELS, "spm.model"), os.path.join(data, "spm.model"))
+    for lang in ["en", *WMT10_LANGS]:
+        write_text(os.path.join(data, f"dict.{lang}.txt"), "".join(lines))
+    copy_file(os.path.join(MODELS, "spm.model"), os.path.join(data, "spm.model"))
     return data
 
 
@@ -472,63 +430,61 @@ def paper_models(args):
     return models
 
 
-def memory_worker(args) -> None:
-    """Peak resident memory of an export's CTranslate2 models loaded in one process: --model FOLDER,
-    --mode all (every group), one (the first group) or twice (the first group's folder loaded twice)."""
+def memory_child(spec) -> dict:
+    """Resident memory of an export's CTranslate2 models loaded in one process: ``spec["model"]``
+    the folder, ``spec["mode"]`` all (every group), one (the first group) or twice (the first
+    group's folder loaded twice)."""
     import ctranslate2
 
     from hltmt_plugin.hub.ct2_engine import _patched_files
     from hltmt_plugin.hub.manifest import read
 
-    record = read(args.model)
+    folder, record = spec["model"], read(spec["model"])
     base = [g for g in record["models"] if g not in record["patches"]][0]
-    groups = {"all": list(record["models"]), "one": [base], "twice": [base, base]}[args.mode]
-    before = current_mib()
+    groups = {"all": list(record["models"]), "one": [base], "twice": [base, base]}[spec["mode"]]
+    before = rss_mib()[0]
     kept = [
         ctranslate2.Translator(
-            os.path.join(args.model, record["models"][g]), files=_patched_files(args.model, record, g), intra_threads=1
+            os.path.join(folder, record["models"][g]), files=_patched_files(folder, record, g), intra_threads=1
         )
         for g in groups
     ]
-    print(json.dumps({"models": len(kept), "rss_mib": current_mib(), "before_mib": before, "peak_mib": peak_mib()}))
+    return {"models": len(kept), "rss_mib": rss_mib()[0], "before_mib": before, "peak_mib": rss_mib()[1]}
 
 
-def current_mib() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) / 1024.0 for line in f if line.startswith("VmRSS:"))
-
-
-def measure_memory(args, folder):
-    """{all, one, twice: memory} of the export ``folder`` (memory_worker in a process each)."""
+def measure_memory(folder):
+    """{all, one, twice: memory} of the export ``folder`` (:func:`memory_child` in a process each)."""
     out = {}
     for mode in ("all", "one", "twice"):
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--memory", "--work", args.work]
-        done = subprocess.run(cmd + ["--model", folder, "--mode", mode], capture_output=True, text=True, cwd=ROOT)
-        if done.returncode != 0:
-            sys.exit(f"bench_export: error: memory {mode} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
-        out[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+        out[mode] = run_child(__file__, "memory", {"model": folder, "mode": mode}, what=f"memory {mode}")
         print(f"memory {os.path.basename(folder)} {mode}: {out[mode]}", flush=True)
     return out
 
 
 def write_items(args, items):
-    """The sentences as JSON (the API's workers) and as SRC<TAB>TGT<TAB>TEXT lines (the command)."""
-    from hltmt_plugin.atomic_files import write_text
-
-    path = os.path.join(args.work, "items.json")
-    write_text(path, json.dumps(items, ensure_ascii=False))
-    write_text(path[: -len(".json")] + ".tsv", "".join(f"{src}\t{tgt}\t{text}\n" for src, tgt, text, _ in items))
-    return path
+    """The sentences as SRC<TAB>TGT<TAB>TEXT lines, what the command reads (``--via command``)."""
+    write_text(os.path.join(args.work, "items.tsv"), "".join(f"{src}\t{tgt}\t{text}\n" for src, tgt, text, _ in items))
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    child = child_main(argv, {"translate": translate_child, "memory": memory_child})
+    if child is not None:
+        return child
     args = parse_args(argv)
-    if args.worker:
-        return memory_worker(args) if args.memory else worker(args)
+    try:
+        return run(args)
+    except BenchError as error:
+        print(f"bench_export: error: {error}", file=sys.stderr)
+        return 1
+
+
+def run(args):
+    """Every measurement the options ask for; the result written to --out."""
     os.makedirs(args.work, exist_ok=True)
     models = paper_models(args) if args.paper_size else dict(pair.split("=", 1) for pair in args.models.split(","))
     items = select_items(args.directions.split(","), args.per_direction)
-    items_path = write_items(args, items)
+    write_items(args, items)
     print(f"{len(items)} sentences ({args.directions}); exporting", flush=True)
     paths = export_all(args, models)
     runs = []
@@ -536,7 +492,7 @@ def main(argv=None):
         for threads in [int(t) for t in args.threads.split(",")]:
             for mode in args.modes.split(","):
                 for engine in ENGINES:  # alternating: the three engines back to back
-                    runs.append(measure(args, name, paths[(name, engine)], engine, threads, mode, items_path))
+                    runs.append(measure(args, name, paths[(name, engine)], engine, threads, mode, items))
     gaps = {}
     if not args.no_quality:
         gaps = {
@@ -546,7 +502,7 @@ def main(argv=None):
         }
     memory = {}
     if args.paper_size:
-        memory = {f"{name}/{q}": measure_memory(args, paths[(name, q)]) for name in models for q in ("float32", "int8")}
+        memory = {f"{name}/{q}": measure_memory(paths[(name, q)]) for name in models for q in ("float32", "int8")}
     result = {
         "sentences": len(items),
         "directions": args.directions,
@@ -560,8 +516,6 @@ def main(argv=None):
         "memory": memory,
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
     }
-    from hltmt_plugin.atomic_files import write_text
-
     write_text(args.out or os.path.join(args.work, "result.json"), json.dumps(result, indent=1), "--out")
     print(json.dumps({k: result[k] for k in ("quality", "sizes", "max_logprob_diff")}, indent=1))
     return 0
