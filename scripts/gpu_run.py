@@ -50,7 +50,6 @@ from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.experiments import steps
 from hltmt_plugin.experiments.recipe import Comparison, Hyper, prepare_command, read_train_log
 from hltmt_plugin.experiments.steps import (
-    BF16_REFUSED,
     NGPU_HELP,
     PRECISION_FLAGS,
     PRECISION_HELP,
@@ -646,45 +645,18 @@ def build_parser():
     return p
 
 
-def check_options(p, args):
-    """Stops on an option out of range (argparse's one-line error); 2 after the one-line
-    refusal of --bf16; None when the options are fine."""
-    for name in ("budget_s", "updates", "decode_workers"):
-        if getattr(args, name) < 0:
-            p.error(f"--{name.replace('_', '-')} must be >= 0")
-    if args.bf16:
-        print(f"gpu_run: error: {BF16_REFUSED}", file=sys.stderr)
-        return 2
-    if args.ngpu < 1:
-        p.error("--ngpu must be >= 1")
-    return None
-
-
 def work_dir(args):
     """The working folder: --work, else runs/gpu-SIZE in the checkout."""
     return os.path.abspath(args.work or os.path.join(ROOT, "runs", f"gpu-{args.size}"))
 
 
-def dry_run(args):
-    """--dry-run: the plan printed, nothing run or written; the exit code."""
-    try:
-        RunPlan(args).print_plan()
-    except (StepFailed, HltmtConfigError) as error:
-        print(f"gpu_run: error: {error}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return reader_gone()
-    return 0
-
-
-def full_run(args, t0):
+def full_run(plan, t0):
     """The run, its console output also in OUT/gpu_run.log, the outputs collected into --out
     whether it finished or not, and the report printed when it finished; the exit code."""
-    os.makedirs(args.out, exist_ok=True)
-    sys.stdout = Tee(os.path.join(args.out, "gpu_run.log"))
-    runner, ok = None, False
+    os.makedirs(plan.out, exist_ok=True)
+    sys.stdout = Tee(os.path.join(plan.out, "gpu_run.log"))
+    runner, ok = Runner(plan, t0), False
     try:
-        runner = Runner(RunPlan(args), t0)
         runner.run()
         ok = True
     except (StepFailed, HltmtConfigError) as error:
@@ -692,33 +664,44 @@ def full_run(args, t0):
     except KeyboardInterrupt:
         print("gpu_run: error: interrupted", flush=True)
     finally:
-        if runner is not None:
-            runner.stop_all()
-            try:
-                files = runner.record.collect()
-                steps.say(
-                    f"{'finished' if ok else 'FAILED'}: {len(files)} files in {args.out}: {', '.join(files)}",
-                    who="gpu_run",
-                    since=t0,
-                )
-            except OSError as error:
-                print(f"gpu_run: error: collecting the outputs: {error}", flush=True)
-                ok = False
+        runner.stop_all()
+        try:
+            files = runner.record.collect()
+            steps.say(
+                f"{'finished' if ok else 'FAILED'}: {len(files)} files in {plan.out}: {', '.join(files)}",
+                who="gpu_run",
+                since=t0,
+            )
+        except OSError as error:
+            print(f"gpu_run: error: collecting the outputs: {error}", flush=True)
+            ok = False
     if ok:
-        print(open(os.path.join(args.out, "results.md"), encoding="utf-8").read())
+        print(open(os.path.join(plan.out, "results.md"), encoding="utf-8").read())
     return 0 if ok else 1
 
 
 def main(argv=None):
+    """The options checked and the plan made (its refusals, the device's and the languages', are
+    one line before anything is written); then the plan printed (--dry-run) or run."""
     p = build_parser()
     args = p.parse_args(argv)
     t0 = float(os.environ.get("GPU_RUN_T0") or time.time())
-    refused = check_options(p, args)
-    if refused is not None:
-        return refused
-    if args.out is None:
-        args.out = os.path.join(work_dir(args), "out")
-    return dry_run(args) if args.dry_run else full_run(args, t0)
+    for name in ("budget_s", "updates", "decode_workers"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name.replace('_', '-')} must be >= 0")
+    args.out = args.out or os.path.join(work_dir(args), "out")
+    try:
+        plan = RunPlan(args)
+    except HltmtConfigError as error:  # --bf16, --gpu without one, --ngpu, --langs and --high
+        print(f"gpu_run: error: {error}", file=sys.stderr)
+        return 2
+    if not args.dry_run:
+        return full_run(plan, t0)
+    try:
+        plan.print_plan()
+    except BrokenPipeError:
+        return reader_gone()
+    return 0
 
 
 if __name__ == "__main__":

@@ -59,12 +59,7 @@ def write_corpus(k, lines, eval_lines, raw):
         top = max(s for _, s in members) + 1
         for split, n in need.items():
             texts = {side: _read(os.path.join(DEBMT10, f"{split}.en-{real}.{side}"), top * n) for side in ("en", real)}
-            have = min(len(t) for t in texts.values())
-            if have < top * n:
-                raise ScaleError(
-                    f"K={k} needs {top} slices of {n} {split} lines of en-{real} ({top * n} lines) but "
-                    f"DebMT-10 has {have}: lower --lines / --eval-lines or the largest K"
-                )
+            check_lines(k, top, n, split, real, min(len(t) for t in texts.values()))
             for lang, s in members:
                 for side, out_side in (("en", "en"), (real, lang)):
                     write_text(
@@ -80,13 +75,16 @@ def check_fits(ks, lines, eval_lines):
         slices = max(source_of(x)[1] for x in languages(k)) + 1
         for real in REAL[: min(k, len(REAL))]:
             for split, n in (("train", lines), ("valid", eval_lines), ("test", eval_lines)):
-                have = _count(os.path.join(DEBMT10, f"{split}.en-{real}.{real}"))
-                if have < slices * n:
-                    raise ScaleError(
-                        f"K={k} needs {slices} slices of {n} {split} lines of en-{real} "
-                        f"({slices * n}) but DebMT-10 has {have}: lower --lines / --eval-lines "
-                        f"or the largest K"
-                    )
+                check_lines(k, slices, n, split, real, _count(os.path.join(DEBMT10, f"{split}.en-{real}.{real}")))
+
+
+def check_lines(k, slices, n, split, real, have):
+    """Raise ScaleError unless ``have`` lines of ``split`` of en-``real`` hold ``slices`` slices of ``n``."""
+    if have < slices * n:
+        raise ScaleError(
+            f"K={k} needs {slices} slices of {n} {split} lines of en-{real} ({slices * n} lines) but DebMT-10 "
+            f"has {have}: lower --lines / --eval-lines or the largest K"
+        )
 
 
 def _count(path):
