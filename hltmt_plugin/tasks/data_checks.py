@@ -12,7 +12,7 @@ from fairseq import utils
 from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 
 from hltmt_plugin.data_fingerprint import check_dictionaries as changed_dictionaries
-from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import split_list, unknown_languages
 
 logger = logging.getLogger(__name__)
@@ -183,6 +183,25 @@ def check_pair_files(src_prefix: str, tgt_prefix: str, what: str) -> None:
             f"{src_prefix}.idx holds {n_src} sentences and {tgt_prefix}.idx {n_tgt}: the two "
             f"sides of {what} do not match; binarize the data again"
         )
+
+
+def refuse_overlong_pairs(indices, dataset, max_positions, split: str) -> None:
+    """One line for a split holding sentence pairs longer than the model's positions, where
+    fairseq 0.12 stops the run with an exception and its traceback (a validation or test split:
+    fairseq-train drops a training pair with a warning): how many, the first with its lengths,
+    and the two ways out."""
+    _, skipped = dataset.filter_indices_by_size(indices, max_positions)
+    if len(skipped) == 0:
+        return
+    first = int(min(skipped))
+    lengths = tuple(int(n) for n in dataset.size(first)) if hasattr(dataset, "size") else ()
+    raise HltmtInputError(
+        f"the {split} data holds {len(skipped)} sentence pair(s) longer than the model's positions "
+        f"{tuple(int(n) for n in max_positions) if isinstance(max_positions, (tuple, list)) else max_positions}"
+        f" (source, target): the first is pair {first} ({', '.join(map(str, lengths))} tokens); leave them "
+        "out with --skip-invalid-size-inputs-valid-test, or split long lines when preparing the data "
+        "(hltmt-prepare-data --segment-words)"
+    )
 
 
 class OverlongInputs:

@@ -27,7 +27,7 @@ from hltmt_plugin.pool.config import SlpConfig
 from hltmt_plugin.pretrained import PretrainedConfig, load_pretrained
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record
-from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split
+from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split, refuse_overlong_pairs
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.fairseq_command import running_fairseq
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
@@ -232,7 +232,9 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
 
     def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
         """fairseq-interactive's input (a dataset no split loaded): a line longer than the model
-        takes is reported and skipped, the other lines translated (:class:`OverlongInputs`)."""
+        takes is reported and skipped, the other lines translated (:class:`OverlongInputs`). A
+        loaded split with such pairs, where fairseq would stop with a traceback: one line
+        (:func:`refuse_overlong_pairs`)."""
         if (
             not self.training
             and max_positions is not None
@@ -240,6 +242,9 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             and all(dataset is not d for d in self.datasets.values())
         ):
             return self.overlong_inputs.filter(indices, dataset, max_positions)
+        if max_positions is not None and not ignore_invalid_inputs:
+            split = next((name for name, d in self.datasets.items() if d is dataset), "input")
+            refuse_overlong_pairs(indices, dataset, max_positions, split)
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
     def get_batch_iterator(self, dataset, **kwargs):

@@ -280,3 +280,13 @@ def test_interactive_translates_the_other_lines_and_reports_the_long_one(data_bi
         done.stderr,
     ), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_validation_split_longer_than_the_models_positions_is_one_line_and_skipping_still_works(data_bin, tmp_path):
+    short = [*ONE_UPDATE, "--max-source-positions", "12", "--max-target-positions", "12", "--no-save"]
+    done = run([cli("fairseq-train"), *train_args(data_bin, *short, "--save-dir", str(tmp_path / "a"))])
+    assert_one_error_line(done, "the valid data holds", "longer than the model's positions (12, 12)", "--segment-words")
+    assert "--skip-invalid-size-inputs-valid-test" in done.stderr
+    skip = ["--skip-invalid-size-inputs-valid-test", "--save-dir", str(tmp_path / "b")]
+    kept = run([cli("fairseq-train"), *train_args(data_bin, *short, *skip)])
+    assert kept.returncode == 0, kept.stderr[-2000:]
