@@ -56,6 +56,7 @@ from hltmt_plugin.experiments.steps import (
     StepFailed,
     decode,
     decode_jobs,
+    decode_setup,
     detect_machine,
     gpu_flags,
     log_tail,
@@ -216,16 +217,11 @@ class RunPlan:
 
     def decode_plan(self):
         """The decoding jobs (label, checkpoint, src, tgt, output), fairseq-generate's common
-        options, and the number of worker processes."""
+        options, the number of worker processes and each one's threads (steps.decode_setup)."""
         checkpoints = {system: os.path.join(self.model_dir(system), "checkpoint_last.pt") for system in SYSTEMS}
         jobs = decode_jobs(checkpoints, self.directions, self.decode_dir, "decode {system} {direction}", redo=True)
-        workers = self.args.decode_workers or (min(12, nproc()) if self.cuda else nproc())
-        common = self.comparison.generate_args(
-            max_tokens=24000 if self.cuda else 8000,
-            gen_len=self.size.gen_len,
-            fp16=self.cuda and self.precision != "fp32",
-        )
-        return jobs, common, max(1, min(workers, len(jobs)))
+        setup = dict(cuda=self.cuda, precision=self.precision, gen_len=self.size.gen_len, gpu_workers=12)
+        return jobs, *decode_setup(self.comparison, jobs, workers=self.args.decode_workers, gpu_tokens=24000, **setup)
 
     def report_cmd(self, machine):
         seed = self.args.seed
@@ -304,7 +300,7 @@ class RunPlan:
         print(f"# 3. train: the three at once, {updates} updates each")
         for system in SYSTEMS:
             print_command(self.train_cmd(system, updates, self.model_dir(system), False))
-        jobs, common, workers = self.decode_plan()
+        jobs, common, workers, _ = self.decode_plan()
         decode(
             jobs,
             common,
@@ -556,10 +552,9 @@ class Runner:
 
     def decode(self):
         """Every direction of every system; fp16 that fails is done again in fp32."""
-        jobs, common, workers = self.plan.decode_plan()
+        jobs, common, workers, threads = self.plan.decode_plan()
         for system in SYSTEMS:
             self.fresh(self.plan.decode_dir(system))
-        threads = "1" if self.plan.cuda else str(max(1, nproc() // workers))
         env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=threads)
         fp16 = ", fp16" if "--fp16" in common else ", fp32"
         self.record.fact("decoding", f"beam 5, {len(jobs)} directions x systems over {workers} worker processes{fp16}")

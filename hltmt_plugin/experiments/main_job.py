@@ -65,6 +65,7 @@ from hltmt_plugin.experiments.steps import (
     StepFailed,
     decode,
     decode_jobs,
+    decode_setup,
     is_done,
     mark_done,
     nproc,
@@ -306,18 +307,15 @@ class Job:
         }
         label = f"decode seed {seed} [{{n}}/{{total}}] {{system}} {{direction}}"
         todo = decode_jobs(checkpoints, self.directions, folder.format, label)
-        workers = self.args.decode_workers or (min(8, nproc()) if self.device == "cuda" else nproc())
-        workers = max(1, min(workers, len(todo) or 1))
+        cuda, gen_len, workers = self.device == "cuda", self.size.gen_len, self.args.decode_workers
+        common, workers, threads = decode_setup(
+            self.comparison, todo, cuda=cuda, precision=self.precision, gen_len=gen_len, workers=workers
+        )
         if not self.dry_run:
             total = len(self.systems) * len(self.directions)
             say(f"decode seed {seed}: {len(todo)} of {total} directions to go, {workers} worker(s)")
         env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", "1" if self.device == "cuda" else str(max(1, nproc() // workers)))
-        common = self.comparison.generate_args(
-            max_tokens=20000 if self.device == "cuda" else 8000,
-            gen_len=self.size.gen_len,
-            fp16=self.device == "cuda" and self.precision != "fp32",
-        )
+        env.setdefault("OMP_NUM_THREADS", threads)
         plan = (f"decode seed {seed}", folder.format("SYSTEM") + "/SRC-TGT.gen")
         log_dir = os.path.join(self.logs, f"decode_seed{seed}")
         decode(todo, common, self.data, workers, log_dir, dry_run=self.dry_run, plan=plan, env=env)

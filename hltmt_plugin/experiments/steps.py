@@ -233,6 +233,19 @@ def decode_jobs(
     return jobs
 
 
+def decode_setup(comparison, jobs, *, cuda, precision, gen_len, workers=0, gpu_workers=8, gpu_tokens=20000):
+    """How a run decodes ``jobs`` (:func:`decode_jobs`) with the recipe's ``comparison``:
+    fairseq-generate's common options (on a GPU ``gpu_tokens`` tokens a batch, in fp16 unless
+    ``precision`` is fp32; on the CPU 8,000 tokens in fp32), the number of worker processes
+    (``workers``, else at most ``gpu_workers`` on a GPU and every core on the CPU; never more
+    than the jobs) and each worker's OpenMP threads."""
+    workers = max(1, min(workers or (min(gpu_workers, nproc()) if cuda else nproc()), len(jobs) or 1))
+    common = comparison.generate_args(
+        max_tokens=gpu_tokens if cuda else 8000, gen_len=gen_len, fp16=cuda and precision != "fp32"
+    )
+    return common, workers, "1" if cuda else str(max(1, nproc() // workers))
+
+
 def decode(jobs, common, data, workers, log_dir, *, dry_run=False, plan=None, env=None, echo=sys.stdout):
     """Every decoding job (:func:`decode_jobs`) by fairseq-generate's own main with the options
     ``common``, over ``workers`` processes that each decode their directions in one Python
