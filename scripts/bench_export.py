@@ -51,6 +51,7 @@ import time
 
 from hltmt_plugin import records
 from hltmt_plugin.atomic_files import write_text
+from hltmt_plugin.errors import HltmtError
 from timing import BenchError, child_env, child_main, rss_mib, run_child
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -474,7 +475,7 @@ def main(argv=None):
     args = parse_args(argv)
     try:
         return run(args)
-    except BenchError as error:
+    except (BenchError, HltmtError) as error:  # a failed measurement; a model the plugin refuses
         print(f"bench_export: error: {error}", file=sys.stderr)
         return 1
 

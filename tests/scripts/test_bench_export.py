@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import hltmt_plugin.hub  # noqa: F401  (the plugin's safe loading, for the fixtures' checkpoints)
-from conftest import ROOT, run
+from conftest import ROOT, assert_one_error_line, run
 
 BENCH = os.path.join(ROOT, "scripts", "bench_export.py")
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -90,6 +90,12 @@ def test_the_command_itself_is_measured_and_the_export_imports_no_torch(hltmt, t
     assert runs["float32"]["peak_mib"] < runs["checkpoint"]["peak_mib"] - 100
     lines = {engine: json.loads(open(r["hyp"], encoding="utf-8").read()) for engine, r in runs.items()}
     assert lines["float32"] == lines["checkpoint"] and len(lines["int8"]) == 3 and result["max_logprob_diff"] == {}
+
+
+def test_a_model_that_cannot_be_read_is_one_error_line(tmp_path):
+    args = ["--work", str(tmp_path / "work"), "--models", f"x={tmp_path / 'none.pt'}", "--per-direction", "1"]
+    done = run([sys.executable, BENCH, *args, "--threads", "1", "--modes", "batch", "--no-quality"])
+    assert_one_error_line(done, "bench_export: error:", "none.pt does not exist")
 
 
 def test_a_fixed_length_is_measured_through_the_api_only():
