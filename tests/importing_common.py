@@ -154,3 +154,45 @@ def fairseq_beam_choice(model, batch, forced_bos: int, max_len: int):
             logits = model(**batch, decoder_input_ids=torch.tensor([[2] + h[:-1]])).logits[0]
             scores.append(float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(h)[:, None]).mean()))
     return hypotheses[max(range(5), key=lambda b: (scores[b], -b))]
+
+
+def fairseq_search_on_transformers(
+    model, batch, forced_bos: int, max_len: int, beam: int = 5, pad: int = 1, eos: int = 2
+):
+    """fairseq 0.12's beam search (``SequenceGenerator``, length penalty 1) written out over
+    transformers' own model, each step's log-probabilities from the folder's forward pass: the
+    target-language token forced first with its log-probability counted; at each step the best
+    ``2 * beam`` continuations, those ending the sentence among the first ``beam`` finished (at
+    most ``beam`` in all, in candidate order), the first ``beam`` others kept; the end of sentence
+    forced at ``max_len``; stop once ``beam`` are finished; the best by the mean log-probability
+    of its tokens (end of sentence included), the earlier of two equal. The ids of the best,
+    end of sentence included."""
+    import torch
+
+    live, scores, finished = [[eos]], torch.zeros(1), []
+    with torch.no_grad():
+        encoder = model.get_encoder()(**batch)
+        for step in range(max_len + 1):
+            ids = torch.tensor(live)
+            logits = model(
+                encoder_outputs=(encoder.last_hidden_state.expand(len(live), -1, -1),),
+                attention_mask=batch["attention_mask"].expand(len(live), -1),
+                decoder_input_ids=ids,
+            ).logits[:, -1]
+            lprobs = torch.log_softmax(logits.double(), -1)
+            lprobs[:, pad] = -torch.inf
+            keep = forced_bos if step == 0 else eos if step == max_len else None
+            if keep is not None:
+                lprobs[:, :keep], lprobs[:, keep + 1 :] = -torch.inf, -torch.inf
+            total = (lprobs + scores[:, None]).view(-1)
+            top = torch.topk(total, min(2 * beam, int(torch.isfinite(total).sum())))
+            candidates = [(float(s), int(i) // lprobs.shape[1], int(i) % lprobs.shape[1]) for s, i in zip(*top)]
+            for score, origin, token in candidates[:beam]:
+                if token == eos and len(finished) < beam:
+                    finished.append((score / (step + 1), live[origin][1:] + [eos]))
+            if len(finished) >= beam or step == max_len:
+                break
+            kept = [c for c in candidates if c[2] != eos][:beam]
+            live = [live[origin] + [token] for _, origin, token in kept]
+            scores = torch.tensor([score for score, _, _ in kept], dtype=torch.double)
+    return max(enumerate(finished), key=lambda f: (f[1][0], -f[0]))[1][1]

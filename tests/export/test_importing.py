@@ -21,6 +21,7 @@ from importing_common import (
     build_m2m_folder,
     build_nllb_folder,
     fairseq_beam_choice,
+    fairseq_search_on_transformers,
     nllb_tokenizer_of,
     rows,
     tokenizer_of,
@@ -71,6 +72,19 @@ class Engines:
     def lang_id(self, lang):
         tok = self.tok
         return tok.get_lang_id(lang) if hasattr(tok, "get_lang_id") else tok.convert_tokens_to_ids(lang)
+
+    def same_source(self):
+        """The rows whose source ids the folder's tokenizer and the import's sentencepiece model
+        give alike (transformers 5's ``NllbTokenizer`` of this folder normalizes nothing: a
+        "…" is one ``<unk>`` there, three "." pieces for sentencepiece and fairseq), each with
+        the tokenizer's batch: (row, batch) pairs."""
+        found = []
+        for src, tgt, text in self.rows:
+            self.tok.src_lang = src
+            batch = self.tok(text, return_tensors="pt")
+            if batch["input_ids"][0].tolist() == [self.lang_id(src)] + self.mt.encode(text).tolist():
+                found.append(((src, tgt, text), batch))
+        return found
 
     def text(self, ids):
         """A hypothesis's text: its pieces (no language token, no end of sentence), joined."""
@@ -151,21 +165,29 @@ def test_greedy_translations_are_generates(engines):
     assert len(set(found)) >= 3  # not one line for all
 
 
+def test_beam_5_is_fairseqs_search_over_the_folders_own_model(engines):
+    """The import's beam 5 against fairseq's beam search written out over transformers' own
+    model (tests/importing_common.py), token for token on both folders, on the rows the two
+    tokenizations give alike (:meth:`Engines.same_source`)."""
+    model, tok, mt, e = engines
+    same = e.same_source()
+    assert len(same) >= len(e.rows) - 2 and (e.kind == "nllb" or len(same) == len(e.rows))
+    expected = [
+        e.text(fairseq_search_on_transformers(model, batch, e.lang_id(tgt), MAX_LEN)) for (_, tgt, _), batch in same
+    ]
+    found = mt.translate_batch([row for row, _ in same], beam=5, max_len=MAX_LEN)
+    assert found == expected
+    assert len(set(found)) > 5 and len({len(t) for t in found}) > 3  # different lines, different lengths
+
+
 def test_beam_5_picks_fairseqs_choice_among_generates_hypotheses(engines):
     """fairseq counts the forced target-language token's log-probability in a hypothesis's
     score, ``generate`` does not: among generate's five finished hypotheses, the best by
-    fairseq's score is fairseq's translation (the M2M-100-style folder; on the NLLB-style one,
-    whose ids, log-probabilities and greedy translations are the same, fairseq's beam can
-    finish a hypothesis ``generate``'s five do not hold: not compared here)."""
+    fairseq's score is fairseq's translation (the rows the two tokenizations give alike)."""
     model, tok, mt, e = engines
-    if e.kind == "nllb":
-        pytest.skip("beam 5 is compared on the M2M-100-style folder (see the docstring)")
-    expected = []
-    for src, tgt, text in e.rows:
-        tok.src_lang = src
-        batch = tok(text, return_tensors="pt")
-        expected.append(e.text(fairseq_beam_choice(model, batch, e.lang_id(tgt), MAX_LEN)))
-    found = mt.translate_batch(e.rows, beam=5, max_len=MAX_LEN)
+    same = e.same_source()
+    expected = [e.text(fairseq_beam_choice(model, batch, e.lang_id(tgt), MAX_LEN)) for (_, tgt, _), batch in same]
+    found = mt.translate_batch([row for row, _ in same], beam=5, max_len=MAX_LEN)
     assert found == expected
     assert len(set(found)) > 5 and len({len(t) for t in found}) > 3  # different lines, different lengths
 
