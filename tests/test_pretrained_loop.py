@@ -8,7 +8,6 @@ typed, stage high then stage all, ``--train-only`` keeping every pretrained tens
 fine-tuned checkpoint."""
 
 import os
-import shutil
 
 import pytest
 
@@ -43,18 +42,16 @@ def loop(tmp_path_factory):
     build_m2m_folder(p["hf"])
     _ok(run([cli("hltmt-import"), "--model", p["hf"], "--out", p["imported"]]))
     imported = p["imported"]
+    p["langs"] = ",".join(open(os.path.join(imported, "langs.txt")).read().split())
     _ok(
         run(
             [cli("hltmt-prepare-data"), "--out", p["data"], "--langs", "de,cs", "--segment-words", "8,8"]
             + ["--max-train", "40", "--max-valid", "8", "--max-test", "8", "--spm-model"]
             + [os.path.join(imported, "spm.model"), "--dict", os.path.join(imported, "dict.en.txt")]
+            + ["--dict-langs", p["langs"]]  # every language's dictionary, as the checkpoint records them
         )
     )
     p["bin"] = os.path.join(p["data"], "bin")
-    for name in os.listdir(imported):  # every language's dictionary, as the checkpoint records them
-        if name.startswith("dict."):
-            shutil.copyfile(os.path.join(imported, name), os.path.join(p["bin"], name))
-    p["langs"] = ",".join(open(os.path.join(imported, "langs.txt")).read().split())
     p["checkpoint"] = os.path.join(imported, "checkpoint.pt")
     common = [p["bin"], *TRAIN, "--langs", p["langs"]]
     _ok(run([cli("fairseq-train"), *common, "--finetune-from-model", p["checkpoint"], "--hlt-stage", "high"]

@@ -31,6 +31,7 @@ import argparse
 import errno
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -72,9 +73,27 @@ def check_options(args):
     parse_segment_words(args.segment_words)
     if args.dict and not args.spm_model:
         raise DataError("--dict needs --spm-model: the sentencepiece model the dictionary was made for")
+    dict_langs(args)
     for option, path in (("--spm-model", args.spm_model), ("--dict", args.dict)):
         if path and not os.path.isfile(path):
             raise DataError(f"{option} {path} does not exist")
+
+
+def dict_langs(args):
+    """--dict-langs: the languages given a copy of --dict beside the prepared ones, each a name
+    fairseq's multilingual task can read from a file name (letters, digits, ``_`` and ``-``),
+    none twice; it needs --dict (a dictionary made from the data serves only the data's
+    languages)."""
+    names = [name.strip() for name in args.dict_langs.split(",") if name.strip()]
+    if names and not args.dict:
+        raise DataError("--dict-langs needs --dict: the pretrained model's dictionary the languages share")
+    bad = [name for name in names if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name)]
+    if bad:
+        raise DataError(f"--dict-langs: {bad[0]!r} is not a language name (letters, digits, _ and -)")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise DataError(f"--dict-langs names {','.join(twice)} twice: name each language once")
+    return names
 
 
 def check_writable(out):
@@ -344,6 +363,14 @@ def build_parser():
         "(e.g. XLM-R's dict.txt) instead of one made from the model's pieces",
     )
     p.add_argument(
+        "--dict-langs",
+        default="",
+        metavar="XX,...",
+        help="with --dict: write the same dictionary as dict.XX.txt for these languages too (a pretrained "
+        "model's whole language list, e.g. an hltmt-import folder's langs.txt), so that fine-tuning from "
+        "it finds every dictionary its checkpoint records",
+    )
+    p.add_argument(
         "--max-words", type=int, default=250, help="training pairs with a side longer than this (or empty) are dropped"
     )
     p.add_argument(
@@ -516,7 +543,7 @@ def build(args, data, langs, spm_dir, tmp_bin):
             binarize(spm_dir, tmp_bin, lang, args.workers)
         except DataError as error:
             return fail(error, 1)
-    for lang in ["en"] + langs:
+    for lang in dict.fromkeys(["en"] + langs + dict_langs(args)):
         shutil.copy(os.path.join(spm_dir, "dict.txt"), os.path.join(tmp_bin, f"dict.{lang}.txt"))
     with open(os.path.join(tmp_bin, "langs.txt"), "w") as f:
         f.write("\n".join(["en"] + langs) + "\n")

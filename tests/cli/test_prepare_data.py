@@ -102,12 +102,13 @@ def test_an_existing_model_and_a_fixed_dictionary_give_the_dictionary_ids(raw, p
     fixed = tmp_path / "dict.txt"
     fixed.write_text("".join(f"{p} {i + 1}\n" for i, p in enumerate(kept)), encoding="utf-8")
     out = tmp_path / "out"
-    done = prepare(raw, out, "--spm-model", model, "--dict", str(fixed))
+    done = prepare(raw, out, "--spm-model", model, "--dict", str(fixed), "--dict-langs", "de,ja,eng_Latn")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "training a" not in done.stdout  # no sentencepiece model was trained
     assert "of the training pieces are not in it (they become <unk>)" in done.stdout
-    for lang in ("en", "de", "fr"):
+    for lang in ("en", "de", "fr", "ja", "eng_Latn"):  # the prepared languages and --dict-langs
         assert (out / "bin" / f"dict.{lang}.txt").read_bytes() == fixed.read_bytes()
+    assert (out / "bin" / "langs.txt").read_text().split() == ["en", "de", "fr"]
     dictionary = Dictionary.load(str(fixed))
     assert dictionary.index(kept[0]) == dictionary.nspecial  # the file's order, not the model's
     got = read_binarized(str(out / "bin"), "train.en-de.de", dictionary)
@@ -226,6 +227,9 @@ def test_missing_sentencepiece_model(raw_de, tmp_path):
         (["--threads", "100000"], "argument --threads: 100000 is out of range"),
         (["--max-train", "0"], "--max-train must be at least 1, got 0"),
         (["--dict", __file__], "--dict needs --spm-model"),  # a file that is there
+        (["--dict-langs", "ja"], "--dict-langs needs --dict"),
+        (["--spm-model", __file__, "--dict", __file__, "--dict-langs", "ja,../x"], "'../x' is not a language name"),
+        (["--spm-model", __file__, "--dict", __file__, "--dict-langs", "ja,ru,ja"], "--dict-langs names ja twice"),
     ],
 )
 def test_unusable_prepare_options_are_one_line(raw_de, tmp_path, extra, message):
