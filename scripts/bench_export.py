@@ -45,14 +45,13 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
 from hltmt_plugin import records
 from hltmt_plugin.atomic_files import write_text
 from hltmt_plugin.errors import HltmtError
-from timing import BenchError, child_env, child_main, rss_mib, run_child
+from timing import BenchError, child_env, child_main, rss_mib, run_child, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
@@ -216,18 +215,6 @@ def translate_command(args, engine: str) -> str:
     return os.path.join(env, "bin", "hltmt-translate")
 
 
-# runs a command as a child of a small process: a child forked from this (large) process would
-# report this process's resident memory as its peak (Linux keeps the peak across fork and exec)
-LAUNCHER = """
-import os, sys
-pid = os.fork()
-if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
-_, status, usage = os.wait4(pid, 0)
-sys.stderr.write(f"\\nLAUNCHER {os.waitstatus_to_exitcode(status)} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}\\n")
-"""
-
-
 def measure_command(args, model, engine, threads, mode, items):
     """One run of the hltmt-translate command on the items' file (:func:`write_items`): its rate
     (its summary line), start-up (wall time less the translation) and peak resident memory."""
@@ -239,31 +226,24 @@ def measure_command(args, model, engine, threads, mode, items):
         ["--buffer-size", "1"] if mode == "single" else []
     )
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
-    with open(os.path.join(args.work, "command.err"), "w+", encoding="utf-8") as err:
-        start = time.perf_counter()
-        launched = [sys.executable, "-c", LAUNCHER, *cmd]
-        subprocess.run(launched, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=args.work)
-        wall = time.perf_counter() - start
-        err.seek(0)
-        text = err.read()
-    found, child = SUMMARY.search(text), re.search(r"LAUNCHER (-?\d+) (\d+) ([\d.]+)", text)
-    if child is None or int(child.group(1)) != 0 or found is None:
-        raise BenchError(f"{' '.join(cmd[:3])} failed: {(text.strip().splitlines() or ['?'])[-1]}")
+    done = run_measured(cmd, env=env, cwd=args.work)
+    found = SUMMARY.search(done.err)
+    if done.code != 0 or found is None:
+        raise BenchError(f"{' '.join(cmd[:3])} failed: {(done.err.strip().splitlines() or ['?'])[-1]}")
     with open(hyp, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f]
     os.remove(hyp)
     stem = f"{os.path.basename(model)}.{engine}.{threads}t.{mode}"
     write_text(os.path.join(args.work, f"{stem}.json"), json.dumps(lines, ensure_ascii=False))
     sentences, rate = int(found.group(2)), float(found.group(4))
-    cpu = float(child.group(3))
     return {
-        "cpu_s": cpu,  # the whole process's, load included
-        "load_s": wall - sentences / rate,
+        "cpu_s": done.cpu_s,  # the whole process's, load included
+        "load_s": done.wall_s - sentences / rate,
         "translate_s": sentences / rate,
-        "wall_s": wall,
+        "wall_s": done.wall_s,
         "sentences": sentences,
         "sent_per_s": rate,
-        "peak_mib": int(child.group(2)) / 1024.0,
+        "peak_mib": done.peak_mib,
         "hyp": os.path.join(args.work, f"{stem}.json"),
     }
 

@@ -16,12 +16,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import time
+
+from timing import markdown_table, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)  # the commands of this environment
+KEYS = ("median", "min", "max")
 
 
 def installed_commands():
@@ -30,23 +31,17 @@ def installed_commands():
         return re.findall(r'"(hltmt-[a-z-]+) = hltmt_plugin\.cli\.\w+:main"', f.read())
 
 
-def wall(argv, env):
-    """Seconds from start to exit of one process; its exit status."""
+def measure(argv, repeats, env):
+    """(median, min, max) of the wall time, start to exit, of ``repeats`` runs of ``argv``; an
+    error if one run fails."""
     if not os.path.isfile(argv[0]):
         raise SystemExit(f"bench_startup: error: {argv[0]} is not installed in this environment")
-    start = time.perf_counter()
-    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=ROOT)
-    return time.perf_counter() - start, done.returncode, done.stderr.decode("utf-8", "replace")
-
-
-def measure(argv, repeats, env):
-    """(median, min, max) of ``repeats`` runs of ``argv``; an error if one run fails."""
     times = []
     for _ in range(repeats):
-        seconds, code, stderr = wall(argv, env)
-        if code != 0:
-            raise SystemExit(f"bench_startup: error: {' '.join(argv)} exited {code}: {stderr.strip()[-300:]}")
-        times.append(seconds)
+        done = run_measured(argv, env=env, cwd=ROOT)
+        if done.code != 0:
+            raise SystemExit(f"bench_startup: error: {' '.join(argv)} exited {done.code}: {done.err.strip()[-300:]}")
+        times.append(done.wall_s)
     return statistics.median(times), min(times), max(times)
 
 
@@ -61,22 +56,12 @@ def main(argv=None):
     commands = args.commands.split(",") if args.commands else installed_commands()
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     load = os.getloadavg()[0]
-    rows = []
-    for command in commands:
-        rows.append(
-            {
-                "command": f"{command} --help",
-                **dict(
-                    zip(("median", "min", "max"), measure([os.path.join(BIN, command), "--help"], args.repeats, env))
-                ),
-            }
-        )
-    registration = measure([sys.executable, "-c", "import hltmt_plugin"], args.repeats, env)
-    rows.append({"command": 'python -c "import hltmt_plugin"', **dict(zip(("median", "min", "max"), registration))})
+    runs = [(f"{command} --help", [os.path.join(BIN, command), "--help"]) for command in commands]
+    runs.append(('python -c "import hltmt_plugin"', [sys.executable, "-c", "import hltmt_plugin"]))
+    rows = [{"command": name, **dict(zip(KEYS, measure(cmd, args.repeats, env)))} for name, cmd in runs]
     print(f"{args.repeats} runs each, one at a time; {os.cpu_count()} CPUs, load average {load:.2f} at the start\n")
-    print("| command | median (s) | min (s) | max (s) |\n|---|---|---|---|")
-    for row in rows:
-        print(f"| `{row['command']}` | {row['median']:.2f} | {row['min']:.2f} | {row['max']:.2f} |")
+    cells = [[f"`{row['command']}`", *(f"{row[key]:.2f}" for key in KEYS)] for row in rows]
+    print(markdown_table(["command", "median (s)", "min (s)", "max (s)"], cells))
     if args.json:
         from hltmt_plugin.atomic_files import write_text  # whole or not at all
 

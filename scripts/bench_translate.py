@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""Serving all 20 DebMT-10 directions: one mixed-direction call vs one call per direction,
-side by side in one run (docs/benchmarks.md).
+"""Serving every direction of a model: one mixed-direction call vs one call per direction, side
+by side in one run (docs/benchmarks.md).
 
-    python scripts/bench_translate.py --work runs/bench_translate            # prepares and trains a model
-    python scripts/bench_translate.py --checkpoint CKPT                      # a model of all 20 directions
+    python scripts/bench_translate.py --json docs/bench_translate.json   # the study's HLT-MT model
+    python scripts/bench_translate.py --checkpoint CKPT                  # a model of DebMT-10's languages
 
-The same checkpoint, N test sentences of every direction, beam, length limit and batch size in
-every mode: ``mixed`` (one process loads the model once, ``hltmt_plugin.hub``, and translates
-everything in one ``translate_batch`` call), ``per-direction`` (one ``translate`` call per
-direction). Each mode runs in a process of its own (peak memory: its ``ru_maxrss``), rounds interleaved, medians over the rounds; sentences/s translating (model
-loaded) and end to end; the hypotheses of the modes compared. Without ``--checkpoint``,
-``--work`` gets a model of its own: hltmt-prepare-data (--max-train lines per pair), then
-``hltmt_transformer_tiny`` trained for --train-updates (half stage high, half stage all).
+The same checkpoint (default: the quality study's committed HLT-MT, docs/results/cpu-study/models/,
+with its sentencepiece model and dictionaries), N test sentences of every direction it was
+trained on (DebMT-10's, of at most 12 English and 16 target words: the study's rule), beam,
+length limit and batch size in every mode: ``mixed`` (one process loads the model once,
+``hltmt_plugin.hub``, and translates everything in one ``translate_batch`` call),
+``per-direction`` (one ``translate`` call per direction). Each mode runs in a process of its
+own (its own peak memory: ``timing.run_measured``), rounds interleaved, medians over the
+rounds; sentences/s translating (model loaded) and end to end; the hypotheses of the modes
+compared.
 """
 
 import argparse
@@ -23,15 +25,12 @@ import time
 
 from hltmt_plugin import records
 from hltmt_plugin.atomic_files import write_text
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LANGS
-from hltmt_plugin.experiments import recipe
-from hltmt_plugin.experiments.steps import StepFailed, run_quiet
+from hltmt_plugin.experiments.recipe import SHORT_SEGMENTS
 from timing import child_env, markdown_table, median, run_measured
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBMT10 = os.path.join(ROOT, "data", "debmt10")
-LANGS = DEBMT10_LANGS
-HIGH = DEBMT10_HIGH
+MODELS = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
 MODES = ("mixed", "per-direction")
 
 
@@ -39,36 +38,23 @@ def log(message):
     print(f"[bench_translate] {message}", file=sys.stderr, flush=True)
 
 
-def check_call(cmd, log_path):
-    """Run ``cmd``, its output in the log ``log_path``; exits with the command's own error line
-    (or its log's last lines) when it fails."""
-    try:
-        run_quiet(cmd, log_path, tail=20)
-    except StepFailed as error:
-        sys.exit(f"bench_translate: error: {error}")
-
-
-def directions(langs):
-    return [tuple(d.split("-")) for d in recipe.directions(langs)]
-
-
 def sentences(raw, src, tgt, n):
-    """The first ``n`` test sentences of ``src``-``tgt`` (hltmt-prepare-data's reading of the
-    test set); one error line when they cannot be read."""
+    """The first ``n`` short test sentences of ``src``-``tgt`` (hltmt-prepare-data's reading of
+    the test set, the study's --segment-words); one error line when they cannot be read."""
     from hltmt_plugin.cli.prepare_data import load_pair
     from hltmt_plugin.errors import HltmtError
 
     other = tgt if src == "en" else src
     try:
-        en, xx = load_pair(raw, "test", other, n)
+        en, xx = load_pair(raw, "test", other, n, SHORT_SEGMENTS)
     except HltmtError as error:
         sys.exit(f"bench_translate: error: {error}")
     return en if src == "en" else xx
 
 
-def select_items(raw, langs, n):
+def select_items(raw, directions, n):
     """(src, tgt, sentence): the first ``n`` test sentences of every direction, shuffled (seed 1)."""
-    items = [(s, t, text) for s, t in directions(langs) for text in sentences(raw, s, t, n)]
+    items = [(s, t, text) for s, t in directions for text in sentences(raw, s, t, n)]
     random.Random(1).shuffle(items)
     return items
 
@@ -81,73 +67,22 @@ def by_direction(items):
     return groups
 
 
-# ---------------------------------------------------------------------------------------
-# the model: prepared and trained under --work unless --checkpoint names one
-
-
-def train_command(args, data, save):
-    """fairseq-train of HLT-MT hltmt_transformer_tiny on ``data`` (the recipe's, half stage
-    high, half all), checkpoints in ``save``, no validation."""
-    langs = args.langs
-    comparison = recipe.Comparison(
-        os.path.join(data, "bin"), langs, recipe.directions(langs), recipe.high_among(langs, HIGH), args.device == "cpu"
-    )
-    return comparison.train_command(
-        "hltmt",
-        recipe.Hyper(warmup=max(1, args.train_updates // 4)),
-        seed=1,
-        updates=args.train_updates,
-        save_dir=save,
-        options=["--disable-validation"],
-        high_updates=args.train_updates // 2,
-    )
-
-
-def prepare_model(args):
-    """Data and a trained checkpoint under --work (each step skipped when its output exists)."""
-    work = os.path.abspath(args.work)
-    os.makedirs(work, exist_ok=True)
-    data = os.path.join(work, "data")
-    if not os.path.isdir(os.path.join(data, "bin")):
-        log(f"preparing DebMT-10 ({len(args.langs)} languages, {args.max_train} training lines per pair)")
-        cmd = recipe.prepare_command(
-            DEBMT10,
-            data,
-            args.langs,
-            vocab=args.vocab_size,
-            max_train=args.max_train,
-            max_valid=50,
-            max_test=args.per_direction,
-        )
-        check_call(cmd, os.path.join(work, "prepare.log"))
-    save = os.path.join(work, "model")
-    ckpt = os.path.join(save, "checkpoint_last.pt")
-    if not os.path.isfile(ckpt):
-        log(f"training hltmt_transformer_tiny for {args.train_updates} updates (log: {work}/train.log)")
-        check_call(train_command(args, data, save), os.path.join(work, "train.log"))
-    return ckpt, os.path.join(data, "bin"), os.path.join(data, "spm", "spm.model")
-
-
 def resolve_model(args):
-    """Load the checkpoint once, as the workers will: sets args.spm and args.data; exits with one error line when it
-    cannot be loaded or does not know every language of --langs."""
-    sys.path.insert(0, ROOT)
+    """Load the checkpoint once, as the workers will: sets args.spm and args.data; the directions
+    it was trained on, English's first. Exits with one error line when it cannot be loaded."""
     import logging
 
     logging.disable(logging.WARNING)  # the probe load's fairseq messages
     from hltmt_plugin.errors import HltmtError
     from hltmt_plugin.hub import HltmtTranslator
 
-    try:  # resolve the data folder, spm model and language list once, as the workers will
+    try:
         probe = HltmtTranslator.load(args.checkpoint, spm=args.spm, data=args.data, device="cpu")
     except HltmtError as error:
         sys.exit(f"bench_translate: error: {error}")
     args.spm, args.data = probe.spm, args.data or str(probe.task.args.data)
-    missing = [x for x in ["en"] + args.langs if x not in probe.langs]
-    if missing:
-        sys.exit(
-            f"bench_translate: error: the checkpoint does not know {','.join(missing)} (it has {','.join(probe.langs)})"
-        )
+    pairs = [(s, t) for s in probe.langs for t in probe.langs if s != t and probe.direction(s, t) == "trained"]
+    return sorted(pairs, key=lambda pair: (pair[0] != "en", pair))
 
 
 # ---------------------------------------------------------------------------------------
@@ -182,12 +117,12 @@ def worker(args):
 
 
 def run_checked(cmd, env, stdin_path=None):
-    """Run ``cmd``; return (wall seconds, peak RSS MiB, stdout text); exit with one error line
+    """Run ``cmd``; return (wall seconds, its peak RSS MiB, stdout text); exit with one error line
     when it fails."""
-    code, wall, rss, text = run_measured(cmd, env=env, cwd=ROOT, stdin_path=stdin_path)
-    if code != 0:
-        sys.exit(f"bench_translate: error: {' '.join(cmd[:6])} ... failed (exit {code})")
-    return wall, rss, text
+    done = run_measured(cmd, env=env, cwd=ROOT, stdin_path=stdin_path)
+    if done.code != 0:
+        sys.exit(f"bench_translate: error: {' '.join(cmd[:6])} ... failed (exit {done.code})")
+    return done.wall_s, done.peak_mib, done.out
 
 
 def worker_command(mode, args):
@@ -273,7 +208,7 @@ def write_json(path, args, n, table, ratios, same, runs):
     record = {
         "sentences": n,
         "per_direction": args.per_direction,
-        "directions": len(directions(args.langs)),
+        "directions": [f"{s}-{t}" for s, t in args.directions],
         "beam": args.beam,
         "max_len": args.max_len,
         "max_tokens": args.max_tokens,
@@ -295,18 +230,15 @@ def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "--checkpoint",
-        default=None,
-        help="an hltmt_transformer checkpoint trained on DebMT-10 (default: prepare and train one under --work)",
+        default=os.path.join(MODELS, "hltmt.pt"),
+        help="a checkpoint trained on DebMT-10's languages (default: the study's HLT-MT)",
     )
     p.add_argument("--spm", default=None, help="its sentencepiece model (default: found as hltmt_plugin.hub finds it)")
-    p.add_argument("--data", default=None, help="its binarized data folder (default: stored in the checkpoint)")
     p.add_argument(
-        "--work",
-        default=os.path.join(ROOT, "runs", "bench_translate"),
-        help="folder for the prepared data, the trained model and the inputs",
+        "--data", default=None, help="its dictionaries' folder (default: found as hltmt_plugin.hub finds it)"
     )
+    p.add_argument("--work", default=os.path.join(ROOT, "runs", "bench_translate"), help="folder for the inputs")
     p.add_argument("--raw", default=DEBMT10, help="DebMT-10 raw folder (test sentences)")
-    p.add_argument("--langs", default=",".join(LANGS), help="the non-English languages (directions en-XX, XX-en)")
     p.add_argument("--per-direction", type=int, default=50, help="test sentences per direction")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--max-len", type=int, default=50, help="the most tokens of a translation (--max-len-b)")
@@ -315,9 +247,6 @@ def build_parser():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads of every process")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--max-train", type=int, default=2000, help="training lines per pair (own model)")
-    p.add_argument("--vocab-size", type=int, default=8000, help="sentencepiece vocabulary (own model)")
-    p.add_argument("--train-updates", type=int, default=300, help="updates of the own model")
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--worker", choices=["mixed", "per-direction"], help=argparse.SUPPRESS)
     return p
@@ -325,20 +254,15 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    args.langs = [x.strip() for x in args.langs.split(",") if x.strip()]
     if args.worker:
         return worker(args)
-    if args.checkpoint is None:
-        args.checkpoint, data, spm = prepare_model(args)
-        args.data, args.spm = args.data or data, args.spm or spm
-    resolve_model(args)
-
+    args.directions = resolve_model(args)
     os.makedirs(args.work, exist_ok=True)
-    items = select_items(args.raw, args.langs, args.per_direction)
+    items = select_items(args.raw, args.directions, args.per_direction)
     items_path = os.path.abspath(os.path.join(args.work, "items.json"))
     write_text(items_path, json.dumps(items, ensure_ascii=False))
     log(
-        f"{len(items)} sentences ({args.per_direction} per direction, {len(directions(args.langs))} directions), "
+        f"{len(items)} sentences ({args.per_direction} per direction, {len(args.directions)} directions), "
         f"beam {args.beam}, max length {args.max_len}, {args.max_tokens} tokens per batch, {args.threads} thread(s), "
         f"{args.rounds} round(s)"
     )

@@ -6,10 +6,10 @@
 For each K of --ks an English-centric corpus of K languages (2K directions) from DebMT-10's
 real text (scale_corpus.py: the ten languages, then pseudo-languages with their own lines and
 tokens), then, each in a process of its own (scale_children.py), with the tiny models:
-hltmt-prepare-data phase by phase; task set-up and data loading with memory; fairseq-train
-from process start to the first update and its checkpoint's size; training words/s of the
-systems on the same mixed-direction batches, interleaved, with their arithmetic and the cost
-of the routing groups. Each figure against K and as its ratio to K = 10 (scale_table.py).
+hltmt-prepare-data phase by phase; fairseq-train from process start to the first update (task
+set-up, data loading, model build, first update) and its checkpoint's size; training words/s of
+the systems on the same mixed-direction batches, interleaved, with their arithmetic and the
+routing groups per batch. Each figure against K and as its ratio to K = 10 (scale_table.py).
 A benchmark measures; nothing here passes or fails.
 
 Times "from process start" add the imports every process pays (``args.import_span``,
@@ -132,7 +132,6 @@ def measure_k(args, k, work):
     res["prepare"] = {**prep, "total": add_spans(args.import_span, prep["total"]), "imports": args.import_span}
     with open(os.path.join(spec["data"], "dict.en.txt"), encoding="utf-8") as f:
         res["dictionary"] = sum(1 for _ in f)
-    res["data"] = measure_data(args, k, spec)
     res["train"], res["checkpoint_mib"] = measure_startup(args, k, kdir, spec)
     log(
         f"K={k}: training words/s, {', '.join(args.systems)} interleaved ({args.rounds} rounds of {args.batches} batches)"
@@ -143,15 +142,6 @@ def measure_k(args, k, work):
     if not args.keep:
         fresh_folder(kdir, KIND)
     return res
-
-
-def measure_data(args, k, spec):
-    """Data loading without a model, for plain MNMT's task and HLT-MT's."""
-    out = {}
-    for system in ("mnmt", "hltmt"):
-        log(f"K={k}: data loading, {system}")
-        out[system] = run_measure("data", dict(spec, system=system), args.timeout)
-    return out
 
 
 def measure_startup(args, k, kdir, spec):

@@ -5,8 +5,7 @@ plugin once, :func:`import_everything`) and runs one of :data:`CHILDREN` there, 
 measure starts from the same state and its memory and caches end with it:
 
 - ``prepare``: hltmt-prepare-data itself, each phase timed;
-- ``data``: task set-up, the train split and two epochs of batches (no model), with memory;
-- ``train``: fairseq-train itself, its steps timed;
+- ``train``: fairseq-train itself, its steps timed (task set-up and data loading among them);
 - ``speed``: training words/s of the systems on the same mixed-direction batches.
 
 Also here: the fairseq-train options of each system (the experiment recipe's).
@@ -23,15 +22,9 @@ import traceback
 
 from bench_systems import ADAPTERS, LR, SKILLS
 from hltmt_plugin import records
-from hltmt_plugin.experiments.recipe import (
-    Comparison,
-    Hyper,
-    directions,
-    optimiser_args,
-    prepare_command,
-)
+from hltmt_plugin.experiments.recipe import Comparison, Hyper, directions, prepare_command
 from scale_corpus import ScaleError, high_and_pool
-from timing import add_spans, rss_mib, run_fairseq_train, span, stamp, timed
+from timing import add_spans, run_fairseq_train, span, stamp, timed
 
 SYSTEMS = ["mnmt", "hltmt", "hltmt+adapters", "hltmt+skills"]
 BENCH_NAME = {system: "baseline" if system == "mnmt" else system for system in SYSTEMS}  # scripts/bench.py's names
@@ -59,12 +52,11 @@ def comparison(spec):
     return Comparison(spec["data"], langs, directions(langs), high_and_pool(langs)[0])
 
 
-def training_args(spec, system, save_dir=None):
+def training_args(spec, system, save_dir):
     """fairseq-train's options (after the program) of one system: the recipe's, HLT-MT in stage
     high with every language but the high-resource ones a pivot (so that all 2K directions
-    train from the start), hard routing at every update, and its adapters or skills; with
-    ``save_dir`` a run of ``spec["updates"]`` updates, a JSON progress line each, no
-    validation (without it: the options task set-up reads)."""
+    train from the start), hard routing at every update, and its adapters or skills; a run of
+    ``spec["updates"]`` updates into ``save_dir``, a JSON progress line each, no validation."""
     langs = spec["langs"]
     high, pool = high_and_pool(langs)
     hyper = Hyper(lr=LR, max_tokens=spec["max_tokens"])
@@ -74,55 +66,10 @@ def training_args(spec, system, save_dir=None):
         own += ["--enable-lang-ids", "--pivot-langs", ",".join(pivots), "--slp-hard-prob", "1"]
         own += {"hltmt": [], "hltmt+adapters": ADAPTERS, "hltmt+skills": SKILLS}[system]
     name = "mnmt" if system == "mnmt" else "hltmt"
-    if not save_dir:
-        return [spec["data"], *comparison(spec).system_args(name, hyper, pool=pool), *optimiser_args(hyper), *own]
     own += ["--log-format", "json", "--disable-validation"]
     return comparison(spec).train_args(
         name, hyper, seed=1, updates=spec["updates"], save_dir=save_dir, log_interval=1, options=own, pool=pool
     )
-
-
-def child_data(spec):
-    """Task set-up, train split and two epochs of batches (no model), with resident memory."""
-    from fairseq import options, tasks
-
-    out = {"rss_mib": {"start": rss_mib()[0]}}
-    args = options.parse_args_and_arch(options.get_training_parser(), training_args(spec, spec["system"]))
-    for name in ("max_source_positions", "max_target_positions"):  # what building the model sets in fairseq-train
-        if getattr(args, name, None) is None:
-            setattr(args, name, 1024)
-    t = stamp()
-    task = tasks.setup_task(args)
-    out["setup_task"] = span(t, stamp())
-    out["rss_mib"]["setup_task"] = rss_mib()[0]
-    t = stamp()
-    task.load_dataset("train", epoch=1)
-    out["load_train"] = span(t, stamp())
-    out["rss_mib"]["load_train"] = rss_mib()[0]
-    out["epochs"] = []
-    for epoch in (1, 2):
-        t = stamp()
-        itr = task.get_batch_iterator(
-            dataset=task.dataset("train"),
-            max_tokens=spec["max_tokens"],
-            max_positions=(1024, 1024),
-            ignore_invalid_inputs=True,
-            required_batch_size_multiple=8,
-            seed=1,
-            epoch=epoch,
-            num_workers=0,
-        )
-        batches = itr.next_epoch_itr(shuffle=True)
-        made = span(t, stamp())
-        n = tokens = 0
-        for sample in batches:
-            n += 1
-            tokens += int(sample["ntokens"])
-        out["epochs"].append(
-            {"iterator": made, "total": span(t, stamp()), "batches": n, "tokens": tokens, "rss_mib": rss_mib()[0]}
-        )
-    out["peak_rss_mib"] = rss_mib()[1]
-    return out
 
 
 def child_train(spec):
@@ -134,7 +81,7 @@ def child_speed(spec):
     """Training words/s of the systems on the same mixed-direction batches (bench.py's step)."""
     import torch
 
-    from bench_speed import one_direction, time_pair, time_training
+    from bench_speed import time_training
     from bench_systems import batches, build
 
     torch.manual_seed(1)
@@ -159,19 +106,13 @@ def child_speed(spec):
         build_s[name] = span(t, stamp())
     first = systems["hltmt"] if "hltmt" in systems else next(iter(systems.values()))
     samples = batches(ns, first["task"], spec["batches"])
-    task = first["task"]
-    groups = routing_groups(task, samples)
+    groups = routing_groups(first["task"], samples)
     rates, work = time_training(ns, {BENCH_NAME[n]: s for n, s in systems.items()}, samples)
     words = sum(int(s["ntokens"]) for s in samples)
-    # the cost of the routing groups, arithmetic held equal: the same batches with every row
-    # relabelled to one direction (one group in every routed layer), interleaved with the real ones
-    single = [one_direction(s, task, langs[0], "en", lang_ids=True) for s in samples]
-    grouping = {n: time_pair(ns, s, samples, single) for n, s in systems.items()}
     return {
         "build_s": build_s,
         "words": words,
         "batches": len(samples),
-        "grouping": grouping,
         "rates": {n: rates[BENCH_NAME[n]] for n in systems},
         "flops": {n: work[BENCH_NAME[n]] for n in systems},
         "params": {n: sum(p.numel() for p in s["model"].parameters()) for n, s in systems.items()},
@@ -197,7 +138,7 @@ def routing_groups(task, samples):
     return groups
 
 
-CHILDREN = {"prepare": child_prepare, "data": child_data, "train": child_train, "speed": child_speed}
+CHILDREN = {"prepare": child_prepare, "train": child_train, "speed": child_speed}
 
 
 def run_measure(kind, spec, timeout, show=False):

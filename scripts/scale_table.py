@@ -12,12 +12,6 @@ from timing import markdown_table
 CPU = "CPU s"
 
 
-def data_cpu(r, system):
-    """CPU seconds of task set-up, loading the train split and the first epoch of batches."""
-    d = r["data"][system]
-    return d["setup_task"]["cpu"] + d["load_train"]["cpu"] + d["epochs"][0]["total"]["cpu"]
-
-
 def rows_of(results, systems):
     """(measure, system, unit, {K: value}) for every figure; times in CPU seconds."""
     out = []
@@ -32,7 +26,7 @@ def rows_of(results, systems):
         if values:
             out.append((measure, system, unit, values))
 
-    for rows in (_preparation_rows, _data_rows, _startup_rows, _speed_rows, _batch_rows, _size_rows):
+    for rows in (_preparation_rows, _startup_rows, _speed_rows, _batch_rows, _size_rows):
         rows(row, systems)
     return out
 
@@ -44,27 +38,6 @@ def _preparation_rows(row, systems):
     row("  of which sentencepiece training", "", CPU, lambda r: r["prepare"]["sentencepiece_model"]["cpu"])
     binarize = "  of which binarization (fairseq_cli.preprocess.main per pair)"
     row(binarize, "", CPU, lambda r: r["prepare"]["binarize"]["cpu"])
-
-
-def _data_rows(row, systems):
-    for system in ("mnmt", "hltmt"):
-        d = lambda r, s=system: r["data"][s]  # noqa: E731
-        row("task set-up (dictionaries, language tokens)", system, CPU, lambda r, d=d: d(r)["setup_task"]["cpu"])
-        row("load train split (2K pair datasets)", system, CPU, lambda r, d=d: d(r)["load_train"]["cpu"])
-        row(
-            "data loading, epoch 1 (batch iterator + collate all)",
-            system,
-            CPU,
-            lambda r, d=d: d(r)["epochs"][0]["total"]["cpu"],
-        )
-        row("data loading, epoch 2", system, CPU, lambda r, d=d: d(r)["epochs"][1]["total"]["cpu"])
-        row("resident memory after 2 epochs of data", system, "MiB", lambda r, d=d: d(r)["epochs"][1]["rss_mib"])
-    row(
-        "  HLT-MT / plain MNMT: task set-up + train split + epoch 1",
-        "hltmt",
-        "x",
-        lambda r: data_cpu(r, "hltmt") / data_cpu(r, "mnmt"),
-    )
 
 
 def _startup_rows(row, systems):
@@ -104,13 +77,6 @@ def _speed_rows(row, systems):
                 "x",
                 lambda r, s=system: r["speed"]["flops"][s] / r["speed"]["flops"]["mnmt"],
             )
-    for system in systems:
-        row(
-            "  the same batches, every row relabelled to one direction: time ratio mixed / one direction",
-            system,
-            "x",
-            lambda r, s=system: r["speed"]["grouping"][s]["single"] / r["speed"]["grouping"][s]["mixed"],
-        )
 
 
 def _batch_rows(row, systems):
@@ -184,32 +150,16 @@ PANELS = [  # (title, measures, "ratio": each to the reference K / "value": as t
         ],
         "ratio",
     ),
+    ("start-up (CPU seconds, imports included)", ["fairseq-train: process start to first update"], "ratio"),
     (
-        "start-up (CPU seconds, imports included)",
-        [
-            "fairseq-train: process start to first update",
-            "task set-up (dictionaries, language tokens)",
-        ],
-        "ratio",
-    ),
-    (
-        "data (the corpus grows with K: 2K x lines)",
-        [
-            "load train split (2K pair datasets)",
-            "data loading, epoch 1 (batch iterator + collate all)",
-            "resident memory after 2 epochs of data",
-        ],
+        "task set-up and data (the corpus grows with K: 2K x lines)",
+        ["  after the imports: task set-up", "  train data + batch iterator"],
         "ratio",
     ),
     ("model build and checkpoint save (CPU seconds)", ["  model build", "  checkpoint save"], "ratio"),
     (
-        "training: time ratio to plain MNMT at the same K (solid: measured, same batches;\ndashed: arithmetic); "
-        "dotted: mixed batches / the same batches as one direction",
-        [
-            "  time ratio to plain MNMT at this K",
-            "  predicted (arithmetic) ratio to plain MNMT",
-            "  the same batches, every row relabelled to one direction: time ratio mixed / one direction",
-        ],
+        "training: time ratio to plain MNMT at the same K (solid: measured, same batches; dashed: arithmetic)",
+        ["  time ratio to plain MNMT at this K", "  predicted (arithmetic) ratio to plain MNMT"],
         "value",
     ),
     ("sizes", ["checkpoint_last.pt (with the optimizer state)", "parameters"], "ratio"),

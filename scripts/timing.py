@@ -8,7 +8,8 @@ the same thing whichever script wrote it.
   :func:`alternating` (step functions taking turns batch by batch, so load hits each alike);
 - :func:`stamp`, :func:`span`, :func:`add_spans`: (wall, CPU) readings and the spans between them;
   :func:`rss_mib`: this process's resident memory;
-- :func:`run_measured`: a child process's wall time, peak memory and output; :func:`child_env`;
+- :func:`run_measured`: a command's wall time, its own peak memory, CPU time and output;
+  :func:`child_env`;
 - :func:`run_child` / :func:`child_main`: a measure in a child process of a bench script, its
   spec on the child's standard input and its result on the last line of its standard output
   (both JSON, read by :mod:`hltmt_plugin.records`: no file between them);
@@ -24,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from hltmt_plugin import records
 
@@ -114,21 +115,58 @@ def rss_mib() -> Tuple[float, float]:
     return cur, peak
 
 
+# Runs the measured command as its child and reports, on the descriptor its first argument
+# names, that child's exit code, peak resident memory, CPU time (its ``wait4`` usage) and wall
+# time from start to exit. Linux keeps a process's peak across fork and exec, so a command
+# started by a large process directly would report that process's memory as its own peak;
+# started from this small one, it reports its own.
+LAUNCHER = """import os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.close(int(sys.argv[1]))
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+code, cpu, wall = os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime, time.perf_counter() - start
+os.write(int(sys.argv[1]), f"{code} {usage.ru_maxrss} {cpu} {wall}".encode())
+"""
+
+
+class Measured(NamedTuple):
+    """What :func:`run_measured` gives of a finished command."""
+
+    code: int  # its exit code
+    wall_s: float  # from its start to its exit
+    peak_mib: float  # its own peak resident memory (and that of the children it waited for)
+    cpu_s: float  # user + system
+    out: str  # its standard output
+    err: str  # its standard error
+
+
 def run_measured(
     cmd: List[str], env: Optional[dict] = None, cwd: Optional[str] = None, stdin_path: Optional[str] = None
-) -> Tuple[int, float, float, str]:
-    """Run ``cmd`` to its end (its standard error discarded); returns (exit code, wall seconds,
-    peak resident memory of the process in MiB, its standard output)."""
+) -> Measured:
+    """Run ``cmd`` to its end under :data:`LAUNCHER` (``stdin_path``: its standard input): its
+    exit code, wall time, own peak memory, CPU time and output (the launcher's start left out)."""
+    read, write = os.pipe()
     with (
         tempfile.TemporaryFile("w+", encoding="utf-8") as out,
+        tempfile.TemporaryFile("w+", encoding="utf-8") as err,
         open(stdin_path or os.devnull, encoding="utf-8") as stdin,
+        os.fdopen(read) as report,
     ):
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
+        launcher = [sys.executable, "-c", LAUNCHER, str(write), *cmd]
+        try:
+            done = subprocess.run(launcher, stdin=stdin, stdout=out, stderr=err, env=env, cwd=cwd, pass_fds=(write,))
+        finally:
+            os.close(write)
+        fields = report.read().split()
         out.seek(0)
-        return os.waitstatus_to_exitcode(status), wall, usage.ru_maxrss / 1024.0, out.read()
+        err.seek(0)
+        if not fields:  # the launcher itself ended without a report
+            return Measured(done.returncode or 1, 0.0, 0.0, 0.0, out.read(), err.read())
+        code, peak, cpu, wall = int(fields[0]), int(fields[1]) / 1024.0, float(fields[2]), float(fields[3])
+        return Measured(code, wall, peak, cpu, out.read(), err.read())
 
 
 def child_env(threads: Optional[int] = None, **extra: str) -> dict:

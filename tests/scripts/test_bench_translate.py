@@ -1,5 +1,5 @@
-"""scripts/bench_translate.py without a model: its one-line errors, the sentences it serves,
-the worker's command line and the summary it prints. The measurement itself (a trained
+"""scripts/bench_translate.py: its one-line errors, the directions and sentences it serves,
+the worker's command line and the summary it prints. The measurement itself (the study's
 model, two modes) is in docs/benchmarks.md."""
 
 import argparse
@@ -37,20 +37,23 @@ def test_a_failing_child_is_one_error_line_with_its_exit_code():
     assert text == "out\n" and wall > 0 and rss > 1
 
 
-def test_directions_and_the_sentences_of_each(tmp_path):
-    assert bt.directions(["de", "gu"]) == [("en", "de"), ("en", "gu"), ("de", "en"), ("gu", "en")]
+def test_the_directions_are_the_models_trained_ones_and_their_short_sentences(tmp_path):
+    args = argparse.Namespace(checkpoint=os.path.join(bt.MODELS, "hltmt.pt"), spm=None, data=None)
+    pairs = bt.resolve_model(args)  # the study's model: English into its ten languages, nothing else
+    assert pairs == [("en", x) for x in sorted(["fr", "de", "cs", "tr", "fi", "et", "ro", "lv", "hi", "gu"])]
+    assert args.spm == os.path.join(bt.MODELS, "spm.model")
     for lang in ("de", "gu"):
         for side in ("en", lang):
-            (tmp_path / f"test.en-{lang}.{side}").write_text(
-                "".join(f"{side}{lang} {i}\n" for i in range(5)), encoding="utf-8"
-            )
-    assert bt.sentences(str(tmp_path), "gu", "en", 2) == ["gugu 0", "gugu 1"]
-    assert bt.sentences(str(tmp_path), "en", "gu", 9) == [f"engu {i}" for i in range(5)]
+            lines = [f"{side}{lang} {i}" + (" long" * 12 if i == 1 else "") for i in range(5)]
+            (tmp_path / f"test.en-{lang}.{side}").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    assert bt.sentences(str(tmp_path), "gu", "en", 2) == ["gugu 0", "gugu 2"]  # the study's short segments only
+    assert bt.sentences(str(tmp_path), "en", "gu", 9) == [f"engu {i}" for i in (0, 2, 3, 4)]
     with pytest.raises(SystemExit, match=r"^bench_translate: error: missing file .*test\.en-hi\.en"):
         bt.sentences(str(tmp_path), "hi", "en", 2)  # read as hltmt-prepare-data reads a test set: one error line
-    items = bt.select_items(str(tmp_path), ["de", "gu"], 3)
-    assert items == bt.select_items(str(tmp_path), ["de", "gu"], 3)  # the same shuffle every run
-    in_order = [(s, t, f"{s}{t if s == 'en' else s} {i}") for s, t in bt.directions(["de", "gu"]) for i in range(3)]
+    directions = [("en", "de"), ("en", "gu"), ("de", "en"), ("gu", "en")]
+    items = bt.select_items(str(tmp_path), directions, 3)
+    assert items == bt.select_items(str(tmp_path), directions, 3)  # the same shuffle every run
+    in_order = [(s, t, f"{s}{t if s == 'en' else s} {i}") for s, t in directions for i in (0, 2, 3)]
     assert sorted(items) == sorted(in_order) and items != in_order  # the first 3 of each direction, shuffled
     groups = bt.by_direction(items)
     assert list(groups) == list(dict.fromkeys((s, t) for s, t, _ in items))
@@ -119,13 +122,3 @@ def test_the_summary_takes_medians_over_rounds_and_compares_the_modes():
     assert lines[3] == "| per-direction | 1.0 | 0.5 | 8.0 | 50 |"
     assert lines[4] == "" and lines[5] == "- mixed/per-direction translating: **1.33**"
     assert lines[-1] == "- identical hypotheses: mixed = per-direction 3/4"
-
-
-def test_a_failed_preparation_or_training_is_its_own_error_line(tmp_path):
-    """The model's steps run through the drivers' run_quiet: the command's own error line, its log named."""
-    log = tmp_path / "logs" / "prepare.log"
-    cmd = [sys.executable, "-c", "import sys; print('step'); sys.exit('hltmt-prepare-data: error: no data')"]
-    with pytest.raises(SystemExit) as stopped:
-        bt.check_call(cmd, str(log))
-    assert str(stopped.value).startswith("bench_translate: error: hltmt-prepare-data: error: no data (exit 1")
-    assert str(log) in str(stopped.value) and "step" in log.read_text()

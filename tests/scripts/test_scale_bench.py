@@ -61,7 +61,7 @@ def test_scale_bench_runs_every_measure_and_writes_its_figures(tmp_path):
             assert set(rows[(measure, system)]) == {"1", "10"} and min(rows[(measure, system)].values()) > 0
     assert rows[("hltmt-prepare-data", "")]["1"] > 0
     assert rows[("  of which sentencepiece training", "")]["10"] > 0
-    assert rows[("resident memory after 2 epochs of data", "hltmt")]["10"] > 50
+    assert rows[("  train data + batch iterator", "hltmt")]["10"] > 0 and rows[("  model build", "mnmt")]["1"] > 0
     # more languages, more language-specific parameters
     assert rows[("parameters", "hltmt+adapters")]["10"] > rows[("parameters", "hltmt+adapters")]["1"]
     assert rows[("routing groups per batch: source languages", "")]["10"] > 1

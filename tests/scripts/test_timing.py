@@ -95,8 +95,21 @@ def test_run_measured_gives_the_exit_code_output_and_peak_memory_of_the_child(tm
         "import sys; b = bytearray(80 * 2 ** 20); b[::4096] = b'x' * len(b[::4096]); "
         "sys.stdout.write(sys.stdin.read().upper()); sys.exit(3)"
     )
-    rc, wall, peak, out = timing.run_measured([sys.executable, "-c", code], stdin_path=str(stdin))
-    assert rc == 3 and out == "HELLO\n" and peak > 80 and wall > 0
+    done = timing.run_measured([sys.executable, "-c", code], stdin_path=str(stdin))
+    assert done.code == 3 and done.out == "HELLO\n" and done.peak_mib > 80 and done.wall_s > 0 and done.cpu_s > 0
+
+
+def test_run_measured_gives_the_commands_own_peak_not_the_measuring_processs():
+    """Linux keeps a process's peak memory across fork and exec: a command started straight from
+    a process holding 300 MiB would report those 300 MiB as its own peak."""
+    block = bytearray(300 * 2**20)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    done = timing.run_measured([sys.executable, "-c", "import sys; sys.stderr.write('said')"])
+    assert timing.rss_mib()[0] > 300 and done.code == 0 and done.err == "said"
+    assert 1 < done.peak_mib < 100, done.peak_mib
+    del block
+    missing = timing.run_measured(["/nonexistent/command"])
+    assert missing.code == 1 and "FileNotFoundError" in missing.err  # the launcher could not start it
 
 
 def test_median_leaves_out_what_was_not_measured():
