@@ -46,7 +46,9 @@ def build_parser():
         "--quantization",
         default="float32",
         choices=QUANTIZATIONS,
-        help="the weights' type (CTranslate2's quantization; default float32)",
+        help="the weights' type (CTranslate2's quantization; default float32: the checkpoint's lines exactly; "
+        "int8 is the recommended export of a pool model, whose groups CTranslate2 holds whole, each "
+        "with every shared weight)",
     )
     path_option(
         p,
@@ -102,6 +104,12 @@ def main(argv=None):
         f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
         f"{args.quantization}): {len(record['models'])} model(s): {groups}"
     )
+    if len(record["models"]) > 1 and args.quantization == "float32":
+        print(
+            f"{PROG}: CTranslate2 holds each of the {len(record['models'])} models whole in memory (no weights "
+            "shared); a pool model's recommended export is --quantization int8, about a quarter of the "
+            "memory (docs/deploying.md)"
+        )
     return 0
 
 

@@ -59,6 +59,7 @@ def exported(hltmt, tmp_path_factory):
     done = run([EXPORT, "--checkpoint", hltmt, "--out", out])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "model(s): m" in done.stdout and "universal (" in done.stdout
+    assert "a pool model's recommended export is --quantization int8" in done.stdout  # float32 and several models
     return out
 
 
