@@ -40,8 +40,7 @@ def build_parser():
     p.add_argument(
         "--high",
         default=None,
-        help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et among --langs; for other "
-        "languages those with at least half the training sentences of the largest pair)",
+        help="high-resource languages (default: DebMT-10's fr,de,cs,tr,fi,et among --langs, as the drivers')",
     )
     p.add_argument(
         "--pool-size",

@@ -10,8 +10,9 @@ import os
 
 import torch
 
-from hltmt_plugin.corpora import DEBMT10_HIGH, DEBMT10_LOW
-from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, high_among, pool_size
+from hltmt_plugin.corpora import DEBMT10_HIGH
+from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.experiments.recipe import PLUGIN_TASK, Comparison, Hyper, directions, languages_of, pool_size
 from hltmt_plugin.sizes import MODEL_SIZES
 from timing import BenchError
 
@@ -69,48 +70,30 @@ def data_languages(data):
     return [x for x in langs if x != "en"]
 
 
-def train_sentences(data, lang):
-    """Training sentence pairs of en-XX in a binarized folder (0 if there are none)."""
-    from fairseq.data import data_utils
-
-    for prefix in (f"train.en-{lang}.en", f"train.{lang}-en.en"):
-        if os.path.isfile(os.path.join(data, prefix + ".idx")):
-            dataset = data_utils.load_indexed_dataset(os.path.join(data, prefix), None)
-            return len(dataset) if dataset is not None else 0
-    return 0
-
-
 def derive_languages(args):
-    """Fill --langs, --high and --pool-size from the data folder where they were not given:
-    every language of the data; the high-resource ones are DebMT-10's (fr, de, cs, tr, fi, et)
-    among them when the data holds DebMT-10 languages, otherwise those with at least half the
-    training sentences of the largest pair; T = min(3, number of high-resource languages)."""
+    """Fill --langs, --high and --pool-size where they were not given, by the drivers' rule
+    (:func:`~hltmt_plugin.experiments.recipe.languages_of`): every language of the data folder,
+    DebMT-10's high-resource ones (fr, de, cs, tr, fi, et) among them, T = min(3, number of
+    high-resource languages)."""
     found = data_languages(args.data)
-    if args.langs is None:
-        if not found:
-            raise BenchError(
-                f"--data {args.data}: no languages found (no langs.txt, no dict.XX.txt besides en); give --langs"
-            )
-        args.langs = ",".join(found)
-        args.derived.append(f"--langs {args.langs}")
-    langs = [x for x in args.langs.split(",") if x]
+    if args.langs is None and not found:
+        raise BenchError(
+            f"--data {args.data}: no languages found (no langs.txt, no dict.XX.txt besides en); give --langs"
+        )
+    try:
+        langs, high = languages_of(args.langs, args.high, found, DEBMT10_HIGH)
+    except HltmtConfigError as error:
+        raise BenchError(str(error)) from None
     missing = [x for x in langs if not os.path.isfile(os.path.join(args.data, f"dict.{x}.txt"))]
     if missing:
         raise BenchError(
             f"--langs names {','.join(missing)}, which --data {args.data} has no dictionary for "
             f"(it has {','.join(found) or 'none'})"
         )
-    if args.high is None:
-        high = high_among(langs, DEBMT10_HIGH)
-        if not high or not set(langs) <= set(DEBMT10_HIGH + DEBMT10_LOW):
-            sizes = {x: train_sentences(args.data, x) for x in langs}
-            top = max(sizes.values()) if sizes else 0
-            high = [x for x in langs if top and sizes[x] >= top / 2]
-        args.high = ",".join(high)
-        args.derived.append(f"--high {args.high}")
-    high = [x for x in args.high.split(",") if x]
-    if not high or any(x not in langs for x in high):
-        raise BenchError(f"--high {args.high}: the high-resource languages must be some of --langs ({args.langs})")
+    for name, value in (("langs", ",".join(langs)), ("high", ",".join(high))):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+            args.derived.append(f"--{name} {value}")
     if args.pool_size is None:
         args.pool_size = pool_size(high)
         args.derived.append(f"--pool-size {args.pool_size}")

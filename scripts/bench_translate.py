@@ -214,7 +214,7 @@ def write_json(path, args, n, table, ratios, same, runs):
         "max_tokens": args.max_tokens,
         "threads": args.threads,
         "rounds": args.rounds,
-        "checkpoint": args.checkpoint,
+        "checkpoint": os.path.relpath(os.path.abspath(args.checkpoint), ROOT),
         "modes": table,
         "ratios": ratios,
         "identical": same,

@@ -8,9 +8,9 @@ real text (scale_corpus.py: the ten languages, then pseudo-languages with their 
 tokens), then, each in a process of its own (scale_children.py), with the tiny models:
 hltmt-prepare-data phase by phase; fairseq-train from process start to the first update (task
 set-up, data loading, model build, first update) and its checkpoint's size; training words/s of
-the systems on the same mixed-direction batches, interleaved, with their arithmetic and the
-routing groups per batch. Each figure against K and as its ratio to K = 10 (scale_table.py).
-A benchmark measures; nothing here passes or fails.
+the systems on the same mixed-direction batches, interleaved, with their arithmetic. Each
+figure against K and as its ratio to K = 10 (scale_table.py). A benchmark measures; nothing
+here passes or fails.
 
 Times "from process start" add the imports every process pays (``args.import_span``,
 measured once by :func:`scale_children.import_everything`) to the time after them.
@@ -49,12 +49,6 @@ def build_parser():
     p.add_argument("--systems", default=",".join(SYSTEMS), help="systems timed")
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--updates", type=int, default=3, help="fairseq-train updates per start-up measure")
-    p.add_argument(
-        "--startup-rounds",
-        type=int,
-        default=1,
-        help="fairseq-train runs per system and K, interleaved (the fastest is kept)",
-    )
     p.add_argument("--batches", type=int, default=8, help="training batches per round (words/s)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (words/s)")
     p.add_argument("--work", default=os.path.join(ROOT, "runs", "scale"), help="working folder (corpora, data)")
@@ -88,7 +82,6 @@ def check_options(args):
         "vocab_size",
         "max_tokens",
         "updates",
-        "startup_rounds",
         "batches",
         "rounds",
         "timeout",
@@ -145,24 +138,16 @@ def measure_k(args, k, work):
 
 
 def measure_startup(args, k, kdir, spec):
-    """fairseq-train of every system, --startup-rounds rounds with the systems interleaved, the
-    fastest round of each kept; returns (train figures, checkpoint MiB), each by system."""
+    """fairseq-train of every system, one after another (CPU time: the others' load hardly counts);
+    returns (train figures, checkpoint MiB), each by system."""
     train, checkpoint_mib = {}, {}
-    for r in range(args.startup_rounds):
-        for system in args.systems:
-            log(f"K={k}: fairseq-train, {system} (round {r + 1}/{args.startup_rounds})")
-            save = fresh_folder(os.path.join(kdir, "checkpoints"), KIND)  # one system's at a time
-            argv = training_args(dict(spec, updates=args.updates), system, save)
-            rec = run_measure("train", {"argv": argv}, args.timeout)
-            keep_fastest(train, system, summarize_train(rec, args.import_span), "first_update")
-            checkpoint_mib[system] = os.path.getsize(os.path.join(save, "checkpoint_last.pt")) / 2**20
+    for system in args.systems:
+        log(f"K={k}: fairseq-train, {system}")
+        save = fresh_folder(os.path.join(kdir, "checkpoints"), KIND)  # one system's at a time
+        argv = training_args(dict(spec, updates=args.updates), system, save)
+        train[system] = summarize_train(run_measure("train", {"argv": argv}, args.timeout), args.import_span)
+        checkpoint_mib[system] = os.path.getsize(os.path.join(save, "checkpoint_last.pt")) / 2**20
     return train, checkpoint_mib
-
-
-def keep_fastest(table, system, figures, key):
-    """Keep ``figures`` as ``table[system]`` unless a round with less CPU time in ``key`` is there."""
-    if system not in table or figures[key]["cpu"] < table[system][key]["cpu"]:
-        table[system] = figures
 
 
 def _spans(rec, key):

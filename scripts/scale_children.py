@@ -106,36 +106,18 @@ def child_speed(spec):
         build_s[name] = span(t, stamp())
     first = systems["hltmt"] if "hltmt" in systems else next(iter(systems.values()))
     samples = batches(ns, first["task"], spec["batches"])
-    groups = routing_groups(first["task"], samples)
     rates, work = time_training(ns, {BENCH_NAME[n]: s for n, s in systems.items()}, samples)
     words = sum(int(s["ntokens"]) for s in samples)
     return {
         "build_s": build_s,
         "words": words,
         "batches": len(samples),
+        "sentences": sum(len(s["id"]) for s in samples),
         "rates": {n: rates[BENCH_NAME[n]] for n in systems},
         "flops": {n: work[BENCH_NAME[n]] for n in systems},
         "params": {n: sum(p.numel() for p in s["model"].parameters()) for n, s in systems.items()},
-        "groups": groups,
         "threads": torch.get_num_threads(),
     }
-
-
-def routing_groups(task, samples):
-    """Routing groups per batch: rows, distinct source languages, target languages and
-    directions (the target language from the __xx__ token --encoder-langtok tgt puts first,
-    the source from --enable-lang-ids)."""
-    pad, lang_dict = task.source_dictionary.pad(), task.data_manager.lang_dict
-    groups = []
-    for s in samples:
-        src_tokens = s["net_input"]["src_tokens"]
-        first_tok = src_tokens.gather(1, src_tokens.ne(pad).long().argmax(dim=1, keepdim=True)).view(-1)
-        tgt = [task.source_dictionary[int(t)] for t in first_tok]
-        src = [lang_dict[int(i)] for i in s["net_input"]["src_lang_id"].view(-1)]
-        groups.append(
-            {"rows": len(tgt), "src": len(set(src)), "tgt": len(set(tgt)), "directions": len(set(zip(src, tgt)))}
-        )
-    return groups
 
 
 CHILDREN = {"prepare": child_prepare, "train": child_train, "speed": child_speed}

@@ -81,19 +81,7 @@ def _speed_rows(row, systems):
 
 def _batch_rows(row, systems):
     row("target words per batch", "", "", lambda r: r["speed"]["words"] / r["speed"]["batches"])
-    row("sentences per batch", "", "", lambda r: statistics.mean(g["rows"] for g in r["speed"]["groups"]))
-    row(
-        "routing groups per batch: source languages",
-        "",
-        "",
-        lambda r: statistics.mean(g["src"] for g in r["speed"]["groups"]),
-    )
-    row(
-        "routing groups per batch: target languages",
-        "",
-        "",
-        lambda r: statistics.mean(g["tgt"] for g in r["speed"]["groups"]),
-    )
+    row("sentences per batch", "", "", lambda r: r["speed"]["sentences"] / r["speed"]["batches"])
 
 
 def _size_rows(row, systems):

@@ -139,3 +139,19 @@ def test_the_paper_size_serving_table_is_the_benchmark_file():
         assert shown(raw, r["raw_sent_per_s"]), (r, raw)
         assert shown(ratio, r["sent_per_cpu_s"] / checkpoint[r["model"]]), (r, ratio)
         assert shown(load, r["load_s"]) and shown(peak, r["peak_mib"]), (r, load, peak)
+
+
+def test_the_serving_modes_table_is_the_benchmark_file():
+    """benchmarks.md's table of one mixed call against a call per direction, and its ratios, are
+    docs/bench_translate.json's (the medians over its rounds)."""
+    with open(os.path.join(DOCS, "bench_translate.json"), encoding="utf-8") as f:
+        result = json.load(f)
+    section = text("docs", "benchmarks.md").split("## One loaded model, any direction", 1)[1].split("## ", 1)[0]
+    for mode, row in result["modes"].items():
+        cells = [f"{row['translate_sent_per_s']:.1f}", f"{row['end_to_end_sent_per_s']:.1f}", f"{row['wall_s']:.1f}"]
+        assert f"| {mode} | {' | '.join(cells)} | {row['peak_rss_mib']:.0f} MiB |" in section, mode
+    ratios = result["ratios"]
+    assert f"translating | **{ratios['mixed/per-direction translating']:.2f}**" in section
+    assert f"end to end | {ratios['mixed/per-direction end to end']:.2f} |" in section
+    assert f"peak memory | {ratios['mixed/per-direction peak memory']:.2f} |" in section
+    assert f"identical ({result['identical']}/{result['sentences']})" in section

@@ -25,11 +25,18 @@ def test_the_languages_come_from_the_data_folder(data_bin):
     bs.derive_languages(args)
     assert (args.langs, args.high, args.pool_size) == ("de,fr,gu,hi", "fr,de", 2)
     assert args.derived == ["--langs de,fr,gu,hi", "--high fr,de", "--pool-size 2"]
-    for langs, high in (("de,gu", "de"), ("gu,hi", "gu,hi")):  # no DebMT-10 high-resource language: the
-        kept = options(data_bin, langs=langs)  # pairs of at least half the largest's lines (gu 400, hi 800)
-        bs.derive_languages(kept)
-        assert (kept.high, kept.pool_size) == (high, len(high.split(",")))
-    for given, message in (({"langs": "de,xx"}, "--langs names xx"), ({"high": "cs"}, "--high cs")):
+    kept = options(data_bin, langs="de,gu")
+    bs.derive_languages(kept)
+    assert (kept.high, kept.pool_size, kept.derived) == ("de", 1, ["--high de", "--pool-size 1"])
+    given = options(data_bin, langs="gu,hi", high="hi")
+    bs.derive_languages(given)
+    assert (given.high, given.pool_size) == ("hi", 1)
+    for given, message in (  # the drivers' refusals of --langs and --high, and a language the data lacks
+        ({"langs": "de,xx"}, "--langs names xx"),
+        ({"high": "cs"}, "--high cs not in --langs"),
+        ({"langs": "gu,hi"}, r"no high-resource language among --langs \(gu,hi\)"),
+        ({"langs": "de,de"}, "--langs names de twice"),
+    ):
         with pytest.raises(bs.BenchError, match=message):
             bs.derive_languages(options(data_bin, **given))
 

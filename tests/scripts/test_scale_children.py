@@ -1,8 +1,7 @@
 """scripts/scale_children.py on the session's data slice: the fairseq-train options of every
 system read back by fairseq's parser, a measure run in a fork of this process (and a failing
-one reported with its log), and the routing groups of real batches."""
+one reported with its log)."""
 
-import argparse
 import os
 import sys
 import tempfile
@@ -64,19 +63,3 @@ def test_a_measure_runs_in_a_fork_and_a_failing_one_is_reported_with_its_log(dat
     with pytest.raises(ScaleError, match=r"the train measure failed \(exit 1\):\n(.|\n)*RuntimeError"):
         sc.run_measure("train", {"argv": [data_bin, "--no-such-option"]}, 300)
     assert os.listdir(tmp_path) == []  # its log and result had no name, its scratch folder is gone
-
-
-def test_routing_groups_of_mixed_and_of_one_direction_batches(data_bin):
-    from bench_speed import one_direction
-    from bench_systems import batches, build
-
-    ns = argparse.Namespace(
-        data=data_bin, langs=",".join(LANGS), high="de", pool_size=1, size="tiny", max_tokens=1024, device="cpu"
-    )
-    task = build(ns, "hltmt")["task"]
-    samples = batches(ns, task, 3)
-    mixed = sc.routing_groups(task, samples)
-    assert [g["rows"] for g in mixed] == [len(s["id"]) for s in samples]
-    assert max(g["directions"] for g in mixed) > 1 and all(g["tgt"] <= g["directions"] for g in mixed)
-    one = sc.routing_groups(task, [one_direction(s, task, "gu", "en", lang_ids=True) for s in samples])
-    assert all((g["src"], g["tgt"], g["directions"]) == (1, 1, 1) for g in one)
