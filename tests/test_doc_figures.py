@@ -155,3 +155,34 @@ def test_the_serving_modes_table_is_the_benchmark_file():
     assert f"end to end | {ratios['mixed/per-direction end to end']:.2f} |" in section
     assert f"peak memory | {ratios['mixed/per-direction peak memory']:.2f} |" in section
     assert f"identical ({result['identical']}/{result['sentences']})" in section
+
+
+def test_the_d128_serving_table_is_the_benchmark_file():
+    """Each row of benchmarks.md's table at d 128 ("The same at d 128") is its run in
+    docs/bench_d128_fixed_len.json: rates, raw ceiling, the ratio over the checkpoint of the same
+    model, threads and mode per CPU second, peak memory and the lines identical to the checkpoint's."""
+    with open(os.path.join(DOCS, "bench_d128_fixed_len.json"), encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    names = {"checkpoint": "checkpoint (fairseq)", "float32": "CTranslate2 float32", "int8": "CTranslate2 int8"}
+    names["transformers"] = "transformers (float32)"
+    systems = {"hltmt": "HLT-MT", "mnmt": "MNMT"}
+    with open(os.path.join(DOCS, "benchmarks.md"), encoding="utf-8") as f:
+        section = f.read().split("### The same at d 128", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0].split(" ", 1)[0] in ("HLT-MT", "MNMT"):
+            rows[(cells[0], cells[1])] = cells[2:]
+    assert len(rows) == len(runs) == 32, (len(rows), len(runs))
+    checkpoint = {
+        (r["model"], r["threads"], r["mode"]): r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"
+    }
+    for r in runs:
+        key = (f"{systems[r['model']]} {names[r['engine']]}", f"{r['threads']}, {r['mode']}")
+        wall, raw, cpu, ratio, peak, lines = rows[key]
+        assert wall == f"{r['sent_per_s']:.1f}" and cpu == f"{r['sent_per_cpu_s']:.1f}", (key, wall, cpu)
+        assert raw == ("" if r["raw_sent_per_s"] is None else f"{r['raw_sent_per_s']:.1f}"), (key, raw)
+        assert ratio == f"{r['sent_per_cpu_s'] / checkpoint[(r['model'], r['threads'], r['mode'])]:.2f}", (key, ratio)
+        assert peak == f"{r['peak_mib']:,.0f} MiB" and lines == f"{r['identical_to_checkpoint']} / {r['sentences']}", (
+            key
+        )
