@@ -365,8 +365,8 @@ def build_parser():
     p.add_argument(
         "--dict-langs",
         default="",
-        metavar="XX,...",
-        help="with --dict: write the same dictionary as dict.XX.txt for these languages too (a pretrained "
+        metavar="LANGS",
+        help="with --dict: write the same dictionary as dict.LANG.txt for each of these languages too (a pretrained "
         "model's whole language list, e.g. an hltmt-import folder's langs.txt), so that fine-tuning from "
         "it finds every dictionary its checkpoint records",
     )
