@@ -107,22 +107,39 @@ def test_the_model_cards_and_means_are_the_studys_seed_1_scores():
         assert cells == [means[s][n] for s in ["mnmt", "mnmt-staged", "lsmnmt", "hltmt"]], (label, cells)
 
 
+# the engines as the serving tables name them
+ENGINE_ROWS = {
+    "checkpoint": "checkpoint (fairseq)",
+    "float32": "CTranslate2 float32",
+    "int8": "CTranslate2 int8",
+    "transformers": "transformers (float32)",
+}
+
+
+def serving_runs(name, heading, cells):
+    """The runs of docs/``name`` and the rows of benchmarks.md's table under ``heading`` (to the
+    next heading of its level or above) that have ``cells`` cells, each a list of stripped cells."""
+    with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    with open(os.path.join(DOCS, "benchmarks.md"), encoding="utf-8") as f:
+        section = f.read().split(heading, 1)[1]
+    level = heading.split(" ", 1)[0]
+    section = re.split(rf"\n#{{1,{len(level)}}} ", section, maxsplit=1)[0]
+    rows = []
+    for line in section.splitlines():
+        found = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(found) == cells and found[0].split(" ", 1)[0] in ("HLT-MT", "MNMT"):
+            rows.append(found)
+    return runs, rows
+
+
 def test_the_paper_size_serving_table_is_the_benchmark_file():
     """Each row of benchmarks.md's "Serving at the paper's size" table is its run in
     docs/bench_paper_fixed_len.json: sentences/s, the raw ceiling, sentences per CPU second, the
     ratio over the same model's checkpoint per CPU second, load and peak memory."""
-    with open(os.path.join(DOCS, "bench_paper_fixed_len.json"), encoding="utf-8") as f:
-        runs = json.load(f)["runs"]
-    names = {"checkpoint": "checkpoint (fairseq)", "float32": "CTranslate2 float32", "int8": "CTranslate2 int8"}
-    names["transformers"] = "transformers (float32)"
-    systems = {"hltmt-base": "HLT-MT", "mnmt-base": "MNMT"}
-    with open(os.path.join(DOCS, "benchmarks.md"), encoding="utf-8") as f:
-        section = f.read().split("## Serving at the paper's size", 1)[1]
-    rows = {}
-    for line in section.splitlines():
-        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
-        if len(cells) == 7 and cells[0].split(" ", 1)[0] in ("HLT-MT", "MNMT"):
-            rows[cells[0]] = cells[1:]
+    runs, found = serving_runs("bench_paper_fixed_len.json", "## Serving at the paper's size", 7)
+    rows = {cells[0]: [c.strip("*") for c in cells[1:]] for cells in found}
+    names, systems = ENGINE_ROWS, {"hltmt-base": "HLT-MT", "mnmt-base": "MNMT"}
     checkpoint = {r["model"]: r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"}
     assert len(rows) == len(runs) == 8, (sorted(rows), len(runs))
 
@@ -161,18 +178,9 @@ def test_the_d128_serving_table_is_the_benchmark_file():
     """Each row of benchmarks.md's table at d 128 ("The same at d 128") is its run in
     docs/bench_d128_fixed_len.json: rates, raw ceiling, the ratio over the checkpoint of the same
     model, threads and mode per CPU second, peak memory and the lines identical to the checkpoint's."""
-    with open(os.path.join(DOCS, "bench_d128_fixed_len.json"), encoding="utf-8") as f:
-        runs = json.load(f)["runs"]
-    names = {"checkpoint": "checkpoint (fairseq)", "float32": "CTranslate2 float32", "int8": "CTranslate2 int8"}
-    names["transformers"] = "transformers (float32)"
-    systems = {"hltmt": "HLT-MT", "mnmt": "MNMT"}
-    with open(os.path.join(DOCS, "benchmarks.md"), encoding="utf-8") as f:
-        section = f.read().split("### The same at d 128", 1)[1].split("\n## ", 1)[0]
-    rows = {}
-    for line in section.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and cells[0].split(" ", 1)[0] in ("HLT-MT", "MNMT"):
-            rows[(cells[0], cells[1])] = cells[2:]
+    runs, found = serving_runs("bench_d128_fixed_len.json", "### The same at d 128", 8)
+    rows = {(cells[0], cells[1]): cells[2:] for cells in found}
+    names, systems = ENGINE_ROWS, {"hltmt": "HLT-MT", "mnmt": "MNMT"}
     assert len(rows) == len(runs) == 32, (len(rows), len(runs))
     checkpoint = {
         (r["model"], r["threads"], r["mode"]): r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"
