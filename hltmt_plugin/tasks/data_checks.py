@@ -185,14 +185,14 @@ def check_pair_files(src_prefix: str, tgt_prefix: str, what: str) -> None:
         )
 
 
-def refuse_overlong_pairs(indices, dataset, max_positions, split: str) -> None:
-    """One line for a split holding sentence pairs longer than the model's positions, where
-    fairseq 0.12 stops the run with an exception and its traceback (a validation or test split:
-    fairseq-train drops a training pair with a warning): how many, the first with its lengths,
-    and the two ways out."""
-    _, skipped = dataset.filter_indices_by_size(indices, max_positions)
+def refuse_overlong_pairs(indices, dataset, max_positions, split: str):
+    """``indices`` (all within the model's positions), or one line for a split holding sentence
+    pairs longer than the model's positions, where fairseq 0.12 stops the run with an exception
+    and its traceback (a validation or test split: fairseq-train drops a training pair with a
+    warning): how many, the first with its lengths, and the two ways out."""
+    kept, skipped = dataset.filter_indices_by_size(indices, max_positions)
     if len(skipped) == 0:
-        return
+        return kept
     first = int(min(skipped))
     lengths = tuple(int(n) for n in dataset.size(first)) if hasattr(dataset, "size") else ()
     raise HltmtInputError(

@@ -244,7 +244,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             return self.overlong_inputs.filter(indices, dataset, max_positions)
         if max_positions is not None and not ignore_invalid_inputs:
             split = next((name for name, d in self.datasets.items() if d is dataset), "input")
-            refuse_overlong_pairs(indices, dataset, max_positions, split)
+            return refuse_overlong_pairs(indices, dataset, max_positions, split)
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
     def get_batch_iterator(self, dataset, **kwargs):
