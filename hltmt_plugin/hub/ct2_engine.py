@@ -210,10 +210,8 @@ class Ct2Translator(contract.ExportedTranslator):
             max_batch_size=ENGINE_BATCH_TOKENS,
             batch_type="tokens",
         )
-        # CTranslate2 leaves a forced prefix's log-probability out of the scores; fairseq counts it
-        forced = [s.log_probs[0] for s in model.score_batch(sources, prefix)] if prefix else [0.0] * len(batch)
         index_of, pad = self.dictionary.index, self.dictionary.pad_word
-        scores = _scores(model, sources, outputs, max_len, lenpen, forced)
+        scores = _scores(model, sources, prefix, outputs, max_len, lenpen)
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
             hypotheses = []
             for tokens, score in zip(output.hypotheses, scores[k]):
@@ -240,33 +238,38 @@ def _load_model(ct2, folder: str, record: dict, group: str, options: dict):
         ) from None
 
 
-def _scores(model, sources: List[List[str]], outputs, max_len: int, lenpen: float, forced) -> List[List[float]]:
+def _scores(model, sources: List[List[str]], prefix, outputs, max_len: int, lenpen: float) -> List[List[float]]:
     """fairseq's score of each hypothesis of each of ``outputs`` (natural log). The beam's
     finished hypotheses are the same; fairseq's scores of them count two log-probabilities that
-    CTranslate2's scores leave out: the forced target prefix's (``forced``, one per sentence)
-    and, for a hypothesis cut at ``max_len``, the end of sentence fairseq forces there (such
-    hypotheses, of every sentence of the batch, are scored again with it by one call of
-    CTranslate2's ``score_batch``)."""
-    scores, cut = [], []
-    for k, output in enumerate(outputs):
-        hypotheses = list(output.hypotheses)
-        scores.append(
-            [
-                (float(x) * (len(h) + 1) ** lenpen + forced[k]) / (len(h) + 1) ** lenpen
-                for h, x in zip(hypotheses, output.scores)
-            ]
-        )
-        cut.extend((k, i, h) for i, h in enumerate(hypotheses) if len(h) >= max_len)
-    if cut:
-        again = model.score_batch(
-            [sources[k] for k, _, _ in cut],
-            [h for _, _, h in cut],
-            max_batch_size=ENGINE_BATCH_TOKENS,
-            batch_type="tokens",
-        )
-        for (k, i, _), scored in zip(cut, again):
+    CTranslate2's scores leave out: the forced target prefix's (``prefix``, one token per
+    sentence, or None) and, for a hypothesis cut at ``max_len``, the end of sentence fairseq
+    forces there. A cut hypothesis is scored again whole, prefix and end of sentence included;
+    the prefix alone is scored for the sentences with a hypothesis that ended before
+    ``max_len``. Each is one call of CTranslate2's ``score_batch`` over every sentence of the
+    batch that needs it, in CTranslate2's batches of :data:`ENGINE_BATCH_TOKENS` tokens."""
+    cut = [(k, i, h) for k, output in enumerate(outputs) for i, h in enumerate(output.hypotheses) if len(h) >= max_len]
+    ended = sorted({k for k, output in enumerate(outputs) if any(len(h) < max_len for h in output.hypotheses)})
+    forced = dict.fromkeys(ended, 0.0)
+    if prefix and ended:
+        for k, scored in zip(ended, _score(model, [sources[k] for k in ended], [prefix[k] for k in ended])):
+            forced[k] = scored.log_probs[0]
+    scores = [
+        [
+            None if len(h) >= max_len else (float(x) * (len(h) + 1) ** lenpen + forced[k]) / (len(h) + 1) ** lenpen
+            for h, x in zip(output.hypotheses, output.scores)
+        ]
+        for k, output in enumerate(outputs)
+    ]
+    if cut:  # the rest: the cut hypotheses
+        for (k, i, _), scored in zip(cut, _score(model, [sources[k] for k, _, _ in cut], [h for _, _, h in cut])):
             scores[k][i] = sum(scored.log_probs) / (len(scored.log_probs) ** lenpen)
     return scores
+
+
+def _score(model, sources: List[List[str]], targets: List[List[str]]):
+    """CTranslate2's ``score_batch`` of these pairs, sorted by length and cut into batches of
+    :data:`ENGINE_BATCH_TOKENS` tokens (one batch of all would pad every source to the longest)."""
+    return model.score_batch(sources, targets, max_batch_size=ENGINE_BATCH_TOKENS, batch_type="tokens")
 
 
 def _patched_files(folder: str, record: dict, group: str) -> Optional[Dict[str, bytes]]:
