@@ -295,6 +295,35 @@ def quality(runs, items):
     return table
 
 
+def identical_lines(runs):
+    """Each run's ``identical_to_checkpoint``: its lines equal to the checkpoint's of the same
+    model, threads and mode."""
+    lines = {}
+    for run in runs:
+        with open(run["hyp"], encoding="utf-8") as f:
+            lines[(run["model"], run["engine"], run["threads"], run["mode"])] = json.load(f)
+    for run in runs:
+        base = lines[(run["model"], "checkpoint", run["threads"], run["mode"])]
+        mine = lines[(run["model"], run["engine"], run["threads"], run["mode"])]
+        run["identical_to_checkpoint"] = sum(a == b for a, b in zip(mine, base))
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def commit() -> str:
+    """The checkout's commit (with ``+`` when its files differ from it), or ``?`` outside git."""
+    import subprocess
+
+    def git(*words):
+        done = subprocess.run(["git", "-C", ROOT, *words], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "--short", "HEAD")
+    return "?" if head is None else head + ("+" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def logprob_gap(checkpoint, folder, items, spm, n=32):
     """The largest difference between the token log-probabilities of the checkpoint's own
     translations under fairseq's model (teacher-forced) and under the export (``score_batch``)."""
@@ -463,6 +492,7 @@ def main(argv=None):
 def run(args):
     """Every measurement the options ask for; the result written to --out."""
     os.makedirs(args.work, exist_ok=True)
+    started, load_at_start = utc_now(), os.getloadavg()[0]
     models = paper_models(args) if args.paper_size else dict(pair.split("=", 1) for pair in args.models.split(","))
     items = select_items(args.directions.split(","), args.per_direction)
     write_items(args, items)
@@ -484,6 +514,7 @@ def run(args):
     memory = {}
     if args.paper_size:
         memory = {f"{name}/{q}": measure_memory(paths[(name, q)]) for name in models for q in ("float32", "int8")}
+    identical_lines(runs)
     result = {
         "sentences": len(items),
         "directions": args.directions,
@@ -496,6 +527,12 @@ def run(args):
         "max_logprob_diff": gaps,
         "memory": memory,
         "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+        "started": started,
+        "ended": utc_now(),
+        "commit": commit(),
+        "load_average_at_start": round(load_at_start, 2),
+        "load_average_at_end": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
     }
     write_text(args.out or os.path.join(args.work, "result.json"), json.dumps(result, indent=1), "--out")
     print(json.dumps({k: result[k] for k in ("quality", "sizes", "max_logprob_diff")}, indent=1))
