@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from conftest import ROOT
 from hub_common import DIRECTIONS, sentences
 
 pytest.importorskip("ctranslate2")
@@ -190,3 +191,53 @@ def test_a_seeded_call_draws_the_same_samples_from_the_folder_checked_again(expo
         f.write("planted 1\n")  # the folder changed after its load: its models are not loaded again
     with pytest.raises(HltmtError, match="dict.txt"):
         mt.translate(["The file is open."], "en", "de", sampling=True, seed=3)
+
+
+def test_fairseqs_scores_take_one_scoring_pass_of_what_needs_it_in_token_batches(tmp_path):
+    """ct2_engine._scores: CTranslate2's scores leave out the forced language token and, for a
+    hypothesis cut at max_len, the end of sentence fairseq forces there. A cut hypothesis is
+    scored again whole (prefix included); the prefix alone only for the sentences with a
+    hypothesis that ended; each a call of score_batch in CTranslate2's token batches (one batch
+    of all would pad every source to the longest). The scores are those of scoring everything.
+    The study's trained MNMT, whose sentences end."""
+    from hltmt_plugin.hub import arguments
+    from hltmt_plugin.hub.ct2_engine import ENGINE_BATCH_TOKENS, _scores, decoding, min_decoding_length
+
+    folder = str(tmp_path / "mnmt")
+    export(os.path.join(ROOT, "docs", "results", "cpu-study", "models", "mnmt.pt"), folder)
+    served = HltmtTranslator.load(folder, threads=1)
+    model, calls = next(iter(served.models.values())), []
+
+    class Recording:  # the model, its scoring calls written down
+        def score_batch(self, sources, targets, **options):
+            calls.append((len(sources), [len(t) for t in targets], options))
+            return model.score_batch(sources, targets, **options)
+
+    _, prepared = served._prepare_items([("en", "de", text) for text in sentences("en", "de", 8)], 1)
+    sources = [tokens for _, tokens in prepared]
+    prefix = [[served.record["language_tokens"]["de"]]] * len(sources)
+    for max_len, min_len in ((6, 6), (12, 1)):  # every hypothesis cut; some ended, some cut
+        search = arguments.search(beam=3, max_len=max_len, min_len=min_len)
+        outputs = model.translate_batch(
+            sources,
+            target_prefix=prefix,
+            max_decoding_length=max_len,
+            min_decoding_length=min_decoding_length(min_len, True),
+            return_scores=True,
+            **decoding(search),
+        )
+        calls.clear()
+        scores = _scores(Recording(), sources, prefix, outputs, max_len, 1.0)
+        cut = sum(len(h) >= max_len for o in outputs for h in o.hypotheses)
+        ended = [k for k, o in enumerate(outputs) if any(len(h) < max_len for h in o.hypotheses)]
+        assert cut and bool(ended) == (min_len == 1), (max_len, cut, ended)
+        expected = ([(len(ended), [1] * len(ended))] if ended else []) + [(cut, [max_len] * cut)]
+        assert [(n, lengths) for n, lengths, _ in calls] == expected, (max_len, calls)
+        assert all(o == {"max_batch_size": ENGINE_BATCH_TOKENS, "batch_type": "tokens"} for _, _, o in calls)
+        # against scoring every hypothesis whole: the same scores
+        whole = model.score_batch(
+            [s for s, o in zip(sources, outputs) for _ in o.hypotheses], [h for o in outputs for h in o.hypotheses]
+        )
+        assert [x for row in scores for x in row] == pytest.approx(
+            [sum(w.log_probs) / len(w.log_probs) for w in whole], abs=1e-4
+        )

@@ -67,6 +67,13 @@ def test_one_run_measures_every_engine_and_compares_their_lines(hltmt, tmp_path)
     assert all(r["sent_per_s"] > 0 and r["peak_mib"] > 50 and r["sentences"] == 6 for r in result["runs"])
     quality = result["quality"]
     assert quality["tiny/float32"]["identical"] == quality["tiny/float32"]["lines"] == 6
+    # each run's lines against the checkpoint's of the same threads and mode, counted by the run
+    identical = {r["engine"]: r["identical_to_checkpoint"] for r in result["runs"]}
+    assert identical["checkpoint"] == identical["float32"] == identical["transformers"] == 6
+    assert identical["int8"] == quality["tiny/int8"]["identical"]
+    # the run's conditions, written by the command
+    assert result["started"] <= result["ended"] and result["started"].endswith("Z") and result["cpus"] >= 1
+    assert result["commit"] != "?" and result["load_average_at_start"] >= 0
     assert quality["tiny/transformers"]["identical"] == 6
     assert 0 <= quality["tiny/int8"]["identical"] <= 6 and "bleu" in quality["tiny/int8"]
     # float32 kernels of two engines on the noised test model (every weight moved by 0.3, so its
