@@ -300,8 +300,8 @@ def identical_lines(runs):
     model, threads and mode."""
     lines = {}
     for run in runs:
-        with open(run["hyp"], encoding="utf-8") as f:
-            lines[(run["model"], run["engine"], run["threads"], run["mode"])] = json.load(f)
+        text = records.read_text(run["hyp"], "a run's lines")
+        lines[(run["model"], run["engine"], run["threads"], run["mode"])] = records.parse_json(text, run["hyp"])
     for run in runs:
         base = lines[(run["model"], "checkpoint", run["threads"], run["mode"])]
         mine = lines[(run["model"], run["engine"], run["threads"], run["mode"])]
