@@ -118,13 +118,11 @@ ENGINE_ROWS = {
 
 def serving_runs(name, heading, cells):
     """The runs of docs/``name`` and the rows of benchmarks.md's table under ``heading`` (to the
-    next heading of its level or above) that have ``cells`` cells, each a list of stripped cells."""
+    next heading) that have ``cells`` cells, each a list of stripped cells."""
     with open(os.path.join(DOCS, name), encoding="utf-8") as f:
         runs = json.load(f)["runs"]
     with open(os.path.join(DOCS, "benchmarks.md"), encoding="utf-8") as f:
-        section = f.read().split(heading, 1)[1]
-    level = heading.split(" ", 1)[0]
-    section = re.split(rf"\n#{{1,{len(level)}}} ", section, maxsplit=1)[0]
+        section = re.split(r"\n#+ ", f.read().split(heading, 1)[1], maxsplit=1)[0]
     rows = []
     for line in section.splitlines():
         found = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -133,29 +131,43 @@ def serving_runs(name, heading, cells):
     return runs, rows
 
 
-def test_the_paper_size_serving_table_is_the_benchmark_file():
-    """Each row of benchmarks.md's "Serving at the paper's size" table is its run in
-    docs/bench_paper_fixed_len.json: sentences/s, the raw ceiling, sentences per CPU second, the
-    ratio over the same model's checkpoint per CPU second, load and peak memory."""
-    runs, found = serving_runs("bench_paper_fixed_len.json", "## Serving at the paper's size", 7)
-    rows = {cells[0]: [c.strip("*") for c in cells[1:]] for cells in found}
-    names, systems = ENGINE_ROWS, {"hltmt-base": "HLT-MT", "mnmt-base": "MNMT"}
-    checkpoint = {r["model"]: r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"}
-    assert len(rows) == len(runs) == 8, (sorted(rows), len(runs))
+def shown(cell, value):
+    """Whether ``cell`` is ``value`` rounded to the digits it shows (empty for None)."""
+    if value is None:
+        return cell == ""
+    digits = cell.replace(",", "").split()[0]
+    places = len(digits.split(".")[1]) if "." in digits else 0
+    return abs(float(digits) - value) <= 0.5 * 10**-places + 1e-9
 
-    def shown(cell, value):  # the cell is the value rounded to the digits it shows
-        if value is None:
-            return cell == ""
-        digits = cell.replace(",", "").split()[0]
-        places = len(digits.split(".")[1]) if "." in digits else 0
-        return abs(float(digits) - value) <= 0.5 * 10**-places + 1e-9
 
+@pytest.mark.parametrize(
+    "name, heading",
+    [
+        ("bench_paper_fixed_len.json", "## Serving at the paper's size"),
+        ("bench_d128_fixed_len.json", "### The same at d 128"),
+    ],
+)
+def test_a_serving_table_is_its_benchmark_file(name, heading):
+    """Each row of benchmarks.md's serving table under ``heading`` is its run in docs/``name``:
+    the rates, the raw ceiling, the ratio over the checkpoint of the same model, threads and mode
+    per CPU second, the load, the peak memory and the lines identical to the checkpoint's; every
+    model, engine, thread count and mode measured once."""
+    runs, found = serving_runs(name, heading, 9)
+    rows = {(cells[0], cells[1]): cells[2:] for cells in found}
+    systems = {"hltmt-base": "HLT-MT", "mnmt-base": "MNMT", "hltmt": "HLT-MT", "mnmt": "MNMT"}
+    assert len(rows) == len(runs) == 32, (len(rows), len(runs))
+    checkpoint = {
+        (r["model"], r["threads"], r["mode"]): r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"
+    }
     for r in runs:
-        wall, raw, cpu, ratio, load, peak = rows[f"{systems[r['model']]} {names[r['engine']]}"]
-        assert shown(wall, r["sent_per_s"]) and shown(cpu, r["sent_per_cpu_s"]), (r, wall, cpu)
-        assert shown(raw, r["raw_sent_per_s"]), (r, raw)
-        assert shown(ratio, r["sent_per_cpu_s"] / checkpoint[r["model"]]), (r, ratio)
-        assert shown(load, r["load_s"]) and shown(peak, r["peak_mib"]), (r, load, peak)
+        key = (f"{systems[r['model']]} {ENGINE_ROWS[r['engine']]}", f"{r['threads']}, {r['mode']}")
+        wall, raw, cpu, ratio, load, peak, lines = (c.strip("*") for c in rows[key])
+        assert shown(wall, r["sent_per_s"]) and shown(cpu, r["sent_per_cpu_s"]), (key, wall, cpu)
+        assert shown(raw, r["raw_sent_per_s"]) and shown(load, r["load_s"]), (key, raw, load)
+        assert ratio == f"{r['sent_per_cpu_s'] / checkpoint[(r['model'], r['threads'], r['mode'])]:.2f}", (key, ratio)
+        assert peak == f"{r['peak_mib']:,.0f} MiB" and lines == f"{r['identical_to_checkpoint']} / {r['sentences']}", (
+            key
+        )
 
 
 def test_the_serving_modes_table_is_the_benchmark_file():
@@ -172,25 +184,3 @@ def test_the_serving_modes_table_is_the_benchmark_file():
     assert f"end to end | {ratios['mixed/per-direction end to end']:.2f} |" in section
     assert f"peak memory | {ratios['mixed/per-direction peak memory']:.2f} |" in section
     assert f"identical ({result['identical']}/{result['sentences']})" in section
-
-
-def test_the_d128_serving_table_is_the_benchmark_file():
-    """Each row of benchmarks.md's table at d 128 ("The same at d 128") is its run in
-    docs/bench_d128_fixed_len.json: rates, raw ceiling, the ratio over the checkpoint of the same
-    model, threads and mode per CPU second, peak memory and the lines identical to the checkpoint's."""
-    runs, found = serving_runs("bench_d128_fixed_len.json", "### The same at d 128", 8)
-    rows = {(cells[0], cells[1]): cells[2:] for cells in found}
-    names, systems = ENGINE_ROWS, {"hltmt": "HLT-MT", "mnmt": "MNMT"}
-    assert len(rows) == len(runs) == 32, (len(rows), len(runs))
-    checkpoint = {
-        (r["model"], r["threads"], r["mode"]): r["sent_per_cpu_s"] for r in runs if r["engine"] == "checkpoint"
-    }
-    for r in runs:
-        key = (f"{systems[r['model']]} {names[r['engine']]}", f"{r['threads']}, {r['mode']}")
-        wall, raw, cpu, ratio, peak, lines = rows[key]
-        assert wall == f"{r['sent_per_s']:.1f}" and cpu == f"{r['sent_per_cpu_s']:.1f}", (key, wall, cpu)
-        assert raw == ("" if r["raw_sent_per_s"] is None else f"{r['raw_sent_per_s']:.1f}"), (key, raw)
-        assert ratio == f"{r['sent_per_cpu_s'] / checkpoint[(r['model'], r['threads'], r['mode'])]:.2f}", (key, ratio)
-        assert peak == f"{r['peak_mib']:,.0f} MiB" and lines == f"{r['identical_to_checkpoint']} / {r['sentences']}", (
-            key
-        )
