@@ -272,40 +272,44 @@ def sizes(paths):
     return {f"{name}/{engine}": size(path) for (name, engine), path in paths.items()}
 
 
-def quality(runs, items):
-    """Identical lines, BLEU and chrF of every engine's one-thread batch output."""
+def run_lines(runs) -> dict:
+    """{(model, engine, threads, mode): the lines the run wrote}, each run's file read once."""
+    return {
+        (run["model"], run["engine"], run["threads"], run["mode"]): records.parse_json(
+            records.read_text(run["hyp"], "a run's lines"), run["hyp"]
+        )
+        for run in runs
+    }
+
+
+def identical_lines(runs, lines):
+    """Each run's ``identical_to_checkpoint``: its ``lines`` (:func:`run_lines`) equal to the
+    checkpoint's of the same model, threads and mode."""
+    for run in runs:
+        base = lines[(run["model"], "checkpoint", run["threads"], run["mode"])]
+        mine = lines[(run["model"], run["engine"], run["threads"], run["mode"])]
+        run["identical_to_checkpoint"] = sum(a == b for a, b in zip(mine, base))
+
+
+def quality(runs, items, lines):
+    """Identical lines, BLEU and chrF of every engine's one-thread batch output (``lines``:
+    :func:`run_lines`; the runs' ``identical_to_checkpoint`` set by :func:`identical_lines`)."""
     from hltmt_plugin.experiments.recipe import score
 
     refs = [i[3] for i in items]
-    out = {}
+    table = {}
     for run in runs:
         if run["threads"] != 1 or run["mode"] != "batch":
             continue
-        hyps = [h or "" for h in records.parse_json(records.read_text(run["hyp"], "a run's lines"), run["hyp"])]
-        out[(run["model"], run["engine"])] = hyps
-    table = {}
-    for (name, engine), hyps in out.items():
-        base, scores = out[(name, "checkpoint")], score(hyps, refs)
-        table[f"{name}/{engine}"] = {
-            "identical": sum(a == b for a, b in zip(hyps, base)),
+        hyps = [h or "" for h in lines[(run["model"], run["engine"], 1, "batch")]]
+        scores = score(hyps, refs)
+        table[f"{run['model']}/{run['engine']}"] = {
+            "identical": run["identical_to_checkpoint"],
             "lines": len(hyps),
             "bleu": round(scores["bleu"], 2),
             "chrf": round(scores["chrf"], 2),
         }
     return table
-
-
-def identical_lines(runs):
-    """Each run's ``identical_to_checkpoint``: its lines equal to the checkpoint's of the same
-    model, threads and mode."""
-    lines = {}
-    for run in runs:
-        text = records.read_text(run["hyp"], "a run's lines")
-        lines[(run["model"], run["engine"], run["threads"], run["mode"])] = records.parse_json(text, run["hyp"])
-    for run in runs:
-        base = lines[(run["model"], "checkpoint", run["threads"], run["mode"])]
-        mine = lines[(run["model"], run["engine"], run["threads"], run["mode"])]
-        run["identical_to_checkpoint"] = sum(a == b for a, b in zip(mine, base))
 
 
 def utc_now() -> str:
@@ -514,7 +518,8 @@ def run(args):
     memory = {}
     if args.paper_size:
         memory = {f"{name}/{q}": measure_memory(paths[(name, q)]) for name in models for q in ("float32", "int8")}
-    identical_lines(runs)
+    lines = run_lines(runs)
+    identical_lines(runs, lines)
     result = {
         "sentences": len(items),
         "directions": args.directions,
@@ -522,7 +527,7 @@ def run(args):
         "max_len": args.max_len,
         "via": args.via,
         "runs": runs,
-        "quality": quality(runs, items),
+        "quality": quality(runs, items, lines),
         "sizes": sizes(paths),
         "max_logprob_diff": gaps,
         "memory": memory,

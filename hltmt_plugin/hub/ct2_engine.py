@@ -248,7 +248,7 @@ def _scores(model, sources: List[List[str]], prefix, outputs, max_len: int, lenp
     ``max_len``. Each is one call of CTranslate2's ``score_batch`` over every sentence of the
     batch that needs it, in CTranslate2's batches of :data:`ENGINE_BATCH_TOKENS` tokens."""
     cut = [(k, i, h) for k, output in enumerate(outputs) for i, h in enumerate(output.hypotheses) if len(h) >= max_len]
-    ended = sorted({k for k, output in enumerate(outputs) if any(len(h) < max_len for h in output.hypotheses)})
+    ended = [k for k, output in enumerate(outputs) if any(len(h) < max_len for h in output.hypotheses)]
     forced = dict.fromkeys(ended, 0.0)
     if prefix and ended:
         for k, scored in zip(ended, _score(model, [sources[k] for k in ended], [prefix[k] for k in ended])):
