@@ -18,8 +18,9 @@ languages are marked, the architecture, pool, adapters and skills), for the plug
 and fairseq's own alike; a file named twice is refused. Anything else is refused in one line naming two
 checkpoints and what differs: in practice, average checkpoints of stage all of one run. The
 output holds the first checkpoint's other records (options, training state), as fairseq's
-script writes it, and is written atomically: ``--output`` is its old self or the whole new
-file, also when it is one of the inputs.
+script writes it, and is written atomically once every input is read: ``--output`` is its old
+self or the whole new file, also when it lies in the folder ``--inputs`` names or is one of the
+input files.
 """
 
 import argparse
@@ -189,7 +190,15 @@ def build_parser():
         nargs="+",
         help="the checkpoint files, or one folder with --num-epoch-checkpoints / --num-update-checkpoints",
     )
-    path_option(p, "--output", kind=WRITE_FILE, required=True, help="the averaged checkpoint to write")
+    path_option(
+        p,
+        "--output",
+        kind=WRITE_FILE,
+        in_place=("--inputs",),  # read whole before it is written: the folder's files, or one of them
+        required=True,
+        help="the averaged checkpoint to write, whole, once every input is read: it may lie in the folder "
+        "--inputs names or be one of the input files",
+    )
     num = p.add_mutually_exclusive_group()
     num.add_argument(
         "--num-epoch-checkpoints",

@@ -4,13 +4,16 @@
     hltmt-import --model m2m100-folder/ --out imported/
     hltmt-translate --checkpoint imported/checkpoint.pt --src en --tgt de < input.txt
 
---model is a folder of ``M2M100ForConditionalGeneration`` with its ``M2M100Tokenizer`` (an
-M2M-100-style model), or a folder ``hltmt-export --to transformers`` wrote (``M2M100`` or
-``MarianMTModel``). --out gets ``checkpoint.pt`` (fairseq's plain ``transformer`` of
-``translation_multi_simple_epoch``, every option read from the folder), a ``dict.<lang>.txt``
-per language, ``spm.model`` and ``langs.txt``, written whole or not at all. The weights are read
-from ``model.safetensors`` only (nothing in the folder runs); a weight, option or tokenizer
-fairseq's model cannot hold is refused in one line (docs/pretrained.md).
+--model is a folder of ``M2M100ForConditionalGeneration`` with its ``M2M100Tokenizer`` files
+(M2M-100) or its ``NllbTokenizer`` files (NLLB-200), or a folder ``hltmt-export --to
+transformers`` wrote (``M2M100ForConditionalGeneration`` or ``MarianMTModel``). --out gets
+``checkpoint.pt`` (fairseq's plain ``transformer`` of ``translation_multi_simple_epoch``, every
+option read from the folder), a ``dict.<lang>.txt`` per language, ``spm.model`` and
+``langs.txt``, written whole or not at all. The weights are read from the first of
+``model.safetensors``, its shards (``model.safetensors.index.json``), ``pytorch_model.bin``, its
+shards (``pytorch_model.bin.index.json``); a ``pytorch_model.bin`` weights-only, so nothing in
+the folder runs. A weight, option or tokenizer fairseq's model cannot hold is refused in one
+line (docs/pretrained.md).
 """
 
 import argparse

@@ -84,10 +84,15 @@ def read_options(given: dict) -> dict:
             "cc-by-sa-3.0 ...), or other with --license-name and --license-link"
         )
     if licence == "other" and not (name and link):
-        raise HltmtConfigError(
-            "--license other needs --license-name (an identifier such as my-licence-1.0) and --license-link "
-            "(a file of the folder such as LICENSE, or a URL), as the Hub asks"
-        )
+        lacking = [
+            f"{option} ({'empty' if value == '' else 'not given'}: {what})"
+            for option, value, what in (
+                ("--license-name", name, "an identifier such as my-licence-1.0"),
+                ("--license-link", link, "a file of the folder such as LICENSE, or a URL"),
+            )
+            if not value
+        ]
+        raise HltmtConfigError(f"--license other needs {' and '.join(lacking)}, as the Hub asks")
     if licence != "other" and (name or link):
         raise HltmtConfigError(
             "--license-name and --license-link name a licence the Hub does not list: add --license other"

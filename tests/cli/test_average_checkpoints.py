@@ -259,3 +259,43 @@ def test_a_checkpoint_named_twice_is_refused(two_stages, tmp_path):
         line = one_error(average_cmd("--inputs", ckpt, again, "--output", tmp_path / "a.pt"))
         assert "it would count twice in the average" in line, line
     assert sorted(os.listdir(tmp_path)) == ["link.pt"]
+
+
+def test_what_help_says_of_the_output_is_what_the_command_does(two_stages, tmp_path):
+    """--help: --output may lie in the folder --inputs names, or be one of the input files; and each
+    example of --help is a command line the parser takes (no output refused as an input's)."""
+    import shlex
+
+    from hltmt_plugin.cli.average_checkpoints import build_parser
+
+    parser = build_parser()
+    text = " ".join(parser.format_help().split())
+    assert "it may lie in the folder --inputs names or be one of the input files" in text
+    examples = [line.split(None, 1)[1] for line in parser.description.splitlines() if line.strip().startswith("hltmt-")]
+    assert len(examples) == 2
+    (tmp_path / "ckpt").mkdir()
+    for name in ("checkpoint_2_6.pt", "checkpoint_2_8.pt"):
+        os.link(two_stages / name, tmp_path / "ckpt" / name)  # the run's files, read only here
+    for name in ("checkpoint9.pt", "checkpoint10.pt"):  # the second example's files: they must exist to parse
+        (tmp_path / "ckpt" / name).write_bytes(b"")
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        for example in examples:
+            parser.parse_args(shlex.split(example))  # an output refused at parsing exits here
+    finally:
+        os.chdir(cwd)
+    for name in ("checkpoint9.pt", "checkpoint10.pt"):
+        os.unlink(tmp_path / "ckpt" / name)
+    inside = tmp_path / "ckpt" / "averaged.pt"
+    done = average_cmd("--inputs", tmp_path / "ckpt", "--num-update-checkpoints", "2", "--output", inside)
+    assert done.returncode == 0 and inside.is_file(), done.stderr[-2000:]
+    first, second = tmp_path / "ckpt" / "checkpoint_2_8.pt", tmp_path / "ckpt" / "checkpoint_2_6.pt"
+    os.unlink(first)
+    (tmp_path / "ckpt" / "checkpoint_2_8.pt").write_bytes((two_stages / "checkpoint_2_8.pt").read_bytes())
+    done = average_cmd("--inputs", first, second, "--output", first)  # the output is one of the inputs
+    assert done.returncode == 0, done.stderr[-2000:]
+    a, b, avg = weights(two_stages / "checkpoint_2_8.pt"), weights(second), weights(first)
+    key = "decoder.slp.universal.fc1.weight"
+    torch.testing.assert_close(avg[key], ((a[key].double() + b[key].double()) / 2).float(), rtol=0, atol=1e-7)
+    torch.testing.assert_close(weights(inside)[key], avg[key], rtol=0, atol=0)

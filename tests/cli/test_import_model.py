@@ -83,3 +83,24 @@ def test_bad_uses_end_in_one_line_and_write_nothing(case, message, folder, tmp_p
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert done.returncode != 0 and len(errors) == 1 and message in errors[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr and not os.path.exists(out)
+
+
+@pytest.mark.fast
+def test_what_help_says_of_weights_and_tokenizers_is_what_the_import_reads():
+    """--help names the weight files in the order the import tries them, every tokenizer it takes
+    (M2M-100's and NLLB's), and the model classes of the folders hltmt-export writes."""
+    import re
+
+    from hltmt_plugin.cli.import_model import build_parser
+    from hltmt_plugin.export.importing import TOKENIZERS, WEIGHT_FILES
+    from hltmt_plugin.export.transformers import CLASSES
+
+    text = " ".join(build_parser().format_help().split())
+    weights = text.split("The weights are read from the first of ")[1].split(";")[0]
+    named = re.findall(r"``([\w.]+)``", weights)
+    assert named == [name for pair in WEIGHT_FILES for name in pair], named
+    for tokenizer in TOKENIZERS:
+        assert f"``{tokenizer}``" in text, tokenizer
+    assert "NLLB-200" in text and "M2M-100" in text
+    for _, cls in CLASSES.values():
+        assert f"``{cls}``" in text, cls

@@ -86,7 +86,12 @@ def test_zero_shot_directions_metrics_and_the_source_convention():
     "given,match",
     [
         ({"license": "Not A Licence"}, "--license 'Not A Licence': give a licence identifier"),
-        ({"license": "other", "license_name": "x"}, "--license other needs --license-name .* and --license-link"),
+        ({"license": "other", "license_name": "x"}, r"--license other needs --license-link \(not given: a file"),
+        (
+            {"license": "other", "license_name": "x", "license_link": ""},
+            r"--license other needs --license-link \(empty: a file of the folder such as LICENSE, or a URL\), as",
+        ),
+        ({"license": "other"}, r"needs --license-name \(not given: .*\) and --license-link \(not given: "),
         ({"license": "mit", "license_link": "LICENSE"}, "add --license other"),
         ({"bleu_signature": BLEU_SIG}, "go with --metrics FILE"),
         ({"metrics": "SCORES"}, "no sacreBLEU signature for its BLEU scores: give --bleu-signature"),
