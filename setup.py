@@ -48,11 +48,21 @@ setup(
     extras_require={
         # the experiments' charts (hltmt-report, hltmt-study's report, the benches)
         "plots": ["matplotlib"],
-        "test": ["pytest>=7", "pytest-xdist>=3", "ruff==0.17.6", "matplotlib", "sacremoses"],
+        "test": [
+            "pytest>=7",
+            "pytest-xdist>=3",
+            "ruff==0.17.6",
+            "matplotlib",
+            "sacremoses",
+            "selenium>=4.20",
+            "libretranslatepy>=2.1",
+        ],
         "ctranslate2": ["ctranslate2>=4.5"],
         "transformers": ["transformers>=5.25,<6", "safetensors>=0.4"],
         # the WMT-10 example's cleaning (examples/wmt10/clean.py: Moses punctuation normalisation)
         "wmt10": ["sacremoses"],
+        # hltmt-serve's web stack (docs/serving.md; docs/architecture.md says why these)
+        "serve": ["starlette>=0.40", "uvicorn>=0.30"],
     },
     entry_points={
         "console_scripts": [
@@ -68,6 +78,7 @@ setup(
             "hltmt-study = hltmt_plugin.experiments.study:main",
             "hltmt-export = hltmt_plugin.cli.export:main",
             "hltmt-import = hltmt_plugin.cli.import_model:main",
+            "hltmt-serve = hltmt_plugin.cli.serve:main",
         ]
     },
 )

@@ -9,6 +9,12 @@ done
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}   # 2.13.0: the CPU build; an unpinned torch can pull a multi-GB CUDA build
+# the browser hltmt-serve's page is tested in: Debian's Chromium and its driver, from the system's packages (never a
+# browser fetched at run time); as root only (CI; a developer without root installs them once: the test says how)
+if ! { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "[setup] installing Debian's chromium and chromium-driver (hltmt-serve's page test)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
 stamp=.venv/.hltmt-setup
 want="$(sha1sum setup.py | cut -d' ' -f1) $TORCH_SPEC"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && .venv/bin/python -c "import hltmt_plugin" 2>/dev/null; then
@@ -18,8 +24,8 @@ echo "[setup] creating .venv (torch: $TORCH_SPEC; fairseq builds its C extension
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip wheel setuptools
 .venv/bin/python -m pip install -q "$TORCH_SPEC"
-# the test extra, the charts (plots) and the optional engines, CTranslate2 and transformers (pip only warns about an
-# extra setup.py lacks)
-.venv/bin/python -m pip install -q -e ".[test,plots,ctranslate2,transformers]"
+# the test extra, the charts (plots), the optional engines, CTranslate2 and transformers, and hltmt-serve's web stack
+# (serve) (pip only warns about an extra setup.py lacks)
+.venv/bin/python -m pip install -q -e ".[test,plots,ctranslate2,transformers,serve]"
 .venv/bin/python -c "import hltmt_plugin, torch, fairseq; print('[setup] ok: torch', torch.__version__, '| fairseq', fairseq.__version__)"
 echo "$want" > "$stamp"

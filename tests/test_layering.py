@@ -22,7 +22,8 @@ LAYERS = [
     ["errors", "corpora", "sizes"],  # corpora, sizes: the corpora's languages, the model sizes, known by name
     ["records", "directions"],  # every record read through one schema; directions: which directions a checkpoint serves
     ["atomic_files"],  # every file written whole or not at all (its folder marker read as a record)
-    ["paths", "text"],  # every path option declared (what a file is: atomic_files); the one reader of sentences
+    ["paths", "text", "model_check"],  # every path option declared (what a file is: atomic_files); the one reader of
+    # sentences; the one check of a model (its options and weights) on every route a model enters
     ["config", "compat", "data_fingerprint"],
     ["routing"],  # the one routing primitive and a pass's rows (PassRows)
     ["languages", "compatibility"],
@@ -32,6 +33,7 @@ LAYERS = [
     ["tasks", "criterions"],  # the model's public surface only
     ["hub"],
     ["export"],  # models that leave fairseq: the CTranslate2 and transformers exports, the model card
+    ["serve"],  # hltmt-serve's server over the hub's contract (the batcher, the API, the metrics, the pages)
     ["cli"],  # the user's commands
     ["experiments"],  # the experiment drivers (hltmt-main-job, hltmt-study, hltmt-report): above the commands
 ]
@@ -39,13 +41,15 @@ RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 # `import hltmt_plugin` registers the task, model and criterion with fairseq: what a command does first
 REGISTERS = {"hub", "cli", "experiments"}
 # the tools: the Python API, the exports, the user's commands and the experiment drivers; below them the core
-TOOLS = ("hub", "export", "cli", "experiments")
+TOOLS = ("hub", "export", "serve", "cli", "experiments")
 # the tools' dependencies that a fairseq user of the core never installs (setup.py's extras)
 TOOL_DEPENDENCIES = {
     "matplotlib": "plots",
     "transformers": "transformers",
     "ctranslate2": "ctranslate2",
     "sacremoses": "wmt10",
+    "starlette": "serve",
+    "uvicorn": "serve",
 }
 # a dependency of the tools that fairseq itself requires (so installed with the core), never imported by the core
 NOT_IN_THE_CORE = {"sacrebleu", *TOOL_DEPENDENCIES}
