@@ -13,7 +13,8 @@ values appear in progress lines, JSON logs and tensorboard:
 - ``disparity``: the load-balancing term ``||sum_l p_l||^2`` itself (H^2/T at an even
   spread, H^2 when every language picks one module), on soft steps;
 - ``route_m0`` .. ``route_m{T-1}``, ``route_universal``: the share of sentences sent to each
-  pool module and to the universal layer;
+  pool module and to the universal layer (each row's entry of the router's target -> module
+  table, counted under the router's labels);
 - ``loss_xx``: the loss (base 2, per target token) of each target language ``xx``.
 """
 
@@ -32,7 +33,6 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import ROWS, TGT
 from hltmt_plugin.models.hltmt_transformer import plugin_model
-from hltmt_plugin.pool.modules import module_label
 from hltmt_plugin.pool.router import disparity
 
 LANG_LOSS, LANG_TOKENS, ROUTE, DISP_SUM, DISP_N = (
@@ -84,7 +84,7 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         self.disparity_weight = disparity_weight
         self.disparity_scale = disparity_weight / disparity_batch_size  # per unit of sample size
         self.langs = list(task.langs)
-        self.n_modules = None  # pool modules + the universal layer, read from the model on first use
+        self.labels = None  # the pool's modules and the universal layer, as the router labels them (first use)
 
     def forward(self, model, sample, reduce=True):
         if not reduce:
@@ -131,13 +131,12 @@ class HltmtCrossEntropyCriterion(LabelSmoothedCrossEntropyCriterion):
         lang_tokens = torch.bincount(lang, weights=row_tokens.double(), minlength=len(self.langs))
         for i, name in enumerate(self.langs):
             log[LANG_LOSS + name], log[LANG_TOKENS + name] = lang_loss[i], lang_tokens[i]
-        if "slp_module" in extra:  # (a model without a pool routes nothing)
-            if self.n_modules is None:  # once: the pool size does not change during training
-                self.n_modules = plugin_model(model).slp.pool_size + 1
-            n_modules = self.n_modules
-            counts = torch.bincount(extra["slp_module"], minlength=n_modules)
-            for k in range(n_modules):
-                log[ROUTE + module_label(k, n_modules - 1)] = counts[k]
+        if "slp_module" in extra:  # each row's entry of the router's table (a model without a pool routes nothing)
+            if self.labels is None:  # once: the pool does not change during training
+                self.labels = plugin_model(model).slp_router.labels
+            counts = torch.bincount(extra["slp_module"], minlength=len(self.labels))
+            for k, label in enumerate(self.labels):
+                log[ROUTE + label] = counts[k]
 
         if self.report_accuracy:
             n_correct, total = self.compute_accuracy(model, net_output, sample)

@@ -176,11 +176,13 @@ def check_exportable(loaded) -> None:
 
 def group_targets(loaded) -> Dict[str, str]:
     """Target language -> the group (CTranslate2 model) that serves it: ``main`` without a pool,
-    else ``m<k>`` (the pool module of the routing map) or ``universal``."""
+    else its entry of the router's table, ``m<k>`` (the pool module of the routing map) or
+    ``universal``."""
     model = pool_model(loaded.model)
     if model is None:
         return {lang: "main" for lang in loaded.langs}
-    return {lang: model.slp_route(lang) for lang in loaded.langs}
+    routes = model.slp_routes()  # the router's table by name
+    return {lang: routes[lang] for lang in loaded.langs}
 
 
 def vocabulary(dictionary) -> List[str]:

@@ -26,7 +26,7 @@ from hltmt_plugin.models.encoder import HltmtTransformerEncoder
 from hltmt_plugin.models.layers import Layouts
 from hltmt_plugin.peft import PeftConfig, apply_train_only
 from hltmt_plugin.pool.config import SlpConfig, check_slp
-from hltmt_plugin.pool.modules import SelectiveLanguagePool, module_label
+from hltmt_plugin.pool.modules import SelectiveLanguagePool
 from hltmt_plugin.pool.router import LanguageRouter, map_text
 from hltmt_plugin.pretrained import PretrainedConfig
 from hltmt_plugin.skills import feature as skill_feature
@@ -238,10 +238,18 @@ class HltmtTransformerModel(TransformerModel):
         """``P`` (H x T), the gate's distribution over the pool for each high-resource language."""
         return self.decoder.pool_head.gate_probs()
 
+    def slp_routes(self) -> Dict[str, str]:
+        """Each target language of ``--langs`` -> the pool module that serves it (``m<k>`` by the
+        routing map, or ``universal``): the router's table by name (empty without a pool)."""
+        return {} if self.slp is None else self.decoder.pool_head.routes()
+
     def slp_route(self, tgt: str) -> str:
-        """The pool module that serves target language ``tgt`` (``m<k>`` by the routing map), or
-        ``universal`` (a model with a pool)."""
-        return module_label(self.map_by_language().get(tgt, self.slp.pool_size), self.slp.pool_size)
+        """The pool module that serves target language ``tgt`` (a model with a pool): its entry of
+        :meth:`slp_routes`; HltmtInputError for a language not in ``--langs``."""
+        routes = self.slp_routes()
+        if tgt not in routes:
+            raise HltmtInputError(f"the model has no target language {tgt!r} (--langs {','.join(routes)})")
+        return routes[tgt]
 
     def route_of(self, src: str, tgt: str) -> Dict[str, object]:
         """Which modules serve a sentence ``src -> tgt``: ``{"slp": "m<k>" | "universal",

@@ -17,7 +17,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import TGT, LanguageTable
 from hltmt_plugin.pool.keys import POOL, ROUTER
 from hltmt_plugin.pool.modules import SelectiveLanguagePool
-from hltmt_plugin.pool.router import PLAN, LanguageRouter
+from hltmt_plugin.pool.router import LanguageRouter
 
 logger = logging.getLogger(__name__)
 OUTPUT_NORM = "slp_output_norm"  # the pre-norm decoder's final layer norm, above the pool
@@ -28,14 +28,13 @@ class PoolHead:
     decoder's final layer norm above them (``decoder.slp_output_norm``): the modules are the
     decoder's (their state, their device, train or eval), the wiring is here.
 
-    Built by :meth:`install`; the hard step's plan is the decoder's pass plan :data:`PLAN`
-    (:meth:`hard_ids`: one per forward pass, or per beam search)."""
+    Built by :meth:`install`; the router keeps a hard step's plan in the decoder's pass rows
+    (one per forward pass, or per beam search)."""
 
     def __init__(self, decoder, pool: SelectiveLanguagePool, router: LanguageRouter, output_norm=None):
         self.pool, self.router, self.output_norm = pool, router, output_norm
         self.embed_tokens, self.dictionary = decoder.embed_tokens, decoder.dictionary
         self.top_norm = f"layers.{len(decoder.layers) - 1}.final_layer_norm."  # the top layer's, post-norm
-        decoder.rows.define(PLAN, self.hard_ids)
 
     @classmethod
     def install(cls, decoder, cfg, slp_cfg, high_langs, seed: int = 1) -> Optional["PoolHead"]:
@@ -76,10 +75,6 @@ class PoolHead:
         rows = [languages.token_index(lang, self.dictionary) for lang in self.router.high_langs]
         self.router.set_languages(languages.langs, rows)
 
-    def hard_ids(self, record: Tensor) -> Tensor:
-        """(B,) each row's module under hard routing (the pass plan :data:`PLAN`)."""
-        return self.router.module_ids(record[:, TGT], self.embed_tokens.weight)
-
     def __call__(self, x: Tensor, record: Tensor, rows) -> Tuple[Tensor, Dict[str, Optional[Tensor]]]:
         """The pool on ``x`` (B x T x C, the last layer's output) for rows of ``record`` in the
         decoder's pass ``rows``: the router's decision (soft or hard, made once), the pool, the
@@ -90,7 +85,10 @@ class PoolHead:
             x = self.output_norm(x)
         return x, {"slp_module": decision.module_ids, "slp_gate": decision.gate_probs}
 
-    # the routing map and the gate, by language name (the model's surface reads these)
+    # the router's table, the routing map and the gate, by language name (the model's surface reads these)
+    def routes(self) -> Dict[str, str]:
+        return self.router.routes(self.embed_tokens.weight)
+
     def map_by_language(self) -> Dict[str, int]:
         return self.router.map_by_language(self.embed_tokens.weight)
 

@@ -16,21 +16,33 @@ of the high-resource language tokens, and only while the map is open), it return
 :class:`~hltmt_plugin.pool.modules.RoutingDecision`; the pool
 (:class:`~hltmt_plugin.pool.modules.SelectiveLanguagePool`) carries it out. It calls
 nothing back: the caller (:class:`~hltmt_plugin.pool.head.PoolHead`) hands it what it reads.
-Whether the map is fixed is the router's question alone (:meth:`LanguageRouter.gate_learns`,
-:meth:`LanguageRouter.map_ids`).
+Whether the map is fixed is the router's question alone, kept on the host
+(:attr:`LanguageRouter.map_is_fixed`) and read once per pass.
 
 The routing map in its forms: ``routing_map``, the stored one-hot rows (one per high-resource
 language); :meth:`LanguageRouter.map_ids`, the module of each language as indices (the fixed
-map, or the gate's argmax while it learns); :meth:`LanguageRouter.map_by_language`, the same by
-language name; :meth:`LanguageRouter.fix_map`, the one way it is fixed. The high-resource
-languages are the list ``high_langs``; their names are saved as ``high_lang_names``.
+map, or the gate's argmax while it learns); :meth:`LanguageRouter.fix_map`, the one way it is
+fixed. The high-resource languages are the list ``high_langs``; their names are saved as
+``high_lang_names``.
+
+Which module serves a target language is one table, ``target_modules``: one entry per language
+of ``--langs`` (``targets``), ``g(l)`` for a high-resource language, ``T`` (the universal module)
+for any other, -1 for a high-resource language while the map is open (the gate decides). It is
+rebuilt from the map by :meth:`LanguageRouter.rebuild_table`, called where the languages are
+set, where the map is fixed and where it is loaded, and nowhere else. Everything that asks which
+module serves a target reads it: the forward pass (hard routing is one ``index_select`` of
+:meth:`LanguageRouter.table`), the model's route reporting and the exports
+(:meth:`LanguageRouter.routes`, :meth:`LanguageRouter.map_by_language`) and the criterion
+(each row's entry, ``slp_module``, and the modules' :attr:`LanguageRouter.labels`). While the
+map is open, :meth:`LanguageRouter.table` fills the high-resource entries with the gate's argmax
+of that moment.
 
 Every older form of its state (keys under ``slp.``, the map as indices or under its older
 name, the language names on the decoder or under their older name) is read in one place,
 :func:`upgrade_router_state`.
 """
 
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -67,7 +79,8 @@ class LanguageRouter(nn.Module):
     checkpoints keeps a row one-hot only where they all agree, and any other mix is refused
     on load), ``gate_steps`` (training passes the gate has seen while learning: stage all
     refuses a model whose gate never learned) and ``high_lang_names`` (the map's languages by
-    name, as bytes).
+    name, as bytes). Not saved: ``target_modules``, the target -> module table (see the module's
+    documentation), rebuilt from the map.
     """
 
     def __init__(self, dim: int, pool_size: int, high_langs: Sequence[str], hard_prob: float = 0.5, seed: int = 1):
@@ -80,6 +93,9 @@ class LanguageRouter(nn.Module):
         self.register_buffer(LANG_NAMES, names_tensor(self.high_langs))
         self.register_buffer("high_of_lang", torch.empty(0, dtype=torch.long), persistent=False)
         self.register_buffer("high_tokens", torch.empty(0, dtype=torch.long), persistent=False)
+        self.register_buffer("target_modules", torch.empty(0, dtype=torch.long), persistent=False)
+        self.targets: List[str] = []  # --langs: the table's entries, in order
+        self.labels = [module_label(k, pool_size) for k in range(pool_size + 1)]  # module k's label
         self._map_fixed = False  # the map's state kept on the host (no device synchronisation per step)
         self.mode = HARD
         self.num_updates = 0
@@ -88,18 +104,48 @@ class LanguageRouter(nn.Module):
         """``--langs`` (a row's target language is an index into it): ``high_of_lang`` maps each
         to its index among the high-resource languages, -1 for the universal module's; and
         ``token_rows``, where each high-resource language's token lies in the embedding table
-        (``high_tokens``: the gate's input is those rows)."""
+        (``high_tokens``: the gate's input is those rows); the table rebuilt for them."""
         device = self.gate.weight.device
+        self.targets = list(langs)
         high_of_lang = [self.high_langs.index(lang) if lang in self.high_langs else -1 for lang in langs]
         self.high_of_lang = torch.tensor(high_of_lang, dtype=torch.long, device=device)
         self.high_tokens = torch.tensor(list(token_rows), dtype=torch.long, device=device)
+        self.rebuild_table()
 
     # ---- the map
     @property
     def map_is_fixed(self) -> bool:
-        """Whether ``g(l)`` is fixed; read on the host, refreshed by the map's only writers
-        (:meth:`fix_map` and loading a checkpoint)."""
+        """Whether ``g(l)`` is fixed; read on the host, refreshed with the table
+        (:meth:`rebuild_table`) by the map's only writers (:meth:`fix_map` and loading a checkpoint)."""
         return self._map_fixed
+
+    def rebuild_table(self) -> None:
+        """The table ``target_modules`` and whether the map is fixed, from the stored map: called
+        where the languages are set, the map fixed or loaded."""
+        ids = decode_map(self.routing_map, self.pool_size)
+        self._map_fixed = bool((ids >= 0).all())
+        self.target_modules = self._table_of(ids)
+
+    def _table_of(self, ids: Tensor) -> Tensor:
+        """The rule: (L,) each target's module from the map ``ids`` (H,): ``ids`` of its place
+        among the high-resource languages, the universal module ``T`` for any other language."""
+        universal = torch.full_like(self.high_of_lang, self.pool_size)
+        return torch.where(self.high_of_lang < 0, universal, ids.index_select(0, self.high_of_lang.clamp(min=0)))
+
+    def table(self, embeddings: Optional[Tensor] = None, fixed: Optional[bool] = None) -> Tensor:
+        """(L,) the module of each target language of ``--langs`` now: ``target_modules`` when
+        the map is fixed; while it is open, its high-resource entries are the gate's argmax
+        (``embeddings``: the embedding table, the gate's input). ``fixed``: whether the map is
+        fixed, as the caller read it for its pass (read here otherwise)."""
+        if self._map_fixed if fixed is None else fixed:
+            return self.target_modules
+        with torch.no_grad():
+            return self._table_of(self.gate_probs(embeddings).argmax(dim=-1))
+
+    def routes(self, embeddings: Optional[Tensor] = None) -> Dict[str, str]:
+        """The table by name: each target language of ``--langs`` -> its module's label
+        (``m<k>`` or ``universal``), as the reports and the exports write it."""
+        return {lang: self.labels[k] for lang, k in zip(self.targets, self.table(embeddings).tolist())}
 
     def gate_probs(self, table: Tensor) -> Tensor:
         """``P`` (H x T): the gate's distribution over the pool for each high-resource language,
@@ -117,9 +163,11 @@ class LanguageRouter(nn.Module):
         with torch.no_grad():
             return self.gate_probs(table).argmax(dim=-1)
 
-    def map_by_language(self, table: Optional[Tensor] = None) -> Dict[str, int]:
-        """``g(l)`` by language name: the fixed map, or the gate's argmax now."""
-        return dict(zip(self.high_langs, self.map_ids(table).tolist()))
+    def map_by_language(self, embeddings: Optional[Tensor] = None) -> Dict[str, int]:
+        """``g(l)`` by language name, in the map's order: the table's high-resource entries (the
+        fixed map, or the gate's argmax now)."""
+        by_target = dict(zip(self.targets, self.table(embeddings).tolist()))
+        return {lang: by_target[lang] for lang in self.high_langs}
 
     def fix_map(self, ids: Tensor) -> None:
         """Fix the map to ``ids`` (each high-resource language's pool module: the gate's argmax
@@ -127,7 +175,7 @@ class LanguageRouter(nn.Module):
         LS-MNMT) and stop the gate from training."""
         check_map_ids(ids, self.pool_size, len(self.high_langs))
         self.routing_map.copy_(encode_map(ids.to(self.routing_map.device), self.pool_size))
-        self._map_fixed = True
+        self.rebuild_table()
         self.gate.requires_grad_(False)
 
     # ---- the update count and its draw
@@ -138,40 +186,33 @@ class LanguageRouter(nn.Module):
         draw = np.random.default_rng([self.seed, num_updates]).random()
         self.mode = HARD if draw < self.hard_prob else SOFT
 
-    def gate_learns(self) -> bool:
-        """Whether this pass trains the gate: a training pass while the map is open."""
-        return self.training and not self.map_is_fixed
-
-    def soft_step(self) -> bool:
-        """Whether this pass mixes the pool: a soft draw in a pass that trains the gate."""
-        return self.gate_learns() and self.mode == SOFT
-
     # ---- a batch's decision
-    def module_ids(self, tgt: Tensor, table: Optional[Tensor]) -> Tensor:
+    def module_ids(self, tgt: Tensor, embeddings: Optional[Tensor] = None, fixed: Optional[bool] = None) -> Tensor:
         """(B,) each row's module under hard routing, from its target language (index in
-        ``--langs``): ``g(l)`` for a high-resource language, the universal module ``T`` otherwise."""
-        high_idx = self.high_of_lang.index_select(0, tgt)
-        universal = torch.full_like(high_idx, self.pool_size)
-        mapped = self.map_ids(table).index_select(0, high_idx.clamp(min=0))
-        return torch.where(high_idx < 0, universal, mapped)
+        ``--langs``): its entry of :meth:`table`."""
+        return self.table(embeddings, fixed).index_select(0, tgt)
 
-    def forward(self, tgt: Tensor, table: Tensor, rows: Optional[PassRows] = None) -> RoutingDecision:
+    def forward(self, tgt: Tensor, embeddings: Tensor, rows: Optional[PassRows] = None) -> RoutingDecision:
         """The routing of one pass over rows whose target languages are ``tgt`` (B,), indices in
-        ``--langs``, with the model's embedding table ``table`` (the gate's input), decided here,
-        once: a soft step (see :meth:`soft_step`) gives each row's weights over the pool; a hard
-        step routes by the :class:`RoutePlan` over :meth:`module_ids`: the plan :data:`PLAN` of
-        the pass's ``rows`` (which its host defines as :meth:`module_ids` of the record's target
-        languages: one plan per pass, or per beam search), or one made for this call without rows."""
-        if self.gate_learns():
+        ``--langs``, with the model's embedding table ``embeddings`` (the gate's input), decided
+        here, once, with "is the map fixed?" read once: a training pass while the map is open
+        trains the gate, and on a soft draw gives each row's weights over the pool; any other
+        pass routes hard by the :class:`RoutePlan` of :meth:`module_ids`, kept as :data:`PLAN` in
+        the plans of the pass's ``rows`` (made at the first ask: one per pass, or per beam search)."""
+        fixed = self._map_fixed
+        learns = self.training and not fixed  # this pass trains the gate
+        if learns:
             self.gate_steps.add_(1)
-        if self.soft_step():
+        if learns and self.mode == SOFT:
             high_idx = self.high_of_lang.index_select(0, tgt)
-            is_low = high_idx < 0
-            probs = self.gate_probs(table)
+            probs = self.gate_probs(embeddings)
             weights = probs.index_select(0, high_idx.clamp(min=0))
-            module_ids = torch.where(is_low, torch.full_like(high_idx, self.pool_size), weights.argmax(dim=-1))
+            module_ids = self._table_of(probs.argmax(dim=-1)).index_select(0, tgt)
             return RoutingDecision(module_ids, weights=weights, gate_probs=probs)
-        made = rows.plan(PLAN) if rows is not None else RoutePlan(self.module_ids(tgt, table))
+        plans = rows.plans if rows is not None else {}
+        made = plans.get(PLAN)
+        if made is None:
+            made = plans[PLAN] = RoutePlan(self.module_ids(tgt, embeddings, fixed))
         return RoutingDecision(made.ids, plan=made)
 
     # ---- checkpoints
@@ -199,7 +240,7 @@ class LanguageRouter(nn.Module):
         if prefix + MAP in state_dict:  # the stored map must be one a training stage wrote
             check_map_onehot(state_dict[prefix + MAP], self.pool_size, self.high_langs, prefix + MAP)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        self._map_fixed = bool((decode_map(self.routing_map, self.pool_size) >= 0).all())
+        self.rebuild_table()
 
 
 def upgrade_router_state(state_dict, prefix: str) -> None:

@@ -59,22 +59,22 @@ def test_the_router_decides_once_a_hard_step_keeps_its_plan_in_the_pass_and_a_so
 
     r = router()
     r.train()
-    rows = PassRows("decoder")
-    rows.define(PLAN, lambda record: r.module_ids(record[:, 1], r.emb))  # as its host defines it (PoolHead)
+    rows = PassRows("decoder")  # nothing defined in it: the router keeps its plan there itself
     given = RoutePlan(torch.tensor([1, 3]))  # e.g. the plan a beam search made at its first step
     r.mode = HARD
     with rows.use(torch.zeros(2, 2, dtype=torch.long), {PLAN: given}):
-        assert not r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), rows).plan is given
+        assert decide(r, tgt(torch.tensor([0, -1])), rows).plan is given
     record = torch.stack([torch.zeros(2, dtype=torch.long), tgt(torch.tensor([0, -1]))], dim=1)
     with rows.use(record):  # a new pass: made at its first ask, then kept
         first = decide(r, tgt(torch.tensor([0, -1])), rows).plan
+        assert rows.plans == {PLAN: first} and rows.ids_of == {}
         assert first.ids.tolist() == r.module_ids(tgt(torch.tensor([0, -1])), r.emb).tolist()
         assert decide(r, tgt(torch.tensor([0, -1])), rows).plan is first
     r.mode = SOFT  # the router decides soft and makes no plan (no host synchronisation)
     with rows.use(torch.zeros(2, 2, dtype=torch.long)):
-        assert r.soft_step() and decide(r, tgt(torch.tensor([0, -1])), rows).plan is None and not rows.plans
+        assert decide(r, tgt(torch.tensor([0, -1])), rows).plan is None and not rows.plans
     r.eval()
-    assert not r.soft_step()
+    assert decide(r, tgt(torch.tensor([0, -1]))).weights is None
 
 
 def test_a_soft_decision_weighs_the_pool_for_high_rows_and_sends_the_others_to_the_universal_module():
@@ -131,7 +131,6 @@ def test_only_a_training_pass_with_the_map_open_trains_the_gate_and_only_such_a_
                 r.mode = mode
                 learns, soft = training and not fixed, training and not fixed and mode == SOFT
                 case = (training, fixed, mode)
-                assert r.gate_learns() == learns and r.soft_step() == soft, case
                 decision = decide(r, tgt(torch.tensor([0, -1, 3])))
                 assert int(r.gate_steps) == int(learns), case
                 assert (decision.weights is not None, decision.gate_probs is not None) == (soft, soft), case
@@ -143,9 +142,9 @@ def test_only_a_training_pass_with_the_map_open_trains_the_gate_and_only_such_a_
 def test_a_new_router_routes_hard_until_its_first_draw():
     r = router(hard_prob=0.0)  # every draw would be soft
     r.train()
-    assert r.mode == HARD and r.num_updates == 0 and not r.soft_step()
+    assert r.mode == HARD and r.num_updates == 0 and decide(r, torch.tensor([0, 4])).weights is None
     r.set_num_updates(1)
-    assert r.mode == SOFT and r.soft_step()
+    assert r.mode == SOFT and decide(r, torch.tensor([0, 4])).weights is not None
 
 
 @pytest.mark.parametrize("p", [0.3, 0.7])
@@ -230,6 +229,91 @@ def test_fixing_the_map_freezes_the_gate_and_the_map_stays_when_the_gate_moves()
     assert torch.equal(r.map_ids(r.emb), fixed) and r.map_by_language() == dict(zip(HIGH, fixed.tolist()))
     with pytest.raises(HltmtInputError, match=r"\[0, 3, 0, 0\] is out of range"):
         router().fix_map(torch.tensor([0, 3, 0, 0]))
+
+
+# ---- the target -> module table, which every reader reads
+def test_the_table_has_one_entry_per_target_language_from_the_map_and_the_universal_module():
+    r = router()
+    r.set_languages(["low", "h2", "h0", "h3", "h1"], range(4))  # --langs in another order than the map's
+    argmax = r.gate_probs(r.emb).argmax(-1).tolist()
+    assert r.targets == ["low", "h2", "h0", "h3", "h1"] and not r.map_is_fixed
+    assert r.target_modules.tolist() == [3, -1, -1, -1, -1]  # open: the gate decides each pass
+    assert r.table(r.emb).tolist() == [3, argmax[2], argmax[0], argmax[3], argmax[1]]
+    r.fix_map(torch.tensor([2, 2, 0, 1]))
+    assert r.map_is_fixed and r.target_modules.tolist() == [3, 0, 2, 1, 2] and r.table() is r.target_modules
+    assert r.routes() == {"low": "universal", "h2": "m0", "h0": "m2", "h3": "m1", "h1": "m2"}
+    assert r.map_by_language() == {"h0": 2, "h1": 2, "h2": 0, "h3": 1}  # in the map's order
+    assert r.labels == ["m0", "m1", "m2", "universal"]
+    assert r.module_ids(torch.tensor([0, 2, 4, 4, 1])).tolist() == [3, 2, 2, 2, 0]
+    assert "target_modules" not in r.state_dict()  # rebuilt from the map, never saved
+
+
+def test_the_table_is_rebuilt_where_the_map_is_loaded():
+    for mapping, table in (([2, 0, 1, 1], [2, 0, 1, 1, 3]), ([-1, -1, -1, -1], [-1, -1, -1, -1, 3])):
+        r = router()
+        r.fix_map(torch.tensor([0, 0, 0, 0]))
+        r.load_state_dict(with_map(mapping))
+        assert r.target_modules.tolist() == table and r.map_is_fixed == (mapping[0] >= 0), mapping
+
+
+def test_every_reader_reads_the_table_not_the_map():
+    """A table planted apart from the stored map: the hard pass, the routes by name and the map
+    by language all follow it (one table, no second rule)."""
+    r = router()
+    r.fix_map(torch.tensor([0, 1, 2, 0]))
+    r.target_modules = torch.tensor([1, 1, 0, 2, 3])
+    r.eval()
+    decision = decide(r, torch.tensor([4, 0, 2, 3]))
+    assert decision.module_ids.tolist() == decision.plan.ids.tolist() == [3, 1, 0, 2]
+    assert r.routes() == {"h0": "m1", "h1": "m1", "h2": "m0", "h3": "m2", "low": "universal"}
+    assert r.map_by_language() == {"h0": 1, "h1": 1, "h2": 0, "h3": 2}
+    r.train()
+    r.mode = SOFT  # a fixed map: hard, by the table
+    assert decide(r, torch.tensor([4, 0])).module_ids.tolist() == [3, 1]
+
+
+def test_a_soft_step_names_each_rows_module_by_the_rule_of_the_table():
+    r = router()
+    r.train()
+    r.mode = SOFT
+    decision = decide(r, torch.tensor([4, 0, 1, 2, 3]))
+    assert decision.module_ids.tolist() == r.table(r.emb).index_select(0, torch.tensor([4, 0, 1, 2, 3])).tolist()
+
+
+class CountingRouter(LanguageRouter):
+    """A router that counts each read of whether its map is fixed."""
+
+    reads = 0
+
+    @property
+    def _map_fixed(self):
+        CountingRouter.reads += 1
+        return self.__dict__["fixed_on_host"]
+
+    @_map_fixed.setter
+    def _map_fixed(self, value):
+        self.__dict__["fixed_on_host"] = value
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+@pytest.mark.parametrize("mode", [HARD, SOFT])
+@pytest.mark.parametrize("training", [True, False])
+def test_whether_the_map_is_fixed_is_read_once_per_pass(fixed, mode, training):
+    from hltmt_plugin.routing import PassRows
+
+    torch.manual_seed(0)
+    r = CountingRouter(16, 3, HIGH)
+    r.emb = torch.randn(4, 16)
+    r.set_languages(LANGS, range(4))
+    if fixed:
+        r.fix_map(torch.tensor([2, 0, 1, 1]))
+    r.train(training)
+    r.mode = mode
+    rows = PassRows("decoder")
+    with rows.use(torch.zeros(3, 2, dtype=torch.long)):
+        CountingRouter.reads = 0
+        decide(r, torch.tensor([0, 4, 3]), rows)
+        assert CountingRouter.reads == 1
 
 
 def test_the_router_is_a_module_with_its_state_under_its_own_names():
