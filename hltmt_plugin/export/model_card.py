@@ -173,6 +173,15 @@ def _parse(stored: dict, words: List[str]):
     return parser, vars(found)
 
 
+def shown_path(text) -> str:
+    """A path as the card shows it: a relative one as the user gave it; an absolute one (a path of
+    the machine that trained the model) by its last name only. Other text unchanged."""
+    parts = str(text).split(os.pathsep)
+    if not any(os.path.isabs(part) for part in parts):
+        return str(text)
+    return os.pathsep.join(os.path.basename(p.rstrip("/")) or p if os.path.isabs(p) else p for p in parts)
+
+
 def _words(action, value) -> Optional[List[str]]:
     flag = max(action.option_strings, key=len)
     if action.nargs == 0:
@@ -202,9 +211,9 @@ def training_command(stored: dict) -> Tuple[List[str], List[str]]:
     read_back = _parse(stored, [w for ws in chosen.values() for w in ws])[1]
     unshown = [max(actions[d].option_strings, key=len) for d in chosen if not _same(read_back.get(d), stored[d])]
     named = [f"--{k.replace('_', '-')} {shlex.quote(str(stored[k]))}" for k in NAMED if stored.get(k)]
-    program = f"fairseq-train {shlex.quote(str(stored.get('data')))}"
+    program = f"fairseq-train {shlex.quote(shown_path(stored.get('data')))}"
     user_dir = ['--user-dir "$USER_DIR"'] if stored.get("user_dir") else []
-    words = [" ".join(map(shlex.quote, ws)) for ws in chosen.values() if ws]
+    words = [" ".join(shlex.quote(shown_path(w)) for w in ws) for ws in chosen.values() if ws]
     return [program, *user_dir, *named, *words], unshown
 
 
@@ -255,6 +264,12 @@ def card_facts(loaded, checkpoint: str, search: dict, read: dict) -> dict:
         "unshown": unshown,
         "updates": [int(h["num_updates"]) for h in history if isinstance(h, dict) and "num_updates" in h],
         "max_update": stored.get("max_update"),
+        "size": {
+            "parameters": sum(p.numel() for p in loaded.model.parameters()),
+            "arch": stored.get("arch"),
+            "layers": (stored.get("encoder_layers"), stored.get("decoder_layers")),
+            "dim": stored.get("encoder_embed_dim"),
+        },
         "data": {"folder": recorded or None, "name": given.get("dataset"), "sizes": sizes, "sizes_from": sizes_from},
         "license": {k: given.get(k) for k in ("license", "license_name", "license_link")},
         "metrics": read.get("metrics"),
@@ -343,9 +358,11 @@ def _codes(record: dict) -> Dict[str, str]:
 
 
 def _example(record: dict, group: str):
-    """``(source, target)`` of a trained direction that ``group`` serves."""
-    tgt = next(t for t in targets(record) if record["targets"].get(t) == group)
-    src = next((p.split("-")[0] for p in record["lang_pairs"] if p.split("-")[1] == tgt), record["langs"][0])
+    """``(source, target)`` of a trained direction that ``group`` serves: from English where the
+    model was trained from English into one of the group's targets (the example's text is English)."""
+    served = [t for t in targets(record) if record["targets"].get(t) == group]
+    pairs = [p.split("-", 1) for p in record["lang_pairs"] if p.split("-", 1)[1] in served]
+    src, tgt = next((p for p in pairs if p[0] == "en"), pairs[0] if pairs else (record["langs"][0], served[0]))
     return src, tgt
 
 
@@ -462,7 +479,11 @@ def _groups(record: dict) -> List[str]:
 
 def _data(facts: dict) -> List[str]:
     data = facts.get("data") or {}
-    folder = f"the data folder the run read, `{data['folder']}`" if data.get("folder") else "a data folder not recorded"
+    folder = (
+        f"the data folder the run read, `{shown_path(data['folder'])}`"
+        if data.get("folder")
+        else "a data folder not recorded"
+    )
     folder = f"{data['name']}: {folder}" if data.get("name") else folder[:1].upper() + folder[1:]
     sizes = data.get("sizes") or {}
     if sizes:
@@ -503,19 +524,40 @@ def _metrics(facts: dict) -> List[str]:
     return lines
 
 
+def _size(facts: dict) -> List[str]:
+    size = facts.get("size")
+    if not size:
+        return []
+    enc, dec = size.get("layers") or (None, None)
+    shape = (
+        f", {enc} encoder and {dec} decoder layers of width {size['dim']}" if enc and dec and size.get("dim") else ""
+    )
+    return [
+        f"Size: {size['parameters']:,} parameters in the checkpoint (`--arch {size.get('arch')}`{shape}); each "
+        "exported model holds the shared weights and its own group's modules.",
+        "",
+    ]
+
+
 def _training(facts: dict) -> List[str]:
     updates, max_update = facts.get("updates") or [], facts.get("max_update")
     if not updates:
         counted = "The checkpoint records no update count."
     else:
-        runs = (
-            f" in {len(updates)} fairseq-train runs (" + ", then ".join(f"{u:,}" for u in updates) + ")"
-            if len(updates) > 1
-            else ""
-        )
-        counted = f"Trained for {updates[-1]:,} updates{runs}, as the checkpoint records."
+        counted = f"Trained for {updates[-1]:,} updates, as the checkpoint records."
+        if len(updates) > 1:
+            each = ", ".join(
+                f"{u:,}" + (" (no training: an import or a conversion)" if u == 0 else "") for u in updates
+            )
+            counted = (
+                f"The checkpoint records {len(updates)} runs, each with the update count it was saved at: {each}. "
+                "A run started with `--finetune-from-model` or `--reset-optimizer` counts from 0 again; one "
+                "resumed with `--restore-file` goes on from its predecessor's count."
+            )
         if max_update and max_update != updates[-1]:
-            counted += f" The run was given `--max-update {max_update}` and saved this checkpoint at {updates[-1]:,}."
+            counted += (
+                f" The last run was given `--max-update {max_update}` and saved this checkpoint at {updates[-1]:,}."
+            )
     head = "The last run's command" if len(updates) > 1 else "The command"
     return [
         counted,
@@ -600,6 +642,7 @@ def card(record: dict, facts: dict) -> str:
         "",
         "## Training",
         "",
+        *_size(facts),
         *_training(facts),
         "",
         "## Intended use and limits",

@@ -5,6 +5,7 @@ committed models, the card's fields against the runs' own records (their trainin
 scores)."""
 
 import os
+import re
 import shlex
 
 import pytest
@@ -114,8 +115,8 @@ def test_one_model_in_the_folder_itself_and_a_data_folder_whose_sizes_are_not_kn
     plain = record(targets={"en": "main", "de": "main", "fr": "main"}, models={"main": "."})
     card = model_card.card(plain, {"data": {"folder": "/runs/data/bin", "sizes": {}}, "updates": [2000, 5000]})
     assert "One model serves every direction: the folder itself." in card
-    assert "The data folder the run read, `/runs/data/bin`." in card and "`--data-sizes FILE`" in card
-    assert "Trained for 5,000 updates in 2 fairseq-train runs (2,000, then 5,000)" in card
+    assert "The data folder the run read, `bin`." in card and "`--data-sizes FILE`" in card
+    assert "The checkpoint records 2 runs, each with the update count it was saved at: 2,000, 5,000." in card
     assert "The last run's command" in card and 'from_pretrained("MODEL_FOLDER")\n' in card
 
 
@@ -159,7 +160,10 @@ def test_the_training_command_reads_back_as_the_one_the_run_recorded(name):
     words, unshown = model_card.training_command(model_card.stored_options(state["cfg"]))
     assert unshown == []
     card = shlex.split(" ".join(words).replace('"$USER_DIR"', "USER_DIR"))[1:]
-    assert parsed(card) == parsed(run_command(os.path.join(RUNS, f"{name}.seed1", "train.log")))
+    recorded = run_command(os.path.join(RUNS, f"{name}.seed1", "train.log"))
+    assert any(os.path.isabs(w) for w in recorded)  # the run was given paths of its machine
+    assert not any(os.path.isabs(w) for w in card)  # the card names them by their last name only
+    assert parsed(card) == parsed([model_card.shown_path(w) if os.path.isabs(w) else w for w in recorded])
 
 
 @pytest.mark.fast
@@ -195,8 +199,64 @@ def test_the_card_of_a_committed_model_states_the_runs_records(tmp_path):
         CHRF_SIG
     }
     recorded = parsed(run_command(os.path.join(RUNS, "hltmt.seed1", "train.log")))
-    assert f"the data folder the run read, `{recorded['data']}`" in body
+    assert f"the data folder the run read, `{os.path.basename(recorded['data'])}`" in body
+    assert ROOT not in body and ROOT not in str(meta)  # no path of the machine that built it
+    assert not [w for w in body.split() if w.strip("`'\"(),.:;").startswith("/")]
+    from hltmt_plugin.compat.safe_loading import load_checkpoint
+
+    state = load_checkpoint(os.path.join(MODELS, "hltmt.pt"))
+    stored = model_card.stored_options(state["cfg"])
+    size = re.search(
+        r"Size: ([\d,]+) parameters in the checkpoint \(`--arch (\S+)`, (\d+) encoder and (\d+) decoder", body
+    )
+    assert size, body
+    assert (size.group(2), int(size.group(3)), int(size.group(4))) == (
+        stored["arch"],
+        stored["encoder_layers"],
+        stored["decoder_layers"],
+    )
+    weights = {k: v.numel() for k, v in state["model"].items() if v.is_floating_point() and not k.endswith(".version")}
+    tied = ["decoder.output_projection.weight"] if stored.get("share_decoder_input_output_embed") else []
+    tied += (
+        ["decoder.embed_tokens.weight", "decoder.output_projection.weight"]
+        if stored.get("share_all_embeddings")
+        else []
+    )
+    expected = sum(weights.values()) - sum(weights[k] for k in set(tied))  # a tied table is one parameter
+    assert int(size.group(1).replace(",", "")) == expected, (size.group(0), expected)
     assert f"Trained for {run['setting']['updates']:,} updates" in body and "--max-update 6000" in body
     assert "--hlt-stage high" in body and "--high-stage-updates 2000" in body
     assert "fr 18,805" in body and "93,727 in all" in body
     assert "| `models/universal` | lv, ro, hi, gu |" in body  # en is never a target
+
+
+@pytest.mark.fast
+def test_the_usage_example_feeds_english_where_the_model_was_trained_from_english():
+    many = record(lang_pairs=["af-de", "de-af", "en-de", "de-en"], langs=["af", "de", "en"], encoder_langtok="src")
+    many.update(decoder_langtok=True, targets={"af": "main", "de": "main", "en": "main"}, models={"main": "."})
+    many["language_codes"] = {"af": "__af__", "de": "__de__", "en": "__en__"}
+    body = model_card.card(many, {})
+    assert "__en__ The file could not be saved." in body and "__af__ The file could not be saved." not in body
+    assert model_card._example(many, "main") == ("en", "de")
+    only = record(lang_pairs=["de-en"], langs=["de", "en"], targets={"de": "main", "en": "main"}, models={"main": "."})
+    assert model_card._example(only, "main") == ("de", "en")  # no English source: the trained pair's
+
+
+@pytest.mark.fast
+def test_runs_are_counted_each_as_the_checkpoint_records_it():
+    card = model_card.card(record(), {"updates": [0, 2, 2], "max_update": 2})
+    assert (
+        "records 3 runs, each with the update count it was saved at: 0 (no training: an import or a conversion), 2, 2"
+        in card
+    )
+    assert "Trained for" not in card
+    one = model_card.card(record(), {"updates": [5000], "max_update": 6000})
+    assert "Trained for 5,000 updates, as the checkpoint records. The last run was given `--max-update 6000`" in one
+
+
+@pytest.mark.fast
+def test_a_path_of_the_building_machine_is_shown_by_its_last_name():
+    assert model_card.shown_path("/home/me/runs/study/data/bin") == "bin"
+    assert model_card.shown_path("runs/quickstart/bin") == "runs/quickstart/bin"  # the user's own words
+    assert model_card.shown_path("/a/shard0:/a/shard1") == "shard0:shard1"
+    assert model_card.shown_path("(0.9,0.98)") == "(0.9,0.98)"
