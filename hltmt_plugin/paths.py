@@ -180,6 +180,41 @@ def check_field_value(name: str, value, kind: str) -> None:
         raise HltmtConfigError(f"--{name.replace('_', '-')} {value}: {why}")
 
 
+def _roots(folder: str) -> List[str]:
+    """Where the files of ``folder`` may lie: in it; for a snapshot of the Hugging Face hub's
+    cache (``.../snapshots/REVISION``), whose files are links into the cache's ``blobs`` folder,
+    there too."""
+    real = os.path.realpath(folder)
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == "snapshots":
+        return [folder, os.path.join(os.path.dirname(parent), "blobs")]
+    return [folder]
+
+
+def in_folder(folder: str, name, where: str, kind: str = READ_FILE) -> str:
+    """The path of ``name``, a file (or folder, ``kind``) that a file of ``folder`` names (a
+    tokenizer's model, a weight shard, a model of an export...), kept inside ``folder``: a name
+    that is not a relative path, climbs out (``..``), or leads out through a link is refused in one
+    line naming ``where`` (the file that names it), as is a special file (:func:`problem`). Every
+    route that follows a name written in a folder's files resolves it here."""
+    from hltmt_plugin.errors import HltmtInputError
+
+    shown = repr(name)[:80]
+    if not isinstance(name, str) or not name.strip() or "\x00" in name:
+        raise HltmtInputError(f"{where}: {shown} is not a file name")
+    if os.path.isabs(name) or os.path.normpath(name).split(os.sep)[0] == os.pardir:
+        raise HltmtInputError(f"{where}: {shown} lies outside {folder}: a folder's files may name only files inside it")
+    path = os.path.join(folder, name)
+    if not any(inside(path, root) for root in _roots(folder)):
+        raise HltmtInputError(
+            f"{where}: {shown} is a link that leads outside {folder}: a folder's files may name only files inside it"
+        )
+    why = problem(path, kind)
+    if why is not None:
+        raise HltmtInputError(f"{where}: {shown}: {why}")
+    return path
+
+
 def option_name(action) -> str:
     """The name an option is called by in messages: its first long form."""
     flags = action.option_strings

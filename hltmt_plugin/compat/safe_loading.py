@@ -36,6 +36,7 @@ import torch
 
 from hltmt_plugin.compat.safe_eval import check_stored_options
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.model_check import check_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +75,13 @@ def allowlisted():
 
 
 def _unpickle(f, args, kwargs, weights_only: bool):
-    """The plugin's one call of ``torch.load``."""
+    """The plugin's one call of ``torch.load``; what it read passes the one check of a model
+    (:func:`hltmt_plugin.model_check.check_loaded`: finite weights, a checkpoint's options
+    within what fairseq accepts), whichever route asked."""
     with allowlisted():
-        return torch.load(f, *args, **{**kwargs, "weights_only": weights_only})
+        found = torch.load(f, *args, **{**kwargs, "weights_only": weights_only})
+    check_loaded(_path_of(f), found)
+    return found
 
 
 def weights_only_load(f, *args, **kwargs):
@@ -216,11 +221,12 @@ def load_plugin_file(path: str):
     could run code is :func:`refused` in the line every route gives, what else torch raises for a
     file it cannot read is raised, for the caller to name the file."""
     try:
-        return _unpickle(path, (), {"map_location": "cpu"}, weights_only=True)
+        found = _unpickle(path, (), {"map_location": "cpu"}, weights_only=True)
     except pickle.UnpicklingError as error:
         if "weights_only" not in str(error) and "Weights only" not in str(error):
             raise
         raise refused("adapter file", path, error) from None
+    return found
 
 
 @contextlib.contextmanager

@@ -31,14 +31,24 @@ from hltmt_plugin import records
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.export.transformers import ACTIVATIONS, CLASSES
+from hltmt_plugin.model_check import activations, check_finite, check_options
+from hltmt_plugin.paths import in_folder
 
 KIND = "hltmt-import"
 CHECKPOINT = "checkpoint.pt"
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # fairseq's dictionary's first four ids
-# transformers' activation -> fairseq's (the export's table read backwards; its first name wins)
-ACTIVATION_OF = {}
-for _fairseq, _hf in ACTIVATIONS.items():
-    ACTIVATION_OF.setdefault(_hf, _fairseq)
+
+
+def activation_of() -> Dict[str, str]:
+    """transformers' activation -> fairseq's: the export's table read backwards (its first name
+    wins), for the activations fairseq's transformer computes (:func:`model_check.activations`)."""
+    found = {}
+    for fairseq_name, hf_name in ACTIVATIONS.items():
+        if fairseq_name in activations():
+            found.setdefault(hf_name, fairseq_name)
+    return found
+
+
 MODEL_TYPES = {model_type: ("post" if norm == "post" else "pre", cls) for norm, (model_type, cls) in CLASSES.items()}
 
 CONFIG = records.Record(
@@ -73,7 +83,29 @@ CONFIG = records.Record(
     },
     extra=True,
 )
-TOKENIZER_CONFIG = records.Record({"tokenizer_class": records.Text(max_len=100)}, extra=True)
+FILE_NAME = records.Text(1, 200)  # a file a folder's settings name (resolved inside the folder: paths.in_folder)
+TOKENIZER_CONFIG = records.Record(
+    {"tokenizer_class": records.Text(max_len=100)},
+    optional={
+        "spm_file": (FILE_NAME, None),
+        "language_codes": records.Text(1, 40),
+        "num_madeup_words": records.Int(0, 8),
+    },
+    extra=True,
+)
+# tokenizers' tokenizer.json as far as the import reads it (the rest is bounded in size and depth
+# by the one reader before transformers parses it)
+TOKENIZER_JSON = records.Record(
+    {
+        "added_tokens": records.ListOf(
+            records.Record({"id": records.Int(0, 10_000_000), "content": records.Text(1, 1000)}, extra=True),
+            max_len=10_000_000,
+        ),
+        "model": records.Record({}, extra=True),
+    },
+    extra=True,
+)
+TOKENIZER_JSON_BYTES = 256 * 1024 * 1024
 VOCAB_SIZE = 10_000_000  # entries of a vocabulary (vocab.json)
 MADEUP_WORDS = 8  # rows after the language tokens: fairseq pads its dictionary to a multiple of 8
 
@@ -82,7 +114,7 @@ MADEUP_WORDS = 8  # rows after the language tokens: fairseq pads its dictionary 
 
 
 def _json(folder: str, name: str, schema, what: str, max_bytes: int = records.MAX_BYTES):
-    path = os.path.join(folder, name)
+    path = in_folder(folder, name, folder)
     if not os.path.isfile(path):
         raise HltmtInputError(f"{folder} has no {name}: a transformers folder holds {what}")
     return records.read_json(path, schema, what, max_bytes)
@@ -93,10 +125,10 @@ def read_config(folder: str) -> dict:
     config = _json(folder, "config.json", CONFIG, "the model's configuration (config.json)")
     norm = MODEL_TYPES[config["model_type"]][0]
     where = f"{folder}/config.json"
-    if config["activation_function"] not in ACTIVATION_OF:
+    if config["activation_function"] not in activation_of():
         raise HltmtConfigError(
             f"{where}: activation_function {config['activation_function'][:40]!r} has no fairseq counterpart "
-            f"(fairseq has {', '.join(sorted(ACTIVATION_OF))})"
+            f"(fairseq's transformer computes {', '.join(sorted(activation_of()))})"
         )
     if (config["pad_token_id"], config["eos_token_id"], config["decoder_start_token_id"]) != (1, 2, 2):
         raise HltmtConfigError(
@@ -164,7 +196,7 @@ def _m2m100(folder: str, settings: dict) -> dict:
     dictionary, ``madeupword0000``...)."""
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
 
-    codes = settings.get("language_codes", "m2m100")
+    codes = settings.get("language_codes", "m2m100")  # a string (the settings' schema)
     if codes not in FAIRSEQ_LANGUAGE_CODES:
         raise HltmtConfigError(f"{folder}: language_codes {str(codes)[:40]!r} is not one M2M100Tokenizer knows")
     madeup = settings.get("num_madeup_words", 8)  # M2M100Tokenizer's default
@@ -174,9 +206,44 @@ def _m2m100(folder: str, settings: dict) -> dict:
         )
     langs = list(FAIRSEQ_LANGUAGE_CODES[codes])
     symbols = _by_id(_vocab(folder), f"{folder}/vocab.json") + [f"__{lang}__" for lang in langs]
-    spm = os.path.join(folder, str(settings.get("spm_file") or "sentencepiece.bpe.model"))
+    spm = in_folder(folder, settings.get("spm_file") or "sentencepiece.bpe.model", f"{folder}/tokenizer_config.json")
+    _pieces_cover(spm, symbols[len(SPECIALS) : len(symbols) - len(langs)], f"{folder}/vocab.json")
     extra = [f"madeupword{i:04d}" for i in range(madeup)]
     return dict(symbols=symbols, langs=langs, spm=spm, extra=extra, extra_min=madeup)
+
+
+def _sentencepiece(spm: str):
+    """The sentencepiece model ``spm``, or one line saying it is not one."""
+    import sentencepiece
+
+    if not os.path.isfile(spm):
+        raise HltmtInputError(f"{os.path.dirname(spm)} has no sentencepiece model {os.path.basename(spm)}")
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=spm)
+    except (OSError, RuntimeError) as error:
+        raise HltmtInputError(f"{spm} is not a sentencepiece model ({str(error).strip()[:200]})") from None
+
+
+def _pieces_cover(spm: str, symbols: List[str], where: str) -> None:
+    """Every symbol of the vocabulary is a piece of the sentencepiece model that makes the
+    model's input: a model of another vocabulary (or not a sentencepiece model) is refused."""
+    sp = _sentencepiece(spm)
+    pieces = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+    foreign = [s for s in symbols if s not in pieces]
+    if foreign:
+        raise HltmtConfigError(
+            f"{where}: {len(foreign)} of its {len(symbols)} symbols (the first {foreign[0][:40]!r}) are not pieces of "
+            f"the sentencepiece model {spm}: the tokenizer's files are not of one vocabulary"
+        )
+
+
+def _tokenizer_json(folder: str):
+    """The folder's ``tokenizer.json`` read through the one reader (bounded, its added tokens
+    typed) before transformers parses it; None when the folder has none."""
+    path = in_folder(folder, "tokenizer.json", folder)
+    if not os.path.lexists(path):
+        return None
+    return records.read_json(path, TOKENIZER_JSON, "the tokenizer's file", TOKENIZER_JSON_BYTES)
 
 
 def _nllb(folder: str, settings: dict) -> dict:
@@ -184,34 +251,29 @@ def _nllb(folder: str, settings: dict) -> dict:
     ``<unk> <s> </s>`` (fairseq's offset of one), a token ``__xxx_Xxxx__`` per language code (the
     settings' list, else NLLB-200's 202), then ``<mask>`` and at most seven rows of fairseq's
     padding of the dictionary (``madeupword0000``...)."""
-    import sentencepiece
     from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
 
-    spm = os.path.join(folder, "sentencepiece.bpe.model")
-    if not os.path.isfile(spm):
-        raise HltmtInputError(f"{folder} has no sentencepiece model sentencepiece.bpe.model")
+    spm = in_folder(folder, "sentencepiece.bpe.model", folder)  # NllbTokenizer's own name for it
     codes = settings.get("extra_special_tokens") or settings.get("additional_special_tokens") or FAIRSEQ_LANGUAGE_CODES
     if not isinstance(codes, list) or not all(
         isinstance(c, str) and re.fullmatch(r"[a-z]{3}_[A-Za-z]{4}", c) for c in codes
     ):
         raise HltmtConfigError(f"{folder}/tokenizer_config.json: the language codes are not NLLB's (eng_Latn, ...)")
-    try:
-        sp = sentencepiece.SentencePieceProcessor(model_file=spm)
-    except (OSError, RuntimeError) as error:
-        raise HltmtInputError(f"{spm} is not a sentencepiece model ({str(error).strip()[:200]})") from None
+    sp = _sentencepiece(spm)
     if sp.get_piece_size() < 4 or not (sp.is_unknown(0) and sp.is_control(1) and sp.is_control(2)):
         raise HltmtConfigError(
             f"{spm}: its first pieces are not <unk> <s> </s>, whose ids NllbTokenizer offsets by one"
         )
     pieces = [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]
     symbols = SPECIALS + pieces + [f"__{code}__" for code in codes]
-    if os.path.isfile(os.path.join(folder, "tokenizer.json")):  # the ids the folder's own tokenizer gives
+    if _tokenizer_json(folder) is not None:  # the ids the folder's own tokenizer gives
         from transformers import NllbTokenizer
 
         try:
             tok = NllbTokenizer.from_pretrained(folder)
-        except (OSError, ValueError) as error:
-            raise HltmtInputError(f"{folder}/tokenizer.json is not NllbTokenizer's ({str(error)[:200]})") from None
+        except Exception as error:  # transformers' parser of files the one reader has bounded: its failure, one line
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise HltmtInputError(f"{folder}/tokenizer.json is not NllbTokenizer's ({first[:200]})") from None
         ids = tok.convert_tokens_to_ids(list(codes) + ["<mask>"])
         if ids != list(range(len(SPECIALS) + len(pieces), len(symbols) + 1)):
             raise HltmtConfigError(
@@ -240,7 +302,7 @@ def _exported_tokenizer(folder: str, record: dict) -> dict:
         pairs=list(record["lang_pairs"]),
         encoder_langtok=record["encoder_langtok"],
         decoder_langtok=bool(record["decoder_langtok"]),
-        spm=os.path.join(folder, "source.spm"),
+        spm=in_folder(folder, "source.spm", folder),
         extra=[],
         extra_min=0,
     )
@@ -293,9 +355,11 @@ def _weight_file(path: str) -> dict:
         from safetensors.torch import load_file
 
         try:
-            return load_file(path)
+            tensors = load_file(path)
         except (SafetensorError, OSError, ValueError) as error:
             raise HltmtInputError(f"{path} is not a safetensors file ({str(error).strip()[:200]})") from None
+        check_finite(tensors, path)
+        return tensors
     import torch
 
     from hltmt_plugin.compat.safe_loading import load_state
@@ -313,15 +377,15 @@ def read_weights(folder: str) -> dict:
     (``model.safetensors.index.json``), else ``pytorch_model.bin`` or its shards, weights-only;
     a shard's tensors are the ones its index names for it, each once."""
     for single, index in WEIGHT_FILES:
-        if os.path.isfile(os.path.join(folder, single)):
-            return _weight_file(os.path.join(folder, single)), os.path.join(folder, single)
-        if not os.path.isfile(os.path.join(folder, index)):
+        if os.path.isfile(in_folder(folder, single, folder)):
+            return _weight_file(in_folder(folder, single, folder)), os.path.join(folder, single)
+        if not os.path.isfile(in_folder(folder, index, folder)):
             continue
         where = os.path.join(folder, index)
         weight_map = records.read_json(where, INDEX, "the index of the weight files", 64 * 1024 * 1024)["weight_map"]
         tensors = {}
         for shard in sorted(set(weight_map.values())):
-            path = os.path.join(folder, shard)
+            path = in_folder(folder, shard, where)
             if not os.path.isfile(path):
                 raise HltmtInputError(f"{where} names {shard}, which the folder does not hold")
             found = _weight_file(path)
@@ -434,7 +498,7 @@ def train_options(data: str, config: dict, tokenizer: dict, norm: str, state: di
         words += [f"--{side}-attention-heads", str(config[f"{side}_attention_heads"])]
         if norm == "pre":
             words.append(f"--{side}-normalize-before")
-    words += ["--activation-fn", ACTIVATION_OF[config["activation_function"]]]
+    words += ["--activation-fn", activation_of()[config["activation_function"]]]
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         words += ["--" + name.replace("_", "-"), repr(float(config.get(name, 0.0)))]
     positions = str(config["max_position_embeddings"])
@@ -460,6 +524,7 @@ def build_checkpoint(words: List[str], state: dict, path: str, where: str, data:
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, words)
+    check_options(args, f"{where}/config.json")  # before fairseq's modules assert on them
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
@@ -527,11 +592,10 @@ def import_folder(folder: str, out: str, force: bool = False, option: str = "--o
     folder = os.fspath(folder)
     inputs = {"--model": folder}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
+    tokenizer = read_tokenizer(folder)  # first: an export folder says here what it is (a pool is not imported)
     config = read_config(folder)
     norm, cls = MODEL_TYPES[config["model_type"]]
-    tokenizer = read_tokenizer(folder)
-    if not os.path.isfile(tokenizer["spm"]):
-        raise HltmtInputError(f"{folder} has no sentencepiece model {os.path.basename(tokenizer['spm'])}")
+    _sentencepiece(tokenizer["spm"])
     check_vocabulary(tokenizer, config, folder)
     tensors, where = read_weights(folder)
     state = fairseq_state(tensors, config, norm, where)

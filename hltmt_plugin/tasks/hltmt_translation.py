@@ -22,6 +22,7 @@ from hltmt_plugin.compatibility import stored_options
 from hltmt_plugin.config import check_finite
 from hltmt_plugin.directions import TRAINED_KEY, ZERO_SHOT, TrainedDirections, extend_trained, trained_pairs
 from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.model_check import check_options
 from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
 from hltmt_plugin.pool.config import SlpConfig
 from hltmt_plugin.pretrained import PretrainedConfig, load_pretrained
@@ -122,6 +123,7 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
         if from_checkpoint:
             check_record(args, self)  # a checkpoint's record against these options
             self.check_direction(args)
+        check_options(args, "the model's options")  # before fairseq's modules assert on them
         model = super().build_model(args, from_checkpoint)
         if not from_checkpoint:
             stamp_record(args, self)  # saved in every checkpoint

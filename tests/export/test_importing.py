@@ -349,7 +349,77 @@ REFUSALS = {
         lambda f: _edit_json(f, "config.json", model_type="bart"),
         "field 'model_type'",
     ),
+    # the folder's own references stay in the folder (paths.in_folder)
+    "a sentencepiece model named outside the folder": (
+        lambda f: _edit_json(f, "tokenizer_config.json", spm_file="/etc/passwd"),
+        "'/etc/passwd' lies outside",
+    ),
+    "a sentencepiece model named above the folder": (
+        lambda f: _edit_json(f, "tokenizer_config.json", spm_file="../x.model"),
+        "'../x.model' lies outside",
+    ),
+    "a sentencepiece model that is a link out of the folder": (
+        lambda f: _link_out(f, "sentencepiece.bpe.model"),
+        "'sentencepiece.bpe.model' is a link that leads outside",
+    ),
+    "a weight shard that is a link out of the folder": (
+        lambda f: (_shard(f), _link_out(f, "model-00002-of-00002.safetensors")),
+        "'model-00002-of-00002.safetensors' is a link that leads outside",
+    ),
+    # the tokenizer's files consistent with the vocabulary they claim
+    "a sentencepiece model that is not one": (
+        lambda f: open(os.path.join(f, "sentencepiece.bpe.model"), "wb").write(b"\x00garbage" * 50),
+        "sentencepiece.bpe.model is not a sentencepiece model",
+    ),
+    "a sentencepiece model of another vocabulary": (
+        lambda f: _other_spm(f),
+        "are not pieces of the sentencepiece model",
+    ),
+    "language codes that are not a name": (
+        lambda f: _edit_json(f, "tokenizer_config.json", language_codes=["en", "de"]),
+        "field 'language_codes'",
+    ),
+    # the one check of a model: options fairseq's modules accept, finite weights
+    "heads that do not divide the model's dimension": (
+        lambda f: _edit_json(f, "config.json", encoder_attention_heads=3),
+        "--encoder-attention-heads 3 does not divide --encoder-embed-dim",
+    ),
+    "a dropout that is not a probability": (
+        lambda f: _edit_json(f, "config.json", dropout=5.0),
+        "--dropout 5.0 is not a probability",
+    ),
+    "an activation fairseq's options do not offer": (
+        lambda f: _edit_json(f, "config.json", activation_function="swish"),
+        "activation_function 'swish' has no fairseq counterpart",
+    ),
+    "a weight holding NaN": (lambda f: _edit_weights(f, _nan), "holds NaN"),
+    "a pickled weight holding an infinity": (lambda f: (_edit_weights(f, _inf), _pickle(f, None)), "holds an infinity"),
 }
+
+
+def _link_out(folder, name):
+    outside = os.path.join(os.path.dirname(folder), "outside-" + name)
+    shutil.move(os.path.join(folder, name), outside)
+    os.symlink(outside, os.path.join(folder, name))
+
+
+def _other_spm(folder):
+    from importing_common import _spm
+
+    other = os.path.join(os.path.dirname(folder), "other")
+    os.makedirs(other)
+    _spm(other, model_type="bpe")
+    shutil.copyfile(os.path.join(other, "sentencepiece.bpe.model"), os.path.join(folder, "sentencepiece.bpe.model"))
+
+
+def _nan(t, value=float("nan")):
+    name = "model.decoder.layers.0.fc1.weight"
+    t[name] = t[name].clone()
+    t[name][0, 0] = value
+
+
+def _inf(t):
+    _nan(t, float("-inf"))
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
@@ -370,3 +440,41 @@ def test_a_position_table_that_is_not_fairseqs_is_refused():
     tensors = {"model.shared.weight": torch.zeros(8, 4), "model.encoder.embed_positions.weight": torch.rand(6, 4)}
     with pytest.raises(HltmtError, match="embed_positions.weight is not fairseq's sinusoidal table"):
         importing.fairseq_state(tensors, config, "post", "x")
+
+
+TOKENIZER_FILES = {  # the folder's tokenizer.json, as transformers would be handed it
+    "an empty record": ("{}", "is empty: a partial record"),
+    "added tokens that are not a list": ('{"added_tokens": 5, "model": {}}', "field 'added_tokens' must be a list"),
+    "a token without an id": ('{"added_tokens": [{"content": "x"}], "model": {}}', "lacks 'id'"),
+    "nesting 100,000 levels deep": ("[" * 100_000 + "]" * 100_000, "nests more than"),
+    "not JSON": ("{", "is not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TOKENIZER_FILES))
+def test_an_nllb_tokenizer_file_goes_through_the_one_reader_first(case, nllb, tmp_path):
+    text, message = TOKENIZER_FILES[case]
+    folder = _copy(nllb, tmp_path)
+    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(text)
+    with pytest.raises(HltmtError) as caught:
+        importing.import_folder(folder, str(tmp_path / "out"))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_pool_export_is_refused_as_a_pool(tmp_path):
+    """A folder of one model per group of targets is named as what it is, before its config.json
+    (which a pool's root does not hold) is read."""
+    from hltmt_plugin.hub import manifest
+
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    record = {"models": {"0": "group-0", "1": "group-1"}}
+    original = manifest.is_export, manifest.read
+    manifest.is_export, manifest.read = (lambda f: True), (lambda f: record)
+    try:
+        with pytest.raises(HltmtError, match="holds one model per group of target languages"):
+            importing.import_folder(str(folder), str(tmp_path / "out"))
+    finally:
+        manifest.is_export, manifest.read = original
