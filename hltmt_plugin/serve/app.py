@@ -9,6 +9,7 @@ cannot be served gets ``{"error": one line}`` with its status (400, 404, 405, 40
 Retry-After, 500, 503), never a traceback."""
 
 import asyncio
+import signal
 import socket
 import sys
 import time
@@ -310,5 +311,15 @@ def serve(service: Service, sock: socket.socket, access_log: bool = False, annou
             announce()
         await task
 
-    asyncio.run(run())
+    # uvicorn stops gracefully on SIGTERM and SIGINT, then raises the signal again for the handler it found: a
+    # default one would end the process by the signal (or a KeyboardInterrupt's traceback) after a clean stop
+    kept = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+            kept[sig] = signal.signal(sig, lambda *_: None)
+    try:
+        asyncio.run(run())
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
     sys.stderr.flush()

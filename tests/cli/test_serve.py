@@ -1,0 +1,128 @@
+"""hltmt-serve as a user runs it (hltmt_plugin/cli/serve.py): options refused in one line, a port
+taken, a checkpoint and a CTranslate2 export served, SIGTERM under load (no new connection, the
+requests in flight answered, exit 0). Loopback only."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import cli, run
+from serve_common import MODEL, MODELS, SENTENCES, SPM, post
+
+CHECKPOINT = ["--model", MODEL, "--spm", SPM, "--data", MODELS]
+
+
+def start(*args):
+    """hltmt-serve on a free loopback port: (process, port), once it says it is serving."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [cli("hltmt-serve"), *args, "--port", "0", "--beam", "4", "--max-len", "30"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    line = proc.stderr.readline()
+    assert "serving" in line, line + proc.stderr.read()[-2000:]
+    return proc, int(line.split("http://127.0.0.1:")[1].split("/")[0])
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--max-items", "300", "--max-queue", "100"], "--max-items 300 is more than --max-queue 100"),
+        (["--port", "70000"], "--port must be from 0 to 65535"),
+        (["--beam", "0"], "--beam must be at least 1"),
+        (["--timeout", "0"], "--timeout must be more than 0"),
+        (["--no-repeat-ngram-size", "1"], "no_repeat_ngram_size must be 0 (off) or at least 2"),
+    ],
+)
+def test_options_that_cannot_work_are_one_line(args, words):
+    done = run([cli("hltmt-serve"), *CHECKPOINT, *args])
+    assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.fast
+def test_a_missing_model_and_a_taken_port_are_one_line(tmp_path):
+    done = run([cli("hltmt-serve"), "--model", str(tmp_path / "none.pt")])
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "none.pt" in done.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        done = run([cli("hltmt-serve"), *CHECKPOINT, "--port", str(taken.getsockname()[1])])
+    assert done.returncode == 2 and done.stderr.startswith("hltmt-serve: error: cannot listen on 127.0.0.1:"), (
+        done.stderr
+    )
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_sigterm_under_load_answers_the_requests_in_flight_then_exits():
+    proc, port = start(*CHECKPOINT)
+    answers = []
+    lock = threading.Lock()
+
+    def client(k):
+        texts = [text for _, _, text in SENTENCES] * 4
+        got = post(port, "/translate", {"q": texts, "source": "en", "target": SENTENCES[k][1]})
+        with lock:
+            answers.append(got)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # every request sent, most still queued
+    proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(60)
+    assert proc.wait(timeout=60) == 0
+    rest = proc.stderr.read()
+    assert rest.strip().endswith("hltmt-serve: stopped"), rest[-2000:]
+    assert len(answers) == 6 and all(status == 200 and len(a["translatedText"]) == 32 for status, a in answers)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_an_export_folder_is_served_by_its_engine(tmp_path):
+    folder = tmp_path / "ct2"
+    done = run([cli("hltmt-export"), "--checkpoint", MODEL, "--spm", SPM, "--data", MODELS, "--out", str(folder)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    proc, port = start("--model", str(folder), "--threads", "1")
+    try:
+        status, answer = post(
+            port, "/v1/translate", {"items": [{"source": s, "target": t, "text": x} for s, t, x in SENTENCES[:3]]}
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    expected = run(
+        [cli("hltmt-translate"), "--checkpoint", str(folder), "--json", "--beam", "4", "--max-len", "30"],
+        input="".join(f"{s}\t{t}\t{x}\n" for s, t, x in SENTENCES[:3]),
+    )
+    assert status == 200 and expected.returncode == 0, expected.stderr
+    lines = [json.loads(line) for line in expected.stdout.splitlines()]
+    assert [r["translation"] for r in answer["results"]] == [line["translation"] for line in lines]
+    assert [r["routing"] for r in answer["results"]] == [{"slp": "m0"}, {"slp": "m2"}, {"slp": "universal"}]
+
+
+@pytest.mark.fast
+def test_help_imports_neither_torch_nor_the_web_stack():
+    from test_startup import PROBE
+
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    heavy = ("torch", "fairseq", "starlette", "uvicorn")
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(heavy=heavy), cli("hltmt-serve"), "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.stdout.strip().splitlines()[-1].strip() == "EXIT 0 HEAVY", done.stdout[-500:] + done.stderr[-2000:]
+    assert "LibreTranslate's API" in done.stdout and "--max-queue" in done.stdout
