@@ -59,13 +59,26 @@ function option(code, name, extra) {
   return o;
 }
 
+const display = new Intl.DisplayNames(["en"], { type: "language", fallback: "code" });
+
+function nameOf(code) {
+  const known = languages.find((l) => l.code === code);
+  if (known) return known.name;
+  try { return display.of(code); } catch (error) { return code; }
+}
+
 function fillTargets() {
   const lang = languages.find((l) => l.code === $("source").value);
-  const names = Object.fromEntries(languages.map((l) => [l.code, l.name]));
   $("target").replaceChildren(
     ...(lang ? lang.targets : []).map((t) =>
-      option(t, names[t] || t, lang.zero_shot.includes(t) ? ", zero-shot" : ""))
+      option(t, nameOf(t), lang.zero_shot.includes(t) ? ", zero-shot" : ""))
   );
+}
+
+function servedBy(routing) {
+  const parts = Object.entries(routing || {}).map(([k, v]) =>
+    k === "slp" ? (v === "universal" ? "the universal layer" : `pool module ${v}`) : `${k} ${v}`);
+  return parts.length ? `served by ${parts.join(", ")}` : "served by the whole model";
 }
 
 async function load() {
@@ -101,8 +114,7 @@ function show(result) {
   box.append(text);
   const routing = document.createElement("span");
   routing.className = "routing";
-  const served = Object.entries(result.routing || {}).map(([k, v]) => `${k}: ${v}`).join(", ");
-  routing.textContent = served ? `served by ${served}` : "served by the whole model";
+  routing.textContent = servedBy(result.routing);
   box.append(routing);
   if (result.zero_shot) {
     const zero = document.createElement("span");
