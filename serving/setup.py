@@ -3,6 +3,7 @@
 CTranslate2 and sentencepiece and without torch or fairseq.
 
     pip install ./serving          # from a checkout: a new environment that serves export folders
+    pip install "./serving[serve]" # and hltmt-serve, the HTTP server (docs/serving.md)
 
 It ships the package's torch-free modules (:data:`MODULES`, read from ``../hltmt_plugin``), not
 the training code; it is an install of its own, not an extra of the full package, whose
@@ -40,6 +41,13 @@ MODULES = [
     "hltmt_plugin.cli.output",
     "hltmt_plugin.cli.export",
     "hltmt_plugin.cli.translate",
+    # hltmt-serve (its web stack comes with the serve extra: docs/serving.md)
+    "hltmt_plugin.serve.batcher",
+    "hltmt_plugin.serve.metrics",
+    "hltmt_plugin.serve.api",
+    "hltmt_plugin.serve.page",
+    "hltmt_plugin.serve.app",
+    "hltmt_plugin.cli.serve",
 ]
 
 with open(os.path.join(HERE, PACKAGE, "__init__.py"), encoding="utf-8") as f:
@@ -54,5 +62,11 @@ setup(
     package_dir={"hltmt_plugin": PACKAGE},
     py_modules=MODULES,  # each package's __init__.py comes with its modules
     install_requires=["ctranslate2>=4.5", "sentencepiece", "numpy", "tqdm"],
-    entry_points={"console_scripts": ["hltmt-translate = hltmt_plugin.cli.translate:main"]},
+    extras_require={"serve": ["starlette>=0.40", "uvicorn>=0.30"]},  # hltmt-serve (docs/serving.md)
+    entry_points={
+        "console_scripts": [
+            "hltmt-translate = hltmt_plugin.cli.translate:main",
+            "hltmt-serve = hltmt_plugin.cli.serve:main",
+        ]
+    },
 )

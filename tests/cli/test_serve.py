@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import cli, run
+from conftest import ROOT, cli, run
 from serve_common import MODEL, MODELS, SENTENCES, SPM, post
 
 CHECKPOINT = ["--model", MODEL, "--spm", SPM, "--data", MODELS]
@@ -126,3 +126,59 @@ def test_help_imports_neither_torch_nor_the_web_stack():
     )
     assert done.stdout.strip().splitlines()[-1].strip() == "EXIT 0 HEAVY", done.stdout[-500:] + done.stderr[-2000:]
     assert "LibreTranslate's API" in done.stdout and "--max-queue" in done.stdout
+
+
+SIMULATED = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import importlib.util as u
+assert u.find_spec("torch") is None and u.find_spec("fairseq") is None
+sys.argv = ["hltmt-serve", "--model", sys.argv[3], "--port", "0", "--threads", "1", "--beam", "4", "--max-len", "30"]
+from hltmt_plugin.cli.serve import main
+sys.exit(main())
+"""
+
+
+def simulated_install(root):
+    """The serving install without pip: serving/setup.py's MODULES (each package's __init__.py with
+    them) and this environment's site-packages without torch, fairseq or the full package."""
+    import ast
+    import shutil
+    import site
+
+    tree = ast.parse(open(os.path.join(ROOT, "serving", "setup.py"), encoding="utf-8").read())
+    listed = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "MODULES")
+    for module in ast.literal_eval(listed):
+        parts = module.split(".")
+        for depth in range(1, len(parts) + 1):
+            name = os.path.join(*parts[:depth], "__init__.py") if depth < len(parts) else os.path.join(*parts) + ".py"
+            os.makedirs(os.path.dirname(root / name), exist_ok=True)
+            shutil.copyfile(os.path.join(ROOT, name), root / name)
+    packages = root / "site"
+    packages.mkdir()
+    for folder in site.getsitepackages():
+        for name in os.listdir(folder):
+            if not name.startswith(("torch", "fairseq", "hltmt", "__editable__")) and not name.endswith(".pth"):
+                if not (packages / name).exists():
+                    os.symlink(os.path.join(folder, name), packages / name)
+    return [str(root), str(packages)]
+
+
+def test_the_serving_install_without_torch_serves_an_export_folder(tmp_path):
+    from hltmt_plugin.export.ctranslate2 import export
+
+    folder = str(tmp_path / "ct2")
+    export(MODEL, folder)
+    path = simulated_install(tmp_path / "install")
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", SIMULATED, *path, folder], stderr=subprocess.PIPE, text=True, env=env
+    )
+    line = proc.stderr.readline()
+    assert "serving" in line and "(ctranslate2, 10 directions)" in line, line + proc.stderr.read()[-3000:]
+    port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
+    try:
+        status, answer = post(port, "/translate", {"q": SENTENCES[0][2], "source": "en", "target": "de"})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0 and status == 200 and answer["translatedText"], answer
