@@ -56,6 +56,7 @@ def build_parser():
     p.add_argument("--sentences", type=int, default=24, help="test sentences drawn from each trained direction")
     p.add_argument("--beam", type=int, default=4, help="beam size")
     p.add_argument("--max-len", type=int, default=40, help="the most tokens of a translation")
+    p.add_argument("--max-wait", type=float, default=None, help="the servers' --max-wait, ms (default: theirs)")
     p.add_argument("--burst", type=int, default=96, help="clients at once beyond the queue (0: none)")
     p.add_argument("--max-seconds", type=float, default=240.0, help="the most seconds of one level")
     p.add_argument("--json", default=None, help="write the figures here (a JSON file)")
@@ -201,6 +202,7 @@ def reference(model_args, items, engine, options):
 def measure(args, model_args, engine, batching, items, expected):
     """One server's levels (and beyond the queue, with batching): a row per level."""
     options = ["--beam", str(args.beam), "--max-len", str(args.max_len)]
+    options += [] if args.max_wait is None else ["--max-wait", str(args.max_wait)]
     server = Server(
         model_args,
         [*options, "--max-queue", str(QUEUE), "--max-items", "64"] + ([] if batching else ["--no-batching"]),

@@ -37,10 +37,12 @@ class QueueFull(Exception):
     ``retry_after``: whole seconds after which it may fit."""
 
     def __init__(self, queued: int, size: int, limit: int, retry_after: int):
-        super().__init__(
-            f"the server's queue holds {queued} sentences; {size} more would pass its {limit}: try again in "
-            f"{retry_after} s"
+        what = (
+            f"is full ({queued} of {limit} sentences)"
+            if queued >= limit
+            else f"holds {queued} sentences; {size} more would pass its {limit}"
         )
+        super().__init__(f"the server's queue {what}: try again in {retry_after} s")
         self.retry_after = retry_after
 
 
@@ -121,11 +123,15 @@ class Batcher:
             if self.stopping:
                 raise Stopped("the server is stopping: it takes no new request")
             if self.queued and self.queued + len(job.items) > self.max_queue:
-                raise QueueFull(self.queued, len(job.items), self.max_queue, self.retry_after())
+                raise self.full(len(job.items))
             self.queue.append(job)
             self.queued += len(job.items)
             self.cond.notify_all()
         return job
+
+    def full(self, size: int) -> QueueFull:
+        """The refusal of a job of ``size`` sentences by the queue as it is."""
+        return QueueFull(self.queued, size, self.max_queue, self.retry_after())
 
     def retry_after(self) -> int:
         """Seconds until the queue has likely drained, from the recent rate: 1 to 60."""

@@ -103,6 +103,7 @@ def test_a_full_queue_refuses_at_once_with_a_retry_time():
     batcher.stop(5)
     assert took < 0.05 and 1 <= error.retry_after <= 60
     assert "queue holds 2 sentences; 2 more would pass its 3" in str(error)
+    assert str(QueueFull(3, 0, 3, 2)) == "the server's queue is full (3 of 3 sentences): try again in 2 s"
 
 
 def test_a_cancelled_job_is_dropped_before_it_runs():
