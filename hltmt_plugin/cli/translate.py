@@ -11,6 +11,13 @@ with ``--json`` an object with the translation, its score (base 2, as fairseq-ge
 prints it), pieces and routing (pool module or universal layer, adapters, skills). With
 ``--nbest N`` (N above 1): N lines per input line, its N best translations best first, or with
 ``--json`` one object whose "hypotheses" hold them (translation, score, tokens).
+``--format fairseq`` writes each hypothesis as fairseq-generate does, ``H-<id><TAB><score><TAB>
+<translation>``, and a line not translated as ``E-<id><TAB><why>`` (as many times as --nbest),
+so that a refused line stands apart from an empty translation; ``--format moses`` writes
+Moses' n-best form, ``<id> ||| <translation> ||| Log2Prob0= <score> ||| <score>``, and nothing
+for a line not translated (Moses' lists are grouped by id). ``<id>``: the input line's number
+counted from 0, as both count sentences. Every score is a log-probability in base 2, as
+fairseq-generate prints it (natural log: multiply by ln 2 = 0.693).
 
 Search: fairseq-generate's options, the same on every engine: --beam, --lenpen, --max-len,
 --nbest, --no-repeat-ngram-size; --sampling draws --beam samples instead of a beam search, from
@@ -19,7 +26,8 @@ the --sampling-topk most likely tokens or the fewest whose probability reaches -
 
 Lines are read in chunks of --buffer-size; the directions of a chunk are batched together
 and its translations written (and flushed) before the next chunk is read, so the command
-streams. A file gets a progress bar on stderr; the rate (sentences/s) is printed at the end.
+streams. A file gets a progress bar on stderr; the rate (sentences/s, and output tokens/s: the
+translations' tokens, end of sentence included) is printed at the end.
 
 Lines: a line ends at ``\n``, ``\r\n`` or a lone ``\r`` (files of every platform; the output
 always ends its lines with ``\n``); no other character ends a line (U+2028 and U+2029 stay
@@ -27,7 +35,8 @@ inside theirs; a line holding a control character other than TAB, such as ``\x0b
 or ``\x85``, is not translated; a translation holding a character some reader takes for a line
 end gets a space there, and with --json it is escaped). A UTF-8 byte order mark at the start of
 the input is dropped; a UTF-16 or UTF-32 one is refused (convert the file to UTF-8). The
-output has exactly one line per input line (--nbest N: N lines), in order. Lines are read in bounded pieces: a line
+output has exactly one line per input line (--nbest N: N lines; --format moses: one per hypothesis), in
+order. Lines are read in bounded pieces: a line
 longer than 1 MiB, or more than 100 million lines, stops the command with one line naming the
 input and the line (standard input from ``/dev/zero`` too, before memory grows).
 
@@ -173,6 +182,13 @@ def build_parser():
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line: translation, score, routing")
     p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="plain output: the translations (text), fairseq-generate's H-<id> lines with scores and E-<id> for a "
+        "line not translated (fairseq), or Moses' n-best lines (moses)",
+    )
+    p.add_argument(
         "--zero-shot",
         action="store_true",
         help="also translate directions the model was not trained on from a source of some trained direction "
@@ -195,6 +211,8 @@ def check_args(p, args):
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.buffer_size is not None and args.buffer_size < 1:
         p.error("--buffer-size must be at least 1")
+    if args.json and args.format != "text":
+        p.error(f"--format {args.format} is a plain-text form: leave out --json, whose objects hold the scores")
     try:
         search_options(args)
     except HltmtConfigError as error:  # the Python API's bound, each argument named as its option
@@ -266,13 +284,41 @@ ONE_LINE = str.maketrans({c: " " for c in LINE_BREAKS})
 JSON_ESCAPES = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}  # json.dumps escapes the rest
 
 
-def output_line(result, as_json, nbest=1):
-    """One output line (with its \\n) that no reader splits in two; without ``as_json`` and
-    with ``nbest`` above 1, ``nbest`` lines (empty ones for a failed line)."""
+FORMATS = ("text", "fairseq", "moses")
+
+
+def _scored(result):
+    """``[(text, score)]``: the result's hypotheses, best first ([] for a line not translated)."""
+    if result.error is not None or result.text is None:
+        return []
+    if result.hypotheses:
+        return [(h.text, h.score) for h in result.hypotheses]
+    return [(result.text, result.score)]
+
+
+def plain_lines(result, nbest=1, form="text"):
+    """The plain output of one result (``form``: :data:`FORMATS`), each line with its ``\\n``:
+    ``nbest`` lines (moses: one per hypothesis, none for a line not translated)."""
+    one = lambda text: (text or "").translate(ONE_LINE)  # noqa: E731
+    scored, line_id = _scored(result), (result.line or 1) - 1
+    if form == "fairseq":
+        if not scored:
+            return f"E-{line_id}\t{one(result.error or 'not translated')}\n" * nbest
+        return "".join(f"H-{line_id}\t{score:.4f}\t{one(text)}\n" for text, score in scored)
+    if form == "moses":
+        return "".join(
+            f"{line_id} ||| {one(text)} ||| Log2Prob0= {score:.4f} ||| {score:.4f}\n" for text, score in scored
+        )
+    texts = [text for text, _ in scored] or [result.text]
+    texts += [""] * (nbest - len(texts))
+    return "".join(one(text) + "\n" for text in texts)
+
+
+def output_line(result, as_json, nbest=1, form="text"):
+    """One output line (with its \\n) that no reader splits in two; without ``as_json``, the
+    plain lines of ``form`` (:func:`plain_lines`)."""
     if not as_json:
-        texts = [h.text for h in result.hypotheses] if result.hypotheses else [result.text]
-        texts += [""] * (nbest - len(texts))
-        return "".join((text or "").translate(ONE_LINE) + "\n" for text in texts)
+        return plain_lines(result, nbest, form)
     record = result.to_dict()
     record["translation"] = record.pop("text")
     for hypothesis in record.get("hypotheses") or ():
@@ -390,13 +436,13 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
     except OSError as error:
         return fail(f"cannot read --input {args.input}: {error.strerror or error}")
     bar = None
-    done = failed = 0
+    done = failed = tokens = 0
     start = time.perf_counter()
     try:
         bar = progress_bar(args)
         for chunk in chunks(source, input_name(args), size):
-            failed += translate_chunk(translator, chunk, args, done + 1, out, bar)
-            done += len(chunk)
+            chunk_failed, chunk_tokens = translate_chunk(translator, chunk, args, done + 1, out, bar)
+            failed, tokens, done = failed + chunk_failed, tokens + chunk_tokens, done + len(chunk)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
@@ -414,7 +460,7 @@ def translate_all(args, sink, HltmtTranslator, HltmtError):
             source.close()
     if sink is not None:
         sink.commit()  # every line written: the output replaces the old file now
-    return summary(done, failed, time.perf_counter() - start)
+    return summary(done, failed, time.perf_counter() - start, tokens)
 
 
 def progress_bar(args):
@@ -432,7 +478,7 @@ def progress_bar(args):
 def translate_chunk(translator, chunk, args, first_line, out, bar):
     """Translate one chunk of ``(text, why unreadable)`` lines, numbered from ``first_line``;
     write an output line for each (flushed) and each failure on stderr. Returns the number
-    of lines that failed."""
+    of lines that failed and the tokens of the translations written."""
     items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
     results = translator.translate_batch(
         items,
@@ -443,7 +489,7 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
         progress=bar.update if bar is not None else None,
         zero_shot=args.zero_shot,
     )
-    failed = 0
+    failed = tokens = 0
     for (text, unreadable), item, result in zip(chunk, items, results):
         if unreadable is not None:
             result.error, result.src, result.tgt, result.source = unreadable, "", "", ""
@@ -458,16 +504,21 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
                 bar.write(message, file=sys.stderr)
             else:
                 sys.stderr.write(message + "\n")
-        out.write(output_line(result, args.json, args.nbest))
+        out.write(output_line(result, args.json, args.nbest, args.format))
+        if result.error is None:
+            tokens += result.tokens or 0
     out.flush()
-    return failed
+    return failed, tokens
 
 
-def summary(done, failed, seconds):
-    """The closing line on stderr (translated lines and rate); the exit status."""
+def summary(done, failed, seconds, tokens=0):
+    """The closing line on stderr (translated lines, their rate and the rate of the translations'
+    tokens); the exit status."""
     rate = (done - failed) / seconds if seconds > 0 else 0.0
+    token_rate = tokens / seconds if seconds > 0 else 0.0
     sys.stderr.write(
-        f"{PROG}: {done - failed} of {done} sentence(s) translated in {seconds:.1f} s: {rate:.1f} sentences/s\n"
+        f"{PROG}: {done - failed} of {done} sentence(s) translated in {seconds:.1f} s: {rate:.1f} sentences/s, "
+        f"{token_rate:.1f} output tokens/s\n"
     )
     return 1 if failed else 0
 

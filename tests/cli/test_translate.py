@@ -562,3 +562,48 @@ def test_nbest_writes_n_lines_per_input_line_and_json_holds_the_hypotheses(tmp_p
             "score",
             "tokens",
         }
+
+
+@pytest.mark.fast
+def test_fairseq_and_moses_forms_carry_ids_and_scores_and_mark_a_line_not_translated(tmp_path, capsys):
+    """--format fairseq: H-<id>, the base-2 score --json gives, the translation; a refused line
+    E-<id> with its reason, apart from an empty translation. --format moses: id ||| text |||
+    features ||| score, nothing for a refused line. The closing line counts output tokens/s."""
+    import logging
+    import math
+
+    from hltmt_plugin.cli import translate as command
+
+    source = tmp_path / "in.tsv"
+    source.write_text("en\tde\tThe file is open.\nen\txx\tThe file is open.\nen\tfr\tSave the file.\n")
+    argv = ["--checkpoint", STUDY_MODEL, "--input", str(source), "--no-progress", "--nbest", "2", "--device", "cpu"]
+    try:
+        assert command.main([*argv, "--json"]) == 1
+        records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert command.main([*argv, "--format", "fairseq"]) == 1
+        fairseq, err = capsys.readouterr()
+        assert command.main([*argv, "--format", "moses"]) == 1
+        moses = capsys.readouterr().out.splitlines()
+        with pytest.raises(SystemExit):
+            command.main([*argv, "--format", "moses", "--json"])
+        assert "--format moses is a plain-text form" in capsys.readouterr().err
+    finally:
+        logging.disable(logging.NOTSET)
+    expected = [
+        f"H-{i}\t{h['score']:.4f}\t{h['translation']}" for i, r in enumerate(records) for h in r.get("hypotheses") or []
+    ]
+    fairseq = fairseq.splitlines()
+    assert len(fairseq) == 6 and [line for line in fairseq if line.startswith("H-")] == expected
+    assert fairseq[2:4] == ["E-1\tunknown language 'xx' (this model knows en,fr,cs,de,fi,lv,et,ro,hi,tr,gu)"] * 2
+    assert moses == [
+        f"{i} ||| {h['translation']} ||| Log2Prob0= {h['score']:.4f} ||| {h['score']:.4f}"
+        for i, r in enumerate(records)
+        for h in r.get("hypotheses") or []
+    ]
+    assert len(moses) == 4 and all(math.isfinite(float(line.rsplit("|||", 1)[1])) for line in moses)
+    tokens = sum(r["tokens"] for r in records if "error" not in r)
+    closing = re.fullmatch(
+        r"hltmt-translate: 2 of 3 sentence\(s\) translated in ([\d.]+) s: [\d.]+ sentences/s, ([\d.]+) output tokens/s",
+        err.splitlines()[-1],
+    )
+    assert closing and tokens > 0 and float(closing.group(2)) > 0, err
