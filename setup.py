@@ -54,6 +54,7 @@ setup(
             "ruff==0.17.6",
             "matplotlib",
             "sacremoses",
+            "hypothesis>=6.100",  # property-based tests: the engines' search options (tests/hub/test_engine_contract.py)
             "selenium>=4.20",
             "libretranslatepy>=2.1",
         ],

@@ -7,8 +7,8 @@ criterion ``hltmt_cross_entropy``, and changes nothing else in the importing pro
 A process that is a command, fairseq's (``fairseq-train``, ``fairseq-generate``, ... with
 ``--user-dir``) or the plugin's (``hltmt-translate``, ...), also gets the one-line report of an
 error (:mod:`hltmt_plugin.errors`) and the version-gated workarounds of fairseq / torch behaviour
-(:mod:`hltmt_plugin.compat`); what the process is is decided once, here, by
-:func:`command_process`.
+(:mod:`hltmt_plugin.compat`); what the process is is decided once, by
+:func:`hltmt_plugin.process.command_process`.
 
 The plugin's commands import the package without torch and fairseq, read their arguments
 (``--help``, ``--version`` and argument errors answer at once) and then call :func:`register`;
@@ -18,65 +18,19 @@ fairseq is not installed (the serving install, ``serving/``), ``import hltmt_plu
 nothing.
 """
 
-import ast
 import importlib.util
-import sys
+
+from hltmt_plugin.process import (  # noqa: F401  (the package's names of them)
+    COMMAND_PACKAGES,
+    FAIRSEQ_COMMANDS,
+    _console_script_module,
+    _main_module,
+    command_process,
+)
 
 __version__ = "0.2.0"
 
-# the packages whose modules are the plugin's commands (setup.py's console_scripts, python -m)
-COMMAND_PACKAGES = ("hltmt_plugin.cli.", "hltmt_plugin.experiments.")
-FAIRSEQ_COMMANDS = "fairseq_cli"  # the package of fairseq's commands (fairseq-train, ..., python -m fairseq_cli.X)
-SCRIPT_BYTES = 4096  # a console script is a few lines; a longer main program is not one
-
 _registered = False
-_process = None
-
-
-def _console_script_module(path) -> str:
-    """The module whose ``main`` the program ``path`` imports, when it is a console script
-    (``from hltmt_plugin.cli.translate import main``): read as text, never run; else ""."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read(SCRIPT_BYTES + 1)
-        if len(text) > SCRIPT_BYTES:
-            return ""
-        tree = ast.parse(text)
-    except (OSError, TypeError, ValueError, SyntaxError):
-        return ""
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and any(alias.name == "main" for alias in node.names):
-            return node.module or ""
-    return ""
-
-
-def _main_module() -> str:
-    """The module this process was started to run: ``python -m NAME``'s NAME (from the
-    interpreter's own command line while NAME's packages are imported, from ``__main__``'s spec
-    after), or the module whose ``main`` a console script calls; "" for any other program."""
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None:
-        return spec.name or ""
-    if sys.argv[:1] == ["-m"] and len(getattr(sys, "orig_argv", [])) >= len(sys.argv):
-        return sys.orig_argv[-len(sys.argv)].removeprefix("-m")  # python -m NAME ARGS...: NAME before ARGS
-    return _console_script_module(getattr(main, "__file__", None))
-
-
-def command_process() -> str:
-    """What this process is, decided once: ``"fairseq"`` (one of fairseq's commands: the plugin
-    came through ``--user-dir``, :data:`FAIRSEQ_COMMANDS` imported), ``"plugin"`` (one of the
-    plugin's commands: the process runs a module of :data:`COMMAND_PACKAGES`), or ``""`` (a
-    program that imports the plugin: nothing in it is changed but fairseq's registries)."""
-    global _process
-    if _process is None:
-        if _main_module().startswith(COMMAND_PACKAGES):
-            _process = "plugin"
-        elif FAIRSEQ_COMMANDS in sys.modules:
-            _process = "fairseq"
-        else:
-            _process = ""
-    return _process
 
 
 def register() -> None:

@@ -414,7 +414,8 @@ def _refuse_changed_data(checkpoint: Dict[str, object], what: str, data: Optiona
 
 def _warn_no_record(checkpoint: Dict[str, object], what: str, data: Optional[str]) -> None:
     fingerprint = (
-        f"its dictionaries agree with its {FINGERPRINT_FILE}"
+        f"its dictionaries are unchanged since binarization (its {FINGERPRINT_FILE}), but nothing shows they are "
+        "the ones the model learned: a folder rebuilt in another order and fingerprinted again passes too"
         if data and os.path.lexists(os.path.join(data, FINGERPRINT_FILE))
         else f"it has no {FINGERPRINT_FILE}, so nothing shows its dictionaries are the ones the model learned"
     )

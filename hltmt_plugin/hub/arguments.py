@@ -56,20 +56,34 @@ def generation(beam, lenpen, max_len):
     return positive_int("beam", beam), length_penalty(lenpen), positive_int("max_len", max_len)
 
 
+# One sentence's search, the cost model every engine shares: each step scores beam x vocabulary
+# logits (and keeps each hypothesis' states), for at most max_len + 1 steps. Measured on the
+# study's HLT-MT (8,014 symbols, d 256) on one CPU thread, beam 512 held to 64 tokens: 6.4 s
+# (CTranslate2), 7.7 s (the checkpoint), 17.7 s and 848 MiB (transformers), 2.7e8 logits.
+MAX_STEP_LOGITS = 2**24  # one step's scores: 64 MiB of float32 a sentence
+MAX_SEARCH_LOGITS = 2**32  # a whole search: about 16 x the measure above, some 5 minutes on the slowest engine
+
+
 def search_bounds(beam, max_len, vocab_size: int, max_positions: int):
     """(beam, max_len) for a model of ``vocab_size`` symbols and ``max_positions`` target
-    positions, the same for every engine: a beam of at most one hypothesis per symbol (a larger
-    one is refused: it only costs memory), and a translation of at most ``max_positions - 1``
-    tokens (the first position is the decoder's start; fairseq's search stops there too)."""
+    positions, the same for every engine: a translation of at most ``max_positions - 1`` tokens
+    (the first position is the decoder's start; fairseq's search stops there too), and a search
+    within the cost model: at most :data:`MAX_STEP_LOGITS` scores a step (beam x vocabulary: so
+    also one hypothesis per symbol) and :data:`MAX_SEARCH_LOGITS` over the search (steps x beam x
+    vocabulary), so that the largest beam accepted finishes, on every engine."""
     beam, max_len = positive_int("beam", beam), positive_int("max_len", max_len)
-    if beam > vocab_size:
+    max_len = max(1, min(max_len, max_positions - 1))
+    largest = min(vocab_size, MAX_STEP_LOGITS // vocab_size, MAX_SEARCH_LOGITS // (vocab_size * (max_len + 1)))
+    if beam > largest:
         raise HltmtConfigError(
-            f"beam {beam} is larger than the model's vocabulary ({vocab_size} symbols): a beam keeps at "
-            f"most one hypothesis per symbol; give at most {vocab_size}"
+            f"beam {beam} is more than one search of this model may cost: with {vocab_size} symbols and max_len "
+            f"{max_len} give at most {max(1, largest)} (at most {MAX_STEP_LOGITS} scores a step, "
+            f"{MAX_SEARCH_LOGITS} a search; lower max_len for a larger beam)"
         )
-    return beam, max(1, min(max_len, max_positions - 1))
+    return beam, max_len
 
 
+MIN_TOPP = 2.0**-126  # the smallest normal float32: every engine computes p in float32, where a smaller one is 0
 MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # logits over 0.01 still fit half precision; over 100, all but uniform
 MAX_SEED = 2**31 - 1  # what every engine's generator takes
 
@@ -128,8 +142,11 @@ def search(
     sampling = flag("sampling", sampling)
     topk = positive_int("sampling_topk", sampling_topk, optional=True)
     topp = None if sampling_topp is None else finite_float("sampling_topp", sampling_topp)
-    if topp is not None and not 0 < topp <= 1:
-        raise HltmtConfigError(f"sampling_topp must be more than 0 and at most 1, got {topp:g}")
+    if topp is not None and not MIN_TOPP <= topp <= 1:
+        raise HltmtConfigError(
+            f"sampling_topp must be from {MIN_TOPP:.4g} (the smallest float32 the engines compute it in) to 1, "
+            f"got {topp:g}"
+        )
     temperature = finite_float("temperature", temperature)
     if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
         raise HltmtConfigError(
@@ -176,6 +193,40 @@ def search(
         int(no_repeat_ngram_size),
         min_len,
     )
+
+
+class Limit(NamedTuple):
+    """An engine's own range of one search option, narrower than the contract's: ``low`` /
+    ``high`` (None: the contract's), and ``why`` the engine differs there."""
+
+    low: Optional[float]
+    high: Optional[float]
+    why: str
+
+
+def outside(limit: Limit, value) -> bool:
+    """Whether ``value`` lies outside ``limit``'s range."""
+    return (limit.low is not None and value < limit.low) or (limit.high is not None and value > limit.high)
+
+
+def engine_bounds(options: Search, limits: dict, engine: str) -> Search:
+    """``options`` within an engine's own :class:`Limit` of each option (``limits``: an engine
+    class's ``search_limits``), applied by the contract to every engine; one line naming the
+    option, the engine and why."""
+    for name, limit in limits.items():
+        value = getattr(options, name)
+        if value is None or isinstance(value, bool):
+            continue
+        if outside(limit, value):
+            shown = _range(limit.low, limit.high)
+            raise HltmtConfigError(f"{name} {value:g} is refused on {engine}: give {shown} there ({limit.why})")
+    return options
+
+
+def _range(low, high) -> str:
+    if low is not None and high is not None:
+        return f"from {low:g} to {high:g}"
+    return f"at least {low:g}" if low is not None else f"at most {high:g}"
 
 
 def model_bounds(options: Search, vocab_size: int, max_positions: int) -> Search:

@@ -190,6 +190,16 @@ class Translator:
 
     langs: List[str]
     directions: Optional[TrainedDirections]
+    # an engine's own ranges of search options where it does not search as the others do
+    # (arguments.Limit), applied to every call by translate_batch
+    search_limits: Dict[str, arguments.Limit] = {}
+    # values an engine accepts that give other lines than the checkpoint's, outside each Limit's
+    # range (docs/deploying.md says why, and tests/hub/test_engine_contract.py allows no other)
+    search_differences: Dict[str, arguments.Limit] = {}
+
+    def engine_label(self) -> str:
+        """The engine as a message names it."""
+        return getattr(self, "engine_name", "") or "the checkpoint"
 
     # the contract's own calls: they check every bound before an engine's method runs, so an engine
     # implements the methods they call (_load, routing, _tokens, _prepared, _translate_prepared), never these
@@ -229,7 +239,21 @@ class Translator:
         (an export folder's manifest when it has been read). See
         :meth:`~hltmt_plugin.hub.translator.HltmtTranslator._load`."""
         options = arguments.load_options(max_tokens, max_sentences, threads, fp16)
-        return cls._load(checkpoint, spm, data, device=device, compute_type=compute_type, record=record, **options)
+        translator = cls._load(
+            checkpoint, spm, data, device=device, compute_type=compute_type, record=record, **options
+        )
+        if options["fp16"] and translator.device_type() == "cpu":  # the same on every engine
+            raise HltmtConfigError(
+                "fp16 (--fp16) is half precision on a GPU: this model would run on the CPU; leave it out, or give "
+                "device cuda (--device cuda)"
+            )
+        return translator
+
+    def device_type(self) -> str:
+        """Where the loaded model runs: ``"cpu"`` or ``"cuda"`` (each engine keeps its ``device``:
+        torch's, or CTranslate2's name)."""
+        device = getattr(self, "device", "cpu")
+        return getattr(device, "type", str(device).split(":")[0])
 
     @classmethod
     def _load(cls, checkpoint, spm, data, *, device, compute_type, record, max_tokens, max_sentences, threads, fp16):
@@ -366,6 +390,7 @@ class Translator:
             items, options, errors, max_tokens, max_sentences, first_line, progress
         )
         search = arguments.model_bounds(search, len(self.dictionary), self.max_target_positions)
+        search = arguments.engine_bounds(search, self.search_limits, self.engine_label())
         results, prepared = self._prepare_items(items, first_line, arguments.flag("zero_shot", zero_shot))
         failed_early = len(items) - len(prepared)
         if progress is not None and failed_early:

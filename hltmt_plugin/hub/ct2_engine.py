@@ -110,11 +110,14 @@ def decoding(search: arguments.Search) -> dict:
             "num_hypotheses": search.beam,
             "no_repeat_ngram_size": search.no_repeat_ngram_size,
         }
+    topk, topp = search.sampling_topk or 0, 1.0 if search.sampling_topp is None else search.sampling_topp
+    if topk == 1:  # CTranslate2 takes top-k 1 for greedy search, one hypothesis; the smallest top-p draws the same
+        topk, topp = 0, arguments.MIN_TOPP
     return {
         "beam_size": 1,
         "num_hypotheses": search.beam,
-        "sampling_topk": search.sampling_topk or 0,  # 0: the whole vocabulary
-        "sampling_topp": 1.0 if search.sampling_topp is None else search.sampling_topp,
+        "sampling_topk": topk,  # 0: the whole vocabulary
+        "sampling_topp": topp,
         "sampling_temperature": search.temperature,
         "no_repeat_ngram_size": search.no_repeat_ngram_size,
     }
@@ -132,6 +135,13 @@ class Ct2Translator(contract.ExportedTranslator):
 
     engine = "ctranslate2"
     engine_name = "CTranslate2"
+    search_differences = {  # accepted, other lines (docs/deploying.md): the fixed-length benchmarks need them
+        "min_len": arguments.Limit(
+            None,
+            1,
+            "CTranslate2 takes the end of sentence out before normalizing a step's distribution, fairseq after",
+        )
+    }
 
     def __init__(
         self,

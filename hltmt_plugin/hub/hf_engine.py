@@ -32,7 +32,7 @@ import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import contract
+from hltmt_plugin.hub import arguments, contract
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
@@ -48,6 +48,15 @@ class HfTranslator(contract.ExportedTranslator):
 
     engine = "transformers"
     engine_name = "transformers"
+    search_limits = {
+        "lenpen": arguments.Limit(
+            0.0,
+            1.0,
+            "generate keeps the finished hypotheses that rank best by its own count of their length, not fairseq's: "
+            "a negative penalty then puts a short one first that fairseq's search never finished, one above 1 drops "
+            "from the n-best some that fairseq keeps (tests/hub/test_engine_contract.py)",
+        )
+    }
 
     def __init__(self, folder, record, models, dictionary, pieces, device, max_tokens=4000, max_sentences=None):
         super().__init__(folder, record, models, dictionary, pieces, max_tokens, max_sentences)
@@ -67,8 +76,8 @@ class HfTranslator(contract.ExportedTranslator):
         pool model's groups share one model (the module docstring)."""
         if compute_type is not None:
             raise HltmtConfigError(
-                f"compute type {compute_type!r:.40} is CTranslate2's: an export to transformers runs float32 "
-                "(--fp16 on a GPU)"
+                f"compute type {compute_type!r:.40}: --compute-type applies to CTranslate2's exports only; an export "
+                "to transformers runs float32 (--fp16 on a GPU)"
             )
         folder, record = cls.load_arguments(folder, spm, data, record)
         transformers = contract.import_transformers("this is an export to transformers and ")

@@ -34,7 +34,7 @@ from hltmt_plugin.compatibility import (
     record_of_state,
 )
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.tasks.fairseq_command import running_fairseq
+from hltmt_plugin.process import running_fairseq
 
 LAST = "checkpoint_last.pt"
 DECODE_FIX = (

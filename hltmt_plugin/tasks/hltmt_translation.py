@@ -26,11 +26,11 @@ from hltmt_plugin.model_check import check_options
 from hltmt_plugin.models.hltmt_transformer import plugin_model, pool_model
 from hltmt_plugin.pool.config import SlpConfig
 from hltmt_plugin.pretrained import PretrainedConfig, load_pretrained
+from hltmt_plugin.process import running_fairseq
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record
 from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split, refuse_overlong_pairs
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
-from hltmt_plugin.tasks.fairseq_command import running_fairseq
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
 logger = logging.getLogger(__name__)

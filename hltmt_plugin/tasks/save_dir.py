@@ -22,7 +22,7 @@ from typing import Optional
 
 from hltmt_plugin.compat.atomic_copy import atomic_copy_file
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.tasks.fairseq_command import running_fairseq
+from hltmt_plugin.process import running_fairseq
 
 logger = logging.getLogger(__name__)
 

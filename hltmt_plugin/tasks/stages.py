@@ -172,6 +172,7 @@ class StageSchedule:
     def begin_epoch(self, model, epoch: int, updates_done: int) -> None:
         """Fix the routing map at the start of stage all; refuse a model that cannot run the stage."""
         router = model.slp_router
+        check_capacity_used(self.high_langs, self.all_pairs)
         check_trains_in_run(
             model,
             [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
@@ -268,6 +269,20 @@ def _unused_reason(
             )
             return f"none of {where} goes through the adapters of {'+'.join(langs)} ({how}){hint}"
     return None
+
+
+def check_capacity_used(high: List[str], pairs: List[str]) -> None:
+    """Refuse a high-resource language that no direction of the run translates into: the pool
+    would reserve a module's share for it that nothing trains, while a language with data goes to
+    the universal layer (the rule ``--train-only`` follows: capacity named for nothing)."""
+    targets = {pair.split("-")[1] for pair in pairs}
+    unused = [lang for lang in high if lang not in targets]
+    if unused:
+        raise HltmtConfigError(
+            f"--high-resource-langs names {','.join(unused)}, which no direction of --lang-pairs translates into: "
+            "a pool module would be kept for it that nothing trains; name target languages of the run's "
+            f"directions ({','.join(sorted(targets))})"
+        )
 
 
 def check_trains_in_run(model, run: List[Tuple[str, List[str]]], high: List[str], args, switch: int = 0) -> None:

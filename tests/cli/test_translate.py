@@ -517,7 +517,7 @@ STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltm
             ["--sampling", "--sampling-topk", "5", "--sampling-topp", "0.5"],
             "give --sampling-topk or --sampling-topp, not both",
         ),
-        (["--sampling", "--sampling-topp", "2"], "--sampling-topp must be more than 0 and at most 1"),
+        (["--sampling", "--sampling-topp", "2"], "--sampling-topp must be from 1.175e-38"),
         (["--sampling", "--seed", "-1"], "--seed must be from 0 to 2147483647"),
         (["--no-repeat-ngram-size", "1"], "--no-repeat-ngram-size must be 0 (off) or at least 2"),
     ],

@@ -88,7 +88,7 @@ def test_search_bounds_are_the_same_for_every_engine():
     assert arguments.search_bounds(5, 200, vocab_size=100, max_positions=512) == (5, 200)
     assert arguments.search_bounds(100, 1000, vocab_size=100, max_positions=512) == (100, 511)
     for beam, max_len, name in (
-        (101, 10, "beam 101 is larger than the model's vocabulary"),
+        (101, 10, "beam 101 is more than one search of this model may cost"),
         (0, 10, "beam"),
         (2, 0, "max_len"),
     ):

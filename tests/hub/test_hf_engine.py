@@ -52,7 +52,9 @@ def test_the_export_serves_the_checkpoints_lines_routes_and_scores(folder):
 
 
 def test_options_of_another_engine_are_refused_in_one_line(folder):
-    with pytest.raises(HltmtConfigError, match="compute type 'int8' is CTranslate2's"):
+    with pytest.raises(
+        HltmtConfigError, match="compute type 'int8': --compute-type applies to CTranslate2's exports only"
+    ):
         HltmtTranslator.load(folder, compute_type="int8")
     with pytest.raises(HltmtConfigError, match="carries its own sentencepiece model"):
         HltmtTranslator.load(folder, spm=os.path.join(STUDY, "models", "spm.model"))

@@ -149,7 +149,8 @@ def test_the_committed_mnmt_checkpoint_on_its_own_dictionaries_is_one_warning_an
     assert len([line for line in done.stdout.splitlines() if line.strip()]) == 2
     [warning] = [line for line in done.stderr.splitlines() if "warning" in line]
     assert warning.startswith(f"hltmt_plugin: warning: checkpoint {MNMT} carries no compatibility record")
-    assert f", given {intact}; its dictionaries agree with its dict_fingerprint.json" in warning
+    assert f", given {intact}; its dictionaries are unchanged since binarization (its dict_fingerprint.json)" in warning
+    assert "but nothing shows they are the ones the model learned" in warning
     assert "trained on the data folder " in warning
     os.remove(os.path.join(intact, "dict_fingerprint.json"))
     done = translate_mnmt(intact)

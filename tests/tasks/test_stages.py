@@ -457,3 +457,16 @@ def test_train_only_adapters_of_a_target_that_only_encoder_adapters_serve_is_one
         "--train-only adapters:de trains nothing in this run: none of the directions of stage high (en-de,en-fr) "
         "goes through the adapters of de (the encoder's are chosen by the source language)",
     )
+
+
+def test_a_high_resource_language_no_direction_translates_into_is_refused():
+    """--high-resource-langs ja,de on directions that never reach ja: refused in one line naming
+    ja and the targets there are (the rule --train-only follows)."""
+    from hltmt_plugin.errors import HltmtConfigError
+    from hltmt_plugin.tasks.stages import check_capacity_used
+
+    check_capacity_used(["de", "cs"], ["en-de", "de-en", "en-cs"])
+    with pytest.raises(
+        HltmtConfigError, match=r"names ja, which no direction of --lang-pairs translates into.*\(cs,de,en\)"
+    ):
+        check_capacity_used(["ja", "de"], ["en-de", "de-en", "en-cs"])
