@@ -1,8 +1,10 @@
 """Batching across requests: each request's sentences are a :class:`Job` in one bounded queue; one
-worker thread takes the jobs that arrive within a short wait (``max_wait``) up to a token budget
-(``batch_tokens``), runs them as one call of the translator's ``translate_batch`` (every direction
-mixed: the engine groups them as it does for one caller) and hands each job its own results, in
-order.
+worker thread takes the jobs queued, up to a token budget (``batch_tokens``), runs them as one call
+of the translator's ``translate_batch`` (every direction mixed: the engine groups them as it does
+for one caller) and hands each job its own results, in order. The jobs that arrive while a call
+runs wait for the next one; when the last call merged several requests (clients are sending at
+once), the next waits up to ``max_wait`` after its first job for more to join. A lone client never
+waits: its call starts as its request arrives.
 
 - The queue holds at most ``max_queue`` sentences: a job beyond it is refused at once
   (:class:`QueueFull`, with the seconds after which to try again), never queued.
@@ -108,6 +110,7 @@ class Batcher:
         self.queued = 0  # sentences in the queue
         self.running = 0  # sentences of the call running now
         self.rate = 0.0  # sentences per second of the calls so far (a moving average)
+        self.merged = 0  # requests in the last call
         self.cond = threading.Condition()
         self.stopping = False
         self.thread: Optional[threading.Thread] = None
@@ -168,7 +171,7 @@ class Batcher:
                 if self.stopping:
                     return None
                 self.cond.wait()
-            if self.batching:
+            if self.batching and self.merged > 1:  # requests have been arriving together: let them gather
                 self._gather()
             jobs, tokens, key = [], 0, self.queue[0].key
             for job in list(self.queue):
@@ -182,6 +185,7 @@ class Batcher:
                     jobs.append(job)
                     tokens += job.tokens
             self.running = sum(len(job.items) for job in jobs)
+            self.merged = len(jobs)
             return jobs
 
     def _gather(self) -> None:

@@ -249,3 +249,13 @@ def test_a_request_over_its_time_is_answered_503(translator):
         )
     assert status == 503 and "Retry-After" in headers or "retry-after" in headers
     assert json.loads(text)["error"].startswith("not translated within 0.5 s (--timeout)") and seconds < 3
+
+
+def test_the_openapi_document_names_every_route_of_the_application(translator):
+    from hltmt_plugin.serve import api
+    from hltmt_plugin.serve.app import Service, Settings, build_app
+
+    app = build_app(Service(translator, Settings(search={"beam": 4})))
+    routes = {(route.path, method.lower()) for route in app.routes for method in route.methods - {"HEAD"}}
+    documented = {(path, method) for path, methods in api.openapi("x")["paths"].items() for method in methods}
+    assert routes == documented

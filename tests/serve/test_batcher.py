@@ -36,26 +36,55 @@ def run(coro):
 
 
 async def submit_all(batcher, requests, key=1):
+    """Queue every request, then start the worker: (each job's results or error)."""
     loop = asyncio.get_running_loop()
     jobs = [batcher.submit(Job(items, key, loop)) for items in requests]
+    batcher.start()
     return await asyncio.gather(*(job.future for job in jobs), return_exceptions=True)
 
 
-def test_jobs_arriving_within_the_wait_are_one_call_each_result_back_in_order():
+def test_queued_jobs_are_one_call_each_result_back_in_order():
     recorder = Recorder()
     batcher = Batcher(recorder, max_wait=0.2)
-    batcher.start()
     requests = [[("en", "de", f"a{i}"), ("en", "fr", f"b{i}")] for i in range(5)]
-    answers = run(submit_all(batcher, requests))
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        jobs = [batcher.submit(Job(items, 1, loop)) for items in requests]
+        batcher.start()
+        return await asyncio.gather(*(job.future for job in jobs))
+
+    answers = run(go())
     batcher.stop(5)
     assert len(recorder.calls) == 1 and len(recorder.calls[0][0]) == 10
     assert answers == [[f"1:{i}a", f"1:{i}b"] for i in range(5)]
 
 
+def test_after_a_merged_call_a_job_waits_for_others_and_a_lone_client_never_waits():
+    recorder = Recorder()
+    batcher = Batcher(recorder, max_wait=0.3)
+    batcher.start()
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        start = time.perf_counter()
+        alone = await batcher.submit(Job([("en", "de", "x")], 1, loop)).future
+        took = time.perf_counter() - start
+        batcher.merged = 2  # as after a call that merged two requests
+        first = batcher.submit(Job([("en", "de", "a")], 1, loop))
+        await asyncio.sleep(0.1)  # within the wait
+        second = batcher.submit(Job([("en", "de", "b")], 1, loop))
+        return alone, took, await first.future, await second.future
+
+    alone, took, first, second = run(go())
+    batcher.stop(5)
+    assert alone == ["1:x"] and took < 0.2, took
+    assert (first, second) == (["1:a"], ["1:b"]) and [len(items) for items, _ in recorder.calls] == [1, 2]
+
+
 def test_batching_off_runs_each_job_alone():
     recorder = Recorder()
     batcher = Batcher(recorder, batching=False, max_wait=0.2)
-    batcher.start()
     answers = run(submit_all(batcher, [[("en", "de", "xy")], [("en", "de", "zw")]]))
     batcher.stop(5)
     assert [len(items) for items, _ in recorder.calls] == [1, 1]
@@ -67,12 +96,12 @@ def test_the_budget_cuts_the_merged_call_and_keys_are_never_mixed():
     text = "x" * 40  # 12 estimated tokens
     assert estimate_tokens(text) == 12
     batcher = Batcher(recorder, max_wait=0.2, batch_tokens=30)
-    batcher.start()
 
     async def both():
         loop = asyncio.get_running_loop()
         jobs = [batcher.submit(Job([("en", "de", text)], 1, loop)) for _ in range(4)]
         jobs.append(batcher.submit(Job([("en", "de", "other")], 2, loop)))
+        batcher.start()
         return await asyncio.gather(*(job.future for job in jobs))
 
     answers = run(both())
@@ -128,7 +157,6 @@ def test_a_cancelled_job_is_dropped_before_it_runs():
 def test_a_failing_merged_call_fails_only_its_own_job():
     recorder = Recorder(fail_on="bad")
     batcher = Batcher(recorder, max_wait=0.2)
-    batcher.start()
     answers = run(submit_all(batcher, [[("en", "de", "ok")], [("en", "de", "bad")], [("en", "de", "fine")]]))
     batcher.stop(5)
     assert answers[0] == ["1:ko"] and answers[2] == ["1:enif"]
