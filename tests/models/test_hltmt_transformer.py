@@ -280,3 +280,35 @@ def test_the_plugin_model_and_pool_model_predicates_see_through_wrappers(data_bi
     _, _, no_pool = build(data_bin, "--high-resource-langs", "")
     assert plugin_model(no_pool) is no_pool and pool_model(no_pool) is None
     assert plugin_model(SimpleNamespace()) is None and pool_model(None) is None
+
+
+def test_every_reader_of_the_model_reads_the_routers_table(built):
+    """One target -> module table (the router's ``target_modules``): a table planted apart from
+    the stored map is what the forward pass, the route reporting, the map by language, the
+    criterion's route counts and the export's groups all follow."""
+    import copy
+    from types import SimpleNamespace
+
+    from hltmt_plugin.criterions.hltmt_cross_entropy import HltmtCrossEntropyCriterion
+    from hltmt_plugin.export.ctranslate2 import group_targets
+
+    _, task, model = built
+    model = copy.deepcopy(model)
+    model.slp_router.fix_map(torch.tensor([0, 0]))
+    langs = model.encoder.languages.langs  # en, de, fr, gu, hi; de and fr high-resource
+    assert model.slp_router.targets == langs and model.slp_router.target_modules.tolist() == [2, 0, 0, 2, 2]
+    model.slp_router.target_modules = torch.tensor([2, 1, 0, 2, 2])  # not the stored map: de -> m1
+    planted = {"en": "universal", "de": "m1", "fr": "m0", "gu": "universal", "hi": "universal"}
+    assert model.slp_routes() == planted and model.map_by_language() == {"de": 1, "fr": 0}
+    assert model.slp_route("de") == "m1" and model.route_of("en", "fr") == {"slp": "m0"}
+    assert group_targets(SimpleNamespace(model=model, langs=langs)) == planted
+    with pytest.raises(HltmtInputError, match="no target language 'xx'"):
+        model.slp_route("xx")
+    model.eval()
+    sample = make_sample(task, ["en-de", "en-de", "en-fr", "de-en"])
+    with torch.no_grad():
+        _, extra = decoder_features(model, sample)
+        _, _, log = HltmtCrossEntropyCriterion(task, sentence_avg=False, label_smoothing=0.1)(model, sample)
+    expected = [{"de": 1, "fr": 0}.get(d.split("-")[1], 2) for d in ["en-de", "en-de", "en-fr", "de-en"]]
+    assert extra["slp_module"].tolist() == [expected[i] for i in sample["id"].tolist()]
+    assert [int(log[f"route:{k}"]) for k in ("m0", "m1", "universal")] == [1, 2, 1]
