@@ -196,7 +196,7 @@ def card_options(args) -> dict:
 
 def add_engine_options(p) -> None:
     """hltmt-translate's options for an exported model."""
-    from hltmt_plugin.hub.arguments import count_option
+    from hltmt_plugin.hub.arguments import threads_option
 
     p.add_argument(
         "--engine",
@@ -214,7 +214,7 @@ def add_engine_options(p) -> None:
     )
     p.add_argument(
         "--threads",
-        type=count_option,
+        type=threads_option,
         default=None,
         help="an exported model's threads (CTranslate2's, or torch's for an export to transformers; default: "
         "$OMP_NUM_THREADS, else the engine's)",

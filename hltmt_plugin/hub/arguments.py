@@ -281,7 +281,19 @@ def count_option(text: str) -> int:
     return value
 
 
-count_option.__name__ = "int"  # argparse names the type in its messages
+def threads_option(text: str) -> int:
+    """argparse's type of an engine's ``--threads``: :func:`count_option` without 0 (leaving the
+    option out is the engine's choice), so the parser and the contract (:func:`threads`) give one
+    range."""
+    value = count_option(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(
+            f"0 is out of range: from 1 to {max_threads()} threads (leave the option out for the engine's choice)"
+        )
+    return value
+
+
+count_option.__name__ = threads_option.__name__ = "int"  # argparse names the type in its messages
 
 
 def load_options(max_tokens, max_sentences, thread_count, fp16) -> dict:

@@ -287,4 +287,6 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             batches_per_update=per_update,
             count_updates=self.updates_done,
             map_fixed=lambda: self.model.slp_router.map_is_fixed,
+            max_epoch=getattr(self.args, "max_epoch", 0),
+            max_update=getattr(self.args, "max_update", 0),
         )

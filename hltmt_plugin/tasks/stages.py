@@ -347,13 +347,24 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
     ``--high-stage-updates`` goes on as the run that switched.
     """
 
-    def __init__(self, *args, switch_update: int, batches_per_update: int, count_updates, map_fixed, **kwargs):
+    def __init__(
+        self,
+        *args,
+        switch_update: int,
+        batches_per_update: int,
+        count_updates,
+        map_fixed,
+        max_epoch: int = 0,
+        max_update: int = 0,
+        **kwargs,
+    ):
         self.switch_update, self.batches_per_update, self.count_updates = (
             switch_update,
             batches_per_update,
             count_updates,
         )
         self.map_fixed = map_fixed
+        self.max_epoch, self.max_update = max_epoch or 0, max_update or 0
         self.start_update = None
         super().__init__(*args, **kwargs)
 
@@ -365,6 +376,7 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
             batches = tuple(self.batch_sampler(self.dataset, self.epoch))
             left = self.switch_update - self.start_update
             if 0 < left and left * self.batches_per_update < len(batches) and not self.map_fixed():
+                self.check_stage_all_runs()
                 batches = batches[: left * self.batches_per_update]
                 logger.info(
                     f"HLT-MT: epoch {self.epoch} ends at update {self.switch_update} "
@@ -372,6 +384,18 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
                 )
             self._frozen_batches = batches
         return self._frozen_batches
+
+    def check_stage_all_runs(self) -> None:
+        """Refuse an epoch cut at the switch that ``--max-epoch`` makes the run's last (fairseq
+        counts the cut epoch as one): stage all would never run, while ``--max-update`` asks for
+        it. Raised when the epoch begins, before its first batch."""
+        wants_all = self.max_update == 0 or self.max_update > self.switch_update
+        if self.max_epoch and self.epoch >= self.max_epoch and wants_all:
+            raise HltmtConfigError(
+                f"--max-epoch {self.max_epoch} ends the run with epoch {self.epoch}, which --high-stage-updates "
+                f"{self.switch_update} ends at the stage switch (a cut epoch counts as one): stage all would never "
+                f"run; give --max-epoch {self.epoch + 1} or more, or bound the run with --max-update alone"
+            )
 
     def next_epoch_itr(self, *args, **kwargs):
         if self._next_epoch_itr is None and self.next_epoch_idx != self.epoch:

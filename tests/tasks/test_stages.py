@@ -470,3 +470,23 @@ def test_a_high_resource_language_no_direction_translates_into_is_refused():
         HltmtConfigError, match=r"names ja, which no direction of --lang-pairs translates into.*\(cs,de,en\)"
     ):
         check_capacity_used(["ja", "de"], ["en-de", "de-en", "en-cs"])
+
+
+def test_a_max_epoch_that_ends_the_run_at_the_stage_switch_is_one_line(data_bin, tmp_path):
+    """--max-epoch 1 with --high-stage-updates 2 and --max-update 6: the first epoch is cut at
+    update 2, fairseq would stop there and stage all would never run; refused before the epoch's
+    first update. With --max-epoch 2 the run goes on into stage all."""
+    line = [
+        cli("fairseq-train"),
+        *train_args(data_bin, *COMMON, "--high-stage-updates", "2", "--max-update", "6", "--max-epoch", "1"),
+    ]
+    done = run([*line, "--save-dir", str(tmp_path / "one")])
+    assert_clear(
+        done,
+        "--max-epoch 1 ends the run with epoch 1, which --high-stage-updates 2 ends at the stage switch",
+    )
+    assert updates(done.stdout) == []
+    line[line.index("--max-epoch") + 1] = "2"
+    done = run([*line, "--save-dir", str(tmp_path / "two")])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "stage all" in done.stdout + done.stderr
