@@ -48,6 +48,18 @@ HUB_ID = re.compile(r"[a-z0-9][a-z0-9.+-]{0,63}")  # a licence identifier as the
 DIRECTION = records.Text(min_len=3, max_len=130, pattern=r"[^/\\\s]+-[^/\\\s]+")
 SCORE = records.Number(low=0, high=100)
 SIGNATURE = records.Text(min_len=1, max_len=500)
+# how the scores were made, as a study run's scores.json records it under "setting" (each optional)
+EVALUATION = records.Record(
+    {},
+    {
+        "split": records.Text(1, 100),
+        "beam": records.Int(low=1),
+        "max_en_words": records.Int(low=1),
+        "max_xx_words": records.Int(low=1),
+        "gen_len": records.ListOf(records.Number(low=0), min_len=2, max_len=2),
+    },
+    extra=True,
+)
 # --metrics FILE: sacreBLEU scores per direction (a study run's scores.json is one)
 METRICS = records.Record(
     {
@@ -58,6 +70,8 @@ METRICS = records.Record(
     optional={
         "signatures": records.Record({}, {"BLEU": SIGNATURE, "chrF": SIGNATURE}),
         "dataset": records.Text(1, 200),
+        "split": records.Text(1, 100),
+        "setting": EVALUATION,
     },
     extra=True,
 )
@@ -123,7 +137,17 @@ def read_metrics(path: str, bleu: Optional[str], chrf: Optional[str]) -> dict:
                 f"--metrics {path}: no sacreBLEU signature for its {metric} scores: give --{metric.lower()}-signature "
                 "(sacrebleu prints it beside the score) or a 'signatures' field"
             )
-    return {"scores": dict(found["scores"]), "signatures": signatures, "dataset": found.get("dataset")}
+    setting = dict(found.get("setting") or {})
+    evaluation = {k: setting[k] for k in ("beam", "max_en_words", "max_xx_words", "gen_len") if k in setting}
+    split = found.get("split") or setting.get("split")
+    if split:
+        evaluation["split"] = split
+    return {
+        "scores": dict(found["scores"]),
+        "signatures": signatures,
+        "dataset": found.get("dataset"),
+        "evaluation": evaluation,
+    }
 
 
 # ---- what the checkpoint and its data record ---------------------------------------------
@@ -508,6 +532,23 @@ def _licence(facts: dict) -> str:
     return f"Licence: `{licence['license']}`."
 
 
+def _evaluation(evaluation: dict) -> List[str]:
+    """How the scores were made, as the metrics record states it; what it does not state, said so."""
+    split = (
+        f"the {evaluation['split']} split" if evaluation.get("split") else "a split the metrics record does not name"
+    )
+    words = [
+        f"at most {evaluation[k]:,} {w} words"
+        for k, w in (("max_en_words", "English"), ("max_xx_words", "target"))
+        if evaluation.get(k)
+    ]
+    kept = f", segments of {' and '.join(words)}" if words else ", no segment filter recorded"
+    beam = f"beam {evaluation['beam']}" if evaluation.get("beam") else "a beam the record does not give"
+    a, b = evaluation.get("gen_len") or (None, None)
+    length = f", at most {a:g} x the source's length + {b:g} tokens" if a is not None else ""
+    return [f"Scored on {split}{kept}; translated with {beam}{length} (as the metrics record states)."]
+
+
 def _metrics(facts: dict) -> List[str]:
     metrics = facts.get("metrics")
     if not metrics:
@@ -516,7 +557,7 @@ def _metrics(facts: dict) -> List[str]:
     lines = ["| direction | BLEU |" + (" chrF |" if chrf else ""), "|---|---|" + ("---|" if chrf else "")]
     for direction, score in sorted(metrics["scores"].items()):
         lines.append(f"| {direction} | {score['bleu']} |" + (f" {score['chrf']} |" if chrf else ""))
-    lines.append("")
+    lines += ["", *_evaluation(metrics.get("evaluation") or {}), ""]
     lines += [
         f"sacreBLEU signature, {m}: `{s}`" + ("" if m == "chrF" else "  ")
         for m, s in sorted(metrics["signatures"].items())

@@ -4,6 +4,7 @@ the licence and metrics given to hltmt-export); what is not known is said to be 
 committed models, the card's fields against the runs' own records (their training logs and
 scores)."""
 
+import json
 import os
 import re
 import shlex
@@ -227,6 +228,12 @@ def test_the_card_of_a_committed_model_states_the_runs_records(tmp_path):
     assert f"Trained for {run['setting']['updates']:,} updates" in body and "--max-update 6000" in body
     assert "--hlt-stage high" in body and "--high-stage-updates 2000" in body
     assert "fr 18,805" in body and "93,727 in all" in body
+    setting = run["setting"]  # how the scores were made, from the record the scores came with
+    assert (
+        f"Scored on a split the metrics record does not name, segments of at most {setting['max_en_words']} English "
+        f"words and at most {setting['max_xx_words']} target words; translated with beam {setting['beam']}, at most "
+        f"{setting['gen_len'][0]:g} x the source's length + {setting['gen_len'][1]:g} tokens"
+    ) in body
     assert "| `models/universal` | lv, ro, hi, gu |" in body  # en is never a target
 
 
@@ -260,3 +267,24 @@ def test_a_path_of_the_building_machine_is_shown_by_its_last_name():
     assert model_card.shown_path("runs/quickstart/bin") == "runs/quickstart/bin"  # the user's own words
     assert model_card.shown_path("/a/shard0:/a/shard1") == "shard0:shard1"
     assert model_card.shown_path("(0.9,0.98)") == "(0.9,0.98)"
+
+
+@pytest.mark.fast
+def test_the_evaluation_is_stated_from_the_metrics_record_or_said_unknown(tmp_path):
+    scores = {"en-de": {"bleu": 1.5}}
+    stated = tmp_path / "stated.json"
+    stated.write_text(json.dumps({"scores": scores, "split": "test", "setting": {"beam": 4, "max_en_words": 9}}))
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"scores": scores}))
+    for path, said in (
+        (stated, "Scored on the test split, segments of at most 9 English words; translated with beam 4 (as"),
+        (
+            bare,
+            "Scored on a split the metrics record does not name, no segment filter recorded; translated with a beam",
+        ),
+    ):
+        metrics = model_card.read_metrics(str(path), BLEU_SIG, None)
+        assert said in model_card.card(record(), {"metrics": metrics}), path
+    (tmp_path / "odd.json").write_text(json.dumps({"scores": scores, "setting": {"beam": "five"}}))
+    with pytest.raises(HltmtError, match="beam"):
+        model_card.read_metrics(str(tmp_path / "odd.json"), BLEU_SIG, None)
