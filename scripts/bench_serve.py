@@ -12,8 +12,9 @@ sends --requests requests in all (each client its share, in turn), bounded by --
 Measured: sentences/s, the median and 99th percentile of the requests' latency, the server's peak
 resident memory (VmHWM) and every answer against ``hltmt-translate --json``'s line for that
 sentence (same model, engine and options): nothing lost or swapped. Then, beyond the queue
-(batching on, --max-queue 128): --burst clients at once, each asking 16 sentences, three times:
-how fast the refused ones are answered (429) and the server's resident memory after each burst.
+(batching on, --max-queue 128): --burst clients at once, each asking 16 sentences, --burst-rounds times:
+how fast the refused ones are answered (429) and the server's resident memory after each burst
+(--burst-rounds bursts).
 Every request goes to 127.0.0.1 only; each server is stopped (SIGTERM) after its run.
 """
 
@@ -58,6 +59,7 @@ def build_parser():
     p.add_argument("--max-len", type=int, default=40, help="the most tokens of a translation")
     p.add_argument("--max-wait", type=float, default=None, help="the servers' --max-wait, ms (default: theirs)")
     p.add_argument("--burst", type=int, default=96, help="clients at once beyond the queue (0: none)")
+    p.add_argument("--burst-rounds", type=int, default=3, help="bursts beyond the queue, one after another")
     p.add_argument("--max-seconds", type=float, default=240.0, help="the most seconds of one level")
     p.add_argument("--json", default=None, help="write the figures here (a JSON file)")
     return p
@@ -228,7 +230,7 @@ def measure(args, model_args, engine, batching, items, expected):
             )
             log(f"{engine} batching={batching} clients={clients}: {rows[-1]}")
         if batching and args.burst:
-            overload = beyond_the_queue(server, items, args.burst)
+            overload = beyond_the_queue(server, items, args.burst, args.burst_rounds)
         peak = server.memory("VmHWM")
     finally:
         status = server.stop()
@@ -237,9 +239,9 @@ def measure(args, model_args, engine, batching, items, expected):
     return rows, overload, status
 
 
-def beyond_the_queue(server, items, clients):
+def beyond_the_queue(server, items, clients, rounds):
     rss, refused, statuses = [server.memory("VmRSS")], [], []
-    for _ in range(3):
+    for _ in range(rounds):
         seconds, codes = burst(server.port, items, clients)
         refused += seconds
         statuses += codes
