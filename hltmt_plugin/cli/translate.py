@@ -314,6 +314,17 @@ def plain_lines(result, nbest=1, form="text"):
     return "".join(one(text) + "\n" for text in texts)
 
 
+def _finite(value):
+    """``value`` with every float that is not finite (NaN, an infinity: no JSON number) as None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def output_line(result, as_json, nbest=1, form="text"):
     """One output line (with its \\n) that no reader splits in two; without ``as_json``, the
     plain lines of ``form`` (:func:`plain_lines`)."""
@@ -323,7 +334,7 @@ def output_line(result, as_json, nbest=1, form="text"):
     record["translation"] = record.pop("text")
     for hypothesis in record.get("hypotheses") or ():
         hypothesis["translation"] = hypothesis.pop("text")
-    line = json.dumps(record, ensure_ascii=False)
+    line = json.dumps(_finite(record), ensure_ascii=False, allow_nan=False)  # every number valid JSON
     for char, escaped in JSON_ESCAPES.items():
         line = line.replace(char, escaped)
     return line + "\n"

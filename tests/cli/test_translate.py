@@ -608,3 +608,17 @@ def test_fairseq_and_moses_forms_carry_ids_and_scores_and_mark_a_line_not_transl
         err.splitlines()[-1],
     )
     assert closing and tokens > 0 and float(closing.group(2)) > 0, err
+
+
+@pytest.mark.fast
+def test_every_number_of_a_json_line_is_valid_json():
+    """A score that is not finite (NaN, an infinity) is written as null, never as NaN or
+    Infinity, which no strict JSON reader takes."""
+    from hltmt_plugin.cli.translate import output_line
+    from hltmt_plugin.hub.results import Translation
+
+    result = Translation(line=1, src="en", tgt="de", source="y", text="x")
+    result.score = float("nan")
+    line = output_line(result, as_json=True)
+    record = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in {line}"))
+    assert record["score"] is None and record["translation"] == "x"
