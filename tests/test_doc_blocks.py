@@ -172,7 +172,7 @@ def test_the_script_runs_python_blocks_with_the_environments_python(tmp_path):
 
 
 def test_the_readmes_count_of_fast_tests_is_the_suites():
-    """The README's "about N tests" of `make test` is, within a tenth, what the fast tier collects."""
+    """The README's "about N tests" of `make test` is, within 15%, what the fast tier collects."""
     import subprocess
     import sys
 
@@ -187,4 +187,4 @@ def test_the_readmes_count_of_fast_tests_is_the_suites():
     )
     collected = re.search(r"^(\d+)/\d+ tests collected", done.stdout, re.M)
     assert collected, done.stdout[-2000:] + done.stderr[-2000:]
-    assert abs(int(collected.group(1)) - said[0]) <= said[0] / 10, (said, collected.group(0))
+    assert abs(int(collected.group(1)) - said[0]) <= said[0] * 0.15, (said, collected.group(0))
