@@ -5,6 +5,7 @@ import itertools
 import logging
 import os
 import struct
+import sys
 from argparse import Namespace
 from typing import List, Optional
 
@@ -202,6 +203,27 @@ def refuse_overlong_pairs(indices, dataset, max_positions, split: str):
         "out with --skip-invalid-size-inputs-valid-test, or split long lines when preparing the data "
         "(hltmt-prepare-data --segment-words)"
     )
+
+
+def name_skipped_pairs(indices, dataset, max_positions, split: str):
+    """``indices`` within the model's positions, and one line on standard error for each pair
+    ``--skip-invalid-size-inputs-valid-test`` leaves out of fairseq-generate (fairseq 0.12 says
+    only how many): every sentence given gets a translation or a line saying why not."""
+    kept, skipped = dataset.filter_indices_by_size(indices, max_positions)
+    for index in sorted(int(i) for i in skipped):
+        lengths = tuple(int(n) for n in dataset.size(index)) if hasattr(dataset, "size") else ()
+        print(
+            f"hltmt_plugin: sentence {index} of the {split} data ({', '.join(map(str, lengths))} tokens) is longer "
+            f"than the model's positions {_positions(max_positions)}: not translated "
+            "(--skip-invalid-size-inputs-valid-test)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return kept
+
+
+def _positions(max_positions) -> str:
+    return str(tuple(int(n) for n in max_positions) if isinstance(max_positions, (tuple, list)) else max_positions)
 
 
 class OverlongInputs:

@@ -29,7 +29,13 @@ from hltmt_plugin.pretrained import PretrainedConfig, load_pretrained
 from hltmt_plugin.process import running_fairseq
 from hltmt_plugin.tasks import save_dir, temperature
 from hltmt_plugin.tasks.checkpoint_checks import check_checkpoint_to_load, check_record, stamp_record
-from hltmt_plugin.tasks.data_checks import OverlongInputs, check_data, check_split, refuse_overlong_pairs
+from hltmt_plugin.tasks.data_checks import (
+    OverlongInputs,
+    check_data,
+    check_split,
+    name_skipped_pairs,
+    refuse_overlong_pairs,
+)
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
 from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
 
@@ -244,9 +250,11 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
             and all(dataset is not d for d in self.datasets.values())
         ):
             return self.overlong_inputs.filter(indices, dataset, max_positions)
+        split = next((name for name, d in self.datasets.items() if d is dataset), "input")
         if max_positions is not None and not ignore_invalid_inputs:
-            split = next((name for name, d in self.datasets.items() if d is dataset), "input")
             return refuse_overlong_pairs(indices, dataset, max_positions, split)
+        if max_positions is not None and not self.training and running_fairseq("generate"):
+            return name_skipped_pairs(indices, dataset, max_positions, split)
         return super().filter_indices_by_size(indices, dataset, max_positions, ignore_invalid_inputs)
 
     def get_batch_iterator(self, dataset, **kwargs):

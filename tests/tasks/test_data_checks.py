@@ -290,3 +290,22 @@ def test_a_validation_split_longer_than_the_models_positions_is_one_line_and_ski
     skip = ["--skip-invalid-size-inputs-valid-test", "--save-dir", str(tmp_path / "b")]
     kept = run([cli("fairseq-train"), *train_args(data_bin, *short, *skip)])
     assert kept.returncode == 0, kept.stderr[-2000:]
+
+
+def test_every_sentence_fairseq_generate_skips_is_named(data_bin, trained):
+    """fairseq-generate with --skip-invalid-size-inputs-valid-test and positions shorter than some
+    test sentences: each sentence gets an H- line or one line on stderr naming it (fairseq itself
+    says only how many it skipped); together they count every sentence of the split."""
+    from conftest import generate_args
+
+    line = generate_args(data_bin, trained[0], "--beam", "1", "--max-len-b", "3")
+    line += ["--skip-invalid-size-inputs-valid-test", "--max-source-positions", "24", "--max-target-positions", "24"]
+    done = run([cli("fairseq-generate"), *line])
+    assert done.returncode == 0, done.stderr[-3000:]
+    translated = {int(m) for m in re.findall(r"^H-(\d+)\t", done.stdout, re.M)}
+    named = {int(m) for m in re.findall(r"^hltmt_plugin: sentence (\d+) of the test data", done.stderr, re.M)}
+    counted = int(re.search(r"Translated ([\d,]+) sentences", done.stdout + done.stderr).group(1).replace(",", ""))
+    assert named and translated and not translated & named, done.stderr[-2000:]
+    assert len(translated) == counted  # fairseq's own count: the sentences it translated
+    assert translated | named == set(range(max(translated | named) + 1))  # every id: translated or named
+    assert "is longer than the model's positions (24, 24): not translated" in done.stderr
