@@ -3,18 +3,19 @@
 
     python scripts/bench_serve.py --json docs/bench_serve.json      # the study's HLT-MT model, both engines
 
-For each engine (the checkpoint's fairseq engine, its CTranslate2 export), one ``hltmt-serve``
-process at a time on loopback (one thread: OMP_NUM_THREADS=1, --threads 1), first with its
-batching, then with ``--no-batching``; against each, 1, 4, 16 and 64 clients (threads of this
-process, one connection each), each sending one sentence at a time (LibreTranslate's ``POST
-/translate``), the sentences drawn from every trained direction of the model, mixed. A level
-sends --requests requests in all (each client its share, in turn), bounded by --max-seconds.
+For each engine (the checkpoint's fairseq engine, its CTranslate2 export), two ``hltmt-serve``
+processes on loopback (one thread each: OMP_NUM_THREADS=1, --threads 1), one with its batching,
+one with ``--no-batching``, taking turns (--rounds turns at each level; the one not measured
+idles, so the machine's load falls on both alike); against each, 1, 4, 16 and 64 clients (threads
+of this process, one connection each), each sending one sentence at a time (LibreTranslate's
+``POST /translate``), the sentences drawn from every trained direction of the model, mixed. A
+level's turn sends --requests requests in all (each client its share, in turn), bounded by
+--max-seconds.
 Measured: sentences/s, the median and 99th percentile of the requests' latency, the server's peak
 resident memory (VmHWM) and every answer against ``hltmt-translate --json``'s line for that
 sentence (same model, engine and options): nothing lost or swapped. Then, beyond the queue
 (batching on, --max-queue 128): --burst clients at once, each asking 16 sentences, --burst-rounds times:
-how fast the refused ones are answered (429) and the server's resident memory after each burst
-(--burst-rounds bursts).
+how fast the refused ones are answered (429) and the server's resident memory after each burst.
 Every request goes to 127.0.0.1 only; each server is stopped (SIGTERM) after its run.
 """
 
@@ -53,7 +54,8 @@ def build_parser():
     p.add_argument("--data", default=MODELS, help="its dictionaries' folder")
     p.add_argument("--engines", default="fairseq,ctranslate2", help="engines, comma-separated")
     p.add_argument("--clients", default="1,4,16,64", help="concurrent clients of each level, comma-separated")
-    p.add_argument("--requests", type=int, default=192, help="requests of one level, one sentence each")
+    p.add_argument("--requests", type=int, default=96, help="requests of one level and round, one sentence each")
+    p.add_argument("--rounds", type=int, default=2, help="turns of the two modes at each level")
     p.add_argument("--sentences", type=int, default=24, help="test sentences drawn from each trained direction")
     p.add_argument("--beam", type=int, default=4, help="beam size")
     p.add_argument("--max-len", type=int, default=40, help="the most tokens of a translation")
@@ -75,7 +77,7 @@ def parse_args(argv=None):
     args.engines = args.engines.split(",")
     if [e for e in args.engines if e not in ("fairseq", "ctranslate2")]:
         p.error(f"--engines takes fairseq and ctranslate2, got {','.join(args.engines)}")
-    small = [n for n in ("requests", "sentences", "beam", "max_len") if getattr(args, n) < 1]
+    small = [n for n in ("requests", "rounds", "sentences", "beam", "max_len") if getattr(args, n) < 1]
     if small or min(args.clients) < 1 or args.burst < 0 or args.max_seconds <= 0:
         p.error(f"--{(small or ['clients'])[0].replace('_', '-')} must be at least 1 (--burst at least 0)")
     return args
@@ -201,42 +203,62 @@ def reference(model_args, items, engine, options):
     return [records.parse_json(line, "hltmt-translate's line")["translation"] for line in done.stdout.splitlines()]
 
 
-def measure(args, model_args, engine, batching, items, expected):
-    """One server's levels (and beyond the queue, with batching): a row per level."""
-    options = ["--beam", str(args.beam), "--max-len", str(args.max_len)]
-    options += [] if args.max_wait is None else ["--max-wait", str(args.max_wait)]
-    server = Server(
-        model_args,
-        [*options, "--max-queue", str(QUEUE), "--max-items", "64"] + ([] if batching else ["--no-batching"]),
-        engine,
-    )
+def start_servers(args, model_args, engine):
+    """{batching: its server}: one with batching, one with --no-batching, both listening (one idles
+    while the other is measured)."""
+    options = ["--beam", str(args.beam), "--max-len", str(args.max_len), "--max-queue", str(QUEUE)]
+    options += ["--max-items", "64"] + ([] if args.max_wait is None else ["--max-wait", str(args.max_wait)])
+    servers = {}
+    for batching in (True, False):
+        servers[batching] = Server(model_args, options + ([] if batching else ["--no-batching"]), engine)
+        load_level(servers[batching].port, [("en", "de", "Hello.")], 2, 8, args.max_seconds)  # warm up
+    return servers
+
+
+def measure(args, model_args, engine, items, expected):
+    """Both modes of one engine, level by level, the modes taking turns --rounds times (the
+    machine's load falls on both alike): a row per mode and level; beyond the queue (batching on)."""
+    servers = start_servers(args, model_args, engine)
     rows, overload = [], None
     try:
-        load_level(server.port, items, 2, 8, args.max_seconds)  # warm up
         for clients in args.clients:
-            latencies, answers, seconds = load_level(server.port, items, clients, args.requests, args.max_seconds)
-            wrong = sum(1 for i, (status, text) in answers.items() if status != 200 or text != expected[i % len(items)])
-            rows.append(
-                {
-                    "engine": engine,
-                    "batching": batching,
-                    "clients": clients,
-                    "requests": len(latencies),
-                    "sentences_per_s": round(len(latencies) / seconds, 2),
-                    "p50_ms": round(1000 * percentile(latencies, 0.5), 1),
-                    "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
-                    "not_identical": wrong + (args.requests - len(answers)),
-                }
-            )
-            log(f"{engine} batching={batching} clients={clients}: {rows[-1]}")
-        if batching and args.burst:
-            overload = beyond_the_queue(server, items, args.burst, args.burst_rounds)
-        peak = server.memory("VmHWM")
+            found = {True: ([], 0, 0.0), False: ([], 0, 0.0)}
+            for _ in range(args.rounds):
+                for batching, server in servers.items():
+                    latencies, answers, seconds = load_level(
+                        server.port, items, clients, args.requests, args.max_seconds
+                    )
+                    wrong = sum(
+                        1 for i, (code, text) in answers.items() if code != 200 or text != expected[i % len(items)]
+                    )
+                    wrong += args.requests - len(answers)
+                    kept, bad, took = found[batching]
+                    found[batching] = (kept + latencies, bad + wrong, took + seconds)
+            for batching, (latencies, wrong, seconds) in found.items():
+                rows.append(row(engine, batching, clients, latencies, wrong, seconds))
+                log(f"{engine} batching={batching} clients={clients}: {rows[-1]}")
+        if args.burst:
+            overload = beyond_the_queue(servers[True], items, args.burst, args.burst_rounds)
+        peaks = {batching: server.memory("VmHWM") for batching, server in servers.items()}
     finally:
-        status = server.stop()
-    for row in rows:
-        row["peak_mib"] = peak
-    return rows, overload, status
+        for server in servers.values():
+            server.stop()
+    for r in rows:
+        r["peak_mib"] = peaks[r["batching"]]
+    return rows, overload
+
+
+def row(engine, batching, clients, latencies, wrong, seconds):
+    return {
+        "engine": engine,
+        "batching": batching,
+        "clients": clients,
+        "requests": len(latencies),
+        "sentences_per_s": round(len(latencies) / seconds, 2),
+        "p50_ms": round(1000 * percentile(latencies, 0.5), 1),
+        "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
+        "not_identical": wrong,
+    }
 
 
 def beyond_the_queue(server, items, clients, rounds):
@@ -289,11 +311,8 @@ def main(argv=None):
             checkpoint = ["--model", args.model, "--spm", args.spm, "--data", args.data]
             model_args = export_model(args, work) if engine == "ctranslate2" else checkpoint
             expected = reference(model_args, items, engine, ["--beam", str(args.beam), "--max-len", str(args.max_len)])
-            for batching in (True, False):
-                found, beyond, _ = measure(args, model_args, engine, batching, items, expected)
-                rows += found
-                if beyond is not None:
-                    overload[engine] = beyond
+            found, overload[engine] = measure(args, model_args, engine, items, expected)
+            rows += found
     report(args, rows, overload, targets, len(items), load_before)
     return 0
 
