@@ -281,3 +281,17 @@ def test_bad_options_fail_with_one_clear_line(data_bin, tmp_path, extra, message
     assert "hltmt_plugin: error:" in done.stderr and message in done.stderr
     assert "Traceback" not in done.stderr
     assert not os.listdir(tmp_path)  # nothing written that looks like a result
+
+
+@pytest.mark.parametrize(
+    "extra, dropout, message",
+    [
+        (["--encoder-attention-heads", "3"], 0.0, "--encoder-attention-heads 3 does not divide --encoder-embed-dim"),
+        ([], 5.0, "--dropout 5.0 is not a probability"),
+    ],
+)
+def test_a_new_models_options_pass_the_one_model_check_before_fairseq_builds_it(data_bin, extra, dropout, message):
+    """fairseq-train's new model (the task's build_model): an option fairseq's modules would
+    assert on, or misuse, is one line naming it (hltmt_plugin/model_check.py)."""
+    with pytest.raises(HltmtConfigError, match=message):
+        build(data_bin, *extra, dropout=dropout)
