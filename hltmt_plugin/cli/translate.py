@@ -162,7 +162,11 @@ def build_parser():
         help=f"sampling temperature, from {arguments.MIN_TEMPERATURE:g} to {arguments.MAX_TEMPERATURE:g}",
     )
     p.add_argument(
-        "--seed", type=int, default=None, help="seed of the samples: the same every run (default: not seeded)"
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the samples: the same every run on one engine; each engine (fairseq, CTranslate2, "
+        "transformers) draws its own, so one seed gives other samples on another (default: not seeded)",
     )
     p.add_argument(
         "--no-repeat-ngram-size",
@@ -300,15 +304,14 @@ def plain_lines(result, nbest=1, form="text"):
     """The plain output of one result (``form``: :data:`FORMATS`), each line with its ``\\n``:
     ``nbest`` lines (moses: one per hypothesis, none for a line not translated)."""
     one = lambda text: (text or "").translate(ONE_LINE)  # noqa: E731
-    scored, line_id = _scored(result), (result.line or 1) - 1
+    scored = [(text, "nan" if score is None else f"{score:.4f}") for text, score in _scored(result)]
+    line_id = (result.line or 1) - 1
     if form == "fairseq":
         if not scored:
             return f"E-{line_id}\t{one(result.error or 'not translated')}\n" * nbest
-        return "".join(f"H-{line_id}\t{score:.4f}\t{one(text)}\n" for text, score in scored)
+        return "".join(f"H-{line_id}\t{score}\t{one(text)}\n" for text, score in scored)
     if form == "moses":
-        return "".join(
-            f"{line_id} ||| {one(text)} ||| Log2Prob0= {score:.4f} ||| {score:.4f}\n" for text, score in scored
-        )
+        return "".join(f"{line_id} ||| {one(text)} ||| Log2Prob0= {score} ||| {score}\n" for text, score in scored)
     texts = [text for text, _ in scored] or [result.text]
     texts += [""] * (nbest - len(texts))
     return "".join(one(text) + "\n" for text in texts)
