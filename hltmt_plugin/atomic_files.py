@@ -18,6 +18,14 @@ exception or Ctrl-C, removes every temporary file a write had open before the pr
 what a SIGKILL leaves (a temporary file whose lock no live writer holds) is removed by the
 next write of the same file.
 
+What a write changes in the process lasts as long as the write: the SIGTERM handler is
+installed when the first temporary file, folder or lock is made (in the main thread, where
+SIGTERM has its default action; a handler of the program's own is left alone) and the default
+action put back when the last is gone; a command's scratch folder (:func:`scratch_folder`)
+keeps it for the process's life, as the command's own. The umask is read, never changed
+(Linux's ``/proc/self/status``; elsewhere set and put back under a lock), so a file another
+thread makes meanwhile gets the process's umask.
+
 - :func:`write_text`, :func:`write_bytes`, :func:`save_torch`: a whole file in one call; a
   failure is one :class:`HltmtInputError` naming the file and whether it is unchanged;
 - :class:`AtomicFile`: the same for a writer that streams (``with AtomicFile(path) as out:
@@ -144,9 +152,11 @@ def check_output(path: str, label: str) -> None:
         raise HltmtInputError(f"cannot write {label} {path}: {error.strerror}") from None
 
 
-# temporary files and folders being written, removed by the SIGTERM handler before the process ends
+# temporary files and folders being written, removed by the SIGTERM handler before the process ends;
+# changed under _LIVE_LOCK (by _hold and _drop), read without it by the handler (a copy, made at once)
 _LIVE: Set[str] = set()
 _LIVE_FOLDERS: Set[str] = set()
+_LIVE_LOCK = threading.Lock()
 _handler_installed = False
 
 
@@ -159,17 +169,45 @@ def _on_sigterm(signum, frame):
     os.kill(os.getpid(), signal.SIGTERM)  # end as SIGTERM ends a process (status 143 in a shell)
 
 
-def _watch_sigterm() -> None:
-    """Make SIGTERM remove the live temporary files first (when nobody else handles it)."""
+def _hold(path: str, folder: bool = False) -> None:
+    """``path`` (a temporary file or lock file, or with ``folder`` a temporary folder) removed by
+    SIGTERM until :func:`_drop`: while anything is held, SIGTERM removes it first, then ends the
+    process as it would have (the handler is installed by the first hold, in the main thread, where
+    SIGTERM has its default action, and taken away by the last drop)."""
+    with _LIVE_LOCK:
+        (_LIVE_FOLDERS if folder else _LIVE).add(path)
+        _set_sigterm(True)
+
+
+def _drop(path: str) -> None:
+    """``path`` no longer removed by SIGTERM (written, renamed or removed)."""
+    with _LIVE_LOCK:
+        _LIVE.discard(path)
+        _LIVE_FOLDERS.discard(path)
+        if not _LIVE and not _LIVE_FOLDERS:
+            _set_sigterm(False)
+
+
+def _set_sigterm(watch: bool) -> None:
+    """Under ``_LIVE_LOCK``: the handler installed (``watch``: when SIGTERM has its default action)
+    or the default action put back (when the handler is still this module's). Python sets signal
+    handlers in the main thread only: elsewhere nothing changes (a write in another thread is
+    not cleaned on SIGTERM; a handler that the main thread installed and another thread's last
+    drop could not take away stays until the main thread's next last drop, and with nothing held
+    it ends the process as the default action does)."""
     global _handler_installed
-    if _handler_installed or threading.current_thread() is not threading.main_thread():
+    if watch == _handler_installed or threading.current_thread() is not threading.main_thread():
         return
     try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        if watch and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _on_sigterm)
+            _handler_installed = True
+        elif not watch:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:  # (a handler set since is left alone)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _handler_installed = False
     except (ValueError, OSError):
         return
-    _handler_installed = True
 
 
 def _final_owner(target: str):
@@ -181,9 +219,23 @@ def _final_owner(target: str):
     return st.st_uid, st.st_gid
 
 
+_UMASK_LOCK = threading.Lock()
+
+
 def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
+    """The process's umask, read without changing it where the system shows it (Linux:
+    ``/proc/self/status``). Elsewhere it is set and put back under a lock, to ``0o777`` meanwhile:
+    a file another thread makes in that instant gets too few permission bits, never too many."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        umask = os.umask(0o777)
+        os.umask(umask)
     return umask
 
 
@@ -256,10 +308,9 @@ class AtomicFile:
         self.path = path
         check_destination(path)
         self.target = os.path.realpath(path)  # a symbolic link keeps pointing at the new file
-        _watch_sigterm()
         self._fd, self.tmp = _temporary_of(self.target, suffix)
         self._hold = os.dup(self._fd)  # keeps the lock until the rename, after the file is closed
-        _LIVE.add(self.tmp)
+        _hold(self.tmp)
         self.file = None
         self.finished = False
 
@@ -289,7 +340,7 @@ class AtomicFile:
             self.discard()
             raise
         self.finished = True
-        _LIVE.discard(self.tmp)
+        _drop(self.tmp)
         self._release()
 
     def _release(self) -> None:
@@ -307,7 +358,7 @@ class AtomicFile:
         except OSError:
             pass
         _remove_quietly(self.tmp)
-        _LIVE.discard(self.tmp)
+        _drop(self.tmp)
         self._release()
 
     def __enter__(self):
@@ -579,12 +630,12 @@ class _FolderLock:
                 break
             os.close(fd)
         self.fd = fd
-        _LIVE.add(self.path)
+        _hold(self.path)
 
     def release(self) -> None:
-        _LIVE.discard(self.path)
         _remove_quietly(self.path)  # while still locked: a waiting writer then makes a new one
         os.close(self.fd)
+        _drop(self.path)
 
 
 def _clear_stale(target: str) -> None:
@@ -635,19 +686,19 @@ def replace_folder(work: str, target: str) -> None:
     if os.path.lexists(target):
         old = _temp_name(target, "old")
         os.replace(target, old)
-        _LIVE_FOLDERS.add(old)
+        _hold(old, folder=True)
     try:
         os.replace(work, target)
     except OSError:
         if old is not None:
             os.replace(old, target)
-            _LIVE_FOLDERS.discard(old)
+            _drop(old)
         raise
-    _LIVE_FOLDERS.discard(work)
+    _drop(work)
     _sync_folder(os.path.dirname(target))
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-        _LIVE_FOLDERS.discard(old)
+        _drop(old)
 
 
 def _fill_failed(shown: str, target: str, work: str, error: OSError) -> FolderRefused:
@@ -712,13 +763,12 @@ def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
     except OSError as error:
         raise FolderRefused(f"cannot write {shown}: {error.strerror or error}") from None
     _check_replaceable(target, shown, kind, force)
-    _watch_sigterm()
     try:
         work = _temp_name(target, "partial")
         os.mkdir(work)  # mode 0o777 less the umask
     except OSError as error:
         raise FolderRefused(f"cannot write {shown}: {error.strerror or error}") from None
-    _LIVE_FOLDERS.add(work)
+    _hold(work, folder=True)
     try:
         result = fill(work)
         _umask_modes(work)
@@ -729,7 +779,7 @@ def _write_locked(target: str, shown: str, fill, kind: str, force: bool):
     finally:
         if work in _LIVE_FOLDERS:
             shutil.rmtree(work, ignore_errors=True)
-            _LIVE_FOLDERS.discard(work)
+            _drop(work)
     return result
 
 
@@ -765,7 +815,8 @@ def fresh_folder(path: str, kind: str) -> str:
 def scratch_folder(prefix: str) -> str:
     """A private temporary folder (``TMPDIR/PREFIX<pid>.XXXX``) removed at exit and on SIGTERM;
     what a SIGKILL left of an earlier one (its lock free) is removed first. The process holds a
-    lock on its ``.lock`` file for as long as it lives."""
+    lock on its ``.lock`` file, and SIGTERM's handler stays installed, for as long as it lives:
+    a command's own change to its process, made by the commands that call this (hltmt-export)."""
     base = tempfile.gettempdir()
     for entry in os.listdir(base):
         path = os.path.join(base, entry)
@@ -784,9 +835,8 @@ def scratch_folder(prefix: str) -> str:
                 pass  # a live process's
             finally:
                 os.close(fd)
-    _watch_sigterm()
     folder = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}.", dir=base)
-    _LIVE_FOLDERS.add(folder)
+    _hold(folder, folder=True)  # for the process's life: SIGTERM's handler stays (the command's own)
     fd = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     _SCRATCH_LOCKS.append(fd)

@@ -447,3 +447,88 @@ def test_every_file_and_folder_of_a_folder_output_gets_the_umasks_mode(tmp_path,
         "out/models/config.json": file,
         f"out/{files.MARKER}": file,
     }
+
+
+# ---- what a write changes in the process lasts as long as the write
+@pytest.fixture
+def default_sigterm():
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield signal
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_is_handled_only_while_a_write_is_under_way(tmp_path, default_sigterm):
+    signal = default_sigterm
+    handler = lambda: signal.getsignal(signal.SIGTERM)  # noqa: E731
+    with files.AtomicFile(str(tmp_path / "a.txt")) as first:
+        assert handler() is files._on_sigterm
+        with files.AtomicFile(str(tmp_path / "b.txt")) as second:
+            second.open().write("b")
+        assert handler() is files._on_sigterm  # the first write is still under way
+        first.open().write("a")
+    assert handler() is signal.SIG_DFL and not files._LIVE and not files._LIVE_FOLDERS
+    files.write_text(str(tmp_path / "c.txt"), "c")
+    assert handler() is signal.SIG_DFL
+    seen = []
+    files.write_folder(str(tmp_path / "out"), lambda work: seen.append(handler()), kind="w")
+    assert seen == [files._on_sigterm] and handler() is signal.SIG_DFL
+    with pytest.raises(RuntimeError, match="the writer failed"):
+        with files.AtomicFile(str(tmp_path / "d.txt")):
+            raise RuntimeError("the writer failed")
+    assert handler() is signal.SIG_DFL
+
+
+def test_a_programs_own_sigterm_handler_is_left_alone(tmp_path, default_sigterm):
+    signal = default_sigterm
+
+    def mine(signum, frame):
+        pass
+
+    signal.signal(signal.SIGTERM, mine)
+    files.write_text(str(tmp_path / "a.txt"), "a")
+    assert signal.getsignal(signal.SIGTERM) is mine
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with files.AtomicFile(str(tmp_path / "b.txt")) as out:
+        signal.signal(signal.SIGTERM, mine)  # set by the program during the write: kept after it
+        out.open().write("b")
+    assert signal.getsignal(signal.SIGTERM) is mine
+
+
+def test_writes_in_threads_leave_the_process_as_they_found_it(tmp_path, default_sigterm):
+    import threading
+
+    signal = default_sigterm
+    errors = []
+
+    def write_many(k):
+        try:
+            for i in range(20):
+                files.write_text(str(tmp_path / f"t{k}-{i}.txt"), "x")
+        except BaseException as error:  # noqa: BLE001 (reported below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=write_many, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    write_many("main")
+    for thread in threads:
+        thread.join()
+    files.write_text(str(tmp_path / "last.txt"), "x")  # the main thread's last write ends after them all
+    assert errors == [] and not files._LIVE and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert {os.stat(p).st_mode & 0o777 for p in tmp_path.iterdir()} == {new_file_mode()}
+
+
+def test_the_umask_is_read_without_being_changed(monkeypatch):
+    real, calls = os.umask, []
+    monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or real(mask))
+    umask = real(0o022)
+    real(umask)
+    assert files._umask() == umask and calls == []  # Linux: read from /proc/self/status
+
+    def no_proc(*args, **kwargs):
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(files, "open", no_proc, raising=False)  # a system without /proc
+    assert files._umask() == umask and calls == [0o777, umask]  # never 0 meanwhile: too few bits, not too many
