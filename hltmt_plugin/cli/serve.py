@@ -67,7 +67,10 @@ def build_parser():
     p.add_argument("--batch-size", type=int, default=None, help="sentences per batch of the engine (default: no limit)")
     p.add_argument("--no-batching", action="store_true", help="translate one request at a time (no requests merged)")
     p.add_argument(
-        "--max-wait", type=finite_float, default=10.0, help="milliseconds a request waits for others to share its call"
+        "--max-wait",
+        type=finite_float,
+        default=10.0,
+        help="after a call that merged several requests, milliseconds the next waits for more to join",
     )
     p.add_argument(
         "--batch-tokens", type=int, default=4000, help="estimated source tokens of requests merged in one call"
@@ -160,7 +163,9 @@ def main(argv=None):
         )
     from hltmt_plugin import __version__
     from hltmt_plugin.errors import HltmtError
-    from hltmt_plugin.serve.app import Service, listening_socket, serve
+    from hltmt_plugin.serve.app import Service, few_arenas, listening_socket, serve
+
+    few_arenas()  # before the model's threads allocate
 
     try:
         sock = listening_socket(args.host, args.port)

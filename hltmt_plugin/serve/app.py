@@ -292,6 +292,23 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def few_arenas(count: int = 2) -> bool:
+    """At most ``count`` malloc arenas in this process (glibc's ``mallopt(M_ARENA_MAX)``; as
+    ``MALLOC_ARENA_MAX`` does, unless that is set): the threads that translate, parse and answer
+    share them, so the process's memory stops growing after the first bursts instead of holding
+    an arena per thread that ever allocated. Whether it was set (False off glibc)."""
+    import ctypes
+    import os
+
+    if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-8, count))  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        return False
+
+
 def serve(service: Service, sock: socket.socket, access_log: bool = False, announce: Optional[Callable] = None):
     """Run the server on ``sock`` until SIGTERM or SIGINT; ``announce()`` once it is listening."""
     import uvicorn

@@ -259,3 +259,12 @@ def test_the_openapi_document_names_every_route_of_the_application(translator):
     routes = {(route.path, method.lower()) for route in app.routes for method in route.methods - {"HEAD"}}
     documented = {(path, method) for path, methods in api.openapi("x")["paths"].items() for method in methods}
     assert routes == documented
+
+
+def test_the_server_keeps_to_few_malloc_arenas_unless_told(monkeypatch):
+    from hltmt_plugin.serve.app import few_arenas
+
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    assert few_arenas(8) is True  # glibc here (Debian); the server sets 2 before loading its model
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert few_arenas() is False
