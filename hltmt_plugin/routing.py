@@ -169,9 +169,12 @@ class PassRows:
     A consumer names its ids once (:meth:`define`: a function from the record to sub-module
     ids) and asks for its plan in the pass (:meth:`plan`): made at the first ask, shared by every
     layer of the pass; in a beam search the decoder hands in the search's plans, so they are made
-    at the first step and only reordered afterwards. A pass's record and plans are kept per
-    thread (:meth:`use`): one model serves passes in several threads at once, each with its own
-    rows; the definitions are the model's, made once."""
+    at the first step and only reordered afterwards. A consumer that has the rows' ids at hand
+    (the pool's router, from its own target -> module table) defines nothing: it keeps the plan
+    it makes in :attr:`plans` under its name, found there by the pass's later asks and the
+    search's later steps. A pass's record and plans are kept per thread (:meth:`use`): one model
+    serves passes in several threads at once, each with its own rows; the definitions are the
+    model's, made once."""
 
     def __init__(self, side: str):
         self.side = side

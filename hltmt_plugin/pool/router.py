@@ -147,21 +147,21 @@ class LanguageRouter(nn.Module):
         (``m<k>`` or ``universal``), as the reports and the exports write it."""
         return {lang: self.labels[k] for lang, k in zip(self.targets, self.table(embeddings).tolist())}
 
-    def gate_probs(self, table: Tensor) -> Tensor:
+    def gate_probs(self, embeddings: Tensor) -> Tensor:
         """``P`` (H x T): the gate's distribution over the pool for each high-resource language,
-        from their tokens' rows of the embedding table ``table`` (V x d)."""
-        lang_embeddings = table.index_select(0, self.high_tokens)
+        from their tokens' rows of the embedding table ``embeddings`` (V x d)."""
+        lang_embeddings = embeddings.index_select(0, self.high_tokens)
         with torch.autocast(device_type=lang_embeddings.device.type, enabled=False):  # float32 under amp
             logits = F.linear(lang_embeddings.float(), self.gate.weight.float(), self.gate.bias.float())
         return F.softmax(logits, dim=-1)
 
-    def map_ids(self, table: Optional[Tensor] = None) -> Tensor:
+    def map_ids(self, embeddings: Optional[Tensor] = None) -> Tensor:
         """``g(l)`` for every high-resource language as module indices: the fixed map, or the
-        argmax of the gate (``table``: the embedding table, not read once the map is fixed)."""
+        argmax of the gate (``embeddings``: the embedding table, not read once the map is fixed)."""
         if self.map_is_fixed:
             return decode_map(self.routing_map, self.pool_size)
         with torch.no_grad():
-            return self.gate_probs(table).argmax(dim=-1)
+            return self.gate_probs(embeddings).argmax(dim=-1)
 
     def map_by_language(self, embeddings: Optional[Tensor] = None) -> Dict[str, int]:
         """``g(l)`` by language name, in the map's order: the table's high-resource entries (the
