@@ -23,6 +23,7 @@ import importlib.util
 from hltmt_plugin.process import (  # noqa: F401  (the package's names of them)
     COMMAND_PACKAGES,
     FAIRSEQ_COMMANDS,
+    SCRIPT_BYTES,
     _console_script_module,
     _main_module,
     command_process,

@@ -267,8 +267,13 @@ def test_every_engine_class_takes_the_contracts_calls_and_bounds(monkeypatch):
             with pytest.raises(TranslationErrors, match=f"line 1: .*{why}"):
                 mt.translate_batch([("en", "de", text)])
         assert calls == [], (engine, calls)
-        assert mt.translate_batch(OK, beam=100, lenpen=-10, max_len=10**9) == ["x"]
-        search = Search(100, -10.0, 63)  # max_len: the positions' bound
+        lowest = engine.search_limits["lenpen"].low if "lenpen" in engine.search_limits else -10.0
+        if lowest > -10.0:  # the engine's own range, applied by the contract before the engine runs
+            with pytest.raises(HltmtConfigError, match=f"lenpen -10 is refused on {engine.engine_name}"):
+                mt.translate_batch(OK, lenpen=-10)
+            assert calls == [], (engine, calls)
+        assert mt.translate_batch(OK, beam=100, lenpen=lowest, max_len=10**9) == ["x"]
+        search = Search(100, float(lowest), 63)  # max_len: the positions' bound
         assert calls.pop() == ("translate", search, 4000, None, [0])
         sampled = dict(sampling=True, sampling_topp=1, temperature=100, seed=2**31 - 1, no_repeat_ngram_size=64)
         assert mt.translate_batch(OK, beam=4, nbest=4, **sampled) == [["x"] * 4]
