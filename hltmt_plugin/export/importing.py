@@ -239,10 +239,15 @@ def _pieces_cover(spm: str, symbols: List[str], where: str) -> None:
 
 def _tokenizer_json(folder: str):
     """The folder's ``tokenizer.json`` read through the one reader (bounded, its added tokens
-    typed) before transformers parses it; None when the folder has none."""
+    typed) before transformers parses it, and every other JSON file of the folder that
+    transformers' tokenizer may open (``special_tokens_map.json``, ``added_tokens.json``...)
+    read through it too (bounded in size and depth); None when the folder has no tokenizer.json."""
     path = in_folder(folder, "tokenizer.json", folder)
     if not os.path.lexists(path):
         return None
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json") and name != "tokenizer.json":
+            records.read_json(in_folder(folder, name, folder), records.ANYTHING, "the folder's file")
     return records.read_json(path, TOKENIZER_JSON, "the tokenizer's file", TOKENIZER_JSON_BYTES)
 
 

@@ -451,11 +451,21 @@ TOKENIZER_FILES = {  # the folder's tokenizer.json, as transformers would be han
 }
 
 
-@pytest.mark.parametrize("case", sorted(TOKENIZER_FILES))
-def test_an_nllb_tokenizer_file_goes_through_the_one_reader_first(case, nllb, tmp_path):
+# the tokenizer's own record has a schema; any other JSON file of the folder is bounded in size and depth
+READ_FIRST = [(case, "tokenizer.json") for case in sorted(TOKENIZER_FILES)] + [
+    (case, name)
+    for name in ("special_tokens_map.json", "added_tokens.json")
+    for case in ("nesting 100,000 levels deep", "not JSON")
+]
+
+
+@pytest.mark.parametrize("case, name", READ_FIRST)
+def test_an_nllb_tokenizer_file_goes_through_the_one_reader_first(case, name, nllb, tmp_path):
+    """Every JSON file of the folder that transformers' tokenizer may open, the folder's own or
+    one it does not hold yet, is read through the one reader before transformers parses it."""
     text, message = TOKENIZER_FILES[case]
     folder = _copy(nllb, tmp_path)
-    with open(os.path.join(folder, "tokenizer.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
         f.write(text)
     with pytest.raises(HltmtError) as caught:
         importing.import_folder(folder, str(tmp_path / "out"))
