@@ -13,7 +13,7 @@ import torch
 from hltmt_plugin import model_check
 from hltmt_plugin.errors import HltmtError
 
-pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
+fast = pytest.mark.fast  # the fast tier (tests/tiers.py): every test here but the commands' one
 
 GOOD = dict(
     encoder_embed_dim=32,
@@ -40,6 +40,7 @@ BAD = {  # option -> (value, what the line says)
 }
 
 
+@fast
 def test_options_fairseq_accepts_pass_as_a_namespace_a_map_and_fairseqs_config():
     from omegaconf import OmegaConf
 
@@ -48,6 +49,7 @@ def test_options_fairseq_accepts_pass_as_a_namespace_a_map_and_fairseqs_config()
     assert model_check.problems(None) == []
 
 
+@fast
 @pytest.mark.parametrize("option", sorted(BAD))
 def test_each_option_fairseq_refuses_is_one_line_naming_it(option):
     value, message = BAD[option]
@@ -56,12 +58,14 @@ def test_each_option_fairseq_refuses_is_one_line_naming_it(option):
     assert str(caught.value) == f"the model: {message}" or str(caught.value).startswith(f"the model: {message}")
 
 
+@fast
 def test_the_activations_are_fairseqs_own_choices():
     from fairseq.utils import get_available_activation_fns
 
     assert model_check.activations() == list(get_available_activation_fns())
 
 
+@fast
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_a_non_finite_weight_is_found_at_any_depth(bad):
     weights = {"a": torch.zeros(3), "b": {"c": [torch.ones(2), torch.tensor([1.0, bad])]}}
@@ -90,6 +94,7 @@ LOADERS = {  # every entry of the one torch loader
 }
 
 
+@fast
 def test_every_public_loader_is_listed():
     """A new entry of the one loader is tested here by construction: it is in LOADERS."""
     from hltmt_plugin.compat import safe_loading
@@ -98,6 +103,7 @@ def test_every_public_loader_is_listed():
     assert found | {"fairseq_checkpoint_load"} == set(LOADERS)
 
 
+@fast
 @pytest.mark.parametrize("loader", sorted(LOADERS))
 def test_every_loader_refuses_a_checkpoint_the_model_check_refuses(loader, tmp_path):
     nan = _checkpoint(tmp_path / "nan.pt", model={"w": torch.tensor([[0.0, float("nan")]])})

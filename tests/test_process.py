@@ -12,8 +12,6 @@ import pytest
 
 from conftest import BIN
 
-pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
-
 PROBE = (
     "import sys, hltmt_plugin\n"
     "from hltmt_plugin.process import running_fairseq, command_process\n"
@@ -58,6 +56,7 @@ def test_a_plugin_command_is_the_plugins_and_runs_no_fairseq_command(tmp_path):
     assert done.returncode == 0 and "usage" in done.stdout
 
 
+@pytest.mark.fast
 def test_the_train_checks_are_gated_by_the_one_decision():
     """The save folder's lock, the record check on resume and the interactive direction check
     read :func:`running_fairseq`; no module of the package reads the program's name to decide."""
