@@ -22,6 +22,7 @@ PACKAGE = os.path.join(os.pardir, "hltmt_plugin")  # relative to this folder, as
 # the modules an export folder is served with: each imports only these (and the standard
 # library, numpy, sentencepiece, CTranslate2, tqdm) at its top
 MODULES = [
+    "hltmt_plugin.process",  # what the process is: imported by the package's __init__.py
     "hltmt_plugin.errors",
     "hltmt_plugin.directions",
     "hltmt_plugin.paths",
