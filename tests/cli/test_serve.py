@@ -182,3 +182,19 @@ def test_the_serving_install_without_torch_serves_an_export_folder(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0 and status == 200 and answer["translatedText"], answer
+
+
+@pytest.mark.fast
+def test_without_the_serve_extra_it_says_what_to_install():
+    code = (
+        "import sys; sys.modules['uvicorn'] = None\n"
+        "from hltmt_plugin.cli.serve import main\n"
+        f"sys.exit(main(['--model', {MODEL!r}]))"
+    )
+    done = run([sys.executable, "-c", code])
+    said = [line for line in done.stderr.splitlines() if not line.startswith("INFO:")]  # fairseq's, in python -c
+    assert done.returncode == 2 and len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert (
+        said[0].startswith("hltmt-serve: error: the server needs the serve extra")
+        and 'pip install -e ".[serve]"' in done.stderr
+    )
