@@ -123,8 +123,8 @@ class LanguageRouter(nn.Module):
         """The table ``target_modules`` and whether the map is fixed, from the stored map: called
         where the languages are set, the map fixed or loaded."""
         ids = decode_map(self.routing_map, self.pool_size)
+        self.target_modules = self._table_of(ids)  # first: a pass that reads the map fixed finds its table
         self._map_fixed = bool((ids >= 0).all())
-        self.target_modules = self._table_of(ids)
 
     def _table_of(self, ids: Tensor) -> Tensor:
         """The rule: (L,) each target's module from the map ``ids`` (H,): ``ids`` of its place
