@@ -90,6 +90,8 @@ class Service:
     async def read_body(self, request, deadline: float) -> bytes:
         """The body, at most ``max_body`` bytes (413 at once when its length says more), all of it
         by ``deadline`` (408: a client sending a byte at a time holds nobody else up)."""
+        from starlette.requests import ClientDisconnect
+
         limit = self.settings.max_body
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
@@ -110,6 +112,8 @@ class Service:
             raise BadRequest(
                 f"the request body did not arrive within {self.settings.timeout:g} s (--timeout)", 408, "slow_body"
             ) from None
+        except ClientDisconnect:
+            raise BadRequest("the client left before its body arrived", CLIENT_GONE, "client_gone") from None
         return b"".join(chunks)
 
     async def translate(self, request, items, nbest: int, deadline: float) -> list:

@@ -198,6 +198,21 @@ def test_a_client_sending_a_byte_a_second_gets_408_and_holds_nobody_up(port):
     assert 3.5 < time.monotonic() - start < 8
 
 
+def test_a_client_that_leaves_mid_body_is_counted_not_failed(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b'POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"items": [')
+    status, answer = post(port, "/translate", {"q": "Hello.", "source": "en", "target": "de"})
+    assert status == 200 and answer["translatedText"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        _, _, metrics, _ = request(port, "GET", "/metrics")
+        if 'route="/v1/translate",status="499"' in metrics:
+            break
+        time.sleep(0.2)
+    assert 'hltmt_serve_requests_total{route="/v1/translate",status="499"} 1' in metrics, metrics
+    assert 'status="500"' not in metrics
+
+
 def test_a_client_that_leaves_mid_batch_costs_the_others_nothing(port):
     body = json.dumps({"q": [text for _, _, text in SENTENCES] * 8, "source": "en", "target": "fi"}).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
@@ -209,11 +224,11 @@ def test_a_client_that_leaves_mid_batch_costs_the_others_nothing(port):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         _, _, metrics, _ = request(port, "GET", "/metrics")
-        if 'hltmt_serve_refusals_total{reason="client_gone"} 1' in metrics:
+        if 'hltmt_serve_requests_total{route="/translate",status="499"} 1' in metrics:
             break
         time.sleep(0.2)
-    assert 'hltmt_serve_refusals_total{reason="client_gone"} 1' in metrics, metrics
-    assert 'hltmt_serve_requests_total{route="/translate",status="499"} 1' in metrics
+    assert 'hltmt_serve_requests_total{route="/translate",status="499"} 1' in metrics, metrics
+    assert 'hltmt_serve_refusals_total{reason="client_gone"}' in metrics
 
 
 def test_beyond_the_queue_requests_are_refused_at_once_with_retry_after(translator):
