@@ -89,9 +89,13 @@ def test_sigterm_under_load_answers_the_requests_in_flight_then_exits():
         socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
-def test_an_export_folder_is_served_by_its_engine(tmp_path):
-    folder = tmp_path / "ct2"
-    done = run([cli("hltmt-export"), "--checkpoint", MODEL, "--spm", SPM, "--data", MODELS, "--out", str(folder)])
+@pytest.mark.parametrize("engine", ["ctranslate2", "transformers"])
+def test_an_export_folder_is_served_by_its_engine(tmp_path, engine):
+    folder = tmp_path / engine
+    done = run(
+        [cli("hltmt-export"), "--checkpoint", MODEL, "--spm", SPM, "--data", MODELS, "--out", str(folder)]
+        + ["--to", engine]
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     proc, port = start("--model", str(folder), "--threads", "1")
     try:
