@@ -43,6 +43,7 @@ SIZE = re.compile(r"(?<!\S)(" + "|".join(re.escape(o) for o in SIZES) + r")([ =]
 RUN_BY = {
     os.path.join("docs", "migrating.md"): "tests/test_migrating.py",
     os.path.join("docs", "adapters.md"): "tests/test_adapters_page.py",
+    os.path.join("docs", "pretrained.md"): "tests/test_pretrained_loop.py",
 }
 
 FENCE = re.compile(r"^(?:<!-- (runs|not run: [^>]*\S) -->\n)?```(\w*)\n(.*?)^```$", re.M | re.S)

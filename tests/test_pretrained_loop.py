@@ -1,5 +1,6 @@
 """The loop closed through the commands, at a toy size (docs/pretrained.md, "The loop, offline"):
-a tiny M2M-100-style transformers folder (tests/importing_common.py) imported with
+the page's block, marked ``<!-- runs -->``, run as written (tests/page_blocks.py) in a fresh folder
+holding ``hf/`` and ``input.txt``: a tiny M2M-100-style transformers folder (tests/importing_common.py) imported with
 ``hltmt-import``; fairseq-generate on the import gives transformers' ``generate`` lines (beam 5:
 fairseq's choice among generate's finished hypotheses, as tests/export/test_importing.py
 compares them); ``fairseq-train --finetune-from-model`` with the pool, no architecture option
@@ -11,21 +12,15 @@ import os
 
 import pytest
 
-from conftest import PLUGIN, cli, run
+from conftest import BIN, PLUGIN, ROOT, cli, run
 from importing_common import build_m2m_folder, fairseq_beam_choice, rows, tokenizer_of
+from page_blocks import blocks, script
 
 pytest.importorskip("transformers")
 pytest.importorskip("ctranslate2")
 
 MAX_LEN = 40
 PAIRS = "en-de,en-cs,de-en,cs-en"
-TRAIN = [  # the pool on the imported model: nothing of its architecture typed
-    "--user-dir", PLUGIN, "--task", "hltmt_translation", "--arch", "hltmt_transformer",
-    "--lang-pairs", PAIRS, "--encoder-langtok", "src", "--decoder-langtok", "--enable-lang-ids",
-    "--high-resource-langs", "de,cs", "--slp-pool-size", "2", "--criterion", "hltmt_cross_entropy",
-    "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--seed", "1",
-    "--log-interval", "1", "--no-epoch-checkpoints", "--no-save-optimizer-state", "--num-workers", "0", "--cpu",
-]  # fmt: skip
 
 
 def _ok(done):
@@ -33,34 +28,52 @@ def _ok(done):
     return done
 
 
+PAGE = os.path.join(ROOT, "docs", "pretrained.md")
+
+
+def page_block():
+    """The page's block of the loop (marked to run here)."""
+    found = [b for b in blocks(PAGE) if "hltmt-import --model hf --out imported" in b.text]
+    assert len(found) == 1 and found[0].mark == "runs", found
+    return found[0]
+
+
+@pytest.mark.fast
+def test_the_pages_loop_is_the_tests():
+    text = page_block().text
+    for command in ("hltmt-import", "hltmt-prepare-data", "fairseq-generate", "hltmt-export", "hltmt-translate"):
+        assert command in text, command
+    assert text.count("fairseq-train $TRAIN") == 2 and "--max-update 2 " in text
+
+
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    """The folder, its import, the data binarized with the import's dictionary and
-    sentencepiece model, and the pool trained on it in two stages: a dict of their paths."""
+    """The page's commands run in a folder holding the tiny transformers folder ``hf`` and
+    ``input.txt``: a dict of the paths they wrote (the import, the data binarized with the
+    import's dictionary and sentencepiece model, the pool trained on it in two stages, both
+    exports) and what they printed."""
     root = tmp_path_factory.mktemp("loop")
-    p = {name: str(root / name) for name in ("hf", "imported", "data", "high", "all")}
-    build_m2m_folder(p["hf"])
-    _ok(run([cli("hltmt-import"), "--model", p["hf"], "--out", p["imported"]]))
-    imported = p["imported"]
-    p["langs"] = ",".join(open(os.path.join(imported, "langs.txt")).read().split())
-    _ok(
-        run(
-            [cli("hltmt-prepare-data"), "--out", p["data"], "--langs", "de,cs", "--segment-words", "8,8"]
-            + ["--max-train", "40", "--max-valid", "8", "--max-test", "8", "--spm-model"]
-            + [os.path.join(imported, "spm.model"), "--dict", os.path.join(imported, "dict.en.txt")]
-            + ["--dict-langs", p["langs"]]  # every language's dictionary, as the checkpoint records them
-        )
-    )
+    build_m2m_folder(str(root / "hf"))
+    (root / "input.txt").write_text("The file could not be saved.\nOpen the file.\n", encoding="utf-8")
+    scripts = tmp_path_factory.mktemp("loop-script")
+    env = {"PATH": BIN + os.pathsep + os.environ["PATH"], "HOME": str(scripts)}
+    done = _ok(run(["bash", "-c", script([page_block()], scripts)], env_extra=env, cwd=str(root), timeout=1500))
+    p = {name: str(root / name) for name in ("hf", "imported", "data", "high", "all", "all-hf", "all-ct2")}
+    p["langs"] = ",".join(open(os.path.join(p["imported"], "langs.txt")).read().split())
     p["bin"] = os.path.join(p["data"], "bin")
-    p["checkpoint"] = os.path.join(imported, "checkpoint.pt")
-    common = [p["bin"], *TRAIN, "--langs", p["langs"]]
-    _ok(run([cli("fairseq-train"), *common, "--finetune-from-model", p["checkpoint"], "--hlt-stage", "high"]
-            + ["--train-only", "slp,gate,universal", "--save-dir", p["high"]]))  # fmt: skip
-    high = os.path.join(p["high"], "checkpoint_last.pt")
-    _ok(run([cli("fairseq-train"), *common, "--finetune-from-model", high, "--hlt-stage", "all"]
-            + ["--train-only", "slp,universal", "--save-dir", p["all"]]))  # fmt: skip
+    p["checkpoint"] = os.path.join(p["imported"], "checkpoint.pt")
     p["tuned"] = os.path.join(p["all"], "checkpoint_last.pt")
+    p["printed"] = done.stdout
     return p
+
+
+def test_the_pages_last_command_writes_the_fine_tuned_checkpoints_lines(loop):
+    """ "hltmt-translate --checkpoint all-hf ... < input.txt   # the checkpoint's lines"."""
+    from hltmt_plugin import hub
+
+    written = loop["printed"].splitlines()[-2:]
+    tuned = hub.load(loop["tuned"], device="cpu")
+    assert written == tuned.translate(["The file could not be saved.", "Open the file."], src="en", tgt="de")
 
 
 def _generates_choice(model, tok, src_ids, tgt):
@@ -130,7 +143,7 @@ def _ends_at_once(translation):
 
 
 @pytest.mark.parametrize("engine", ["transformers", "ctranslate2"])
-def test_the_exports_translate_as_the_fine_tuned_checkpoint(loop, engine, tmp_path):
+def test_the_exports_translate_as_the_fine_tuned_checkpoint(loop, engine):
     """Greedy: the same lines on both engines. Beam 5: the same lines on transformers, and on
     CTranslate2 wherever its own rule leaves the search as fairseq's: at the first step after a
     forced target prefix, CTranslate2 keeps the end of sentence only as the best candidate
@@ -144,9 +157,7 @@ def test_the_exports_translate_as_the_fine_tuned_checkpoint(loop, engine, tmp_pa
     greedy = tuned.translate_batch(lines, beam=1, max_len=MAX_LEN)
     expected = tuned.translate_batch(lines, beam=5, nbest=5, max_len=MAX_LEN, details=True)
     assert len({t.text for t in expected}) >= 3
-    out = str(tmp_path / engine)
-    _ok(run([cli("hltmt-export"), "--to", engine, "--checkpoint", loop["tuned"], "--out", out]))
-    exported = hub.load(out)
+    exported = hub.load(loop["all-hf" if engine == "transformers" else "all-ct2"])  # the page's exports
     assert exported.translate_batch(lines, beam=1, max_len=MAX_LEN) == greedy
     got = exported.translate_batch(lines, beam=5, nbest=5, max_len=MAX_LEN, details=True)
     if engine == "transformers":
