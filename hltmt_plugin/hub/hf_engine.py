@@ -28,6 +28,7 @@ import logging
 import math
 import os
 import re
+import threading
 import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -83,8 +84,6 @@ class HfTranslator(contract.ExportedTranslator):
         transformers = contract.import_transformers("this is an export to transformers and ")
         import torch
 
-        if threads:
-            torch.set_num_threads(threads)
         device = _device(torch, device)
         (first, place), *others = record["models"].items()
         base = load_model(transformers, folder, place).eval().to(device)
@@ -100,7 +99,15 @@ class HfTranslator(contract.ExportedTranslator):
                 models[group] = with_top_layer(base, layer.half() if fp16 else layer)
         dictionary = Dictionary.load(os.path.join(folder, "dict.txt"))
         pieces = Pieces(os.path.join(folder, "source.spm"))
-        return cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences or GENERATE_SENTENCES)
+        mt = cls(folder, record, models, dictionary, pieces, device, max_tokens, max_sentences or GENERATE_SENTENCES)
+        mt.threads = threads
+        return mt
+
+    def _translate_prepared(self, *args, **kwargs):
+        """The contract's batches, with torch's threads set to the translator's ``threads`` for the
+        call and given back after it (:func:`torch_threads`): the process keeps its own setting."""
+        with torch_threads(getattr(self, "threads", None)):
+            return super()._translate_prepared(*args, **kwargs)
 
     def batch_key(self, tgt: str) -> Tuple[str, str]:
         """The group serving ``tgt`` and, with ``--decoder-langtok``, ``tgt`` itself: its token is
@@ -398,6 +405,34 @@ def _transformers_quiet(transformers):
         logging.disable(disabled)
         if saved[3]:
             hf_logging.enable_progress_bar()
+
+
+_THREADS_LOCK = threading.Lock()
+_threads_state = {"calls": 0, "saved": None}
+
+
+@contextlib.contextmanager
+def torch_threads(count: Optional[int]):
+    """torch's intra-op threads set to ``count`` (None: left as they are) while the block runs,
+    restored when the last overlapping call ends (torch's setting is the process's: calls from
+    several threads share one setting, the first call's saved value restored by the last)."""
+    if not count:
+        yield
+        return
+    import torch
+
+    with _THREADS_LOCK:
+        if _threads_state["calls"] == 0:
+            _threads_state["saved"] = torch.get_num_threads()
+        _threads_state["calls"] += 1
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        with _THREADS_LOCK:
+            _threads_state["calls"] -= 1
+            if _threads_state["calls"] == 0:
+                torch.set_num_threads(_threads_state["saved"])
 
 
 def _reported(said: List[logging.LogRecord]) -> List[str]:

@@ -237,3 +237,27 @@ def test_the_pool_folder_itself_names_the_subfolders_to_load(folder):
 
     with pytest.raises(ValueError, match="load one: subfolder='models/m0' for cs, de; subfolder='models/m1' for fi"):
         transformers.AutoConfig.from_pretrained(folder)
+
+
+def test_torch_threads_are_the_translators_for_its_calls_only(folder, monkeypatch):
+    """threads=1 holds for each call of the translator, and the process's own setting comes back
+    after it (loading changes nothing)."""
+    import torch
+
+    from hltmt_plugin.hub.hf_engine import HfTranslator
+
+    before = torch.get_num_threads()
+    other = 2 if before != 2 else 3
+    torch.set_num_threads(other)
+    try:
+        mt = HltmtTranslator.load(folder, threads=1)
+        assert torch.get_num_threads() == other  # the load leaves the process's setting
+        seen = []
+        run = HfTranslator._run
+        monkeypatch.setattr(
+            HfTranslator, "_run", lambda self, *a: (seen.append(torch.get_num_threads()), run(self, *a))
+        )
+        mt.translate_batch(items()[:2])
+        assert seen and set(seen) == {1} and torch.get_num_threads() == other
+    finally:
+        torch.set_num_threads(before)
