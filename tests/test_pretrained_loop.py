@@ -72,7 +72,7 @@ def test_the_pages_last_command_writes_the_fine_tuned_checkpoints_lines(loop):
     from hltmt_plugin import hub
 
     written = loop["printed"].splitlines()[-2:]
-    tuned = hub.load(loop["tuned"], device="cpu")
+    tuned = hub.load(loop["tuned"], data=loop["bin"], device="cpu")  # the run stored data/bin, relative
     assert written == tuned.translate(["The file could not be saved.", "Open the file."], src="en", tgt="de")
 
 
@@ -153,7 +153,7 @@ def test_the_exports_translate_as_the_fine_tuned_checkpoint(loop, engine):
     from hltmt_plugin import hub
 
     lines = rows()
-    tuned = hub.load(loop["tuned"], device="cpu")
+    tuned = hub.load(loop["tuned"], data=loop["bin"], device="cpu")  # the run stored data/bin, relative
     greedy = tuned.translate_batch(lines, beam=1, max_len=MAX_LEN)
     expected = tuned.translate_batch(lines, beam=5, nbest=5, max_len=MAX_LEN, details=True)
     assert len({t.text for t in expected}) >= 3
