@@ -3,7 +3,7 @@ why not (tests/page_blocks.py: the marks, and SIZES, the one substitution that c
 
 Each page's unmarked blocks run in page order as one bash script, with this environment's
 commands and python first on the PATH, from a fresh folder outside the checkout that holds what
-a user's folder holds: ``data/`` and ``examples/`` of the clone (read only), ``docs/`` as a
+a user's folder holds: ``data/``, ``examples/`` and ``scripts/`` of the clone (read only), ``docs/`` as a
 tree of links to the clone's files (so the pages' ``docs/results/...`` paths read the committed
 models, and what a command writes lands in the fresh folder), and, for every page but the
 README, ``runs/quickstart/`` as the README's quickstart left it (the README's own blocks, run
@@ -30,10 +30,10 @@ RUN_PAGES = [os.path.relpath(p, ROOT) for p in PAGES if unmarked(os.path.relpath
 
 
 def lay_out(folder, quickstart=None):
-    """A user's folder: the clone's data/ and examples/ linked, docs/ as links to its files,
+    """A user's folder: the clone's data/, examples/ and scripts/ linked, docs/ as links to its files,
     and a copy of the quickstart's runs/quickstart."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in ("data", "examples"):
+    for name in ("data", "examples", "scripts"):
         os.symlink(os.path.join(ROOT, name), folder / name)
     shutil.copytree(os.path.join(ROOT, "docs"), folder / "docs", copy_function=os.symlink)
     if quickstart is not None:
@@ -123,8 +123,10 @@ def test_the_readmes_blocks_run_from_a_fresh_folder_and_do_what_it_says(quicksta
 
 
 @pytest.mark.parametrize("page", [p for p in RUN_PAGES if p != README])
-def test_a_pages_blocks_run_in_order_from_a_fresh_folder(quickstart, tmp_path, page):
-    folder = lay_out(tmp_path / "work", quickstart[0] / "runs" / "quickstart")
+def test_a_pages_blocks_run_in_order_from_a_fresh_folder(request, tmp_path, page):
+    uses = any("runs/quickstart" in b.text for b in unmarked(page))  # the README's folder, made once if needed
+    quickstart = request.getfixturevalue("quickstart")[0] / "runs" / "quickstart" if uses else None
+    folder = lay_out(tmp_path / "work", quickstart)
     done = run_page(page, folder)
     if page in STATED:
         STATED[page](folder, done)
