@@ -167,3 +167,26 @@ def test_the_exports_translate_as_the_fine_tuned_checkpoint(loop, engine):
     assert len(same_search) >= len(lines) // 2 and any(_ends_at_once(expected[k]) for k in same_search)
     assert [got[k].text for k in same_search] == [expected[k].text for k in same_search]
     assert all(_ends_at_once(f) and not _ends_at_once(c) for f, c in zip(expected, got) if f.text != c.text)
+
+
+def test_the_card_of_the_fine_tuned_import_states_its_records(loop):
+    """The export's card: each run as the checkpoint's history records it (the import's a run of
+    no training), the size, the usage example from English; no path of the folder it was built in."""
+    import re
+
+    from hltmt_plugin.compat.safe_loading import load_state
+
+    card = open(os.path.join(loop["all-hf"], "README.md"), encoding="utf-8").read()
+    history = load_state(loop["tuned"])["optimizer_history"]
+    assert [h["num_updates"] for h in history] == [0, 2, 2] and history[0]["optimizer_name"] == "none"
+    assert (
+        "records 3 runs, each with the update count it was saved at: 0 (an import by hltmt-import: no training), 2, 2."
+        in card
+    )
+    assert re.search(r"Size: [\d,]+ parameters in the checkpoint \(`--arch hltmt_transformer`, 2 encoder", card)
+    assert ">>en<< The file could not be saved." in card  # the example's English text after English's token
+    assert (
+        "Trained directions: en-de, en-cs, de-en, cs-en in the last training run (its `--lang-pairs`); 52 more" in card
+    )
+    root = os.path.dirname(loop["all-hf"])
+    assert root not in card and ROOT not in card

@@ -287,7 +287,15 @@ def card_facts(loaded, checkpoint: str, search: dict, read: dict) -> dict:
         "command": command,
         "unshown": unshown,
         "updates": [int(h["num_updates"]) for h in history if isinstance(h, dict) and "num_updates" in h],
+        # a run whose optimizer was "none": hltmt-import's record of the weights it read (no training)
+        "imported": [
+            i
+            for i, h in enumerate(h for h in history if isinstance(h, dict) and "num_updates" in h)
+            if h.get("optimizer_name") == "none"
+        ],
         "max_update": stored.get("max_update"),
+        "run_pairs": pairs,
+        "started_from": stored.get("finetune_from_model") or None,
         "size": {
             "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "arch": stored.get("arch"),
@@ -565,6 +573,20 @@ def _metrics(facts: dict) -> List[str]:
     return lines
 
 
+def _trained(trained: List[str], facts: dict) -> str:
+    """The trained directions: the last run's (its ``--lang-pairs``) apart from those the model it
+    started from had been trained on, where the record holds more than the run trained."""
+    run = [p for p in facts.get("run_pairs") or [] if p in trained]
+    base = [p for p in trained if p not in run]
+    if not run or not base:
+        return f"Trained directions: {', '.join(trained) or 'none recorded'}."
+    start = f" (`{shown_path(facts['started_from'])}`)" if facts.get("started_from") else ""
+    return (
+        f"Trained directions: {', '.join(run)} in the last training run (its `--lang-pairs`); {len(base):,} more "
+        f"the model it started from{start} had been trained on: {', '.join(base)}."
+    )
+
+
 def _size(facts: dict) -> List[str]:
     size = facts.get("size")
     if not size:
@@ -587,8 +609,10 @@ def _training(facts: dict) -> List[str]:
     else:
         counted = f"Trained for {updates[-1]:,} updates, as the checkpoint records."
         if len(updates) > 1:
+            imported = set(facts.get("imported") or ())
             each = ", ".join(
-                f"{u:,}" + (" (no training: an import or a conversion)" if u == 0 else "") for u in updates
+                f"{u:,}" + (" (an import by hltmt-import: no training)" if i in imported else "")
+                for i, u in enumerate(updates)
             )
             counted = (
                 f"The checkpoint records {len(updates)} runs, each with the update count it was saved at: {each}. "
@@ -660,7 +684,7 @@ def card(record: dict, facts: dict) -> str:
         f"Languages: {', '.join(record['langs'])}; translated into: {', '.join(targets(record)) or 'none'}"
         + (f" ({', '.join(never)} never a target)." if never else "."),
         "",
-        f"Trained directions: {', '.join(served['trained']) or 'none recorded'}.",
+        _trained(served["trained"], facts),
         "",
         f"Zero-shot directions (never trained; output often in the wrong language): "
         f"{', '.join(served['zero-shot']) or 'none'}. Other directions were never learned.",

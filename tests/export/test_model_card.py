@@ -251,11 +251,12 @@ def test_the_usage_example_feeds_english_where_the_model_was_trained_from_englis
 
 @pytest.mark.fast
 def test_runs_are_counted_each_as_the_checkpoint_records_it():
-    card = model_card.card(record(), {"updates": [0, 2, 2], "max_update": 2})
+    card = model_card.card(record(), {"updates": [0, 2, 2], "imported": [0], "max_update": 2})
     assert (
-        "records 3 runs, each with the update count it was saved at: 0 (no training: an import or a conversion), 2, 2"
+        "records 3 runs, each with the update count it was saved at: 0 (an import by hltmt-import: no training), 2, 2"
         in card
     )
+    assert "by hltmt-import" not in model_card.card(record(), {"updates": [0, 2], "max_update": 2})  # a 0 alone
     assert "Trained for" not in card
     one = model_card.card(record(), {"updates": [5000], "max_update": 6000})
     assert "Trained for 5,000 updates, as the checkpoint records. The last run was given `--max-update 6000`" in one
@@ -288,3 +289,16 @@ def test_the_evaluation_is_stated_from_the_metrics_record_or_said_unknown(tmp_pa
     (tmp_path / "odd.json").write_text(json.dumps({"scores": scores, "setting": {"beam": "five"}}))
     with pytest.raises(HltmtError, match="beam"):
         model_card.read_metrics(str(tmp_path / "odd.json"), BLEU_SIG, None)
+
+
+@pytest.mark.fast
+def test_the_last_runs_directions_stand_apart_from_those_of_the_model_it_started_from():
+    base = record(lang_pairs=["en-de", "en-fr", "de-en", "fr-en", "de-fr", "fr-de"], encoder_langtok="src")
+    base.update(decoder_langtok=True, targets={"en": "main", "de": "main", "fr": "main"}, models={"main": "."})
+    facts = {"run_pairs": ["en-de", "de-en"], "started_from": "/home/me/imported/checkpoint.pt"}
+    body = model_card.card(base, facts)
+    assert (
+        "Trained directions: en-de, de-en in the last training run (its `--lang-pairs`); 4 more the model it started "
+        "from (`checkpoint.pt`) had been trained on: en-fr, de-fr, fr-en, fr-de." in body
+    )
+    assert "Trained directions: en-de, en-fr, de-en" in model_card.card(base, {"run_pairs": base["lang_pairs"]})
