@@ -110,11 +110,24 @@ def distributed_stated(folder, done):
     assert history[-1]["num_updates"] == SIZES["--max-update"]  # the page's run, to its (cut) end
 
 
+def skills_stated(folder, done):
+    assert (folder / "ckpt" / "skills" / "checkpoint_last.pt").is_file()
+    assert re.search(r"^H-0\t", done.stdout, re.M)  # de-fr, never trained, translated by the matrix's skills
+
+
+def wmt10_stated(folder, done):
+    sizes = re.findall(r"^(\w+)(?:\.seed1)?: \S+, ([\d,]+) parameters, checkpoint_last\.pt about ", done.stdout, re.M)
+    assert sorted(name for name, _ in sizes) == sorted(["mnmt", "hltmt", "lsmnmt"] * 2), sizes  # each recipe's three
+    assert not (folder / "runs").exists()  # a dry run writes nothing
+
+
 STATED = {
     README: readme_stated,
     os.path.join("docs", "translating.md"): translating_stated,
     os.path.join("docs", "deploying.md"): deploying_stated,
     os.path.join("docs", "distributed.md"): distributed_stated,
+    os.path.join("docs", "skills.md"): skills_stated,
+    os.path.join("examples", "wmt10", "README.md"): wmt10_stated,
 }
 
 
