@@ -138,17 +138,19 @@ def stored_options(state: dict):
     return state.get("args")
 
 
-def check_checkpoint(path: str, state: dict) -> None:
-    """A fairseq checkpoint's model: its stored options and its weights (``state["model"]``)."""
-    check_options(stored_options(state), f"checkpoint {path}")
-    check_finite(state["model"], f"checkpoint {path}")
+def check_checkpoint(where: str, state: dict) -> None:
+    """A fairseq checkpoint's model: its stored options and its weights (``state["model"]``);
+    ``where`` names the file (``checkpoint x.pt``)."""
+    check_options(stored_options(state), where)
+    check_finite(state["model"], where)
 
 
-def check_loaded(path: str, found) -> None:
-    """What the plugin's one torch loader read from ``path``: a fairseq checkpoint (a ``model``
-    map with its ``cfg`` or ``args``) checked whole (:func:`check_checkpoint`), any other file's
-    tensors finite (an adapter file, a transformers folder's ``pytorch_model.bin``)."""
+def check_loaded(where: str, found) -> None:
+    """What the plugin's one torch loader read from the file ``where`` names (``checkpoint
+    x.pt``, ``adapter file hi.pt``): a fairseq checkpoint (a ``model`` map with its ``cfg`` or
+    ``args``) checked whole (:func:`check_checkpoint`), any other file's tensors finite (an
+    adapter file, a transformers folder's ``pytorch_model.bin``)."""
     if isinstance(found, dict) and isinstance(found.get("model"), dict) and ("cfg" in found or "args" in found):
-        check_checkpoint(path, found)
+        check_checkpoint(where, found)
     else:
-        check_finite(found, str(path))
+        check_finite(found, where)

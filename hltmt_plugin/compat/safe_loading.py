@@ -74,13 +74,13 @@ def allowlisted():
         yield
 
 
-def _unpickle(f, args, kwargs, weights_only: bool):
+def _unpickle(f, args, kwargs, weights_only: bool, kind: str = "checkpoint"):
     """The plugin's one call of ``torch.load``; what it read passes the one check of a model
     (:func:`hltmt_plugin.model_check.check_loaded`: finite weights, a checkpoint's options
     within what fairseq accepts), whichever route asked."""
     with allowlisted():
         found = torch.load(f, *args, **{**kwargs, "weights_only": weights_only})
-    check_loaded(_path_of(f), found)
+    check_loaded(f"{kind} {_path_of(f)}", found)
     return found
 
 
@@ -221,7 +221,7 @@ def load_plugin_file(path: str):
     could run code is :func:`refused` in the line every route gives, what else torch raises for a
     file it cannot read is raised, for the caller to name the file."""
     try:
-        found = _unpickle(path, (), {"map_location": "cpu"}, weights_only=True)
+        found = _unpickle(path, (), {"map_location": "cpu"}, weights_only=True, kind="adapter file")
     except pickle.UnpicklingError as error:
         if "weights_only" not in str(error) and "Weights only" not in str(error):
             raise

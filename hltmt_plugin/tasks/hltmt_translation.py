@@ -37,7 +37,14 @@ from hltmt_plugin.tasks.data_checks import (
     refuse_overlong_pairs,
 )
 from hltmt_plugin.tasks.distributed import IdleGradients, check_ddp_backend, check_precision, parameter_digest, rank
-from hltmt_plugin.tasks.stages import ALL, HIGH, StageDataManager, StageEpochBatchIterator, StageSchedule
+from hltmt_plugin.tasks.stages import (
+    ALL,
+    HIGH,
+    StageDataManager,
+    StageEpochBatchIterator,
+    StageSchedule,
+    check_capacity_used,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -186,6 +193,8 @@ class HltmtTranslationTask(TranslationMultiSimpleEpochTask):
     def begin_epoch(self, epoch, model):
         super().begin_epoch(epoch, model)
         if self.training and self.stages is not None:
+            # capacity for a language no direction reaches, of this run or of the model's earlier runs
+            check_capacity_used(self.stages.high_langs, [*self.stages.all_pairs, *self.trained_before])
             self.stages.begin_epoch(self.model, epoch, self.updates_done())
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):

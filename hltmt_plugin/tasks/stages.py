@@ -172,7 +172,6 @@ class StageSchedule:
     def begin_epoch(self, model, epoch: int, updates_done: int) -> None:
         """Fix the routing map at the start of stage all; refuse a model that cannot run the stage."""
         router = model.slp_router
-        check_capacity_used(self.high_langs, self.all_pairs)
         check_trains_in_run(
             model,
             [(stage, self.pairs(stage)) for stage in self.stages_ahead(updates_done)],
@@ -272,9 +271,10 @@ def _unused_reason(
 
 
 def check_capacity_used(high: List[str], pairs: List[str]) -> None:
-    """Refuse a high-resource language that no direction of the run translates into: the pool
-    would reserve a module's share for it that nothing trains, while a language with data goes to
-    the universal layer (the rule ``--train-only`` follows: capacity named for nothing)."""
+    """Refuse a high-resource language that no direction translates into, of the run's or of those
+    the model it starts from was trained on (``pairs``): the pool would reserve a module's share
+    for it that nothing ever trains, while a language with data goes to the universal layer (the
+    rule ``--train-only`` follows: capacity named for nothing)."""
     targets = {pair.split("-")[1] for pair in pairs}
     unused = [lang for lang in high if lang not in targets]
     if unused:

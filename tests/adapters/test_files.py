@@ -335,7 +335,7 @@ TAMPERED = {
         lambda b: b["tensors"].__setitem__("decoder.slp.gate.weight", torch.zeros(2, 128)),
         "is for hi but holds decoder.slp.gate.weight, not one of hi's adapter tensors",
     ),
-    "NaN": (lambda b: _set(b, float("nan")), "holds NaN or infinite values"),
+    "NaN": (lambda b: _set(b, float("nan")), "holds NaN: the model cannot translate"),  # the one model check
     "1e30": (
         lambda b: _set(b, 1e30),
         "holds values up to 1e+30 in absolute value (more than 10000: not a trained adapter)",
@@ -355,7 +355,7 @@ TAMPERED = {
     "another shape": (lambda b: b["tensors"].__setitem__(_first(b), b["tensors"][_first(b)][:-1]), "has shape"),
     "a token row of inf": (
         lambda b: next(iter(b["token_rows"].values()))["row"].fill_(float("inf")),
-        "the __hi__ row of encoder.embed_tokens.weight holds NaN or infinite values",
+        "holds an infinity: the model cannot translate",  # the one model check (hltmt_plugin/model_check.py)
     ),
     "a token row of another vocabulary": (
         lambda b: next(iter(b["token_rows"].values())).__setitem__("index", 7),
