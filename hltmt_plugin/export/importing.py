@@ -517,6 +517,21 @@ def train_options(data: str, config: dict, tokenizer: dict, norm: str, state: di
     return words
 
 
+IMPORTED_FROM = "hltmt_imported_from"  # the import's entry of optimizer_history: the model it was read from
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")  # a Hugging Face Hub name (owner/model)
+
+
+def source_name(folder: str) -> str:
+    """The name of the imported model, as a model card's ``base_model`` names it: the Hub's name
+    its ``config.json`` records (``_name_or_path``: ``facebook/m2m100_418M``), else the folder's
+    own name (never the machine's path to it)."""
+    config = records.read_json(in_folder(folder, "config.json", folder), CONFIG, "the model's configuration")
+    recorded = config.get("_name_or_path")
+    if isinstance(recorded, str) and HUB_ID.fullmatch(recorded) and not os.path.isabs(recorded):
+        return recorded
+    return os.path.basename(os.path.normpath(os.path.abspath(folder)))
+
+
 def build_checkpoint(words: List[str], state: dict, path: str, where: str, data: str) -> None:
     """fairseq's model built from ``words`` by fairseq itself, given ``state`` (strict: every
     weight in place, every shape the same), saved as a checkpoint with its compatibility record
@@ -554,6 +569,7 @@ def build_checkpoint(words: List[str], state: dict, path: str, where: str, data:
         setattr(cfg.model, RECORD_KEY, record)
         setattr(cfg.model, VERSION_KEY, records.plugin_version())
     history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none", "num_updates": 0}]
+    history[0][IMPORTED_FROM] = source_name(where)  # kept by fairseq in every checkpoint trained from this one
     history[0]["lr_scheduler_state"] = {}
     from omegaconf import OmegaConf
 

@@ -296,6 +296,11 @@ def card_facts(loaded, checkpoint: str, search: dict, read: dict) -> dict:
         "max_update": stored.get("max_update"),
         "run_pairs": pairs,
         "started_from": stored.get("finetune_from_model") or None,
+        # the model hltmt-import read, as the import's entry of the history names it
+        "base_model": next(
+            (str(h["hltmt_imported_from"]) for h in history if isinstance(h, dict) and h.get("hltmt_imported_from")),
+            None,
+        ),
         "size": {
             "parameters": sum(p.numel() for p in loaded.model.parameters()),
             "arch": stored.get("arch"),
@@ -381,6 +386,7 @@ def metadata(record: dict, facts: dict) -> str:
     lines = ["---", "language:", *(f"- {lang}" for lang in record["langs"])]
     lines += [f"{k}: {_q(licence[k])}" for k in ("license", "license_name", "license_link") if licence.get(k)]
     tags = ["translation", "multilingual", "fairseq", "hltmt", record["source"].get("class") or "ctranslate2"]
+    lines += [f"base_model: {_q(facts['base_model'])}"] if facts.get("base_model") else []
     lines += [f"library_name: {engine}", "tags:", *(f"- {t}" for t in tags), *_model_index(facts)]
     return "\n".join(lines + ["---", ""])
 
@@ -580,7 +586,9 @@ def _trained(trained: List[str], facts: dict) -> str:
     base = [p for p in trained if p not in run]
     if not run or not base:
         return f"Trained directions: {', '.join(trained) or 'none recorded'}."
-    start = f" (`{shown_path(facts['started_from'])}`)" if facts.get("started_from") else ""
+    named = [f"`{shown_path(facts['started_from'])}`"] if facts.get("started_from") else []
+    named += [f"imported from `{facts['base_model']}` with hltmt-import"] if facts.get("base_model") else []
+    start = f" ({', '.join(named)})" if named else ""
     return (
         f"Trained directions: {', '.join(run)} in the last training run (its `--lang-pairs`); {len(base):,} more "
         f"the model it started from{start} had been trained on: {', '.join(base)}."

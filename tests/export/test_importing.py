@@ -488,3 +488,17 @@ def test_a_pool_export_is_refused_as_a_pool(tmp_path):
             importing.import_folder(str(folder), str(tmp_path / "out"))
     finally:
         manifest.is_export, manifest.read = original
+
+
+def test_the_import_records_the_name_of_the_model_it_read(m2m, tmp_path):
+    """The import's entry of the checkpoint's history names the model read: the Hub's name its
+    config.json records, else the folder's own name (never the machine's path)."""
+    from hltmt_plugin.compat.safe_loading import load_state
+
+    history = load_state(m2m[2]["checkpoint"])["optimizer_history"]
+    assert history[0][importing.IMPORTED_FROM] == os.path.basename(m2m[0])  # the test folder records no Hub name
+    folder = _copy(m2m, tmp_path)
+    _edit_json(folder, "config.json", _name_or_path="facebook/m2m100_418M")
+    assert importing.source_name(folder) == "facebook/m2m100_418M"
+    _edit_json(folder, "config.json", _name_or_path="/home/me/models/m2m")
+    assert importing.source_name(folder) == "hf"

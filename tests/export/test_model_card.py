@@ -302,3 +302,17 @@ def test_the_last_runs_directions_stand_apart_from_those_of_the_model_it_started
         "from (`checkpoint.pt`) had been trained on: en-fr, de-fr, fr-en, fr-de." in body
     )
     assert "Trained directions: en-de, en-fr, de-en" in model_card.card(base, {"run_pairs": base["lang_pairs"]})
+
+
+@pytest.mark.fast
+def test_the_base_model_is_the_one_the_import_recorded():
+    """A model fine-tuned from an hltmt-import names the imported model: ``base_model`` in the
+    Hub's metadata and beside the base's directions; a model that was never imported names none."""
+    base = record(lang_pairs=["en-de", "en-fr", "de-en"], encoder_langtok="src")
+    base.update(decoder_langtok=True, targets={"en": "main", "de": "main", "fr": "main"}, models={"main": "."})
+    facts = {"run_pairs": ["en-de"], "started_from": "/x/imported/checkpoint.pt", "base_model": "facebook/m2m100_418M"}
+    card = model_card.card(base, facts)
+    meta, _ = split(card)
+    assert meta["base_model"] == "facebook/m2m100_418M"
+    assert "(`checkpoint.pt`, imported from `facebook/m2m100_418M` with hltmt-import) had been trained on" in card
+    assert "base_model" not in split(model_card.card(base, {"run_pairs": ["en-de"]}))[0]
