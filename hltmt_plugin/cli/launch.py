@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Multi-process fairseq-train: one process per rank, as fairseq 0.12 needs on CPU.
 
-    hltmt-launch --nproc 2 -- DATA --user-dir hltmt_plugin --task hltmt_translation ...
+    USER_DIR=$(python -c 'import hltmt_plugin, os; print(os.path.dirname(hltmt_plugin.__file__))')
+    hltmt-launch --nproc 2 -- DATA --user-dir "$USER_DIR" --task hltmt_translation ...
     # several machines of 4 GPUs: the same command on each, with --nnodes, --node-rank, --master-*
     hltmt-launch --gpu --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 --nproc 4 -- DATA ...
 
@@ -259,7 +260,7 @@ def main(argv=None):
             p.parse_args(["--version"])  # prints it and exits 0
         return refuse(
             "put the fairseq-train arguments after --, e.g. hltmt-launch --nproc 2 -- DATA "
-            "--user-dir hltmt_plugin --task hltmt_translation ... (see --help)"
+            '--user-dir "$USER_DIR" --task hltmt_translation ... (see --help)'
         )
     split = argv.index("--")
     args = p.parse_args(argv[:split])
