@@ -282,13 +282,14 @@ def count_option(text: str) -> int:
 
 
 def threads_option(text: str) -> int:
-    """argparse's type of an engine's ``--threads``: :func:`count_option` without 0 (leaving the
-    option out is the engine's choice), so the parser and the contract (:func:`threads`) give one
-    range."""
-    value = count_option(text)
-    if value == 0:
+    """argparse's type of an engine's ``--threads``: :func:`count_option`'s range without 0
+    (leaving the option out is the engine's choice), so the parser and the contract
+    (:func:`threads`) give one range."""
+    value = int(text)  # argparse turns a ValueError into "invalid int value"
+    if not 1 <= value <= max_threads():
         raise argparse.ArgumentTypeError(
-            f"0 is out of range: from 1 to {max_threads()} threads (leave the option out for the engine's choice)"
+            f"{text:.40} is out of range: a count of processes or threads is from 1 to {max_threads()} here "
+            "(leave the option out for the engine's choice)"
         )
     return value
 

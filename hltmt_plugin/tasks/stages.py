@@ -26,6 +26,7 @@ from typing import List, Optional, Tuple
 from fairseq.data import iterators
 from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
 
+from hltmt_plugin.compatibility import warn
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.languages import split_list
 from hltmt_plugin.peft import (
@@ -386,15 +387,17 @@ class StageEpochBatchIterator(iterators.EpochBatchIterator):
         return self._frozen_batches
 
     def check_stage_all_runs(self) -> None:
-        """Refuse an epoch cut at the switch that ``--max-epoch`` makes the run's last (fairseq
-        counts the cut epoch as one): stage all would never run, while ``--max-update`` asks for
-        it. Raised when the epoch begins, before its first batch."""
+        """Say, when the epoch begins, that ``--max-epoch`` makes this epoch cut at the switch the
+        run's last (fairseq counts the cut epoch as one) while ``--max-update`` goes beyond it:
+        stage all does not run in this run, only in one that resumes from its checkpoint (as a
+        schedule of runs does, examples/wmt10's temperature epochs)."""
         wants_all = self.max_update == 0 or self.max_update > self.switch_update
         if self.max_epoch and self.epoch >= self.max_epoch and wants_all:
-            raise HltmtConfigError(
-                f"--max-epoch {self.max_epoch} ends the run with epoch {self.epoch}, which --high-stage-updates "
-                f"{self.switch_update} ends at the stage switch (a cut epoch counts as one): stage all would never "
-                f"run; give --max-epoch {self.epoch + 1} or more, or bound the run with --max-update alone"
+            warn(
+                f"--max-epoch {self.max_epoch} ends this run with epoch {self.epoch}, which --high-stage-updates "
+                f"{self.switch_update} ends at the stage switch (a cut epoch counts as one): stage all does not run "
+                f"in this run; it begins when a run resumes from its checkpoint_last.pt (or give --max-epoch "
+                f"{self.epoch + 1} or more)"
             )
 
     def next_epoch_itr(self, *args, **kwargs):

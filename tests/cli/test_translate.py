@@ -520,7 +520,7 @@ STUDY_MODEL = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltm
         (["--sampling", "--sampling-topp", "2"], "--sampling-topp must be from 1.175e-38"),
         (["--sampling", "--seed", "-1"], "--seed must be from 0 to 2147483647"),
         (["--no-repeat-ngram-size", "1"], "--no-repeat-ngram-size must be 0 (off) or at least 2"),
-        (["--threads", "0"], "--threads: 0 is out of range: from 1 to"),  # the contract's range, one message
+        (["--threads", "0"], "--threads: 0 is out of range: a count of processes or threads is from 1 to"),
     ],
 )
 def test_search_options_out_of_their_bounds_are_refused_at_parsing(options, message, capsys):
