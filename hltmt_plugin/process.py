@@ -5,16 +5,17 @@
   the process runs a module of :data:`COMMAND_PACKAGES`), or ``""`` (a program that imports the
   plugin: nothing in it is changed but fairseq's registries). It decides who gets the one-line
   errors and the workarounds of ``compat/``.
-- :func:`running_fairseq`: whether the process runs fairseq's ``COMMAND`` (``train``,
-  ``interactive``...), read from the modules loaded, not from the program's name: fairseq's
+- :func:`running_fairseq`: whether the call runs inside fairseq's ``COMMAND`` (``train``,
+  ``interactive``...), read from the calling stack, not from the program's name: fairseq's
   console command, ``python -m fairseq_cli.COMMAND``, ``fairseq-hydra-train`` (which runs
-  ``fairseq_cli.train``), fairseq's own ``train.py`` and any script calling
+  ``fairseq_cli.train.main``), fairseq's own ``train.py`` and any script calling
   ``fairseq_cli.train.cli_main`` alike. It gates the checks that belong to one command (the
   save folder's lock and the record check on resume: train; an untrained direction asked of
   fairseq-interactive).
 """
 
 import ast
+import os
 import sys
 
 # the packages whose modules are the plugin's commands (setup.py's console_scripts, python -m)
@@ -70,17 +71,18 @@ def command_process() -> str:
     return _process
 
 
-# fairseq's commands whose module another command's module imports (fairseq_cli.interactive imports
-# fairseq_cli.generate's helpers): that one is running only when the other is not loaded
-IMPORTED_BY = {"generate": ("interactive",)}
-
-
-def _loaded(command: str) -> bool:
-    return f"{FAIRSEQ_COMMANDS}.{command}" in sys.modules
-
-
 def running_fairseq(command: str) -> bool:
-    """Whether this process runs fairseq's ``command``: its module ``fairseq_cli.COMMAND`` is
-    loaded (``fairseq-hydra-train`` loads ``fairseq_cli.train``), and no command's module that
-    imports it (:data:`IMPORTED_BY`)."""
-    return _loaded(command) and not any(_loaded(other) for other in IMPORTED_BY.get(command, ()))
+    """Whether this call runs inside fairseq's ``command`` (``train``, ``interactive``...): a
+    frame of its module, ``fairseq_cli/COMMAND.py``, is on the calling thread's stack. So
+    ``fairseq-train``, ``python -m fairseq_cli.train``, ``fairseq-hydra-train`` (which calls
+    ``fairseq_cli.train.main``), fairseq's ``train.py`` and a script calling ``cli_main`` are
+    training, each rank of a distributed run too, while a program that only imported the module
+    (or ran a command earlier) is not; fairseq-interactive is not fairseq-generate, whose
+    helpers it imports."""
+    suffix = os.path.join(FAIRSEQ_COMMANDS, f"{command}.py")
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(suffix):
+            return True
+        frame = frame.f_back
+    return False

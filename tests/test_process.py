@@ -12,21 +12,47 @@ import pytest
 
 from conftest import BIN
 
-PROBE = (
-    "import sys, hltmt_plugin\n"
-    "from hltmt_plugin.process import running_fairseq, command_process\n"
-    "print(command_process(), *[c for c in ('train', 'generate', 'interactive', 'validate') if running_fairseq(c)])\n"
-)
+# what the plugin's checks see from inside a command: fairseq's setup_task replaced by a probe that
+# prints the decision and stops the command there
+PROBE = """import sys
+import fairseq.tasks
 
-ENTRY_POINTS = {  # how the process is started (the imports its program makes first) -> what it is
-    "fairseq-train": ("import fairseq_cli.train\n", "fairseq train"),
-    "fairseq-hydra-train": ("import fairseq_cli.hydra_train\n", "fairseq train"),
-    "fairseq's train.py": ("from fairseq_cli.train import cli_main\n", "fairseq train"),
-    "a script calling cli_main": ("import fairseq_cli.train as t\nassert callable(t.cli_main)\n", "fairseq train"),
-    "fairseq-generate": ("import fairseq_cli.generate\n", "fairseq generate"),
-    "fairseq-interactive": ("import fairseq_cli.interactive\n", "fairseq interactive"),
-    "fairseq-validate": ("import fairseq_cli.validate\n", "fairseq validate"),
-    "a plain program": ("", ""),
+def probe(*args, **kwargs):
+    import hltmt_plugin  # as --user-dir imports it: once the command's module is loaded
+    from hltmt_plugin.process import running_fairseq, command_process
+
+    print(command_process(), *[c for c in ("train", "generate", "interactive", "validate") if running_fairseq(c)])
+    sys.exit(0)
+
+fairseq.tasks.setup_task = probe
+"""
+DATA = "--task translation --source-lang en --target-lang de --arch transformer --cpu --max-tokens 100"
+DECODE = "--task translation --source-lang en --target-lang de --cpu --max-tokens 100"
+ENTRY_POINTS = {  # how the command is started -> what the plugin's checks see inside it
+    "python -m fairseq_cli.train": (
+        f"import runpy\nsys.argv = ['train', 'data', *{DATA.split()!r}]\n"
+        "runpy.run_module('fairseq_cli.train', run_name='__main__')\n",
+        "fairseq train",
+    ),
+    "a script calling cli_main (fairseq's train.py)": (
+        f"from fairseq_cli.train import cli_main\nsys.argv = ['train.py', 'data', *{DATA.split()!r}]\ncli_main()\n",
+        "fairseq train",
+    ),
+    "fairseq-generate": (
+        f"from fairseq_cli.generate import cli_main\nsys.argv = ['g', 'data', *{DECODE.split()!r}, '--path', 'x.pt']\n"
+        "cli_main()\n",
+        "fairseq generate",
+    ),
+    "fairseq-interactive": (
+        f"from fairseq_cli.interactive import cli_main\nsys.argv = ['i', 'data', *{DECODE.split()!r}, '--path', 'x.pt']\n"
+        "cli_main()\n",
+        "fairseq interactive",
+    ),
+    "a program that imported fairseq's train and ran nothing": (
+        "import fairseq_cli.train\nprobe()\n",
+        "fairseq",
+    ),
+    "a plain program": ("probe()\n", ""),
 }
 
 
@@ -34,18 +60,14 @@ ENTRY_POINTS = {  # how the process is started (the imports its program makes fi
 def test_each_entry_point_is_the_command_it_runs(entry, tmp_path):
     first, expected = ENTRY_POINTS[entry]
     script = tmp_path / "program.py"
-    script.write_text(first + PROBE)
+    script.write_text(PROBE + first)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-800:]
-    assert (done.stdout.splitlines() or [""])[-1].strip() == expected
+    assert (done.stdout.splitlines() or [""])[-1].strip() == expected, done.stdout[-500:] + done.stderr[-500:]
 
 
 def test_a_plugin_command_is_the_plugins_and_runs_no_fairseq_command(tmp_path):
-    """``python -m hltmt_plugin.cli.options`` (a plugin's command) decides "plugin" and runs none
-    of fairseq's commands."""
-    code = "import runpy, sys\nsys.argv = ['x']\n" + PROBE
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert (done.stdout.splitlines() or [""])[-1].strip() == ""  # -c: a plain program
+    """``python -m hltmt_plugin.cli.options`` (a plugin's command) runs as one."""
     done = subprocess.run(
         [os.path.join(BIN, "python"), "-m", "hltmt_plugin.cli.options", "--help"],
         capture_output=True,
