@@ -521,18 +521,18 @@ IMPORTED_FROM = "hltmt_imported_from"  # the import's entry of optimizer_history
 HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")  # a Hugging Face Hub name (owner/model)
 
 
-def source_name(folder: str) -> str:
-    """The name of the imported model, as a model card's ``base_model`` names it: the Hub's name
-    its ``config.json`` records (``_name_or_path``: ``facebook/m2m100_418M``), else the folder's
-    own name (never the machine's path to it)."""
-    config = records.read_json(in_folder(folder, "config.json", folder), CONFIG, "the model's configuration")
+def source_name(folder: str, config: dict) -> str:
+    """The name of the model imported from ``folder`` (``config``: its ``config.json``), as a
+    model card's ``base_model`` names it: the Hub's name the configuration records
+    (``_name_or_path``: ``facebook/m2m100_418M``), else the folder's own name (never the
+    machine's path to it)."""
     recorded = config.get("_name_or_path")
     if isinstance(recorded, str) and HUB_ID.fullmatch(recorded) and not os.path.isabs(recorded):
         return recorded
     return os.path.basename(os.path.normpath(os.path.abspath(folder)))
 
 
-def build_checkpoint(words: List[str], state: dict, path: str, where: str, data: str) -> None:
+def build_checkpoint(words: List[str], state: dict, path: str, where: str, data: str, source: str) -> None:
     """fairseq's model built from ``words`` by fairseq itself, given ``state`` (strict: every
     weight in place, every shape the same), saved as a checkpoint with its compatibility record
     and ``data`` as its data folder (where the folder being written will lie)."""
@@ -569,7 +569,7 @@ def build_checkpoint(words: List[str], state: dict, path: str, where: str, data:
         setattr(cfg.model, RECORD_KEY, record)
         setattr(cfg.model, VERSION_KEY, records.plugin_version())
     history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none", "num_updates": 0}]
-    history[0][IMPORTED_FROM] = source_name(where)  # kept by fairseq in every checkpoint trained from this one
+    history[0][IMPORTED_FROM] = source  # kept by fairseq in every checkpoint trained from this one
     history[0]["lr_scheduler_state"] = {}
     from omegaconf import OmegaConf
 
@@ -625,7 +625,7 @@ def import_folder(folder: str, out: str, force: bool = False, option: str = "--o
     def fill(work: str) -> dict:
         write_data(work, tokenizer)
         words = train_options(work, config, tokenizer, norm, state)
-        build_checkpoint(words, state, os.path.join(work, CHECKPOINT), folder, final)
+        build_checkpoint(words, state, os.path.join(work, CHECKPOINT), folder, final, source_name(folder, config))
         return {"class": cls, "norm": norm, "langs": tokenizer["langs"], "options": words[1:]}
 
     done = write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)

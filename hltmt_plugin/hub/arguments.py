@@ -267,31 +267,30 @@ def threads(value, name: str = "threads") -> Optional[int]:
     return count
 
 
+def _count(text: str, low: int, why: str) -> int:
+    """``text`` as a count of processes or threads from ``low`` to :func:`max_threads`, else
+    argparse's one line (``why``: what the range means)."""
+    value = int(text)  # argparse turns a ValueError into "invalid int value"
+    if not low <= value <= max_threads():
+        raise argparse.ArgumentTypeError(
+            f"{text:.40} is out of range: a count of processes or threads is from {low} to {max_threads()} {why}"
+        )
+    return value
+
+
 def count_option(text: str) -> int:
     """argparse's type of every command option that counts processes or threads (``--nproc``,
     ``--workers``, ``--threads``, ``--decode-workers``, ...): a whole number from 0 to
     :func:`max_threads`, the bound of every engine's threads, refused at parsing in one line;
     what 0 means (the command's choice, or a refusal) is the command's to say."""
-    value = int(text)  # argparse turns a ValueError into "invalid int value"
-    if not 0 <= value <= max_threads():
-        raise argparse.ArgumentTypeError(
-            f"{text:.40} is out of range: a count of processes or threads is from 0 to {max_threads()} "
-            "(four per core, and at least 256)"
-        )
-    return value
+    return _count(text, 0, "(four per core, and at least 256)")
 
 
 def threads_option(text: str) -> int:
     """argparse's type of an engine's ``--threads``: :func:`count_option`'s range without 0
     (leaving the option out is the engine's choice), so the parser and the contract
     (:func:`threads`) give one range."""
-    value = int(text)  # argparse turns a ValueError into "invalid int value"
-    if not 1 <= value <= max_threads():
-        raise argparse.ArgumentTypeError(
-            f"{text:.40} is out of range: a count of processes or threads is from 1 to {max_threads()} here "
-            "(leave the option out for the engine's choice)"
-        )
-    return value
+    return _count(text, 1, "here (leave the option out for the engine's choice)")
 
 
 count_option.__name__ = threads_option.__name__ = "int"  # argparse names the type in its messages

@@ -198,7 +198,7 @@ def refuse_overlong_pairs(indices, dataset, max_positions, split: str):
     lengths = tuple(int(n) for n in dataset.size(first)) if hasattr(dataset, "size") else ()
     raise HltmtInputError(
         f"the {split} data holds {len(skipped)} sentence pair(s) longer than the model's positions "
-        f"{tuple(int(n) for n in max_positions) if isinstance(max_positions, (tuple, list)) else max_positions}"
+        f"{_positions(max_positions)}"
         f" (source, target): the first is pair {first} ({', '.join(map(str, lengths))} tokens); leave them "
         "out with --skip-invalid-size-inputs-valid-test, or split long lines when preparing the data "
         "(hltmt-prepare-data --segment-words)"
