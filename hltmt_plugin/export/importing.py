@@ -178,6 +178,9 @@ def read_tokenizer(folder: str) -> dict:
 
     if manifest.is_export(folder):
         return _exported_tokenizer(folder, manifest.read(folder))
+    pool = _pool_of(folder)
+    if pool is not None:  # one model of a pool export: the export's tokenizer, the group's directions
+        return _exported_tokenizer(*pool)
     settings = _json(folder, "tokenizer_config.json", TOKENIZER_CONFIG, "the tokenizer's settings")
     name = settings["tokenizer_class"]
     if name not in TOKENIZERS:
@@ -292,19 +295,43 @@ def _nllb(folder: str, settings: dict) -> dict:
 TOKENIZERS = {"M2M100Tokenizer": _m2m100, "NllbTokenizer": _nllb}
 
 
-def _exported_tokenizer(folder: str, record: dict) -> dict:
-    from hltmt_plugin.export.transformers import language_code
+def _pool_of(folder: str):
+    """``(export folder, manifest record, group)`` when ``folder`` is one model of a pool export
+    (its ``models/<group>/``), else None."""
+    from hltmt_plugin.hub import manifest
 
-    if list(record["models"].values()) != ["."]:
+    here = os.path.abspath(folder)
+    for root in (os.path.dirname(here), os.path.dirname(os.path.dirname(here))):
+        if root != here and manifest.is_export(root):
+            record = manifest.read(root)
+            place = os.path.relpath(here, root)
+            group = next((g for g, p in record["models"].items() if os.path.normpath(p) == place), None)
+            if group is not None and place != ".":
+                return root, record, group
+    return None
+
+
+def _exported_tokenizer(folder: str, record: dict, group: str = None) -> dict:
+    """The tokenizer of an export folder (``group``: the one model of a pool export imported,
+    with the directions into the targets it serves): its dictionary (``dict.txt``, fairseq's
+    ids), languages, convention and sentencepiece model."""
+    if group is None and list(record["models"].values()) != ["."]:
+        place = sorted(record["models"].items())[0]
+        served = ", ".join(lang for lang, g in record["targets"].items() if g == place[0])
         raise HltmtConfigError(
-            f"{folder} holds one model per group of target languages (a pool): hltmt-import reads a folder of one"
+            f"{folder} holds one model per group of target languages (a pool): pool folders are not imported; "
+            f"import the subfolder that serves your target languages, e.g. --model {os.path.join(folder, place[1])} "
+            f"(targets {served})"
         )
-    names = {language_code(lang): token for lang, token in record["language_tokens"].items()}
-    symbols = [names.get(s, s) for s in _by_id(_vocab(folder), f"{folder}/vocab.json")]
+    pairs = [p for p in record["lang_pairs"] if group is None or record["targets"][p.split("-", 1)[1]] == group]
+    if not pairs:
+        raise HltmtConfigError(f"{folder}: the model {record['models'][group]} serves no trained direction")
+    text = records.read_text(in_folder(folder, "dict.txt", folder), "the dictionary", 512 * 1024 * 1024)
+    symbols = SPECIALS + [line.split(" ", 1)[0] for line in text.splitlines() if line]
     return dict(
         symbols=symbols,
         langs=list(record["langs"]),
-        pairs=list(record["lang_pairs"]),
+        pairs=pairs,
         encoder_langtok=record["encoder_langtok"],
         decoder_langtok=bool(record["decoder_langtok"]),
         spm=in_folder(folder, "source.spm", folder),

@@ -378,14 +378,17 @@ def write_model(transformers, loaded, group, norm, folder, search, served) -> No
 
 
 def write_pointer(work: str, targets: dict, models: dict) -> None:
-    """A pool model's folder's own config.json, which no library loads: its ``model_type`` says
-    which subfolder serves which target language, so that ``from_pretrained`` of the folder
-    itself fails with that sentence (transformers names the model type it does not know)."""
+    """A pool model's folder's own config.json, which no library loads as a model: its ``model_type``
+    says which subfolder serves which target language, so that ``from_pretrained`` of a model from
+    the folder itself fails with that sentence (transformers names the model type it does not
+    know). Its ``hltmt`` record (the subfolders and their targets) has the empty model type of
+    transformers' base configuration, which ``AutoTokenizer`` reads instead of the sentence: the
+    tokenizer loads from the folder without a warning about the model type."""
     served = {place: [lang for lang in targets if targets[lang] == group] for group, place in models.items()}
     sentence = "; ".join(f"subfolder='{place}' for {', '.join(langs)}" for place, langs in served.items())
     pointer = {
         "model_type": f"hltmt-pool: this folder holds one model per group of target languages, load one: {sentence}",
-        "hltmt": {"models": {place: langs for place, langs in served.items()}},
+        "hltmt": {"model_type": "", "models": {place: langs for place, langs in served.items()}},
     }
     write_text(os.path.join(work, "config.json"), json.dumps(pointer, ensure_ascii=False, indent=1))
 

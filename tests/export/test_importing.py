@@ -473,21 +473,33 @@ def test_an_nllb_tokenizer_file_goes_through_the_one_reader_first(case, name, nl
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_a_pool_export_is_refused_as_a_pool(tmp_path):
-    """A folder of one model per group of targets is named as what it is, before its config.json
-    (which a pool's root does not hold) is read."""
-    from hltmt_plugin.hub import manifest
+def test_a_pool_export_is_refused_naming_a_subfolder_which_imports(tmp_path):
+    """A folder of one model per group of targets is refused in one line naming a subfolder to
+    import; that subfolder imports as a model of the group's directions, translating them as the
+    checkpoint does."""
+    from hltmt_plugin.export import transformers as hf_export
+    from hltmt_plugin.hub import HltmtTranslator
 
-    folder = tmp_path / "pool"
-    folder.mkdir()
-    record = {"models": {"0": "group-0", "1": "group-1"}}
-    original = manifest.is_export, manifest.read
-    manifest.is_export, manifest.read = (lambda f: True), (lambda f: record)
-    try:
-        with pytest.raises(HltmtError, match="holds one model per group of target languages"):
-            importing.import_folder(str(folder), str(tmp_path / "out"))
-    finally:
-        manifest.is_export, manifest.read = original
+    checkpoint = os.path.join(ROOT, "docs", "results", "cpu-study", "models", "hltmt.pt")
+    pool = str(tmp_path / "pool")
+    hf_export.export(checkpoint, pool)
+    with pytest.raises(HltmtError) as caught:
+        importing.import_folder(pool, str(tmp_path / "out"))
+    message = str(caught.value)
+    assert "pool folders are not imported" in message and "\n" not in message
+    assert f"--model {os.path.join(pool, 'models', 'm0')} (targets cs, de)" in message
+    assert not os.path.exists(tmp_path / "out")
+    done = importing.import_folder(os.path.join(pool, "models", "m0"), str(tmp_path / "m0"))
+    assert done["class"] == "MarianMTModel"
+    assert sorted(p for p in done["options"][done["options"].index("--lang-pairs") + 1].split(",")) == [
+        "en-cs",
+        "en-de",
+    ]
+    with open(os.path.join(ROOT, "docs", "results", "cpu-study", "refs", "en-de.en"), encoding="utf-8") as f:
+        lines = [("en", tgt, line.rstrip("\n")) for line in list(f)[:6] for tgt in ("de", "cs")]
+    before = HltmtTranslator.load(checkpoint, device="cpu").translate_batch(lines, beam=5)
+    after = HltmtTranslator.load(done["checkpoint"], device="cpu").translate_batch(lines, beam=5)
+    assert after == before and len(set(before)) > 6
 
 
 def test_the_import_records_the_name_of_the_model_it_read(m2m, tmp_path):

@@ -165,6 +165,36 @@ def test_the_study_models_generate_the_checkpoints_lines(name, tmp_path):
     assert (groups > 1) == ("load one: subfolder='models/" in pointer)
 
 
+# transformers alone on a pool folder's root: the tokenizer, then a model of the root itself
+ROOT_LOAD = r"""
+import sys
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+print(type(tok).__name__)
+try:
+    AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1])
+except ValueError as error:
+    print(str(error).splitlines()[0])
+"""
+
+
+def test_a_pool_folders_tokenizer_loads_without_a_model_type_warning(tmp_path):
+    """The pool folder's root: transformers' tokenizer loads with nothing on stderr (no "You are
+    using a model of type" warning), a model of the root itself fails naming the subfolders."""
+    hf_export.export(os.path.join(STUDY, "models", "hltmt.pt"), str(tmp_path / "pool"))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH="")
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", ROOT_LOAD, str(tmp_path / "pool")], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "model of type" not in done.stderr and done.stderr.strip() == "", done.stderr[-2000:]
+    tokenizer, failure = done.stdout.splitlines()
+    assert tokenizer == "MarianTokenizer"
+    assert "load one: subfolder='models/m0' for cs, de; subfolder='models/m1' for fi" in failure
+    pointer = json.loads((tmp_path / "pool" / "config.json").read_text(encoding="utf-8"))
+    assert pointer["hltmt"]["models"]["models/m0"] == ["cs", "de"]
+
+
 SMALL = "--encoder-layers 1 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 --encoder-ffn-embed-dim 64"
 SMALL += " --decoder-ffn-embed-dim 64 --encoder-attention-heads 2 --decoder-attention-heads 2"
 SHORT = "--cpu --optimizer adam --lr 1e-3 --max-tokens 1500 --disable-validation --no-save-optimizer-state"
