@@ -151,7 +151,7 @@ def raw_ceiling(mt, items, mode, search) -> float:
     """Seconds CTranslate2's own ``translate_batch`` takes on the tokens the translator gives it
     (the same groups, sources, target prefixes and search): the translator's cost is the rest."""
     from hltmt_plugin.hub import arguments
-    from hltmt_plugin.hub.ct2_engine import ENGINE_BATCH_TOKENS, decoding, min_decoding_length
+    from hltmt_plugin.hub.ct2_engine import ENGINE_BATCH_TOKENS, decoding
 
     checked = arguments.search(**search)
     _, prepared = mt._prepare_items(items, 1)
@@ -166,12 +166,10 @@ def raw_ceiling(mt, items, mode, search) -> float:
         mt.models[group].translate_batch(
             [source for _, source in rows],
             target_prefix=[[mt.record["language_tokens"][tgt]] for tgt, _ in rows] if prefix else None,
-            max_decoding_length=checked.max_len,
-            min_decoding_length=min_decoding_length(checked.min_len, prefix),
             max_batch_size=ENGINE_BATCH_TOKENS,
             batch_type="tokens",
             return_scores=True,
-            **decoding(checked),
+            **decoding(checked, prefix),
         )
     return time.perf_counter() - start
 

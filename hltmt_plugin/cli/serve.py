@@ -27,12 +27,13 @@ import sys
 
 from hltmt_plugin.cli import add_version, command_name
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options
-from hltmt_plugin.cli.translate import finite_float
-from hltmt_plugin.hub import arguments
+from hltmt_plugin.hub import arguments, decoding
 from hltmt_plugin.paths import READ_FILE, READ_FOLDER, READ_PATH, ArgumentParser, path_option
 
 PROG = "hltmt-serve"
-SEARCH = ("beam", "lenpen", "max_len", "no_repeat_ngram_size")
+# a server's search: every option but the n-best (a request's own) and sampling (a request's samples would
+# depend on the requests merged with it)
+SEARCH = tuple(name for name in decoding.FIELDS if name != "nbest" and name not in ("sampling", *decoding.SAMPLING))
 
 
 def build_parser():
@@ -52,12 +53,7 @@ def build_parser():
     path_option(p, "--data", kind=READ_FOLDER, default=None, help="a checkpoint's data folder (as hltmt-translate)")
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8000, help="the port to listen on (0: a free one, printed)")
-    p.add_argument("--beam", type=int, default=5, help="beam size (the most n-best a request may ask)")
-    p.add_argument("--lenpen", type=finite_float, default=1.0, help="length penalty")
-    p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
-    p.add_argument(
-        "--no-repeat-ngram-size", type=int, metavar="N", default=0, help="no n-gram of this size twice (0: off)"
-    )
+    decoding.add_arguments(p, SEARCH, {"beam": "beam size (the most n-best a request may ask)"})
     p.add_argument(
         "--zero-shot",
         action="store_true",
@@ -68,7 +64,7 @@ def build_parser():
     p.add_argument("--no-batching", action="store_true", help="translate one request at a time (no requests merged)")
     p.add_argument(
         "--max-wait",
-        type=finite_float,
+        type=float,
         default=10.0,
         help="after a call that merged several requests, milliseconds the next waits for more to join",
     )
@@ -80,7 +76,7 @@ def build_parser():
     )
     p.add_argument("--max-items", type=int, default=256, help="sentences one request may hold")
     p.add_argument("--max-body", type=int, default=1 << 20, help="bytes one request's body may hold")
-    p.add_argument("--timeout", type=finite_float, default=30.0, help="seconds a request may take, body included")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds a request may take, body included")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
     p.add_argument("--fp16", action="store_true", help="half precision (GPU)")
     p.add_argument("--access-log", action="store_true", help="a line on stdout per request")
@@ -90,7 +86,7 @@ def build_parser():
 
 def check_args(p, args):
     """Options that cannot work: ``p.error`` (one line, exit 2)."""
-    for name in ("beam", "max_len", "max_tokens", "batch_tokens", "max_queue", "max_items", "max_body"):
+    for name in ("max_tokens", "batch_tokens", "max_queue", "max_items", "max_body"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 <= args.port <= 65535:
@@ -104,11 +100,11 @@ def check_args(p, args):
     try:
         arguments.search(**search_options(args))
     except ValueError as error:
-        p.error(str(error))
+        p.error(decoding.as_flags(str(error)))
 
 
 def search_options(args) -> dict:
-    return {name: getattr(args, name) for name in SEARCH}
+    return decoding.of_args(args, SEARCH)
 
 
 def settings_of(args):

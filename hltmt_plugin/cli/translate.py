@@ -20,7 +20,7 @@ counted from 0, as both count sentences. Every score is a log-probability in bas
 fairseq-generate prints it (natural log: multiply by ln 2 = 0.693).
 
 Search: fairseq-generate's options, the same on every engine: --beam, --lenpen, --max-len,
---nbest, --no-repeat-ngram-size; --sampling draws --beam samples instead of a beam search, from
+--nbest, --no-repeat-ngram-size, --min-len; --sampling draws --beam samples instead of a beam search, from
 the --sampling-topk most likely tokens or the fewest whose probability reaches --sampling-topp
 (neither: the whole vocabulary), at --temperature; --seed makes them the same every run.
 
@@ -64,7 +64,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import time
 
@@ -73,7 +72,7 @@ from hltmt_plugin.cli import add_version
 from hltmt_plugin.cli.export import add_engine_options, engine_load_options, served_folder
 from hltmt_plugin.cli.output import AtomicOutput, OutputError, refuse_inputs, stream_problem
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import arguments
+from hltmt_plugin.hub import arguments, decoding
 from hltmt_plugin.paths import (
     READ_FILE,
     READ_FOLDER,
@@ -92,13 +91,6 @@ class Parser(PathsParser):
 
     def error(self, message):
         self.exit(2, f"{PROG}: error: {message} (see --help)\n")
-
-
-def finite_float(text):
-    value = float(text)  # argparse turns a ValueError into "invalid finite_float value"
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
-    return value
 
 
 def build_parser():
@@ -134,47 +126,7 @@ def build_parser():
     path_option(p, "--output", "-o", kind=WRITE_STREAM, default="-", help="output file (default: stdout)")
     p.add_argument("--src", default=None, help="source language of every line (plain-text input; with --tgt)")
     p.add_argument("--tgt", default=None, help="target language of every line (plain-text input; with --src)")
-    p.add_argument("--beam", type=int, default=5, help="beam size (with --sampling: the samples drawn)")
-    p.add_argument("--lenpen", type=finite_float, default=1.0, help="length penalty")
-    p.add_argument("--max-len", type=int, default=200, help="the most tokens of a translation")
-    p.add_argument(
-        "--nbest", type=int, default=1, metavar="N", help="translations per line, best first (at most --beam)"
-    )
-    p.add_argument("--sampling", action="store_true", help="draw --beam samples instead of a beam search")
-    p.add_argument(
-        "--sampling-topk",
-        type=int,
-        default=None,
-        metavar="K",
-        help="sample from the K most likely tokens (default: all)",
-    )
-    p.add_argument(
-        "--sampling-topp",
-        type=finite_float,
-        metavar="P",
-        default=None,
-        help="sample from the fewest tokens whose probability reaches P, in (0, 1] (default: all)",
-    )
-    p.add_argument(
-        "--temperature",
-        type=finite_float,
-        default=1.0,
-        help=f"sampling temperature, from {arguments.MIN_TEMPERATURE:g} to {arguments.MAX_TEMPERATURE:g}",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seed of the samples: the same every run on one engine; each engine (fairseq, CTranslate2, "
-        "transformers) draws its own, so one seed gives other samples on another (default: not seeded)",
-    )
-    p.add_argument(
-        "--no-repeat-ngram-size",
-        type=int,
-        metavar="N",
-        default=0,
-        help="no n-gram of this size twice in a translation (0: off; else at least 2)",
-    )
+    decoding.add_arguments(p)  # the search options, declared once (hltmt_plugin.hub.decoding)
     p.add_argument("--max-tokens", type=int, default=4000, help="source tokens per batch")
     p.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default: no limit)")
     p.add_argument(
@@ -210,29 +162,16 @@ def check_args(p, args):
     """Options that cannot work together or cannot work at all: ``p.error`` (one line, exit 2)."""
     if (args.src is None) != (args.tgt is None):
         p.error("give both --src and --tgt (plain-text input), or neither (SRC<TAB>TGT<TAB>TEXT lines)")
-    for name in ("beam", "max_len", "max_tokens"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.max_tokens < 1:
+        p.error("--max-tokens must be at least 1")
     if args.buffer_size is not None and args.buffer_size < 1:
         p.error("--buffer-size must be at least 1")
     if args.json and args.format != "text":
         p.error(f"--format {args.format} is a plain-text form: leave out --json, whose objects hold the scores")
     try:
-        search_options(args)
+        arguments.search(**decoding.of_args(args))
     except HltmtConfigError as error:  # the Python API's bound, each argument named as its option
-        message = str(error).replace("sampling=True (--sampling)", "--sampling")
-        p.error(re.sub(rf"\b({'|'.join(SEARCH_NAMES)})\b", lambda m: "--" + m.group(1).replace("_", "-"), message))
-
-
-SEARCH = ("beam", "lenpen", "max_len", "nbest", "sampling", "sampling_topk", "sampling_topp", "temperature", "seed")
-SEARCH_NAMES = sorted(set(SEARCH + ("no_repeat_ngram_size",)) - {"sampling"}, key=len, reverse=True)
-
-
-def search_options(args) -> dict:
-    """The search options of ``translate_batch``, checked by its bounds (:func:`arguments.search`)."""
-    options = {name: getattr(args, name) for name in (*SEARCH, "no_repeat_ngram_size")}
-    arguments.search(**options)
-    return options
+        p.error(decoding.as_flags(str(error)))
 
 
 def parse_args(argv=None):
@@ -496,7 +435,7 @@ def translate_chunk(translator, chunk, args, first_line, out, bar):
     items = [split_line(text, args) if text is not None else ("?", "?", None) for text, _ in chunk]
     results = translator.translate_batch(
         items,
-        **search_options(args),
+        **decoding.of_args(args),
         details=True,
         errors="keep",
         first_line=first_line,

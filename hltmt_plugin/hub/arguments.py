@@ -7,10 +7,20 @@ import argparse
 import math
 import numbers
 import os
-from typing import Iterable, List, NamedTuple, Optional
+from typing import Iterable, List, Optional
 
 from hltmt_plugin import text as text_rule
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.hub import decoding
+from hltmt_plugin.hub.decoding import (  # noqa: F401 (the API's names of the declarations)
+    MAX_LENPEN,
+    MAX_SEED,
+    MAX_TEMPERATURE,
+    MIN_TEMPERATURE,
+    MIN_TOPP,
+    Limit,
+    Search,
+)
 
 
 def positive_int(name: str, value, optional: bool = False) -> Optional[int]:
@@ -40,15 +50,9 @@ def flag(name: str, value) -> bool:
     return value
 
 
-MAX_LENPEN = 10.0  # |lenpen|: a length to a larger power overflows the scores of long translations
-
-
 def length_penalty(value) -> float:
-    """``value`` as a finite length penalty in [-MAX_LENPEN, MAX_LENPEN]."""
-    lenpen = finite_float("lenpen", value)
-    if abs(lenpen) > MAX_LENPEN:
-        raise HltmtConfigError(f"lenpen must be between {-MAX_LENPEN:g} and {MAX_LENPEN:g}, got {lenpen:g}")
-    return lenpen
+    """``value`` as a finite length penalty within its declaration (:data:`decoding.MAX_LENPEN`)."""
+    return decoding.check_value("lenpen", value)
 
 
 def generation(beam, lenpen, max_len):
@@ -83,125 +87,28 @@ def search_bounds(beam, max_len, vocab_size: int, max_positions: int):
     return beam, max_len
 
 
-MIN_TOPP = 2.0**-126  # the smallest normal float32: every engine computes p in float32, where a smaller one is 0
-MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0  # logits over 0.01 still fit half precision; over 100, all but uniform
-MAX_SEED = 2**31 - 1  # what every engine's generator takes
-
-
-class Search(NamedTuple):
-    """A call's search options, checked (:func:`search`), the same meaning in every engine:
-    fairseq-generate's ``--beam``, ``--lenpen``, ``--max-len-b`` (``--max-len-a 0``),
-    ``--nbest``, ``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--temperature``,
-    ``--seed``, ``--no-repeat-ngram-size``, ``--min-len``. With ``sampling`` the ``beam`` hypotheses are
-    samples drawn one token at a time (from the ``sampling_topk`` most likely tokens, or the
-    fewest whose probability reaches ``sampling_topp``; None: the whole vocabulary), at
-    ``temperature``; ``seed`` (None: not seeded) makes a call's samples the same every time.
-    The ``nbest`` best hypotheses by score come back. ``min_len``: no end of sentence before
-    that many tokens (a forced target-language token counts; 1, fairseq's default: none at the
-    first step); with ``min_len == max_len`` every translation is exactly ``max_len`` tokens and
-    its end of sentence, the same work on every engine."""
-
-    beam: int = 5
-    lenpen: float = 1.0
-    max_len: int = 200
-    nbest: int = 1
-    sampling: bool = False
-    sampling_topk: Optional[int] = None
-    sampling_topp: Optional[float] = None
-    temperature: float = 1.0
-    seed: Optional[int] = None
-    no_repeat_ngram_size: int = 0
-    min_len: int = 1
-
-
-def search(
-    beam=5,
-    lenpen=1.0,
-    max_len=200,
-    nbest=1,
-    sampling=False,
-    sampling_topk=None,
-    sampling_topp=None,
-    temperature=1.0,
-    seed=None,
-    no_repeat_ngram_size=0,
-    min_len=1,
-) -> Search:
-    """The search options checked, each bound a model does not set (:func:`model_bounds` sets
-    the others): ``nbest`` at most ``beam``; the sampling options only with ``sampling``, and
+def search(**options) -> Search:
+    """The search options (the fields of :class:`~hltmt_plugin.hub.decoding.Search`, the others
+    their defaults) checked: each within its own declaration (:func:`decoding.checked`), then the
+    rules between them, each bound a model does not set (:func:`model_bounds` sets the others):
+    ``nbest`` at most ``beam``; the sampling options only with ``sampling``, and
     ``sampling_topk`` or ``sampling_topp``, not both (fairseq keeps one of them, the other engines
-    both); ``sampling_topp`` in (0, 1]; ``temperature`` in [MIN_TEMPERATURE, MAX_TEMPERATURE];
-    ``seed`` from 0 to MAX_SEED; ``no_repeat_ngram_size`` 0 (off) or at least 2; ``min_len`` from 1
-    to ``max_len``."""
-    beam, lenpen, max_len = generation(beam, lenpen, max_len)
-    nbest = positive_int("nbest", nbest)
-    if nbest > beam:
+    both); ``min_len`` at most ``max_len``."""
+    checked = decoding.checked(options)
+    if checked.nbest > checked.beam:
         raise HltmtConfigError(
-            f"nbest {nbest} is more than the beam ({beam}): a search returns at most beam hypotheses"
+            f"nbest {checked.nbest} is more than the beam ({checked.beam}): a search returns at most beam hypotheses"
         )
-    sampling = flag("sampling", sampling)
-    topk = positive_int("sampling_topk", sampling_topk, optional=True)
-    topp = None if sampling_topp is None else finite_float("sampling_topp", sampling_topp)
-    if topp is not None and not MIN_TOPP <= topp <= 1:
-        raise HltmtConfigError(
-            f"sampling_topp must be from {MIN_TOPP:.4g} (the smallest float32 the engines compute it in) to 1, "
-            f"got {topp:g}"
-        )
-    temperature = finite_float("temperature", temperature)
-    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
-        raise HltmtConfigError(
-            f"temperature must be from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}, got {temperature:g}"
-        )
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise HltmtConfigError(f"seed must be a whole number, got {seed!r:.60}")
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise HltmtConfigError(f"seed must be from 0 to {MAX_SEED}, got {seed}")
-    given = [
-        name
-        for name, value, unset in (
-            ("sampling_topk", topk, None),
-            ("sampling_topp", topp, None),
-            ("temperature", temperature, 1.0),
-            ("seed", seed, None),
-        )
-        if value != unset
-    ]
-    if given and not sampling:
+    given = decoding.given_sampling_options(checked)
+    if given and not checked.sampling:
         raise HltmtConfigError(f"{given[0]} applies to sampling: give sampling=True (--sampling) with it")
-    if topk is not None and topp is not None:
+    if checked.sampling_topk is not None and checked.sampling_topp is not None:
         raise HltmtConfigError("give sampling_topk or sampling_topp, not both")
-    if isinstance(no_repeat_ngram_size, bool) or not isinstance(no_repeat_ngram_size, numbers.Integral):
-        raise HltmtConfigError(f"no_repeat_ngram_size must be a whole number, got {no_repeat_ngram_size!r:.60}")
-    if no_repeat_ngram_size < 0 or no_repeat_ngram_size == 1:
-        raise HltmtConfigError(  # transformers counts the decoder's start (the end of sentence) as generated
-            f"no_repeat_ngram_size must be 0 (off) or at least 2, got {no_repeat_ngram_size} (with 1 a translation "
-            "could never end on every engine)"
+    if checked.min_len > checked.max_len:
+        raise HltmtConfigError(
+            f"min_len {checked.min_len} is more than max_len {checked.max_len}: no translation could end"
         )
-    min_len = positive_int("min_len", min_len)
-    if min_len > max_len:
-        raise HltmtConfigError(f"min_len {min_len} is more than max_len {max_len}: no translation could end")
-    return Search(
-        beam,
-        lenpen,
-        max_len,
-        nbest,
-        sampling,
-        topk,
-        topp,
-        temperature,
-        None if seed is None else int(seed),
-        int(no_repeat_ngram_size),
-        min_len,
-    )
-
-
-class Limit(NamedTuple):
-    """An engine's own range of one search option, narrower than the contract's: ``low`` /
-    ``high`` (None: the contract's), and ``why`` the engine differs there."""
-
-    low: Optional[float]
-    high: Optional[float]
-    why: str
+    return checked
 
 
 def outside(limit: Limit, value) -> bool:
@@ -218,15 +125,9 @@ def engine_bounds(options: Search, limits: dict, engine: str) -> Search:
         if value is None or isinstance(value, bool):
             continue
         if outside(limit, value):
-            shown = _range(limit.low, limit.high)
+            shown = decoding.range_text(limit.low, limit.high)
             raise HltmtConfigError(f"{name} {value:g} is refused on {engine}: give {shown} there ({limit.why})")
     return options
-
-
-def _range(low, high) -> str:
-    if low is not None and high is not None:
-        return f"from {low:g} to {high:g}"
-    return f"at least {low:g}" if low is not None else f"at most {high:g}"
 
 
 def model_bounds(options: Search, vocab_size: int, max_positions: int) -> Search:
@@ -249,7 +150,7 @@ def model_bounds(options: Search, vocab_size: int, max_positions: int) -> Search
             f"no_repeat_ngram_size {options.no_repeat_ngram_size} is longer than any translation of this model "
             f"({max_positions} target positions)"
         )
-    return options._replace(beam=beam, max_len=max_len)
+    return options.replace(beam=beam, max_len=max_len)
 
 
 def max_threads() -> int:

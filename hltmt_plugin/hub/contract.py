@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import arguments
+from hltmt_plugin.hub import arguments, decoding
 from hltmt_plugin.hub.results import Hypothesis, Translation, TranslationErrors
 
 INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
@@ -190,12 +190,14 @@ class Translator:
 
     langs: List[str]
     directions: Optional[TrainedDirections]
+    engine = "fairseq"  # the engine's name (hltmt_plugin.hub.engines), which its search options' entries name
     # an engine's own ranges of search options where it does not search as the others do
-    # (arguments.Limit), applied to every call by translate_batch
-    search_limits: Dict[str, arguments.Limit] = {}
+    # (decoding.Limit, declared with each option in hltmt_plugin.hub.decoding), applied to every call by
+    # translate_batch
+    search_limits: Dict[str, arguments.Limit] = decoding.limits("fairseq")
     # values an engine accepts that give other lines than the checkpoint's, outside each Limit's
     # range (docs/deploying.md says why, and tests/hub/test_engine_contract.py allows no other)
-    search_differences: Dict[str, arguments.Limit] = {}
+    search_differences: Dict[str, arguments.Limit] = decoding.differences("fairseq")
 
     def engine_label(self) -> str:
         """The engine as a message names it."""
@@ -207,6 +209,8 @@ class Translator:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        if vars(cls).get("engine") in decoding.ENGINES:  # an engine's ranges, from the options' declarations
+            cls.search_limits, cls.search_differences = decoding.limits(cls.engine), decoding.differences(cls.engine)
         overridden = [name for name in Translator.SEALED if name in vars(cls)]
         if overridden:
             raise TypeError(
@@ -319,17 +323,7 @@ class Translator:
     def translate_batch(
         self,
         items: Sequence[Tuple[str, str, str]],
-        beam: int = 5,
-        lenpen: float = 1.0,
-        max_len: int = 200,
-        nbest: int = 1,
-        sampling: bool = False,
-        sampling_topk: Optional[int] = None,
-        sampling_topp: Optional[float] = None,
-        temperature: float = 1.0,
-        seed: Optional[int] = None,
-        no_repeat_ngram_size: int = 0,
-        min_len: int = 1,
+        *,
         details: bool = False,
         errors: str = "raise",
         max_tokens: Optional[int] = None,
@@ -337,10 +331,13 @@ class Translator:
         first_line: int = 1,
         progress: Optional[Callable[[int], None]] = None,
         zero_shot: bool = False,
+        **search,
     ) -> list:
         """Translate ``(src, tgt, text)`` items of any directions together, in input order.
 
         Args:
+            search: the search options, the fields of :class:`~hltmt_plugin.hub.decoding.Search`
+                (each its default when not given):
             beam: beam size (with ``sampling``: how many samples are drawn); lenpen: length
                 penalty; max_len: the most tokens of a translation (fairseq's ``--max-len-b``
                 with ``--max-len-a 0``).
@@ -373,21 +370,8 @@ class Translator:
         :class:`HltmtInputError` (both ``ValueError``) naming it, before any search. A text
         holding a NUL character or a lone surrogate fails alone, like an empty one.
         """
-        options = dict(
-            beam=beam,
-            lenpen=lenpen,
-            max_len=max_len,
-            nbest=nbest,
-            sampling=sampling,
-            sampling_topk=sampling_topk,
-            sampling_topp=sampling_topp,
-            temperature=temperature,
-            seed=seed,
-            no_repeat_ngram_size=no_repeat_ngram_size,
-            min_len=min_len,
-        )
         items, search, max_tokens, max_sentences = arguments.translate_batch(
-            items, options, errors, max_tokens, max_sentences, first_line, progress
+            items, search, errors, max_tokens, max_sentences, first_line, progress
         )
         search = arguments.model_bounds(search, len(self.dictionary), self.max_target_positions)
         search = arguments.engine_bounds(search, self.search_limits, self.engine_label())

@@ -18,7 +18,7 @@ log-probabilities, end of sentence included, over the length to the power ``lenp
 and so are the ``nbest`` best. The other search options are CTranslate2's own (:func:`decoding`):
 sampling draws ``beam`` samples (``num_hypotheses``, a beam of 1) with ``sampling_topk`` (the
 whole vocabulary without it), ``sampling_topp``, ``sampling_temperature``, seeded by
-``set_random_seed``; ``no_repeat_ngram_size``; ``min_len`` (:func:`min_decoding_length`).
+``set_random_seed``; ``no_repeat_ngram_size``; ``min_len`` (its entry in :mod:`hltmt_plugin.hub.decoding`).
 
 Where it runs (:func:`engine_options`, :func:`check_machine`): ``device`` cpu, cuda or cuda:N
 (default: cuda when CTranslate2 sees one, else cpu), ``compute_type`` CTranslate2's
@@ -33,6 +33,7 @@ from typing import Dict, List, Optional
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.decoding import engine_arguments
 from hltmt_plugin.hub.patches import apply_patch
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
@@ -101,33 +102,11 @@ def check_machine(ct2, options: dict) -> dict:
     return options
 
 
-def decoding(search: arguments.Search) -> dict:
-    """CTranslate2's ``translate_batch`` options of a call's checked search: a beam search
-    returning its whole beam, or ``beam`` samples."""
-    if not search.sampling:
-        return {
-            "beam_size": search.beam,
-            "num_hypotheses": search.beam,
-            "no_repeat_ngram_size": search.no_repeat_ngram_size,
-        }
-    topk, topp = search.sampling_topk or 0, 1.0 if search.sampling_topp is None else search.sampling_topp
-    if topk == 1:  # CTranslate2 takes top-k 1 for greedy search, one hypothesis; the smallest top-p draws the same
-        topk, topp = 0, arguments.MIN_TOPP
-    return {
-        "beam_size": 1,
-        "num_hypotheses": search.beam,
-        "sampling_topk": topk,  # 0: the whole vocabulary
-        "sampling_topp": topp,
-        "sampling_temperature": search.temperature,
-        "no_repeat_ngram_size": search.no_repeat_ngram_size,
-    }
-
-
-def min_decoding_length(min_len: int, prefix: bool) -> int:
-    """CTranslate2's ``min_decoding_length`` for fairseq's ``min_len`` (no end of sentence before
-    that many tokens, a forced target-language token counted). With the default 1, fairseq forbids
-    the end of sentence at the first step only, which a forced token already fills: 0."""
-    return min_len if not prefix or min_len > 1 else 0
+def decoding(search: arguments.Search, prefix: bool = False) -> dict:
+    """CTranslate2's ``translate_batch`` options of a call's checked search, from the options'
+    declarations (:func:`hltmt_plugin.hub.decoding.engine_arguments`): a beam search returning
+    its whole beam, or ``beam`` samples; ``prefix``: a target-language token is forced first."""
+    return engine_arguments(search, "ctranslate2", prefix=prefix)
 
 
 class Ct2Translator(contract.ExportedTranslator):
@@ -135,13 +114,6 @@ class Ct2Translator(contract.ExportedTranslator):
 
     engine = "ctranslate2"
     engine_name = "CTranslate2"
-    search_differences = {  # accepted, other lines (docs/deploying.md): the fixed-length benchmarks need them
-        "min_len": arguments.Limit(
-            None,
-            1,
-            "CTranslate2 takes the end of sentence out before normalizing a step's distribution, fairseq after",
-        )
-    }
 
     def __init__(
         self,
@@ -202,7 +174,6 @@ class Ct2Translator(contract.ExportedTranslator):
     def _run(self, group: str, batch, results: List[Translation], search) -> None:
         """Beam search or sampling on one batch (CTranslate2's, all the beam's hypotheses
         returned), the ``nbest`` best by fairseq's score (:func:`_scores`)."""
-        lenpen, max_len = search.lenpen, search.max_len
         prefix = None
         if self.record["decoder_langtok"]:
             prefix = [[self.record["language_tokens"][results[index].tgt]] for index, _ in batch]
@@ -211,17 +182,14 @@ class Ct2Translator(contract.ExportedTranslator):
         outputs = model.translate_batch(
             sources,
             target_prefix=prefix,
-            length_penalty=lenpen,
             max_input_length=0,
-            max_decoding_length=max_len,
             return_scores=True,
-            **decoding(search),
-            min_decoding_length=min_decoding_length(search.min_len, prefix is not None),
+            **decoding(search, prefix is not None),
             max_batch_size=ENGINE_BATCH_TOKENS,
             batch_type="tokens",
         )
         index_of, pad = self.dictionary.index, self.dictionary.pad_word
-        scores = _scores(model, sources, prefix, outputs, max_len, lenpen)
+        scores = _scores(model, sources, prefix, outputs, search.max_len, search.lenpen)
         for k, ((index, _), output) in enumerate(zip(batch, outputs)):
             hypotheses = []
             for tokens, score in zip(output.hypotheses, scores[k]):

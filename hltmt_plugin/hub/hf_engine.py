@@ -33,7 +33,8 @@ import warnings
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub import contract
+from hltmt_plugin.hub.decoding import engine_arguments
 from hltmt_plugin.hub.results import Translation
 from hltmt_plugin.hub.vocabulary import Dictionary, Pieces
 
@@ -49,15 +50,6 @@ class HfTranslator(contract.ExportedTranslator):
 
     engine = "transformers"
     engine_name = "transformers"
-    search_limits = {
-        "lenpen": arguments.Limit(
-            0.0,
-            1.0,
-            "generate keeps the finished hypotheses that rank best by its own count of their length, not fairseq's: "
-            "a negative penalty then puts a short one first that fairseq's search never finished, one above 1 drops "
-            "from the n-best some that fairseq keeps (tests/hub/test_engine_contract.py)",
-        )
-    }
 
     def __init__(self, folder, record, models, dictionary, pieces, device, max_tokens=4000, max_sentences=None):
         super().__init__(folder, record, models, dictionary, pieces, max_tokens, max_sentences)
@@ -115,26 +107,14 @@ class HfTranslator(contract.ExportedTranslator):
         return self.record["targets"][tgt], tgt if self.record["decoder_langtok"] else ""
 
     def generate_options(self, search) -> dict:
-        """``generate``'s options for the call's search (:class:`~hltmt_plugin.hub.arguments.Search`,
-        fairseq's meaning): ``search.beam`` hypotheses a sentence, at most ``search.max_len`` tokens
-        then the end of sentence; beam search with the length penalty, or sampling (from the
-        ``sampling_topk`` most likely tokens or the fewest reaching ``sampling_topp``, at the
-        ``temperature``); no n-gram of ``no_repeat_ngram_size`` twice; no end of sentence before
-        ``min_len`` tokens."""
-        options = dict(num_return_sequences=search.beam, max_new_tokens=search.max_len + 1)
-        if getattr(search, "min_len", 1) > 1:  # no end of sentence before min_len tokens (fairseq's --min-len)
-            options.update(min_new_tokens=search.min_len)
-        if getattr(search, "sampling", False):
-            options.update(
-                do_sample=True,
-                num_beams=1,
-                top_k=search.sampling_topk or 0,
-                top_p=1.0 if search.sampling_topp is None else search.sampling_topp,
-                temperature=search.temperature,
-            )
-        else:
-            options.update(num_beams=search.beam, length_penalty=search.lenpen)
-        return dict(options, no_repeat_ngram_size=getattr(search, "no_repeat_ngram_size", 0))
+        """``generate``'s options for the call's search (:class:`~hltmt_plugin.hub.decoding.Search`,
+        fairseq's meaning), from the options' declarations
+        (:func:`~hltmt_plugin.hub.decoding.engine_arguments`): ``search.beam`` hypotheses a
+        sentence, at most ``search.max_len`` tokens then the end of sentence; beam search with the
+        length penalty, or sampling (from the ``sampling_topk`` most likely tokens or the fewest
+        reaching ``sampling_topp``, at the ``temperature``); no n-gram of ``no_repeat_ngram_size``
+        twice; no end of sentence before ``min_len`` tokens."""
+        return engine_arguments(search, "transformers")
 
     def _run(self, key: Tuple[str, str], batch, results: List[Translation], search) -> None:
         """``generate`` on one batch, every hypothesis returned; ranked by fairseq's score. Beam
@@ -144,9 +124,9 @@ class HfTranslator(contract.ExportedTranslator):
 
         group, forced = key[0], key[1] or None
         model = self.models[group]
-        beam, nbest = search.beam, getattr(search, "nbest", 1)
+        beam, nbest = search.beam, search.nbest
         lenpen, max_len = search.lenpen, search.max_len
-        sampling = getattr(search, "sampling", False)
+        sampling = search.sampling
         pad = self.dictionary.pad_index
         width = max(len(ids) for _, ids in batch)
         input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -171,7 +151,7 @@ class HfTranslator(contract.ExportedTranslator):
             cut = any(len(h) >= max_len for h in found)  # generate forced the end of sentence, scored 0
             count = beam if forced is not None or cut or sampling else nbest
             wanted += [(k, b) for b in range(count)]
-        totals = self._log_probs(model, encoded, mask, wanted, hypotheses, getattr(search, "temperature", 1.0))
+        totals = self._log_probs(model, encoded, mask, wanted, hypotheses, search.temperature)
         scored: Dict[int, list] = {}
         for (k, b), total in zip(wanted, totals):
             ids = hypotheses[k][b]

@@ -53,6 +53,7 @@ import hltmt_plugin
 from hltmt_plugin.directions import TRAINED_KEY, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub.decoding import engine_arguments
 from hltmt_plugin.hub.manifest import is_export, read as read_manifest
 from hltmt_plugin.hub.results import Translation
 
@@ -251,29 +252,19 @@ class HltmtTranslator(contract.Translator):
                 samples.append(dict(dataset[j], id=index))
             yield entries[batch[0]][1].collater(samples)
 
-    def generator(self, beam: int = 5, lenpen: float = 1.0, max_len: int = 200, **options):
+    def generator(self, **options):
         """fairseq's generator of these search options (those of ``translate_batch``), checked."""
-        search = arguments.search(beam, lenpen, max_len, **options)
+        search = arguments.search(**options)
         return self._generator(arguments.model_bounds(search, len(self.dictionary), self.max_target_positions))
 
     def _generator(self, search: arguments.Search):
         """fairseq's generator of ``search`` (checked), made once (the seed is the call's)."""
-        key = search._replace(seed=None, nbest=1)
+        options = engine_arguments(search, "fairseq")  # the seed is the call's, the n-best the contract's
+        key = tuple(sorted(options.items()))
         if key not in self._generators:
             from fairseq.dataclass.configs import GenerationConfig
 
-            args = GenerationConfig(
-                beam=search.beam,
-                lenpen=search.lenpen,
-                max_len_a=0,
-                max_len_b=search.max_len,
-                min_len=search.min_len,
-                sampling=search.sampling,
-                sampling_topk=-1 if search.sampling_topk is None else search.sampling_topk,
-                sampling_topp=-1.0 if search.sampling_topp is None else search.sampling_topp,
-                temperature=search.temperature,
-                no_repeat_ngram_size=search.no_repeat_ngram_size,
-            )
+            args = GenerationConfig(**options)
             task_args = self.task.args
             unset = getattr(task_args, "target_lang", None) is None
             if unset:  # fairseq's generator looks up one target-language token; each row brings its own (_run)

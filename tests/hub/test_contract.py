@@ -198,7 +198,7 @@ TRANSLATE_BOUNDS = [
     ({"beam": 2.5}, "beam"),
     ({"beam": 101}, "beam 101 is more than one search of this model may cost"),
     ({"lenpen": float("nan")}, "lenpen"),
-    ({"lenpen": 11}, "lenpen must be between"),
+    ({"lenpen": 11}, "lenpen must be from"),
     ({"lenpen": "1"}, "lenpen"),
     ({"max_len": 0}, "max_len"),
     ({"max_len": float("inf")}, "max_len"),

@@ -164,9 +164,11 @@ def test_the_search_options_as_ctranslate2_takes_them():
     from hltmt_plugin.hub.arguments import Search
     from hltmt_plugin.hub.ct2_engine import decoding
 
-    assert decoding(Search(4, nbest=2)) == {"beam_size": 4, "num_hypotheses": 4, "no_repeat_ngram_size": 0}
+    plain = {"length_penalty": 1.0, "max_decoding_length": 200, "min_decoding_length": 1, "no_repeat_ngram_size": 0}
+    assert decoding(Search(4, nbest=2)) == {"beam_size": 4, "num_hypotheses": 4, **plain}
     sampled = Search(3, sampling=True, sampling_topp=0.9, temperature=0.5, no_repeat_ngram_size=3)
     assert decoding(sampled) == {
+        **plain,
         "beam_size": 1,  # beam samples
         "num_hypotheses": 3,
         "sampling_topk": 0,  # the whole vocabulary, cut by top-p
@@ -201,7 +203,7 @@ def test_fairseqs_scores_take_one_scoring_pass_of_what_needs_it_in_token_batches
     of all would pad every source to the longest). The scores are those of scoring everything.
     The study's trained MNMT, whose sentences end."""
     from hltmt_plugin.hub import arguments
-    from hltmt_plugin.hub.ct2_engine import ENGINE_BATCH_TOKENS, _scores, decoding, min_decoding_length
+    from hltmt_plugin.hub.ct2_engine import ENGINE_BATCH_TOKENS, _scores, decoding
 
     folder = str(tmp_path / "mnmt")
     export(os.path.join(ROOT, "docs", "results", "cpu-study", "models", "mnmt.pt"), folder)
@@ -221,10 +223,8 @@ def test_fairseqs_scores_take_one_scoring_pass_of_what_needs_it_in_token_batches
         outputs = model.translate_batch(
             sources,
             target_prefix=prefix,
-            max_decoding_length=max_len,
-            min_decoding_length=min_decoding_length(min_len, True),
             return_scores=True,
-            **decoding(search),
+            **decoding(search, True),
         )
         calls.clear()
         scores = _scores(Recording(), sources, prefix, outputs, max_len, 1.0)

@@ -34,11 +34,15 @@ def test_a_min_len_no_translation_can_reach_is_refused():
 
 @pytest.mark.fast
 def test_ctranslate2_counts_a_forced_first_token_as_fairseq_does():
-    from hltmt_plugin.hub.ct2_engine import min_decoding_length
+    from hltmt_plugin.hub import arguments
+    from hltmt_plugin.hub.ct2_engine import decoding
+
+    def least(min_len, prefix):
+        return decoding(arguments.search(max_len=10, min_len=min_len), prefix)["min_decoding_length"]
 
     # fairseq's default (no end of sentence at the first step) is filled by a forced token
-    assert [min_decoding_length(1, False), min_decoding_length(1, True)] == [1, 0]
-    assert [min_decoding_length(7, False), min_decoding_length(7, True)] == [7, 7]  # the prefix counted by both
+    assert [least(1, False), least(1, True)] == [1, 0]
+    assert [least(7, False), least(7, True)] == [7, 7]  # the prefix counted by both
 
 
 @pytest.fixture(scope="module")
