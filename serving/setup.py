@@ -32,6 +32,8 @@ MODULES = [
     "hltmt_plugin.data_fingerprint",
     "hltmt_plugin.hub.manifest",
     "hltmt_plugin.hub.patches",
+    "hltmt_plugin.hub.decoding",
+    "hltmt_plugin.hub.engines",
     "hltmt_plugin.hub.arguments",
     "hltmt_plugin.hub.results",
     "hltmt_plugin.hub.contract",

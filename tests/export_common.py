@@ -3,7 +3,7 @@ tests/cli/test_export.py)."""
 
 import os
 
-from hltmt_plugin.hub import manifest
+from hltmt_plugin.hub import engines, manifest
 
 
 def make_folder(path, **changes):
@@ -17,7 +17,7 @@ def make_folder(path, **changes):
         with open(os.path.join(path, name), "w") as f:
             f.write(text)
     record = {
-        "format": manifest.FORMAT,
+        "format": engines.ENGINES["ctranslate2"].format,
         "version": manifest.VERSION,
         "engine": "ctranslate2",
         "langs": ["en", "de"],

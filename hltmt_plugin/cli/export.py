@@ -30,6 +30,7 @@ PROG = "hltmt-export"
 
 def build_parser():
     from hltmt_plugin.cli import add_version
+    from hltmt_plugin.hub.engines import EXPORTED
     from hltmt_plugin.hub.manifest import QUANTIZATIONS
     from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FOLDER, ArgumentParser, path_option
 
@@ -39,7 +40,7 @@ def build_parser():
     p.add_argument(
         "--to",
         default="ctranslate2",
-        choices=["ctranslate2", "transformers"],
+        choices=EXPORTED,
         help="the engine to export to (transformers: Hugging Face stock classes and a model card)",
     )
     p.add_argument(
@@ -77,62 +78,43 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if not args.verbose:
         logging.disable(logging.WARNING)
     from hltmt_plugin.errors import HltmtError
+    from hltmt_plugin.hub import engines
 
-    if args.to == "transformers":
-        return export_transformers(args)
-    from hltmt_plugin.export.ctranslate2 import export
-
+    engine = engines.get(args.to)
+    own = {}  # the options only some engines take (each engine's export_options): given to --to's alone
+    for other in engines.ENGINES.values():
+        for dest, keyword in other.export_options.items():
+            value, default = getattr(args, dest), parser.get_default(dest)
+            if other is engine:
+                own[keyword] = value
+            elif value != default and dest not in engine.export_options:
+                flag = "--" + dest.replace("_", "-")
+                shown = "" if isinstance(value, bool) else f" {value}"
+                return fail(f"{flag}{shown} is {other.label}'s: --to {engine.name} does not take it")
     try:  # --out written by atomic_files.write_folder: never an input, a user's folder or a special file
-        record = export(
+        record = engines.exporter(engine.name).export(
             args.checkpoint,
             args.out,
-            quantization=args.quantization,
             spm=args.spm,
             data=args.data,
             force=args.force,
-            whole=args.whole_groups,
             card=card_options(args),
+            **own,
         )
     except HltmtError as error:
         return fail(error)
     groups = served_groups(record, {group: group for group in record["models"]})
     print(
-        f"{PROG}: {args.checkpoint} -> {args.out} (CTranslate2 {record['source']['ctranslate2']}, "
-        f"{args.quantization}): {len(record['models'])} model(s): {groups}"
+        f"{PROG}: {args.checkpoint} -> {args.out} ({engines.said(engine.summary, record)}): "
+        f"{len(record['models'])} model(s): {groups}"
     )
-    if len(record["models"]) > 1 and args.quantization == "float32":
-        print(
-            f"{PROG}: CTranslate2 holds each of the {len(record['models'])} models whole in memory (no weights "
-            "shared); a pool model's recommended export is --quantization int8, about a quarter of the "
-            "memory (docs/deploying.md)"
-        )
-    return 0
-
-
-def export_transformers(args) -> int:
-    """``--to transformers``: stock Hugging Face classes, their tokenizer and a model card."""
-    from hltmt_plugin.errors import HltmtError
-    from hltmt_plugin.export.transformers import export
-
-    if args.quantization != "float32":
-        return fail(f"--quantization {args.quantization} is CTranslate2's: --to transformers writes float32 weights")
-    if args.whole_groups:
-        return fail("--whole-groups is CTranslate2's: --to transformers writes every group whole")
-    try:
-        record = export(
-            args.checkpoint, args.out, spm=args.spm, data=args.data, force=args.force, card=card_options(args)
-        )
-    except HltmtError as error:
-        return fail(error)
-    groups = served_groups(record, record["models"])
-    print(
-        f"{PROG}: {args.checkpoint} -> {args.out} ({record['source']['class']}, transformers "
-        f"{record['source']['transformers']}): {len(record['models'])} model(s): {groups}"
-    )
+    for note in engines.notes(record):
+        print(f"{PROG}: {note}")
     return 0
 
 
@@ -197,14 +179,15 @@ def card_options(args) -> dict:
 def add_engine_options(p) -> None:
     """hltmt-translate's options for an exported model."""
     from hltmt_plugin.hub.arguments import threads_option
+    from hltmt_plugin.hub.engines import ENGINES, EXPORTED
 
     p.add_argument(
         "--engine",
         default=None,
-        choices=["fairseq", "ctranslate2"],
+        choices=list(ENGINES),
         help="what translates (default: fairseq for a checkpoint; for a folder written by hltmt-export, the "
-        "engine it was exported to: CTranslate2 or transformers); ctranslate2 with a checkpoint exports it to a "
-        "temporary folder first",
+        f"engine it was exported to: {' or '.join(ENGINES[name].label for name in EXPORTED)}); "
+        f"{' or '.join(EXPORTED)} with a checkpoint exports it to a temporary folder first",
     )
     p.add_argument(
         "--compute-type",
@@ -223,7 +206,7 @@ def add_engine_options(p) -> None:
 
 def engine_load_options(args):
     """``(checkpoint, spm, data, engine options)`` for ``HltmtTranslator.load`` from
-    hltmt-translate's options: ``--engine ctranslate2`` with a checkpoint serves its export,
+    hltmt-translate's options: ``--engine`` an exported engine with a checkpoint serves its export,
     made in a temporary folder (removed at exit, on SIGTERM, and after a SIGKILL by the next run)."""
     from hltmt_plugin.errors import HltmtConfigError
     from hltmt_plugin.hub.manifest import is_export
@@ -235,14 +218,14 @@ def engine_load_options(args):
             f"--checkpoint {args.checkpoint} is an exported model: the engine it was exported to serves it "
             "(leave out --engine fairseq)"
         )
-    if args.engine != "ctranslate2" or exported:
+    if args.engine in (None, "fairseq") or exported:
         return args.checkpoint, args.spm, args.data, engine
     from hltmt_plugin.atomic_files import scratch_folder
-    from hltmt_plugin.export.ctranslate2 import export
+    from hltmt_plugin.hub import engines
 
     work = scratch_folder("hltmt-export.")  # removed at exit and on SIGTERM; after a SIGKILL, by the next one
     folder = os.path.join(work, "model")
-    export(args.checkpoint, folder, spm=args.spm, data=args.data)
+    engines.exporter(args.engine).export(args.checkpoint, folder, spm=args.spm, data=args.data)
     return folder, None, None, engine
 
 

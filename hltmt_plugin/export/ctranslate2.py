@@ -39,9 +39,8 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
-from hltmt_plugin.directions import TRAINED_KEY, trained_pairs
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.export import model_card
+from hltmt_plugin.export import manifest_record, model_card
 from hltmt_plugin.hub import loading, manifest  # loading registers the plugin first
 from hltmt_plugin.hub.contract import import_ctranslate2
 from hltmt_plugin.hub.patches import apply_patch, make_patch
@@ -191,43 +190,20 @@ def vocabulary(dictionary) -> List[str]:
 
 
 def describe(loaded, targets, models, quantization, checkpoint, version) -> dict:
-    """The manifest record (without the file digests)."""
-    args, dm = loaded.task.args, loaded.task.data_manager
-    encoder_langtok = getattr(args, "encoder_langtok", None)
-    decoder_langtok = bool(getattr(args, "decoder_langtok", False))
-    languages = loaded.languages
-    tokens = {lang: languages.token(lang) for lang in loaded.langs} if encoder_langtok or decoder_langtok else {}
-    model = pool_model(loaded.model)
-    pooled = model is not None
-    return {
-        "format": manifest.FORMAT,
-        "version": manifest.VERSION,
-        "engine": "ctranslate2",
-        "langs": list(loaded.langs),
-        "lang_pairs": trained_pairs(
-            {
-                TRAINED_KEY: loading._stored(loaded.cfg, "model", TRAINED_KEY),
-                "lang_pairs": getattr(args, "lang_pairs", None),
-            }
-        ),
-        "encoder_langtok": encoder_langtok,
-        "decoder_langtok": decoder_langtok,
-        "language_tokens": tokens,
-        "routing_map": {k: int(v) for k, v in model.map_by_language().items()} if pooled else {},
-        "targets": targets,
-        "models": models,
-        "routes": pooled,
-        "quantization": quantization,
-        "max_source_positions": int(loaded.max_source_positions),
-        "max_target_positions": int(loaded.max_target_positions),
-        "source": {
-            "checkpoint": os.path.basename(checkpoint),
-            "arch": str(getattr(loaded.cfg.model, "arch", "")),
-            "ctranslate2": version,
-            "data_langtok_spec": list(map(str, args.langtoks["main"])),
-            "dm_langs": len(dm.lang_dict) if getattr(dm, "lang_dict", None) is not None else 0,
-        },
-    }
+    """The manifest record (without the file digests and the patches)."""
+    return manifest_record.describe(
+        loaded, targets, models, "ctranslate2", quantization, checkpoint, {"ctranslate2": version}
+    )
+
+
+def notes(written: dict) -> List[str]:
+    """hltmt-export's advice on a folder written (``written``: its manifest)."""
+    if len(written["models"]) > 1 and written["quantization"] == "float32":
+        return [
+            f"CTranslate2 holds each of the {len(written['models'])} models whole in memory (no weights shared); a "
+            "pool model's recommended export is --quantization int8, about a quarter of the memory (docs/deploying.md)"
+        ]
+    return []
 
 
 # ---- weights -> CTranslate2 specs ----------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 from hltmt_plugin import records
 from hltmt_plugin.directions import REFUSED, ZERO_SHOT, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError
+from hltmt_plugin.hub import engines
 
 SYSTEMS = {
     "hltmt": "HLT-MT (a pool of language-specific decoder modules for the high-resource targets, chosen by a "
@@ -382,12 +383,12 @@ def _model_index(facts: dict) -> List[str]:
 def metadata(record: dict, facts: dict) -> str:
     """The Hub's YAML block (no ``pipeline_tag``: transformers 5 has no translation pipeline)."""
     licence = facts.get("license") or {}
-    engine = record.get("engine", "transformers")
+    engine = engines.get(record["engine"])
     lines = ["---", "language:", *(f"- {lang}" for lang in record["langs"])]
     lines += [f"{k}: {_q(licence[k])}" for k in ("license", "license_name", "license_link") if licence.get(k)]
-    tags = ["translation", "multilingual", "fairseq", "hltmt", record["source"].get("class") or "ctranslate2"]
+    tags = ["translation", "multilingual", "fairseq", "hltmt", record["source"].get("class") or engine.name]
     lines += [f"base_model: {_q(facts['base_model'])}"] if facts.get("base_model") else []
-    lines += [f"library_name: {engine}", "tags:", *(f"- {t}" for t in tags), *_model_index(facts)]
+    lines += [f"library_name: {engine.library}", "tags:", *(f"- {t}" for t in tags), *_model_index(facts)]
     return "\n".join(lines + ["---", ""])
 
 
@@ -414,13 +415,15 @@ def _first_group(record: dict) -> str:
 TRANSFORMERS_VERSIONS = "4.57 or later (4.x and 5.x)"
 
 
-def _usage_transformers(record: dict) -> List[str]:
+def usage_transformers(record: dict, facts: dict) -> List[str]:
+    """The card's usage of an export to transformers: ``generate`` on the folder, and its search."""
     group = _first_group(record)
     src, tgt = _example(record, group)
     codes, place = _codes(record), record["models"][group]
     sub = "" if place == "." else f', subfolder="{place}"'
     text = f"{codes[tgt] if record['encoder_langtok'] == 'tgt' else codes.get(src, '')} The file could not be saved."
     forced = f", forced_bos_token_id=tok.convert_tokens_to_ids('{codes[tgt]}')" if record["decoder_langtok"] else ""
+    search = facts.get("search") or {}
     return [
         f"The folder loads with transformers {TRANSFORMERS_VERSIONS}. transformers 5 has no `translation` "
         'pipeline (`pipeline("translation")` fails): translate with `generate`, as below.',
@@ -434,10 +437,15 @@ def _usage_transformers(record: dict) -> List[str]:
         f"out = model.generate(**batch{forced})",
         "print(tok.batch_decode(out, skip_special_tokens=True))",
         "```",
+        "",
+        f"`generation_config.json` holds the search the model was evaluated with: beam {search.get('beam')}, "
+        f"length penalty {search.get('lenpen')}, at most {search.get('max_len')} tokens, stopping once the "
+        "beam's hypotheses are finished, the decoder started from the end-of-sentence token.",
     ]
 
 
-def _usage_ctranslate2(record: dict) -> List[str]:
+def usage_ctranslate2(record: dict, facts: dict) -> List[str]:
+    """The card's usage of an export to CTranslate2: the commands, the API, CTranslate2 alone."""
     group = _first_group(record)
     src, tgt = _example(record, group)
     tokens = _codes(record)
@@ -651,18 +659,7 @@ def _training(facts: dict) -> List[str]:
 def _how_to_use(record: dict, facts: dict) -> List[str]:
     if not targets(record):
         return ["It serves no direction: it produces several languages and no token names the one to produce."]
-    if record.get("engine") == "ctranslate2":
-        return [_input_rule(record), "", *_usage_ctranslate2(record)]
-    search = facts.get("search") or {}
-    return [
-        _input_rule(record),
-        "",
-        *_usage_transformers(record),
-        "",
-        f"`generation_config.json` holds the search the model was evaluated with: beam {search.get('beam')}, "
-        f"length penalty {search.get('lenpen')}, at most {search.get('max_len')} tokens, stopping once the "
-        "beam's hypotheses are finished, the decoder started from the end-of-sentence token.",
-    ]
+    return [_input_rule(record), "", *engines.card_usage(record, facts)]
 
 
 def card(record: dict, facts: dict) -> str:
@@ -673,12 +670,7 @@ def card(record: dict, facts: dict) -> str:
     ``metrics`` (``scores`` {direction: {bleu, chrf}}, ``signatures``, ``dataset``)."""
     served = directions(record)
     source = record["source"]
-    engine = record.get("engine", "transformers")
-    made = (
-        f"`{source.get('class')}` (transformers {source.get('transformers')}) by `hltmt-export --to transformers`"
-        if engine == "transformers"
-        else f"CTranslate2 {source.get('ctranslate2')} by `hltmt-export`"
-    )
+    made = engines.said(engines.get(record["engine"]).made, record)
     never = sorted(set(record["langs"]) - set(targets(record)))
     parts = [
         metadata(record, facts),

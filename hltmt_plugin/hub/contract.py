@@ -29,11 +29,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import arguments, decoding
+from hltmt_plugin.hub import arguments, decoding, engines
 from hltmt_plugin.hub.results import Hypothesis, Translation, TranslationErrors
 
-INSTALL = 'pip install "ctranslate2>=4.5" (or pip install -e ".[ctranslate2]")'
-TRANSFORMERS_INSTALL = 'pip install "transformers>=5.25,<6" safetensors (or pip install -e ".[transformers]")'
+INSTALL = engines.install_line("ctranslate2")
+TRANSFORMERS_INSTALL = engines.install_line("transformers")
 
 
 def import_ctranslate2(what: str = ""):
@@ -209,7 +209,8 @@ class Translator:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if vars(cls).get("engine") in decoding.ENGINES:  # an engine's ranges, from the options' declarations
+        if vars(cls).get("engine") in engines.ENGINES:  # an engine's label (engines) and ranges (decoding)
+            cls.engine_name = engines.get(cls.engine).label
             cls.search_limits, cls.search_differences = decoding.limits(cls.engine), decoding.differences(cls.engine)
         overridden = [name for name in Translator.SEALED if name in vars(cls)]
         if overridden:

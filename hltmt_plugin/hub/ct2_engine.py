@@ -113,7 +113,6 @@ class Ct2Translator(contract.ExportedTranslator):
     """An export folder's CTranslate2 models, serving any of its directions, mixed in one call."""
 
     engine = "ctranslate2"
-    engine_name = "CTranslate2"
 
     def __init__(
         self,

@@ -49,7 +49,6 @@ class HfTranslator(contract.ExportedTranslator):
     """An export folder's transformers models, serving any of its directions, mixed in one call."""
 
     engine = "transformers"
-    engine_name = "transformers"
 
     def __init__(self, folder, record, models, dictionary, pieces, device, max_tokens=4000, max_sentences=None):
         super().__init__(folder, record, models, dictionary, pieces, max_tokens, max_sentences)

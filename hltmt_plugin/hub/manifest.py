@@ -1,6 +1,6 @@
 """The export folder's manifest (``manifest.json``): what serving an exported model needs,
-written by :mod:`hltmt_plugin.export.ctranslate2` and :mod:`hltmt_plugin.export.transformers`
-(:func:`write`) and checked on load like a checkpoint is (:func:`read`).
+written by each engine's exporter (:mod:`hltmt_plugin.hub.engines`: its format, its own fields,
+the files it serves from; :func:`write`) and checked on load like a checkpoint is (:func:`read`).
 
 ::
 
@@ -43,28 +43,24 @@ from typing import Dict, List
 from hltmt_plugin import records
 from hltmt_plugin.atomic_files import MARKER
 from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.hub import engines
 
 # CTranslate2's weight types (hltmt-export --quantization), here so that the command's options need no model code
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
 MANIFEST = "manifest.json"
 DIGEST = "manifest.sha256"  # the SHA-256 of the record's content
-# the files of an export to transformers: the tokenizer's and card (in the folder) and each model's (in its folder)
-TRANSFORMERS_TOKENIZER = ("README.md", "dict.txt", "vocab.json", "source.spm", "target.spm", "tokenizer_config.json")
-TRANSFORMERS_MODEL = ("config.json", "generation_config.json", "model.safetensors")
-FORMAT = "hltmt-ctranslate2"
 VERSION = 2  # 2: the record's digest in manifest.sha256
-ENGINES = ("ctranslate2", "transformers")
 MAX_FILES = 10_000
 
-_LANG = records.Text(min_len=1, max_len=64, pattern=r"[^\s/\\,:]+")
+_LANG = engines.LANG
 _GROUP = records.Text(pattern=r"main|universal|m[0-9]{1,6}")
 _PATH = records.Text(min_len=1, max_len=1000, pattern=r"[^\x00-\x1f\\]+")
 SCHEMA = records.Record(
     {
-        "format": records.Text(choices=[FORMAT]),
+        "format": records.Text(choices=engines.FORMATS),
         "version": records.Int(low=VERSION, high=VERSION),
-        "engine": records.Text(choices=ENGINES),
+        "engine": records.Text(choices=engines.EXPORTED),
         "langs": records.ListOf(_LANG, min_len=1, max_len=10_000),
         "lang_pairs": records.ListOf(records.Text(min_len=3, max_len=130, pattern=r"[^\s,]+-[^\s,]+")),
         "encoder_langtok": (records.Text(choices=["src", "tgt"]), None),
@@ -83,17 +79,13 @@ SCHEMA = records.Record(
     },
     optional={records.VERSION_FIELD: records.Text(max_len=40)},
 )
-# each engine's own fields (an engine's exporter declares here what it adds)
-ENGINE_FIELDS = {
-    "ctranslate2": {},
-    "transformers": {"language_codes": records.MapOf(records.Text(min_len=1, max_len=64), key=_LANG)},
-}
 LANGUAGE_TOKENS = ("__{}__", "[{}]")  # fairseq's --lang-tok-style multilingual and mbart
 
 
 def schema_of(engine: str) -> records.Record:
-    """The manifest's schema for ``engine``: the common fields and the engine's own."""
-    return SCHEMA.extended(optional=ENGINE_FIELDS.get(engine, {}))
+    """The manifest's schema for ``engine``: the common fields and the engine's own
+    (:mod:`hltmt_plugin.hub.engines`)."""
+    return SCHEMA.extended(optional=engines.ENGINES[engine].fields if engine in engines.EXPORTED else {})
 
 
 # ---- the folder's files, never following a link --------------------------------------------
@@ -216,15 +208,18 @@ def _read_record(path: str) -> dict:
         raise HltmtInputError(_special(path, mode))
     where = f"export manifest {path}"
     record = records.parse_json(records.read_text(path, "export manifest", 4 * 1024 * 1024), where)
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise HltmtInputError(f"{path} is not an {FORMAT} manifest (written by hltmt-export)")
+    if not isinstance(record, dict) or record.get("format") not in engines.FORMATS:
+        raise HltmtInputError(f"{path} is not a manifest of hltmt-export (of a format {', '.join(engines.FORMATS)})")
     if record.get("version") != VERSION:
         raise HltmtInputError(
             f"{path} is version {str(record.get('version'))[:20]} of the export format; this plugin reads "
             f"version {VERSION}: export the checkpoint again"
         )
     engine = record.get("engine")
-    return records.check(record, schema_of(engine if isinstance(engine, str) else ""), where)
+    record = records.check(record, schema_of(engine if isinstance(engine, str) else ""), where)
+    if not engines.reads_format(engine, record["format"]):
+        raise HltmtInputError(f"{path}: a manifest of format {record['format']} is not of an export to {engine}")
+    return record
 
 
 def _check_digest(record: dict, folder: str) -> None:
@@ -238,17 +233,8 @@ def _check_digest(record: dict, folder: str) -> None:
 
 
 def _wanted(record: dict) -> List[str]:
-    """The files the record's engine and models need."""
-    if record["engine"] == "transformers":  # hltmt-export --to transformers: stock classes and their tokenizer
-        return [*TRANSFORMERS_TOKENIZER] + [
-            os.path.normpath(f"{entry}/{name}").replace(os.sep, "/")
-            for entry in record["models"].values()
-            for name in TRANSFORMERS_MODEL
-        ]
-    patches = record["patches"]
-    return ["spm.model", "dict.txt"] + [
-        f"{entry}/model.{'patch' if group in patches else 'bin'}" for group, entry in record["models"].items()
-    ]
+    """The files the record's engine and models need (the engine's declaration)."""
+    return engines.get(record["engine"]).files(record)
 
 
 def _check_files(record: dict, folder: str) -> None:
@@ -340,7 +326,7 @@ def _check_groups(record: dict, path: str) -> None:
     models = record["models"]
     if set(models) != set(targets.values()):
         raise HltmtInputError(f"{path}: 'models' must be exactly the models 'targets' names")
-    single = record["engine"] == "transformers" and models == {"main": "."}
+    single = engines.get(record["engine"]).root_model and models == {"main": "."}
     for group, entry in models.items():
         if not single and entry != f"models/{group}":
             raise HltmtInputError(f"{path}: model {group} must be in models/{group}, not {entry[:60]}")

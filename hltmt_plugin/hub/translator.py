@@ -52,7 +52,7 @@ import numpy as np
 import hltmt_plugin
 from hltmt_plugin.directions import TRAINED_KEY, TrainedDirections, marks_target
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
-from hltmt_plugin.hub import arguments, contract
+from hltmt_plugin.hub import arguments, contract, engines
 from hltmt_plugin.hub.decoding import engine_arguments
 from hltmt_plugin.hub.manifest import is_export, read as read_manifest
 from hltmt_plugin.hub.results import Translation
@@ -381,17 +381,12 @@ def _device(device: Optional[str]) -> "torch.device":
 
 
 def _load_export(folder, spm, data, **options):
-    """The engine of an export folder (its manifest checked once): CTranslate2's
-    (:class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`) or transformers'
-    (:class:`~hltmt_plugin.hub.hf_engine.HfTranslator`), given the options the contract checked."""
+    """The engine of an export folder (its manifest checked once): the translator its engine
+    declares (:mod:`hltmt_plugin.hub.engines`: CTranslate2's
+    :class:`~hltmt_plugin.hub.ct2_engine.Ct2Translator`, transformers'
+    :class:`~hltmt_plugin.hub.hf_engine.HfTranslator`), given the options the contract checked."""
     record = read_manifest(folder)
-    if record["engine"] == "transformers":
-        from hltmt_plugin.hub.hf_engine import HfTranslator  # hltmt-export --to transformers
-
-        return HfTranslator._load(folder, spm, data, record=record, **options)
-    from hltmt_plugin.hub.ct2_engine import Ct2Translator
-
-    return Ct2Translator._load(folder, spm, data, record=record, **options)
+    return engines.translator(record["engine"])._load(folder, spm, data, record=record, **options)
 
 
 def load(checkpoint: str, spm: Optional[str] = None, **kwargs) -> HltmtTranslator:

@@ -102,7 +102,7 @@ def test_without_transformers_the_error_says_how_to_install_it(monkeypatch):
     ):
         contract.import_transformers("this is an export to transformers and ")  # serving an export
     with pytest.raises(
-        HltmtConfigError, match='^transformers is not installed: pip install "transformers>=5.25,<6" sa'
+        HltmtConfigError, match='^transformers is not installed: pip install "transformers>=5.25,<6" "sa'
     ):
         contract.import_transformers(writes=True)  # exporting
 

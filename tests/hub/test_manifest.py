@@ -8,7 +8,7 @@ import pytest
 
 from export_common import make_folder
 from hltmt_plugin.errors import HltmtInputError
-from hltmt_plugin.hub import manifest
+from hltmt_plugin.hub import engines, manifest
 
 pytestmark = pytest.mark.fast  # the fast tier (tests/tiers.py)
 
@@ -40,7 +40,7 @@ def test_a_changed_missing_or_extra_file_is_refused_in_one_line(tmp_path, tamper
     "changes,message",
     [
         ({"version": 99}, "version 99 of the export format"),
-        ({"format": "other"}, "not an hltmt-ctranslate2 manifest"),
+        ({"format": "other"}, "is not a manifest of hltmt-export"),
         ({"langs": "en,de"}, "field 'langs'"),
         ({"decoder_langtok": 1}, "field 'decoder_langtok'"),
         ({"targets": {"en": "main"}}, "'targets' must name the model serving each language"),
@@ -71,7 +71,7 @@ def pooled_folder(path, **changes):
         with open(os.path.join(path, name), "w") as f:
             f.write(text)
     record = {
-        "format": manifest.FORMAT,
+        "format": engines.ENGINES["ctranslate2"].format,
         "version": manifest.VERSION,
         "engine": "ctranslate2",
         "langs": ["en", "de", "fr"],
@@ -159,7 +159,7 @@ def test_a_record_at_odds_with_itself_or_its_folder_is_refused(tmp_path, changes
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("{}", "is not an hltmt-ctranslate2 manifest"),
+        ("{}", "is not a manifest of hltmt-export"),
         ("[" * 100_000 + "]" * 100_000, "nests more than"),
         ('{"format": "hltmt-ctranslate2", "version": 2}', "lacks 'engine'"),
     ],
