@@ -25,22 +25,14 @@ the old one or the whole new one, never a truncated one.
 """
 
 import argparse
-import logging
 import os
 import sys
-import warnings
 
-# fairseq's import-time noise (hydra, tensorboardX) says nothing about adapters
-warnings.filterwarnings("ignore", category=UserWarning)
-warnings.filterwarnings("ignore", category=DeprecationWarning)
-warnings.filterwarnings("ignore", category=FutureWarning)
-logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)  # "Please install tensorboardX"
-
-from hltmt_plugin.atomic_files import check_output  # noqa: E402
-from hltmt_plugin.cli import add_version, register  # noqa: E402
-from hltmt_plugin.directions import TRAINED_KEY  # noqa: E402
-from hltmt_plugin.errors import HltmtInputError  # noqa: E402
-from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FILE, ArgumentParser, path_option  # noqa: E402
+from hltmt_plugin.atomic_files import check_output
+from hltmt_plugin.cli import add_version, register
+from hltmt_plugin.directions import TRAINED_KEY
+from hltmt_plugin.errors import HltmtInputError
+from hltmt_plugin.paths import READ_FILE, READ_FOLDER, WRITE_FILE, ArgumentParser, path_option
 
 
 def load(path, data):

@@ -22,20 +22,13 @@ in base 2 per masked token, as fairseq's ``masked_lm`` criterion reports it.
 """
 
 import argparse
-import logging
 import math
 import os
 import sys
 import time
-import warnings
 
-# fairseq's import-time noise (hydra, tensorboardX) says nothing about adapters
-for _category in (UserWarning, DeprecationWarning, FutureWarning):
-    warnings.filterwarnings("ignore", category=_category)
-logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
-
-from hltmt_plugin.cli import add_version, register  # noqa: E402
-from hltmt_plugin.errors import HltmtError, HltmtInputError  # noqa: E402
+from hltmt_plugin.cli import add_version, register
+from hltmt_plugin.errors import HltmtError, HltmtInputError
 
 MAX_UNKNOWN = 0.2  # more <unk> pieces than this: not the model's sentencepiece model, or a script it lacks
 
@@ -119,9 +112,6 @@ def train(model, lang, dataset, steps, lr=1e-4, max_sentences=64, max_tokens=Non
 
 
 def run(args):
-    from hltmt_plugin.adapters.files import add_language, export_language
-    from hltmt_plugin.adapters.mlm import mlm_dataset
-
     if args.steps < 1 or args.batch_size < 1 or args.log_interval < 1:
         raise HltmtInputError("--steps, --batch-size and --log-interval must be positive")
     if not 0 < args.mask_prob < 1:
@@ -137,8 +127,11 @@ def run(args):
         )
     except OutputError as error:
         raise HltmtInputError(str(error)) from None
-    register()  # torch and fairseq, once the arguments are checked
+    register()  # torch and fairseq, once the arguments are checked (fairseq's start-up noise kept out)
     import torch
+
+    from hltmt_plugin.adapters.files import add_language, export_language
+    from hltmt_plugin.adapters.mlm import mlm_dataset
 
     torch.manual_seed(args.seed)
     model = load_model(args.path, args.data)

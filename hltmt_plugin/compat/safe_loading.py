@@ -229,17 +229,29 @@ def load_plugin_file(path: str):
     return found
 
 
+_LOADING_LOCK = threading.Lock()
+_loading = {"calls": 0, "saved": None}  # the calls of fairseq_loading under way, what the first one found
+
+
 @contextlib.contextmanager
 def fairseq_loading(checkpoint_utils):
     """fairseq's checkpoint loader reading through this loader for the duration of one call (the
     plugin model's ``from_pretrained`` in a program that is not a command), then restored: outside
-    the commands, fairseq is left as fairseq has it."""
-    saved = checkpoint_utils.torch, checkpoint_utils.load_checkpoint_to_cpu
-    install(checkpoint_utils)
+    the commands, fairseq is left as fairseq has it. The module is the process's: calls in
+    several threads share one change, made by the first call and undone by the last to end."""
+    with _LOADING_LOCK:
+        if _loading["calls"] == 0:
+            _loading["saved"] = checkpoint_utils.torch, checkpoint_utils.load_checkpoint_to_cpu
+            install(checkpoint_utils)
+        _loading["calls"] += 1
     try:
         yield
     finally:
-        checkpoint_utils.torch, checkpoint_utils.load_checkpoint_to_cpu = saved
+        with _LOADING_LOCK:
+            _loading["calls"] -= 1
+            if _loading["calls"] == 0:
+                checkpoint_utils.torch, checkpoint_utils.load_checkpoint_to_cpu = _loading["saved"]
+                _loading["saved"] = None
 
 
 def install(checkpoint_utils) -> None:

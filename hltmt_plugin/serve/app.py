@@ -314,7 +314,9 @@ def few_arenas(count: int = 2) -> bool:
 
 
 def serve(service: Service, sock: socket.socket, access_log: bool = False, announce: Optional[Callable] = None):
-    """Run the server on ``sock`` until SIGTERM or SIGINT; ``announce()`` once it is listening."""
+    """Run the server on ``sock`` until SIGTERM or SIGINT; ``announce()`` once it is listening.
+    SIGTERM's and SIGINT's handlers and the interpreter's switch interval are the server's while
+    it runs and the process's own again when it returns."""
     import uvicorn
 
     config = uvicorn.Config(
@@ -338,6 +340,7 @@ def serve(service: Service, sock: socket.socket, access_log: bool = False, annou
     # default one would end the process by the signal (or a KeyboardInterrupt's traceback) after a clean stop
     # the event loop answers between the worker's steps: a shorter switch interval lets it take the GIL back from
     # the translating thread sooner (a refusal or a health check waits less)
+    interval = sys.getswitchinterval()
     sys.setswitchinterval(0.001)
     kept = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -345,7 +348,8 @@ def serve(service: Service, sock: socket.socket, access_log: bool = False, annou
             kept[sig] = signal.signal(sig, lambda *_: None)
     try:
         asyncio.run(run())
-    finally:
+    finally:  # the process's settings as they were, once the server has stopped
         for sig, handler in kept.items():
             signal.signal(sig, handler)
+        sys.setswitchinterval(interval)
     sys.stderr.flush()

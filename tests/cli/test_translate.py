@@ -622,3 +622,15 @@ def test_every_number_of_a_json_line_is_valid_json():
     line = output_line(result, as_json=True)
     record = json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in {line}"))
     assert record["score"] is None and record["translation"] == "x"
+
+
+def test_fairseqs_log_lines_are_on_stderr_only_with_verbose():
+    """hltmt-translate turns logging off for its process (its own lines are not log records)
+    unless --verbose: fairseq's INFO lines as it loads the model are there only then."""
+    models = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
+    command = [SCRIPT, "--checkpoint", os.path.join(models, "hltmt.pt"), "--spm", os.path.join(models, "spm.model")]
+    command += ["--data", models, "--src", "en", "--tgt", "de", "--beam", "1", "--no-progress"]
+    quiet, verbose = (run(command + extra, input="The file is open.\n") for extra in ([], ["--verbose"]))
+    assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr[-2000:] + verbose.stderr[-2000:]
+    assert [line.split(":")[0] for line in quiet.stderr.splitlines()] == ["hltmt-translate"], quiet.stderr
+    assert "INFO:fairseq." in verbose.stderr, verbose.stderr[-2000:]

@@ -61,3 +61,19 @@ def test_translate_keeps_fairseqs_noise_out_even_when_verbose(trained):
     for noise in NOISE:
         assert noise not in done.stdout + done.stderr, noise
     assert "NOT trained in this run" not in done.stdout + done.stderr  # a training warning, not for decoding
+
+
+def test_train_language_adapter_keeps_fairseqs_noise_out(tmp_path):
+    """The command imports fairseq's modules only once it has registered (the filters are set
+    before fairseq's first import): a model without adapters ends in one line, nothing else."""
+    models = os.path.join(ROOT, "docs", "results", "cpu-study", "models")
+    text = tmp_path / "de.txt"
+    text.write_text("Guten Morgen.\nDie Datei ist offen.\n", encoding="utf-8")
+    done = without_pythonwarnings(
+        [cli("hltmt-train-language-adapter"), "--path", os.path.join(models, "hltmt.pt"), "--data", models]
+        + ["--spm", os.path.join(models, "spm.model"), "--lang", "de", "--text", str(text), "--steps", "1"]
+        + ["--out", str(tmp_path / "out.pt"), "--cpu"]
+    )
+    assert done.returncode == 1 and "this model has no adapters" in done.stderr, done.stderr[-2000:]
+    for noise in NOISE:
+        assert noise not in done.stdout + done.stderr, noise

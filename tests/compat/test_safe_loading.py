@@ -12,6 +12,8 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -49,6 +51,39 @@ def test_a_trained_checkpoint_loads_with_weights_only_and_torch_is_left_as_it_wa
     assert torch.serialization.get_safe_globals() == allowed  # the allowlist was the load's only
     with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):  # this program's torch: as it was
         torch.load(ckpt, map_location="cpu", weights_only=True)
+
+
+@pytest.mark.fast
+def test_overlapping_hub_loads_in_threads_share_the_loader_and_leave_fairseq_as_it_was():
+    """``fairseq_loading`` (the hub's ``from_pretrained`` in a program): a second thread's load
+    that starts during the first and ends after it reads through the plugin's loader to its
+    end, and fairseq's module is as it was once both have ended."""
+    fairseq_load = object()
+    utils = SimpleNamespace(torch=torch, load_checkpoint_to_cpu=lambda path: fairseq_load)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with safe_loading.fairseq_loading(utils):
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with safe_loading.fairseq_loading(utils):
+            second_in.set()
+            first_out.wait(10)
+            seen["torch"] = utils.torch
+            seen["guarded"] = getattr(utils.load_checkpoint_to_cpu, "hltmt_guarded", False)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert isinstance(seen["torch"], safe_loading._WeightsOnlyTorch) and seen["guarded"], seen
+    assert utils.torch is torch and utils.load_checkpoint_to_cpu("x") is fairseq_load
 
 
 class Boom:

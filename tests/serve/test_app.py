@@ -6,7 +6,10 @@ leaves mid-batch, a client that sends a byte at a time, a request over its time:
 each, the others unaffected."""
 
 import json
+import os
+import signal
 import socket
+import sys
 import threading
 import time
 
@@ -283,3 +286,20 @@ def test_the_server_keeps_to_few_malloc_arenas_unless_told(monkeypatch):
     assert few_arenas(8) is True  # glibc here (Debian); the server sets 2 before loading its model
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert few_arenas() is False
+
+
+def test_the_server_gives_the_process_its_signal_handlers_and_switch_interval_back(translator):
+    """``serve`` (hltmt-serve's server) sets SIGTERM's and SIGINT's handlers and the interpreter's
+    switch interval while it runs; once SIGTERM has stopped it, the process has its own again."""
+    from hltmt_plugin.serve.app import Service, Settings, listening_socket, serve
+    from serve_common import SEARCH
+
+    def state():
+        return signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT), sys.getswitchinterval()
+
+    before = state()
+    service = Service(translator, Settings(search=SEARCH), model="hltmt.pt", version="test")
+    stop = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM))
+    serve(service, listening_socket("127.0.0.1", 0), announce=stop.start)
+    stop.join(30)
+    assert state() == before

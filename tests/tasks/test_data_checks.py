@@ -65,6 +65,30 @@ def test_the_language_list_is_fairseqs_own_reading_of_langs_or_lang_dict(tmp_pat
         task_languages(Namespace(langs="en,de", lang_dict=str(listed)))
 
 
+@pytest.mark.fast
+def test_the_plugins_reading_of_the_language_list_logs_nothing_and_leaves_fairseqs_logger_as_it_was(tmp_path, caplog):
+    """fairseq logs the list each time it reads it (and reads it again when the task is set up):
+    the plugin's reading before it is silent, and fairseq's logger keeps its level."""
+    import logging
+    from argparse import Namespace
+
+    from fairseq.data.multilingual.multilingual_data_manager import MultilingualDatasetManager
+
+    from hltmt_plugin.tasks.data_checks import task_languages
+
+    listed = tmp_path / "langs.txt"
+    listed.write_text("en\nde\n")
+    fairseq_log = logging.getLogger(MultilingualDatasetManager.__module__)
+    before = fairseq_log.level
+    with caplog.at_level(logging.INFO):
+        fairseq_log.setLevel(logging.INFO)
+        assert task_languages(Namespace(langs=None, lang_dict=str(listed))) == ["en", "de"]
+        assert task_languages(Namespace(langs="en,de", lang_dict=None)) == ["en", "de"]
+        assert fairseq_log.level == logging.INFO  # as the program set it
+        fairseq_log.setLevel(before)
+    assert [r.getMessage() for r in caplog.records if r.name == fairseq_log.name] == []
+
+
 # ---- truncated or empty binarized files: one line naming the file
 def broken_copy(data_bin, tmp_path, name, cut):
     """A copy of the data folder whose file ``name`` is cut to ``cut`` bytes."""
