@@ -160,7 +160,8 @@ def test_a_sealed_folder_whose_config_and_weights_disagree_is_refused_in_transfo
     assert said in line and "export the checkpoint again" in line
 
 
-def test_a_refused_load_leaves_transformers_logging_as_it_was(plain, tmp_path):
+def test_a_refused_load_leaves_transformers_logging_as_it_was(plain, tmp_path, capfd):
+    """transformers' load report is read, not printed, and its logging is as it was after."""
     import logging
 
     import transformers
@@ -170,8 +171,10 @@ def test_a_refused_load_leaves_transformers_logging_as_it_was(plain, tmp_path):
     root = logging.getLogger("transformers")
     before = (root.handlers[:], root.level, root.propagate, transformers.utils.logging.is_progress_bar_enabled())
     folder = edited(plain, tmp_path, config_set(encoder_layers=3))
+    capfd.readouterr()
     with pytest.raises(HltmtInputError, match="MISSING"):
         HltmtTranslator.load(folder)
+    assert capfd.readouterr().err == ""
     assert (
         root.handlers[:],
         root.level,
