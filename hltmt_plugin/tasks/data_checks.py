@@ -6,6 +6,7 @@ import logging
 import os
 import struct
 import sys
+import threading
 from argparse import Namespace
 from typing import List, Optional
 
@@ -17,6 +18,9 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.languages import split_list, unknown_languages
 
 logger = logging.getLogger(__name__)
+
+
+_FAIRSEQ_LOG = threading.Lock()  # task_languages' hold on fairseq's logger level
 
 
 def task_languages(args) -> Optional[List[str]]:
@@ -31,14 +35,15 @@ def task_languages(args) -> Optional[List[str]]:
     if lang_dict and not os.path.isfile(lang_dict):
         raise HltmtConfigError(f"--lang-dict {lang_dict} does not exist")
     fairseq_log = logging.getLogger(MultilingualDatasetManager.__module__)
-    level = fairseq_log.level
-    fairseq_log.setLevel(logging.WARNING)  # fairseq logs the list itself when it reads it next
-    try:
-        langs = MultilingualDatasetManager.load_langs(
-            Namespace(langs=split_list(args.langs) if args.langs is not None else None, lang_dict=lang_dict)
-        )
-    finally:
-        fairseq_log.setLevel(level)
+    with _FAIRSEQ_LOG:  # one reading at a time: each puts back the level it found
+        level = fairseq_log.level
+        fairseq_log.setLevel(logging.WARNING)  # fairseq logs the list itself when it reads it next
+        try:
+            langs = MultilingualDatasetManager.load_langs(
+                Namespace(langs=split_list(args.langs) if args.langs is not None else None, lang_dict=lang_dict)
+            )
+        finally:
+            fairseq_log.setLevel(level)
     return split_list(langs)
 
 

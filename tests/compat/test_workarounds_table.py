@@ -1,6 +1,7 @@
 """docs/architecture.md's "Where each fairseq workaround lives": every row names the test that
 fails without its workaround, and that test exists; every patch that ``compat.install`` applies
-(``compat.PATCHES``) has a row. The checks run on planted tables too, so that each can fail."""
+(``compat.PATCHES``) has a row; every change to a process says whether it is scoped to the call
+that made it or the command's own. The checks run on planted tables too, so that each can fail."""
 
 import ast
 import os
@@ -18,6 +19,8 @@ SECTION = "## Where each fairseq workaround lives"
 COLUMNS = ["workaround", "where", "fairseq / torch behaviour", "test that fails without it"]
 NODE = re.compile(r"^`(tests/[\w/]+\.py)::(\w+)(?:\[[^\]`]+\])?`$")
 PATCH = re.compile(r"\bpatch `(\w+)`")
+PROCESS = "What the plugin changes in a process"  # the table whose rows say for how long
+SCOPES = ("scoped", "the command's own")
 
 
 def section(text):
@@ -42,16 +45,18 @@ def cells(line):
 
 
 def tables(text):
-    """Each table of the section: its header's cells and its rows' cells."""
-    found, lines = [], section(text).splitlines()
+    """Each table of the section: the heading above it, its header's cells and its rows' cells."""
+    found, lines, heading = [], section(text).splitlines(), ""
     for i, line in enumerate(lines):
+        if line.startswith("#"):
+            heading = line.lstrip("#").strip()
         if line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|(\s*-+\s*\|)+$", lines[i + 1]):
             rows = []
             for row in lines[i + 2 :]:
                 if not row.startswith("|"):
                     break
                 rows.append(cells(row))
-            found.append((cells(line), rows))
+            found.append((heading, cells(line), rows))
     return found
 
 
@@ -68,7 +73,7 @@ def problems(text, patches):
     found = tables(text)
     if not found:
         return ["no table"]
-    for header, rows in found:
+    for heading, header, rows in found:
         if header != COLUMNS:
             said.append(f"a table's columns are {header}, not {COLUMNS}")
             continue
@@ -77,6 +82,8 @@ def problems(text, patches):
                 said.append(f"{row[0]}: {len(row)} cells")
                 continue
             named |= set(PATCH.findall(row[1]))
+            if heading == PROCESS and not any(scope in row[1] for scope in SCOPES):
+                said.append(f"{row[0]}: its where says neither {' nor '.join(SCOPES)}")
             test = NODE.match(row[3])
             if test is None:
                 said.append(f"{row[0]}: {row[3]!r} is not one test's node id")
@@ -129,6 +136,13 @@ def planted(row, columns=" | ".join(COLUMNS)):
         (planted(ROW.replace(" a traceback |", "")), [], ["3 cells"]),
         (planted("| a | `a|b` | c |", columns="workaround | where | behaviour"), [], ["a table's columns"]),
         (SECTION + "\n\nno table here\n", [], ["no table"]),
+        (
+            planted(ROW.format(test="test_fairseqs_command_with_the_plugin_is_a_command")).replace(
+                SECTION + "\n", f"{SECTION}\n\n### {PROCESS}\n"
+            ),
+            ["excepthook"],
+            ["says neither scoped nor the command's own"],
+        ),
     ],
 )
 def test_the_check_finds_a_row_or_a_test_that_is_missing(text, patches, said):

@@ -69,3 +69,14 @@ def test_the_checkpoint_blocks_repeated_ngrams_on_the_cpu(engines, checkpoints):
     nothing); the checkpoint's translator gives it the tokens generated so far."""
     assert repeats(engines["checkpoint"], checkpoints["greedy"][3])
     assert checkpoints["no_repeat"][3] == "Le fichier de fichier, choisissez Fichier, le fichier."
+
+
+@pytest.mark.parametrize("engine", ["checkpoint", "transformers"])
+def test_a_seeded_call_leaves_torchs_generator_as_it_was(engines, engine):
+    """A seed is the call's: torch's generator, which the program draws from, is as it was after."""
+    import torch
+
+    torch.manual_seed(11)
+    before = torch.get_rng_state()
+    engines[engine].translate_batch(ITEMS[:2], beam=2, nbest=2, sampling=True, seed=3)
+    assert torch.equal(torch.get_rng_state(), before)
