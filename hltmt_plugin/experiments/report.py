@@ -537,9 +537,6 @@ def bleu_warning(conv, rows, note):
 def main(argv=None):
     args = add_version(build_parser()).parse_args(argv)
     register()  # torch and fairseq (checkpoints, the gate), once the arguments are read
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's imports may set the root to DEBUG
     high = set(args.high.split(","))
     try:
         rows, signatures, valid, curves, run_info = read_inputs(args)

@@ -71,3 +71,15 @@ def test_matplotlib_is_an_extra_the_set_up_and_the_tests_install():
     assert "matplotlib" in extras["plots"] and "matplotlib" in extras["test"]
     with open(os.path.join(ROOT, "scripts", "setup.sh"), encoding="utf-8") as f:
         assert '-e ".[test,plots,' in f.read()
+
+
+def test_matplotlibs_start_up_log_is_kept_out_where_the_root_logger_shows_debug_lines():
+    """A chart drawn where the root logger shows DEBUG records (fairseq's imports leave it so):
+    matplotlib's import logs nothing."""
+    code = (
+        "import logging\nlogging.basicConfig(level=logging.DEBUG)\n"
+        "from hltmt_plugin.experiments.plots import pyplot\npyplot()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "matplotlib" not in done.stderr, done.stderr[-2000:]
