@@ -81,6 +81,19 @@ def test_the_export_serves_the_checkpoints_lines_json_and_output_file(hltmt, exp
     assert on_the_fly.stdout.splitlines() == [r["translation"] or "" for r in theirs]
 
 
+def test_every_exported_engine_serves_a_checkpoint_through_a_temporary_export(hltmt):
+    """--engine NAME with a checkpoint: each engine hltmt-export writes (hub/engines.EXPORTED)
+    serves the checkpoint's lines from a folder it exports first."""
+    from hltmt_plugin.hub.engines import EXPORTED
+
+    text = "".join(f"en\t{tgt}\tThe file could not be saved.\n" for tgt in ("de", "fr", "hi"))
+    expected = translate(hltmt, input=text)
+    assert expected.returncode == 0, expected.stderr[-2000:]
+    for engine in EXPORTED:
+        found = translate(hltmt, "--engine", engine, "--threads", "1", input=text)
+        assert found.returncode == 0 and found.stdout == expected.stdout, (engine, found.stderr[-2000:])
+
+
 def test_bad_uses_end_in_one_line(hltmt, exported, tmp_path):
     assert "--engine fairseq" in one_error_line(
         translate(exported, "--engine", "fairseq", input="en\tde\tx\n"), "hltmt-translate"

@@ -41,7 +41,7 @@ def start(*args):
         (["--port", "70000"], "--port must be from 0 to 65535"),
         (["--beam", "0"], "--beam must be at least 1"),
         (["--timeout", "0"], "--timeout must be more than 0"),
-        (["--no-repeat-ngram-size", "1"], "no_repeat_ngram_size must be 0 (off) or at least 2"),
+        (["--no-repeat-ngram-size", "1"], "--no-repeat-ngram-size must be 0 (off) or at least 2"),
     ],
 )
 def test_options_that_cannot_work_are_one_line(args, words):
