@@ -19,8 +19,8 @@ PACKAGE = os.path.join(ROOT, "hltmt_plugin")
 
 # lowest first; a part may import only parts of lower layers (and itself)
 LAYERS = [
-    ["errors", "corpora", "sizes", "process"],  # corpora, sizes: the corpora's languages, the model sizes, known by
-    # name; process: what this process is (which command), decided once
+    ["errors", "corpora", "sizes", "process", "progress"],  # corpora, sizes: the corpora's languages, the model
+    # sizes, known by name; process: what this process is (which command), decided once; progress: a command's lines
     ["records", "directions"],  # every record read through one schema; directions: which directions a checkpoint serves
     ["atomic_files"],  # every file written whole or not at all (its folder marker read as a record)
     ["paths", "text", "model_check"],  # every path option declared (what a file is: atomic_files); the one reader of

@@ -83,6 +83,8 @@ EXCEPTIONS = {
     ("hltmt_plugin/export/ctranslate2.py", "store_once"): FILL,
     ("hltmt_plugin/export/model_card.py", "write"): FILL,
     ("hltmt_plugin/export/transformers.py", "write_tokenizer"): FILL,
+    ("hltmt_plugin/export/tokenizers.py", "_write_json"): FILL,
+    ("hltmt_plugin/export/tokenizers.py", "_write_m2m100"): FILL,
     ("hltmt_plugin/export/importing.py", "build_checkpoint"): FILL,
     ("hltmt_plugin/export/importing.py", "write_data"): FILL,
     ("hltmt_plugin/hub/manifest.py", "write"): FILL,

@@ -184,7 +184,7 @@ def test_the_card_of_the_fine_tuned_import_states_its_records(loop):
         in card
     )
     assert re.search(r"Size: [\d,]+ parameters in the checkpoint \(`--arch hltmt_transformer`, 2 encoder", card)
-    assert ">>en<< The file could not be saved." in card  # the example's English text after English's token
+    assert 'tok.src_lang = "en"' in card  # the example from English, with the tokenizer the model was imported with
     assert (
         "Trained directions: en-de, en-cs, de-en, cs-en in the last training run (its `--lang-pairs`); 52 more" in card
     )

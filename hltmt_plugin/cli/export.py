@@ -17,6 +17,10 @@ language-token convention, routing map, which model serves which target language
 SHA-256), and is written whole or not at all. ``hltmt-translate --checkpoint FOLDER`` and
 ``HltmtTranslator.load(FOLDER)`` serve it with the checkpoint's contract (docs/deploying.md).
 
+Progress (reading the checkpoint, writing each group's model) goes to stderr, one line a stage,
+when stderr is a terminal or once the export has run 10 seconds; HLTMT_PROGRESS=1 shows every
+line, HLTMT_PROGRESS=0 none.
+
 Needs CTranslate2 (``pip install -e ".[ctranslate2]"``) or transformers (``pip install -e ".[transformers]"``).
 """
 
@@ -96,16 +100,19 @@ def main(argv=None):
                 flag = "--" + dest.replace("_", "-")
                 shown = "" if isinstance(value, bool) else f" {value}"
                 return fail(f"{flag}{shown} is {other.label}'s: --to {engine.name} does not take it")
+    from hltmt_plugin import progress
+
     try:  # --out written by atomic_files.write_folder: never an input, a user's folder or a special file
-        record = engines.exporter(engine.name).export(
-            args.checkpoint,
-            args.out,
-            spm=args.spm,
-            data=args.data,
-            force=args.force,
-            card=card_options(args),
-            **own,
-        )
+        with progress.started(PROG):
+            record = engines.exporter(engine.name).export(
+                args.checkpoint,
+                args.out,
+                spm=args.spm,
+                data=args.data,
+                force=args.force,
+                card=card_options(args),
+                **own,
+            )
     except HltmtError as error:
         return fail(error)
     groups = served_groups(record, {group: group for group in record["models"]})

@@ -14,6 +14,10 @@ option read from the folder), a ``dict.<lang>.txt`` per language, ``spm.model`` 
 shards (``pytorch_model.bin.index.json``); a ``pytorch_model.bin`` weights-only, so nothing in
 the folder runs. A weight, option or tokenizer fairseq's model cannot hold is refused in one
 line (docs/pretrained.md).
+
+Progress (reading the weights shard by shard, writing the checkpoint) goes to stderr, one line a
+stage, when stderr is a terminal or once the import has run 10 seconds; HLTMT_PROGRESS=1 shows
+every line, HLTMT_PROGRESS=0 none.
 """
 
 import argparse
@@ -39,11 +43,13 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if not args.verbose:
         logging.disable(logging.WARNING)
+    from hltmt_plugin import progress
     from hltmt_plugin.errors import HltmtError
     from hltmt_plugin.export.importing import import_folder
 
     try:
-        done = import_folder(args.model, args.out, force=args.force)
+        with progress.started(PROG):
+            done = import_folder(args.model, args.out, force=args.force)
     except HltmtError as error:
         sys.stderr.write(f"{PROG}: error: {error}\n")
         return 2

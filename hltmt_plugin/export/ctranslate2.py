@@ -38,6 +38,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from hltmt_plugin import progress
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError
 from hltmt_plugin.export import manifest_record, model_card
@@ -75,6 +76,7 @@ def export(
     read = model_card.read_options(card or {})
     inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
+    progress.step("reading the checkpoint")
     loaded, _ = loading.load_for_translation(checkpoint, spm, data)
     check_exportable(loaded)
     targets = group_targets(loaded)
@@ -83,8 +85,9 @@ def export(
     inputs.update({f"the data folder ({i})" if i else "the data folder": f for i, f in enumerate(data_folders)})
 
     def fill(work: str) -> dict:
-        models = {}
-        for group in sorted(set(targets.values())):
+        models, groups = {}, sorted(set(targets.values()))
+        for k, group in enumerate(groups):
+            progress.step(f"writing group {group}", k + 1, len(groups))
             models[group] = f"models/{group}"
             spec = build_spec(ct2, loaded.model, None if group == "main" else group)
             vocab = vocabulary(loaded.dictionary)
@@ -102,6 +105,7 @@ def export(
         record = describe(loaded, targets, models, quantization, checkpoint, ct2.__version__)
         record["patches"] = patches
         model_card.write(work, record, loaded, checkpoint, None, read)
+        progress.step("writing the manifest (every file's SHA-256)")
         manifest.write(work, record)  # its files, their digests and the record's own digest
         manifest.read(work)  # what serving will check
         return record

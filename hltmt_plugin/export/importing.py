@@ -6,7 +6,9 @@ A folder of ``M2M100ForConditionalGeneration`` (an M2M-100-style model with its
 
 - ``checkpoint.pt``: fairseq's plain ``transformer`` of ``translation_multi_simple_epoch``
   (pre-norm for M2M100, post-norm for Marian), every option read from the folder's
-  ``config.json``; every weight mapped by name and shape;
+  ``config.json``; every weight mapped by name and shape; its history names the model read and
+  the tokenizer it came with, which an export of the model writes back
+  (:mod:`hltmt_plugin.export.tokenizers`);
 - a ``dict.<lang>.txt`` per language (one vocabulary in the model's ids, its language tokens
   included), ``spm.model``, ``langs.txt``: the data folder ``fairseq-generate`` /
   ``hltmt-translate`` read, the checkpoint's own.
@@ -27,9 +29,10 @@ import re
 import shutil
 from typing import Dict, List
 
-from hltmt_plugin import records
+from hltmt_plugin import progress, records
 from hltmt_plugin.atomic_files import check_folder_output, write_folder
 from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
+from hltmt_plugin.export.tokenizers import IMPORTED_TOKENIZER, imported_record
 from hltmt_plugin.export.transformers import ACTIVATIONS, CLASSES
 from hltmt_plugin.model_check import activations, check_finite, check_options
 from hltmt_plugin.paths import in_folder
@@ -190,7 +193,8 @@ def read_tokenizer(folder: str) -> dict:
         )
     found = TOKENIZERS[name](folder, settings)
     pairs = [f"{a}-{b}" for a in found["langs"] for b in found["langs"] if a != b]
-    return dict(found, pairs=pairs, encoder_langtok="src", decoder_langtok=True)
+    convention = imported_record(settings, found["langs"])  # what an export of the model writes back
+    return dict(found, pairs=pairs, encoder_langtok="src", decoder_langtok=True, convention=convention)
 
 
 def _m2m100(folder: str, settings: dict) -> dict:
@@ -328,8 +332,10 @@ def _exported_tokenizer(folder: str, record: dict, group: str = None) -> dict:
         raise HltmtConfigError(f"{folder}: the model {record['models'][group]} serves no trained direction")
     text = records.read_text(in_folder(folder, "dict.txt", folder), "the dictionary", 512 * 1024 * 1024)
     symbols = SPECIALS + [line.split(" ", 1)[0] for line in text.splitlines() if line]
+    settings = _json(folder, "tokenizer_config.json", TOKENIZER_CONFIG, "the tokenizer's settings")
     return dict(
         symbols=symbols,
+        convention=imported_record(settings, list(record["langs"])),
         langs=list(record["langs"]),
         pairs=pairs,
         encoder_langtok=record["encoder_langtok"],
@@ -410,13 +416,15 @@ def read_weights(folder: str) -> dict:
     a shard's tensors are the ones its index names for it, each once."""
     for single, index in WEIGHT_FILES:
         if os.path.isfile(in_folder(folder, single, folder)):
+            progress.step(f"reading weights: {single}")
             return _weight_file(in_folder(folder, single, folder)), os.path.join(folder, single)
         if not os.path.isfile(in_folder(folder, index, folder)):
             continue
         where = os.path.join(folder, index)
         weight_map = records.read_json(where, INDEX, "the index of the weight files", 64 * 1024 * 1024)["weight_map"]
-        tensors = {}
-        for shard in sorted(set(weight_map.values())):
+        tensors, shards = {}, sorted(set(weight_map.values()))
+        for k, shard in enumerate(shards):
+            progress.step(f"reading weights: shard {k + 1} of {len(shards)}")
             path = in_folder(folder, shard, where)
             if not os.path.isfile(path):
                 raise HltmtInputError(f"{where} names {shard}, which the folder does not hold")
@@ -559,7 +567,9 @@ def source_name(folder: str, config: dict) -> str:
     return os.path.basename(os.path.normpath(os.path.abspath(folder)))
 
 
-def build_checkpoint(words: List[str], state: dict, path: str, where: str, data: str, source: str) -> None:
+def build_checkpoint(
+    words: List[str], state: dict, path: str, where: str, data: str, source: str, tokenizer: dict
+) -> None:
     """fairseq's model built from ``words`` by fairseq itself, given ``state`` (strict: every
     weight in place, every shape the same), saved as a checkpoint with its compatibility record
     and ``data`` as its data folder (where the folder being written will lie)."""
@@ -597,6 +607,7 @@ def build_checkpoint(words: List[str], state: dict, path: str, where: str, data:
         setattr(cfg.model, VERSION_KEY, records.plugin_version())
     history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "none", "num_updates": 0}]
     history[0][IMPORTED_FROM] = source  # kept by fairseq in every checkpoint trained from this one
+    history[0][IMPORTED_TOKENIZER] = tokenizer  # the tokenizer an export of the model writes back
     history[0]["lr_scheduler_state"] = {}
     from omegaconf import OmegaConf
 
@@ -646,13 +657,17 @@ def import_folder(folder: str, out: str, force: bool = False, option: str = "--o
     _sentencepiece(tokenizer["spm"])
     check_vocabulary(tokenizer, config, folder)
     tensors, where = read_weights(folder)
+    progress.step("mapping the weights to fairseq's names")
     state = fairseq_state(tensors, config, norm, where)
     final = os.path.abspath(out)
 
     def fill(work: str) -> dict:
+        progress.step("writing the dictionaries")
         write_data(work, tokenizer)
         words = train_options(work, config, tokenizer, norm, state)
-        build_checkpoint(words, state, os.path.join(work, CHECKPOINT), folder, final, source_name(folder, config))
+        progress.step(f"building fairseq's model and writing {CHECKPOINT}")
+        source = source_name(folder, config)
+        build_checkpoint(words, state, os.path.join(work, CHECKPOINT), folder, final, source, tokenizer["convention"])
         return {"class": cls, "norm": norm, "langs": tokenizer["langs"], "options": words[1:]}
 
     done = write_folder(out, fill, kind=KIND, force=force, option=option, inputs=inputs)

@@ -413,6 +413,9 @@ def _first_group(record: dict) -> str:
 # the transformers releases an export to transformers loads with (its tokenizer's codes as
 # additional_special_tokens, read by 4.x and by 5.x; docs/deploying.md)
 TRANSFORMERS_VERSIONS = "4.57 or later (4.x and 5.x)"
+# the tokenizers an imported model is exported with again (export/tokenizers.py): the source language set on
+# the tokenizer, the target's token forced; the transformers releases that load them
+SOURCE_LANGUAGE_TOKENIZERS = {"M2M100Tokenizer": TRANSFORMERS_VERSIONS, "NllbTokenizer": "5.x"}
 
 
 def usage_transformers(record: dict, facts: dict) -> List[str]:
@@ -424,20 +427,27 @@ def usage_transformers(record: dict, facts: dict) -> List[str]:
     text = f"{codes[tgt] if record['encoder_langtok'] == 'tgt' else codes.get(src, '')} The file could not be saved."
     forced = f", forced_bos_token_id=tok.convert_tokens_to_ids('{codes[tgt]}')" if record["decoder_langtok"] else ""
     search = facts.get("search") or {}
+    tokenizer, note = record["source"].get("tokenizer"), record["source"].get("tokenizer_note")
+    batch = [f'batch = tok(["{text.strip()}"], return_tensors="pt")']
+    if tokenizer in SOURCE_LANGUAGE_TOKENIZERS:  # the source language set on the tokenizer, as the base model's
+        batch = [f'tok.src_lang = "{codes.get(src, src) if tokenizer == "NllbTokenizer" else src}"']
+        batch += ['batch = tok(["The file could not be saved."], return_tensors="pt")']
     return [
-        f"The folder loads with transformers {TRANSFORMERS_VERSIONS}. transformers 5 has no `translation` "
-        'pipeline (`pipeline("translation")` fails): translate with `generate`, as below.',
+        f"The folder loads with transformers {SOURCE_LANGUAGE_TOKENIZERS.get(tokenizer, TRANSFORMERS_VERSIONS)}. "
+        'transformers 5 has no `translation` pipeline (`pipeline("translation")` fails): translate with '
+        "`generate`, as below.",
         "",
         "```python",
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer",
         "",
         'tok = AutoTokenizer.from_pretrained("MODEL_FOLDER")',
         f'model = AutoModelForSeq2SeqLM.from_pretrained("MODEL_FOLDER"{sub})',
-        f'batch = tok(["{text.strip()}"], return_tensors="pt")',
+        *batch,
         f"out = model.generate(**batch{forced})",
         "print(tok.batch_decode(out, skip_special_tokens=True))",
         "```",
         "",
+        *([f"{note[0].upper()}{note[1:]}.", ""] if note else []),
         f"`generation_config.json` holds the search the model was evaluated with: beam {search.get('beam')}, "
         f"length penalty {search.get('lenpen')}, at most {search.get('max_len')} tokens, stopping once the "
         "beam's hypotheses are finished, the decoder started from the end-of-sentence token.",

@@ -81,6 +81,8 @@ def export(
     ``beam``, ``lenpen``, ``max_len``: the search ``generate`` runs by default; ``card``: the
     model card's fields (:data:`hltmt_plugin.export.model_card.OPTIONS`)."""
     transformers = import_transformers(writes=True)
+    from hltmt_plugin import progress
+    from hltmt_plugin.export import tokenizers
     from hltmt_plugin.hub import arguments
 
     beam, lenpen, max_len = arguments.generation(beam, lenpen, max_len)
@@ -88,6 +90,7 @@ def export(
     inputs = {"--checkpoint": checkpoint, "--spm": spm, "--data": data}
     check_folder_output(out, kind=KIND, force=force, option=option, inputs=inputs)
     started = time.perf_counter()
+    progress.step("reading the checkpoint")
     loaded, _ = loading.load_for_translation(checkpoint, spm, data)
     norm = check_exportable(loaded)
     targets = group_targets(loaded)
@@ -97,18 +100,25 @@ def export(
     groups = sorted(set(targets.values()))
     models = {"main": "."} if groups == ["main"] else {group: f"models/{group}" for group in groups}
     record = describe(loaded, targets, models, checkpoint, transformers.__version__, norm)
+    chosen = tokenizers.choose(loaded, record)  # the tokenizer the model was imported with, where it can be kept
+    record["language_codes"] = chosen["codes"]
+    record["source"].update(tokenizer=chosen["class"], **({"tokenizer_note": chosen["note"]} if chosen["note"] else {}))
     search = {"beam": beam, "lenpen": lenpen, "max_len": max_len}
 
     def fill(work: str) -> dict:
-        for group, place in models.items():
+        for k, (group, place) in enumerate(models.items()):
+            progress.step(f"writing group {group}", k + 1, len(models))
             folder = os.path.join(work, place)
             os.makedirs(folder, exist_ok=True)
             served = sorted(lang for lang, served in targets.items() if served == group)
-            write_model(transformers, loaded, None if group == "main" else group, norm, folder, search, served)
+            codes = [chosen["codes"][lang] for lang in served]
+            write_model(transformers, loaded, None if group == "main" else group, norm, folder, search, served, codes)
         if groups != ["main"]:
             write_pointer(work, targets, models)
-        write_tokenizer(loaded, work)
+        progress.step("writing the tokenizer and the model card")
+        tokenizers.write(loaded, work, chosen)
         model_card.write(work, record, loaded, checkpoint, search, read)
+        progress.step("writing the manifest (every file's SHA-256)")
         record["source"]["export_seconds"] = round(time.perf_counter() - started, 1)
         manifest.write(work, record)  # its files, their digests and the record's own digest
         return manifest.read(work)  # what serving will check
@@ -364,14 +374,14 @@ def generation_config(transformers, loaded, search: dict):
     )
 
 
-def write_model(transformers, loaded, group, norm, folder, search, served) -> None:
+def write_model(transformers, loaded, group, norm, folder, search, served, codes) -> None:
     """One group's model: config.json (with ``hltmt``: the target languages it serves, ``served``,
-    and their codes), generation_config.json, model.safetensors."""
+    and their codes in the tokenizer, ``codes``), generation_config.json, model.safetensors."""
     from safetensors.torch import save_file
 
     state = weights(loaded.model, group, norm)
     config = config_of(transformers, loaded, group, norm, state)
-    config.hltmt = {"group": group or "main", "targets": served, "codes": [language_code(lang) for lang in served]}
+    config.hltmt = {"group": group or "main", "targets": served, "codes": codes}
     config.save_pretrained(folder)
     generation_config(transformers, loaded, search).save_pretrained(folder)
     save_file(state, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})

@@ -127,6 +127,7 @@ ENGINES: Dict[str, Engine] = {
             made="`{source[class]}` (transformers {source[transformers]}) by `hltmt-export --to transformers`",
             library="transformers",
             card_usage="hltmt_plugin.export.model_card:usage_transformers",
+            notes="hltmt_plugin.export.tokenizers:notes",
         ),
     )
 }

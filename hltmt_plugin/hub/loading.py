@@ -209,6 +209,7 @@ class LoadedCheckpoint:
 
         self.path, self.model, self.cfg, self.task, self.spm = path, model, cfg, task, spm
         self.dictionary = task.source_dictionary
+        self.history: list = []  # the checkpoint's optimizer_history (load_for_translation)
         self.langs = list(task.langs)
         self.ours = plugin_model(model)  # the plugin's model (routing, language table), or None
         self.max_source_positions, self.max_target_positions = utils.resolve_max_positions(
@@ -242,4 +243,6 @@ def load_for_translation(checkpoint, spm: Optional[str] = None, data: Optional[s
         check_record_of(checkpoint, record, task)
     check_spm(spm_path, task.source_dictionary.symbols, cfg.model)
     model.prepare_for_inference_(cfg)  # what fairseq-generate does: eval mode, generation-fast
-    return LoadedCheckpoint(checkpoint, model, cfg, task, spm_path), folder
+    loaded = LoadedCheckpoint(checkpoint, model, cfg, task, spm_path)
+    loaded.history = list(state.get("optimizer_history") or [])  # the runs that made it (an import's record first)
+    return loaded, folder

@@ -104,3 +104,42 @@ def test_what_help_says_of_weights_and_tokenizers_is_what_the_import_reads():
     assert "NLLB-200" in text and "M2M-100" in text
     for _, cls in CLASSES.values():
         assert f"``{cls}``" in text, cls
+
+
+def _sharded(folder, out):
+    """``folder`` with its weights as two safetensors shards and their index."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, out)
+    tensors = load_file(os.path.join(out, "model.safetensors"))
+    os.remove(os.path.join(out, "model.safetensors"))
+    names, weight_map = sorted(tensors), {}
+    for k, part in enumerate((names[::2], names[1::2])):
+        shard = f"model-0000{k + 1}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(out, shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(out, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump({"weight_map": weight_map}, f)
+    return out
+
+
+def test_progress_lines_go_to_stderr_only_and_change_no_file(folder, tmp_path):
+    """HLTMT_PROGRESS=1 (what --help names): a line per stage and per shard on stderr; stdout and
+    every file written are the same as without them."""
+    sharded, out = _sharded(folder, str(tmp_path / "sharded")), tmp_path / "imported"
+    quiet = run([IMPORT, "--model", sharded, "--out", str(out)], env_extra={"HLTMT_PROGRESS": "0"})
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]
+    before = {name: (out / name).read_bytes() for name in sorted(os.listdir(out))}
+    shown = run([IMPORT, "--model", sharded, "--out", str(out), "--force"], env_extra={"HLTMT_PROGRESS": "1"})
+    assert shown.returncode == 0 and shown.stdout == quiet.stdout
+    lines = shown.stderr.splitlines()
+    assert (
+        "hltmt-import: reading weights: shard 1 of 2" in lines
+        and "hltmt-import: reading weights: shard 2 of 2" in lines
+    )
+    assert all(line.startswith("hltmt-import: ") for line in lines) and len(lines) >= 5
+    assert {name: (out / name).read_bytes() for name in sorted(os.listdir(out))} == before
+    assert "HLTMT_PROGRESS=1" in run([IMPORT, "--help"]).stdout
