@@ -13,6 +13,13 @@ evaluation in the task's ``get_batch_iterator``).
 =====================  ==========================  =============================================
 patch                  applies to                  works around
 =====================  ==========================  =============================================
+excepthook             any                         an uncaught :class:`HltmtError` printing a
+                                                   traceback from deep inside fairseq instead of
+                                                   one line (``errors.install_excepthook``; the
+                                                   plugin's commands install it at import)
+quiet                  any (where the plugin       fairseq 0.12's start-up noise (tensorboardX
+                       imports fairseq)            notice, hydra deprecation warnings) in the
+                                                   plugin's commands (``quiet.py``)
 safe_loading           torch >= 2.5, any fairseq   torch >= 2.6 refusing fairseq 0.12 checkpoints
                                                    (``argparse.Namespace``); fairseq main passing
                                                    ``weights_only=False`` (fairseq issue 5610): the
@@ -25,9 +32,9 @@ atomic_copy            fairseq 0.12.x              ``save_checkpoint`` copying c
                                                    ``checkpoint_last.pt``); a failed write (a full
                                                    disk) retried, logged as tracebacks, and its
                                                    ``.tmp`` file left behind
-quiet                  fairseq 0.12.x              fairseq's start-up noise (tensorboardX notice,
-                                                   hydra deprecation warnings) in the plugin's
-                                                   commands (``quiet.py``)
+checkpoint_record      fairseq 0.12.x              fairseq's own tasks storing no compatibility
+                                                   record: the stamp runs before each checkpoint
+                                                   fairseq-train writes (``checkpoint_record.py``)
 hub_generator          fairseq 0.12.x              fairseq's hub on a multilingual task: a
                                                    ``TypeError`` from ``build_generator``
                                                    (``prefix_allowed_tokens_fn``), the
@@ -37,10 +44,6 @@ direction_rule         fairseq 0.12.x              fairseq's multilingual task d
                                                    direction the model never trained (``-s de -t
                                                    en`` of an En->X model), no word: refused in
                                                    one line, zero-shot too (``direction_rule.py``)
-excepthook             any                         an uncaught :class:`HltmtError` printing a
-                                                   traceback from deep inside fairseq instead of
-                                                   one line (``errors.install_excepthook``; the
-                                                   plugin's commands install it at import)
 =====================  ==========================  =============================================
 """
 

@@ -107,9 +107,13 @@ def test_every_row_names_a_test_that_exists_and_every_patch_has_a_row():
     assert problems(read_page(), [patch.name for patch in compat.PATCHES]) == []
 
 
-def test_every_patch_has_a_name_of_its_own_and_a_function_that_applies_it():
+def test_every_patch_has_a_name_of_its_own_a_function_that_applies_it_and_a_row_in_the_modules_table():
     names = [patch.name for patch in compat.PATCHES]
     assert len(names) == len(set(names)) and all(callable(patch.apply) for patch in compat.PATCHES)
+    lines = compat.__doc__.splitlines()
+    rulers = [i for i, line in enumerate(lines) if line.startswith("====")]
+    rows = lines[rulers[1] + 1 : rulers[2]]  # the table's body, between its last two rulers
+    assert [line.split()[0] for line in rows if line[:1].isalpha()] == names
 
 
 ROW = (
