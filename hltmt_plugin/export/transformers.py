@@ -43,7 +43,7 @@ from typing import Dict, Optional
 
 from hltmt_plugin.atomic_files import check_folder_output, write_folder, write_text
 from hltmt_plugin.errors import HltmtConfigError
-from hltmt_plugin.export import model_card
+from hltmt_plugin.export import manifest_record, model_card
 from hltmt_plugin.export.ctranslate2 import KIND, group_targets, refuse_language_modules
 from hltmt_plugin.hub import loading, manifest
 from hltmt_plugin.hub.contract import import_transformers
@@ -182,14 +182,9 @@ def _check_shapes(encoder, decoder, pre_norm: bool) -> None:
 
 def describe(loaded, targets, models, checkpoint, version, norm) -> dict:
     """The manifest record (without the file digests)."""
-    from hltmt_plugin.export.ctranslate2 import describe as ct2_describe
-
-    record = ct2_describe(loaded, targets, models, "float32", checkpoint, version)
-    record["engine"] = "transformers"
+    source = {"transformers": version, "class": CLASSES[norm][1]}
+    record = manifest_record.describe(loaded, targets, models, "transformers", "float32", checkpoint, source)
     record["patches"] = {}
-    source = record["source"]
-    source["transformers"] = source.pop("ctranslate2")
-    source["class"] = CLASSES[norm][1]
     record["language_codes"] = {lang: language_code(lang) for lang in loaded.langs}
     return record
 
