@@ -25,6 +25,7 @@ Imports neither torch nor fairseq.
 
 import contextlib
 import os
+import threading
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hltmt_plugin.directions import TRAINED, ZERO_SHOT, TrainedDirections, marks_target
@@ -32,6 +33,7 @@ from hltmt_plugin.errors import HltmtConfigError, HltmtInputError
 from hltmt_plugin.hub import arguments, decoding, engines
 from hltmt_plugin.hub.results import Hypothesis, Translation, TranslationErrors
 
+SEEDED_CALLS = threading.Lock()  # one seeded search at a time in the process (Translator._seeded_call)
 INSTALL = engines.install_line("ctranslate2")
 TRANSFORMERS_INSTALL = engines.install_line("transformers")
 
@@ -205,7 +207,7 @@ class Translator:
 
     # the contract's own calls: they check every bound before an engine's method runs, so an engine
     # implements the methods they call (_load, routing, _tokens, _prepared, _translate_prepared), never these
-    SEALED = ("load", "translate", "translate_batch", "direction", "_prepare_items")
+    SEALED = ("load", "translate", "translate_batch", "direction", "_prepare_items", "_seeded_call")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -298,6 +300,16 @@ class Translator:
         torch.manual_seed(seed)
         return stack
 
+    def _seeded_call(self, seed: Optional[int]):
+        """The context of a call's search: with a ``seed``, the engine's :meth:`_seeded`, one
+        seeded call at a time in the process (the generators are the process's: two seeded calls
+        in two threads at once would draw from each other's seed)."""
+        stack = contextlib.ExitStack()
+        if seed is not None:
+            stack.enter_context(SEEDED_CALLS)
+            stack.enter_context(self._seeded(seed))
+        return stack
+
     def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
         """A :class:`Translation` per item (with its error if it cannot be translated: the
         refusals of this module), and what :meth:`_prepared` keeps of the items that can."""
@@ -381,7 +393,7 @@ class Translator:
         if progress is not None and failed_early:
             progress(failed_early)
         if prepared:
-            with self._seeded(search.seed) if search.seed is not None else contextlib.nullcontext():
+            with self._seeded_call(search.seed):
                 self._translate_prepared(
                     prepared,
                     results,

@@ -362,7 +362,17 @@ def _settings(path: str) -> Optional[dict]:
 @contextlib.contextmanager
 def _transformers_quiet(transformers):
     """For a load: transformers' log records kept (yielded, not printed; also where a command
-    has turned logging off), its progress bars and Python warnings off; all restored after."""
+    has turned logging off), its progress bars and Python warnings off; all restored after. One
+    load at a time in the process (these settings are the process's: two loads in two threads
+    would restore each other's)."""
+    with _LOADS:
+        yield from _quiet_load(transformers)
+
+
+_LOADS = threading.RLock()
+
+
+def _quiet_load(transformers):
     hf_logging = transformers.utils.logging
     root = logging.getLogger("transformers")
     saved = root.handlers[:], root.level, root.propagate, hf_logging.is_progress_bar_enabled()

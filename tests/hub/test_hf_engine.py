@@ -183,6 +183,34 @@ def test_a_refused_load_leaves_transformers_logging_as_it_was(plain, tmp_path, c
     ) == before
 
 
+def test_loads_in_several_threads_leave_transformers_logging_as_it_was(folder):
+    """transformers' logging settings are the process's: loads in several threads take turns
+    (hf_engine._LOADS), so the last to end does not put back what another load had set."""
+    import logging
+    import threading
+
+    import transformers
+
+    root = logging.getLogger("transformers")
+    before = (root.handlers[:], root.level, root.propagate, transformers.utils.logging.is_progress_bar_enabled())
+    failures = []
+
+    def load():
+        try:
+            HltmtTranslator.load(folder)
+        except Exception as error:  # noqa: BLE001 (reported by the test)
+            failures.append(error)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    after = (root.handlers[:], root.level, root.propagate, transformers.utils.logging.is_progress_bar_enabled())
+    assert after == before
+
+
 # ---- a pool model's groups: one model in memory, each group's top layer swapped in ------------------
 def test_the_groups_share_one_model_but_their_top_layer(folder):
     served = HltmtTranslator.load(folder)

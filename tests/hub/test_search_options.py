@@ -80,3 +80,30 @@ def test_a_seeded_call_leaves_torchs_generator_as_it_was(engines, engine):
     before = torch.get_rng_state()
     engines[engine].translate_batch(ITEMS[:2], beam=2, nbest=2, sampling=True, seed=3)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+@pytest.mark.parametrize("engine", ["checkpoint", "ctranslate2", "transformers"])
+def test_seeded_calls_in_several_threads_draw_what_each_draws_alone(engines, engine):
+    """The generators are the process's: seeded calls of several threads take turns
+    (contract.SEEDED_CALLS), so each gives the samples its seed gives alone."""
+    import threading
+
+    mt = engines[engine]
+    options = dict(beam=3, nbest=3, sampling=True, temperature=2.0)
+    alone = {seed: mt.translate_batch(ITEMS, seed=seed, **options) for seed in (1, 2, 3, 4)}
+    found, failures = {}, []
+
+    def draw(seed):
+        try:
+            for round in range(3):
+                found[seed, round] = mt.translate_batch(ITEMS, seed=seed, **options)
+        except Exception as error:  # noqa: BLE001 (reported by the test)
+            failures.append(error)
+
+    threads = [threading.Thread(target=draw, args=(seed,)) for seed in alone]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert {key: value for key, value in found.items() if value != alone[key[0]]} == {}
