@@ -196,3 +196,20 @@ def fairseq_search_on_transformers(
             live = [live[origin] + [token] for _, origin, token in kept]
             scores = torch.tensor([score for score, _, _ in kept], dtype=torch.double)
     return max(enumerate(finished), key=lambda f: (f[1][0], -f[0]))[1][1]
+
+
+def shard_weights(folder, drop=False):
+    """model.safetensors as two shards and their index (the second shard removed with ``drop``)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    os.remove(os.path.join(folder, "model.safetensors"))
+    names, weight_map = sorted(tensors), {}
+    for k, part in enumerate((names[::2], names[1::2])):
+        shard = f"model-0000{k + 1}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(folder, shard), metadata={"format": "pt"})
+        weight_map.update({n: shard for n in part})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+    if drop:
+        os.remove(os.path.join(folder, "model-00002-of-00002.safetensors"))

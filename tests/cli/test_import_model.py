@@ -9,7 +9,7 @@ import os
 import pytest
 
 from conftest import PLUGIN, cli, run
-from importing_common import build_m2m_folder, rows
+from importing_common import build_m2m_folder, rows, shard_weights
 
 pytest.importorskip("transformers")
 
@@ -108,21 +108,10 @@ def test_what_help_says_of_weights_and_tokenizers_is_what_the_import_reads():
 
 def _sharded(folder, out):
     """``folder`` with its weights as two safetensors shards and their index."""
-    import json
     import shutil
 
-    from safetensors.torch import load_file, save_file
-
     shutil.copytree(folder, out)
-    tensors = load_file(os.path.join(out, "model.safetensors"))
-    os.remove(os.path.join(out, "model.safetensors"))
-    names, weight_map = sorted(tensors), {}
-    for k, part in enumerate((names[::2], names[1::2])):
-        shard = f"model-0000{k + 1}-of-00002.safetensors"
-        save_file({n: tensors[n] for n in part}, os.path.join(out, shard), metadata={"format": "pt"})
-        weight_map.update({n: shard for n in part})
-    with open(os.path.join(out, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
-        json.dump({"weight_map": weight_map}, f)
+    shard_weights(out)
     return out
 
 

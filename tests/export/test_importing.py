@@ -24,6 +24,7 @@ from importing_common import (
     fairseq_search_on_transformers,
     nllb_tokenizer_of,
     rows,
+    shard_weights,
     tokenizer_of,
 )
 
@@ -262,29 +263,12 @@ def _pickle(folder, extra):
     )
 
 
-def _shard(folder, drop=False):
-    """model.safetensors as two shards and their index (the second shard removed with ``drop``)."""
-    from safetensors.torch import load_file, save_file
-
-    tensors = load_file(os.path.join(folder, "model.safetensors"))
-    os.remove(os.path.join(folder, "model.safetensors"))
-    names, weight_map = sorted(tensors), {}
-    for k, part in enumerate((names[::2], names[1::2])):
-        shard = f"model-0000{k + 1}-of-00002.safetensors"
-        save_file({n: tensors[n] for n in part}, os.path.join(folder, shard), metadata={"format": "pt"})
-        weight_map.update({n: shard for n in part})
-    with open(os.path.join(folder, "model.safetensors.index.json"), "w", encoding="utf-8") as f:
-        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
-    if drop:
-        os.remove(os.path.join(folder, "model-00002-of-00002.safetensors"))
-
-
 @pytest.mark.parametrize("files", ["pytorch_model.bin", "shards"])
 def test_pickled_and_sharded_weights_import_as_one_safetensors_file(files, m2m, tmp_path):
     from hltmt_plugin.compat.safe_loading import load_state
 
     folder = _copy(m2m, tmp_path)
-    _pickle(folder, None) if files == "pytorch_model.bin" else _shard(folder)
+    _pickle(folder, None) if files == "pytorch_model.bin" else shard_weights(folder)
     done = importing.import_folder(folder, str(tmp_path / "out"))
     ours, theirs = load_state(done["checkpoint"])["model"], load_state(m2m[2]["checkpoint"])["model"]
     assert ours.keys() == theirs.keys() and all(ours[k].equal(theirs[k]) for k in ours)
@@ -320,7 +304,10 @@ REFUSALS = {
     "pickled weights holding code": (lambda f: _pickle(f, date.today()), "refused to load checkpoint"),
     "pickled weights not tensors": (lambda f: _pickle(f, [1, 2]), "is not a map of weight names to tensors"),
     "no weights": (lambda f: os.remove(os.path.join(f, "model.safetensors")), "has no weights (model.safetensors"),
-    "a shard the folder lacks": (lambda f: _shard(f, drop=True), "names model-00002-of-00002.safetensors, which"),
+    "a shard the folder lacks": (
+        lambda f: shard_weights(f, drop=True),
+        "names model-00002-of-00002.safetensors, which",
+    ),
     "fewer made-up rows than the tokenizer names": (
         lambda f: _edit_json(f, "tokenizer_config.json", num_madeup_words=7),
         "the tokenizer names 7 rows after them",
@@ -363,7 +350,7 @@ REFUSALS = {
         "'sentencepiece.bpe.model' is a link that leads outside",
     ),
     "a weight shard that is a link out of the folder": (
-        lambda f: (_shard(f), _link_out(f, "model-00002-of-00002.safetensors")),
+        lambda f: (shard_weights(f), _link_out(f, "model-00002-of-00002.safetensors")),
         "'model-00002-of-00002.safetensors' is a link that leads outside",
     ),
     # the tokenizer's files consistent with the vocabulary they claim
