@@ -25,9 +25,16 @@ import os
 import shutil
 from typing import Dict, List, Optional
 
+from hltmt_plugin import records
+
 IMPORTED_TOKENIZER = "hltmt_imported_tokenizer"  # the import's entry of optimizer_history: the tokenizer it read
 MARIAN, M2M100, NLLB = "MarianTokenizer", "M2M100Tokenizer", "NllbTokenizer"
 MADEUP = "madeupword{:04d}"  # fairseq's padding of a dictionary, as M2M-100's and NLLB's tokenizers name it
+_CODE = records.Text(min_len=1, max_len=64)
+RECORD = records.Record(  # what imported_record writes, read back from a checkpoint as any record is
+    {"tokenizer_class": records.Text(min_len=1, max_len=64)},
+    {"language_codes": (_CODE, records.ListOf(_CODE, max_len=10_000)), "num_madeup_words": records.Int(low=0, high=64)},
+)
 
 
 def imported_record(settings: dict, langs: List[str]) -> dict:
@@ -53,7 +60,7 @@ def _imported(history: list) -> Optional[dict]:
     for entry in history:
         if isinstance(entry, dict) and entry.get(IMPORTED_FROM):
             found = entry.get(IMPORTED_TOKENIZER)
-            return dict(found) if isinstance(found, dict) else {}
+            return dict(records.check(found, RECORD, "the checkpoint's record of its tokenizer")) if found else {}
     return None
 
 

@@ -162,6 +162,26 @@ def test_a_convention_the_tokenizer_cannot_keep_is_said_in_one_line(case, conven
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize(
+    "imported, message",
+    [
+        ({"tokenizer_class": "M2M100Tokenizer", "num_madeup_words": 10**12}, "num_madeup_words"),
+        ({"tokenizer_class": "M2M100Tokenizer", "num_madeup_words": "8"}, "num_madeup_words"),
+        ({"tokenizer_class": 3}, "tokenizer_class"),
+        ({"tokenizer_class": "NllbTokenizer", "language_codes": [1]}, "language_codes"),
+        ({"language_codes": "m2m100"}, "tokenizer_class"),
+    ],
+)
+def test_a_crafted_record_of_the_imported_tokenizer_is_refused_in_one_line(imported, message):
+    """The import's record is read back from the checkpoint as every record is (records.py)."""
+    from hltmt_plugin.errors import HltmtInputError
+
+    langs = ["eng_Latn", "deu_Latn"]
+    with pytest.raises(HltmtInputError, match=f"the checkpoint's record of its tokenizer.*{message}"):
+        tokenizers.choose(loaded_of(langs, NLLB_SYMBOLS, {tokenizers.IMPORTED_TOKENIZER: imported}), record_of(langs))
+
+
+@pytest.mark.fast
 def test_the_fields_of_a_protocol_buffer():
     inner = bytes([0x0A, 1]) + b"n" + bytes([0x12, 3]) + b"map"  # field 1 "n", field 2 "map"
     message = bytes([0x08, 0x96, 0x01]) + bytes([0x1A, len(inner)]) + inner  # field 1 = 150, field 3 = inner
