@@ -300,15 +300,17 @@ class Translator:
         torch.manual_seed(seed)
         return stack
 
+    @contextlib.contextmanager
     def _seeded_call(self, seed: Optional[int]):
         """The context of a call's search: with a ``seed``, the engine's :meth:`_seeded`, one
         seeded call at a time in the process (the generators are the process's: two seeded calls
-        in two threads at once would draw from each other's seed)."""
-        stack = contextlib.ExitStack()
-        if seed is not None:
-            stack.enter_context(SEEDED_CALLS)
-            stack.enter_context(self._seeded(seed))
-        return stack
+        in two threads at once would draw from each other's seed); the turn is given back however
+        the call ends, also when the engine's :meth:`_seeded` refuses it."""
+        if seed is None:
+            yield
+            return
+        with SEEDED_CALLS, self._seeded(seed):
+            yield
 
     def _prepare_items(self, items, first_line: int, zero_shot: bool = False) -> Tuple[List[Translation], list]:
         """A :class:`Translation` per item (with its error if it cannot be translated: the

@@ -282,6 +282,32 @@ def test_every_engine_class_takes_the_contracts_calls_and_bounds(monkeypatch):
         del calls[:]
 
 
+def test_a_seeded_call_gives_its_turn_back_however_it_ends():
+    """contract.SEEDED_CALLS: taken by a seeded call, given back when the search raises and when
+    the engine refuses the seed (CTranslate2's: a folder changed since its load), so the next
+    seeded call of the process does not wait for ever."""
+
+    class Refusing(contract.Translator):
+        def _seeded(self, seed):
+            raise HltmtInputError("the folder has changed since it was loaded")
+
+    mt = Refusing.__new__(Refusing)
+    with pytest.raises(HltmtInputError, match="changed"):
+        with mt._seeded_call(3):
+            pass
+    assert not contract.SEEDED_CALLS.locked()
+
+    class Seeding(contract.Translator):
+        def _seeded(self, seed):
+            return contextlib.nullcontext()
+
+    with pytest.raises(ZeroDivisionError):
+        with Seeding.__new__(Seeding)._seeded_call(3):
+            assert contract.SEEDED_CALLS.locked()
+            1 / 0  # the search raises
+    assert not contract.SEEDED_CALLS.locked()
+
+
 def test_a_call_holding_more_sentences_than_a_reader_reads_is_refused(monkeypatch):
     Engine, calls = recording(contract.ExportedTranslator)
     monkeypatch.setattr("hltmt_plugin.text.MAX_LINES", 3)
