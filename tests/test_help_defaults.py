@@ -55,7 +55,10 @@ def test_every_command_shows_every_default_in_its_help():
     assert len(parsers) >= 11 and "hltmt-translate" in parsers
     assert {name: unshown(parser) for name, parser in parsers.items() if unshown(parser)} == {}
     text = parsers["hltmt-translate"].format_help()
-    for shown in ("beam size (with --sampling: the samples drawn) (default: 5)", "length penalty; from -10 to 10 (default: 1.0)"):
+    for shown in (
+        "beam size (with --sampling: the samples drawn) (default: 5)",
+        "length penalty; from -10 to 10 (default: 1.0)",
+    ):
         assert shown in " ".join(text.split()), text
 
 
